@@ -1,0 +1,204 @@
+//! Backends: turn kernel IR into something that runs one block of lanes.
+//!
+//! `interp` is the reference interpreter (the executable specification), `cranelift` the embedded
+//! JIT. Both implement `Backend::compile`, returning a `CompiledKernel` that the launcher calls per
+//! block with raw buffer pointers. This module also owns the launch ABI (`LaunchArgs`) and the
+//! lane-level helpers that every backend shares for scatters, so that their semantics (bounds
+//! checks, atomic reductions, status counting) exist exactly once.
+
+pub mod cranelift;
+pub mod interp;
+
+use crate::error::Result;
+use crate::kernel::Kernel;
+use crate::op::ReduceOp;
+use crate::ty::VarType;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// Which backend compiles kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// The reference interpreter.
+    Interp,
+    /// Cranelift JIT (embedded default).
+    Cranelift,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Interp => "interp",
+            BackendKind::Cranelift => "cranelift",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Index of each counter in a launch's status buffer.
+pub const STATUS_OOB_READS: usize = 0;
+pub const STATUS_OOB_WRITES: usize = 1;
+/// Number of counters in a launch's status buffer.
+pub const STATUS_LEN: usize = 2;
+
+/// What a compiled kernel receives for one block (C layout: compiled code reads it directly).
+///
+/// Every buffer pointer is valid for `lens[i]` elements plus [`crate::alloc::SLACK_BYTES`] bytes of
+/// slack, which vector code may read and write past the end of a partial last vector.
+#[repr(C)]
+pub struct LaunchArgs {
+    /// One pointer per kernel parameter.
+    pub ptrs: *const *mut u8,
+    /// Element count of each parameter's buffer.
+    pub lens: *const u64,
+    /// `STATUS_LEN` atomic counters (out-of-range reads, writes).
+    pub status: *const AtomicU64,
+}
+
+// SAFETY: LaunchArgs only carries pointers into buffers that the launcher keeps alive for the whole
+// launch; blocks write disjoint lanes or go through atomics (scatters, status).
+unsafe impl Send for LaunchArgs {}
+// SAFETY: as above; the struct itself is read-only during a launch.
+unsafe impl Sync for LaunchArgs {}
+
+/// A kernel compiled by some backend.
+pub trait CompiledKernel: Send + Sync {
+    /// Runs lanes `[start, end)`.
+    ///
+    /// # Safety
+    /// `args` must describe live buffers matching the kernel's parameters (types and lengths), with
+    /// outputs of at least `end` elements, as the launcher guarantees.
+    unsafe fn run(&self, args: &LaunchArgs, start: u64, end: u64);
+}
+
+/// A code generator.
+pub trait Backend: Send + Sync {
+    fn kind(&self) -> BackendKind;
+    fn compile(&self, kernel: &Kernel) -> Result<Arc<dyn CompiledKernel>>;
+}
+
+/// Create the backend of a given kind.
+pub fn create(kind: BackendKind) -> Result<Arc<dyn Backend>> {
+    Ok(match kind {
+        BackendKind::Interp => Arc::new(interp::Interp),
+        BackendKind::Cranelift => Arc::new(cranelift::CraneliftBackend::new()?),
+    })
+}
+
+/// One lane of a scatter: `target[index] (op)= value`, with bounds check and status counting.
+///
+/// Shared by every backend (compiled code calls it through [`scatter_lane_extern`]). Plain stores and
+/// reductions go through atomics so that blocks running on different threads never race, and every
+/// duplicate index counts for reductions.
+///
+/// # Safety
+/// `target` must point at `len` elements of type `ty`; `status` at `STATUS_LEN` counters.
+pub unsafe fn scatter_lane(
+    op: ReduceOp,
+    ty: VarType,
+    target: *mut u8,
+    len: u64,
+    index: i64,
+    value: u64,
+    status: *const AtomicU64,
+) {
+    if index < 0 || index as u64 >= len {
+        // SAFETY: status points at STATUS_LEN counters (caller contract).
+        unsafe { (*status.add(STATUS_OOB_WRITES)).fetch_add(1, Ordering::Relaxed) };
+        return;
+    }
+    let i = index as usize;
+    match ty.size_bytes() {
+        1 => {
+            // SAFETY: i < len and target holds len one-byte elements; AtomicU8 has u8's layout.
+            let cell = unsafe { &*(target.add(i) as *const AtomicU8) };
+            update(cell, op, ty, value, |c| c.load(Ordering::Relaxed) as u64, |c, old, new| {
+                c.compare_exchange_weak(old as u8, new as u8, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            });
+        }
+        4 => {
+            // SAFETY: as above, 4-byte elements; buffers are 64-byte aligned so the cell is aligned.
+            let cell = unsafe { &*(target.add(i * 4) as *const AtomicU32) };
+            update(cell, op, ty, value, |c| c.load(Ordering::Relaxed) as u64, |c, old, new| {
+                c.compare_exchange_weak(old as u32, new as u32, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            });
+        }
+        _ => {
+            // SAFETY: as above, 8-byte elements.
+            let cell = unsafe { &*(target.add(i * 8) as *const AtomicU64) };
+            update(cell, op, ty, value, |c| c.load(Ordering::Relaxed), |c, old, new| {
+                c.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            });
+        }
+    }
+}
+
+fn update<C>(
+    cell: &C,
+    op: ReduceOp,
+    ty: VarType,
+    value: u64,
+    load: impl Fn(&C) -> u64,
+    cas: impl Fn(&C, u64, u64) -> bool,
+) {
+    loop {
+        let old = load(cell);
+        let new = crate::op::eval_reduce(op, ty, old, value);
+        if op == ReduceOp::None || new == old {
+            if op == ReduceOp::None && new != old && !cas(cell, old, new) {
+                continue;
+            }
+            return;
+        }
+        if cas(cell, old, new) {
+            return;
+        }
+    }
+}
+
+/// C-ABI entry for compiled code: `op_ty` packs the reduce op (high byte) and the type (low byte).
+///
+/// # Safety
+/// As [`scatter_lane`].
+pub unsafe extern "C" fn scatter_lane_extern(
+    op_ty: u32,
+    target: *mut u8,
+    len: u64,
+    index: i64,
+    value: u64,
+    status: *const AtomicU64,
+) {
+    let ty = VarType::ALL[(op_ty & 0xff) as usize];
+    let op = decode_reduce((op_ty >> 8) as u8);
+    // SAFETY: forwarded caller contract.
+    unsafe { scatter_lane(op, ty, target, len, index, value, status) }
+}
+
+/// Stable small-integer encoding of `ReduceOp` for the C ABI.
+pub fn encode_reduce(op: ReduceOp) -> u8 {
+    match op {
+        ReduceOp::None => 0,
+        ReduceOp::Add => 1,
+        ReduceOp::Mul => 2,
+        ReduceOp::Min => 3,
+        ReduceOp::Max => 4,
+        ReduceOp::And => 5,
+        ReduceOp::Or => 6,
+    }
+}
+fn decode_reduce(b: u8) -> ReduceOp {
+    match b {
+        1 => ReduceOp::Add,
+        2 => ReduceOp::Mul,
+        3 => ReduceOp::Min,
+        4 => ReduceOp::Max,
+        5 => ReduceOp::And,
+        6 => ReduceOp::Or,
+        _ => ReduceOp::None,
+    }
+}

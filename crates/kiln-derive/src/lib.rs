@@ -1,0 +1,1 @@
+//! `#[derive(Traverse)]` lands with the function-freezing issue; this crate reserves its place.

@@ -1,0 +1,1 @@
+pub use kiln_core;
