@@ -1,1 +1,142 @@
+//! kiln: array programs that are traced lazily, fused into kernels, compiled at run time, cached,
+//! and run on all cores.
+//!
+//! Write ordinary arithmetic on whole arrays; kiln records it instead of computing it, and evaluates
+//! everything of one size in a single compiled kernel when a value is needed.
+//!
+//! ```
+//! use kiln::prelude::*;
+//! let x = Float32::linspace(0.0, 1.0, 1000).label("x");
+//! let y = (&x * &x + 1.0).sqrt();          // traced, nothing runs yet
+//! let s = y.sum();                         // one fused kernel + a reduction
+//! assert!((s.item() - 1147.8).abs() < 1.0);
+//! ```
+//!
+//! Backends: Cranelift (default, embedded) and the reference interpreter (`KILN_BACKEND=interp`).
+//! Logging: `KILN_LOG=info`, `KILN_LOG=kiln::kernel=trace` (prints kernel IR), or [`set_log_level`].
+
+pub mod array;
+pub mod math;
+pub mod memory;
+pub mod ops;
+pub mod reduce;
+pub mod types;
+
+pub use array::{Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64};
 pub use kiln_core;
+pub use kiln_core::{
+    set_log_level, BackendKind, Error, Op, ReduceOp, Result, Scalar, Stats, VarType, Whos,
+};
+pub use memory::{
+    gather, gather_masked, scatter, scatter_masked, scatter_reduce, scatter_reduce_masked,
+    try_gather_masked, try_scatter,
+};
+pub use ops::select;
+pub use types::{Float, Integer, Numeric, Signed};
+
+/// Everything a typical program needs: `use kiln::prelude::*;`.
+pub mod prelude {
+    pub use crate::array::{
+        Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64,
+    };
+    pub use crate::memory::{
+        gather, gather_masked, scatter, scatter_masked, scatter_reduce, scatter_reduce_masked,
+    };
+    pub use crate::ops::select;
+    pub use crate::types::{Float, Integer, Numeric, Signed};
+    pub use kiln_core::{Op, ReduceOp};
+}
+
+/// Evaluate several arrays together: those of equal size share one kernel.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let x = Float32::arange(8);
+/// let (a, b) = (&x + 1.0, &x * 2.0);
+/// kiln::eval!(a, b);
+/// assert!(a.is_evaluated() && b.is_evaluated());
+/// ```
+#[macro_export]
+macro_rules! eval {
+    ($($a:expr),+ $(,)?) => {
+        $crate::eval_ids(&[$($a.id()),+]).unwrap_or_else(|e| panic!("kiln: {e}"))
+    };
+}
+
+/// Evaluate variables by id (what [`eval!`] expands to).
+pub fn eval_ids(ids: &[kiln_core::VarId]) -> Result<()> {
+    kiln_core::eval(ids)
+}
+
+/// Evaluate everything pending: every array a handle refers to and every pending scatter.
+///
+/// ```
+/// let y = kiln::Float32::arange(4) + 1.0;
+/// kiln::eval_all().unwrap();
+/// assert!(y.is_evaluated());
+/// ```
+pub fn eval_all() -> Result<()> {
+    kiln_core::eval_all()
+}
+
+/// Wait until all launched work has finished (and pending scatters have run).
+///
+/// ```
+/// kiln::sync().unwrap();
+/// ```
+pub fn sync() -> Result<()> {
+    kiln_core::sync()
+}
+
+/// The live variables: id, type, external/internal references, size, memory, ready, label; totals.
+///
+/// ```
+/// let x = kiln::Float32::zeros(10).label("x");
+/// assert!(kiln::whos().to_string().contains("x"));
+/// ```
+pub fn whos() -> Whos {
+    kiln_core::whos()
+}
+
+/// Engine counters (kernels compiled, cache hits/misses, launches, time, memory, out-of-range accesses).
+///
+/// ```
+/// let s = kiln::stats();
+/// assert!(s.launches >= s.cache_hits);
+/// ```
+pub fn stats() -> Stats {
+    kiln_core::stats()
+}
+
+/// Release memory the allocator keeps cached for reuse.
+///
+/// ```
+/// kiln::trim();
+/// ```
+pub fn trim() {
+    kiln_core::trim()
+}
+
+/// The active backend (`KILN_BACKEND=interp|cranelift`, default Cranelift).
+///
+/// ```
+/// println!("{}", kiln::backend());
+/// ```
+pub fn backend() -> BackendKind {
+    kiln_core::backend()
+}
+
+/// Give `x` a buffer of its own so changing a literal's value does not recompile kernels using it.
+///
+/// ```
+/// let s = kiln::make_opaque(&kiln::Float32::from(0.5f32));
+/// assert!(s.is_evaluated());
+/// ```
+pub fn make_opaque<T: Scalar>(x: &Array<T>) -> Array<T> {
+    Array::from_id(array_ok(kiln_core::make_opaque(x.id())))
+}
+
+#[track_caller]
+fn array_ok<R>(r: Result<R>) -> R {
+    r.unwrap_or_else(|e| panic!("kiln: {e}"))
+}

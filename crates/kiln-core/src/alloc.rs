@@ -77,9 +77,15 @@ fn size_class(bytes: usize) -> Option<usize> {
 
 /// Allocate a block of at least `bytes` (+ slack). `what` names the buffer for the error message.
 pub fn alloc(bytes: usize, what: &dyn Fn() -> String) -> Result<Block> {
-    let oom = || Error::OutOfMemory { bytes: bytes as u128, what: what() };
+    let oom = || Error::OutOfMemory {
+        bytes: bytes as u128,
+        what: what(),
+    };
     let cap = size_class(bytes).ok_or_else(oom)?;
-    let reused = POOL.lock().as_mut().and_then(|p| p.free.get_mut(&cap).and_then(|v| v.pop()));
+    let reused = POOL
+        .lock()
+        .as_mut()
+        .and_then(|p| p.free.get_mut(&cap).and_then(|v| v.pop()));
     let block = match reused {
         Some(b) => {
             CACHED.fetch_sub(cap as u64, Ordering::Relaxed);
@@ -99,12 +105,23 @@ pub fn free(block: Block) {
     ALLOCATED.fetch_sub(cap as u64, Ordering::Relaxed);
     LIVE.fetch_sub(1, Ordering::Relaxed);
     CACHED.fetch_add(cap as u64, Ordering::Relaxed);
-    POOL.lock().get_or_insert_with(|| Pool { free: HashMap::new() }).free.entry(cap).or_default().push(block);
+    POOL.lock()
+        .get_or_insert_with(|| Pool {
+            free: HashMap::new(),
+        })
+        .free
+        .entry(cap)
+        .or_default()
+        .push(block);
 }
 
 /// Release every cached block to the system.
 pub fn trim() {
-    let blocks: Vec<Block> = POOL.lock().as_mut().map(|p| p.free.drain().flat_map(|(_, v)| v).collect()).unwrap_or_default();
+    let blocks: Vec<Block> = POOL
+        .lock()
+        .as_mut()
+        .map(|p| p.free.drain().flat_map(|(_, v)| v).collect())
+        .unwrap_or_default();
     for b in blocks {
         CACHED.fetch_sub(b.cap as u64, Ordering::Relaxed);
         sys_free(b);
@@ -139,7 +156,10 @@ fn sys_alloc(cap: usize) -> Option<Block> {
         }
         // SAFETY: p..p+cap is the mapping just created. The advice is a hint; failure is harmless.
         unsafe { libc::madvise(p, cap, libc::MADV_HUGEPAGE) };
-        Some(Block { ptr: p as *mut u8, cap })
+        Some(Block {
+            ptr: p as *mut u8,
+            cap,
+        })
     } else {
         let layout = std::alloc::Layout::from_size_align(cap, ALIGN).ok()?;
         // SAFETY: layout has non-zero size (cap >= 64).
@@ -158,7 +178,12 @@ fn sys_free(b: Block) {
         unsafe { libc::munmap(b.ptr as *mut libc::c_void, b.cap) };
     } else {
         // SAFETY: allocated by sys_alloc with this layout.
-        unsafe { std::alloc::dealloc(b.ptr, std::alloc::Layout::from_size_align_unchecked(b.cap, ALIGN)) };
+        unsafe {
+            std::alloc::dealloc(
+                b.ptr,
+                std::alloc::Layout::from_size_align_unchecked(b.cap, ALIGN),
+            )
+        };
     }
 }
 

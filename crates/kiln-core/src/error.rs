@@ -11,7 +11,13 @@ pub enum Error {
         "size mismatch in `{op}`: {lhs} has {lhs_size} elements but {rhs} has {rhs_size}; operands must \
          have equal sizes or one of them size 1 (broadcast) — slice, pad or broadcast one of them first"
     )]
-    SizeMismatch { op: String, lhs: String, lhs_size: usize, rhs: String, rhs_size: usize },
+    SizeMismatch {
+        op: String,
+        lhs: String,
+        lhs_size: usize,
+        rhs: String,
+        rhs_size: usize,
+    },
 
     /// `item()` on an array whose size is not 1.
     #[error("`item()` needs an array of size 1, but {label} has {size} elements; use `to_vec()` or reduce it first (e.g. `sum()`)")]
@@ -26,7 +32,11 @@ pub enum Error {
 
     /// A backend failed to compile a kernel.
     #[error("{backend} could not compile kernel {hash}: {message}; set KILN_BACKEND=interp to run it in the reference interpreter, and please report this kernel (KILN_LOG=kiln::kernel=trace prints it)")]
-    Compile { backend: String, hash: String, message: String },
+    Compile {
+        backend: String,
+        hash: String,
+        message: String,
+    },
 
     /// A requested backend is not available.
     #[error("backend `{name}` is not available: {reason}")]
@@ -34,7 +44,12 @@ pub enum Error {
 
     /// An operation got an operand of a type it does not support.
     #[error("`{op}` does not support {ty} operands ({label}); {hint}")]
-    Type { op: String, ty: VarType, label: String, hint: String },
+    Type {
+        op: String,
+        ty: VarType,
+        label: String,
+        hint: String,
+    },
 
     /// Invalid argument (bad block size, bad length …).
     #[error("{0}")]

@@ -50,7 +50,12 @@ impl Inst {
     pub fn new(op: Op, ty: VarType, args: &[Reg], imm: u64) -> Inst {
         let mut a = [0; 3];
         a[..args.len()].copy_from_slice(args);
-        Inst { op, ty, args: a, imm }
+        Inst {
+            op,
+            ty,
+            args: a,
+            imm,
+        }
     }
     /// The operands actually used by this instruction.
     pub fn operands(&self) -> &[Reg] {
@@ -120,16 +125,26 @@ impl Kernel {
                 if a as usize >= idx {
                     errs.push(here(format!("operand r{a} is not defined before use")));
                 } else if !self.insts[a as usize].has_value() {
-                    errs.push(here(format!("operand r{a} ({}) has no value", self.insts[a as usize].op)));
+                    errs.push(here(format!(
+                        "operand r{a} ({}) has no value",
+                        self.insts[a as usize].op
+                    )));
                 }
             }
-            if errs.iter().any(|e| e.starts_with(&format!("kernel r{idx} "))) {
+            if errs
+                .iter()
+                .any(|e| e.starts_with(&format!("kernel r{idx} ")))
+            {
                 continue;
             }
             let t = |k: usize| self.insts[inst.args[k] as usize].ty;
             let expect = |errs: &mut Vec<String>, k: usize, want: VarType| {
                 if t(k) != want {
-                    errs.push(here(format!("operand r{} has type {}, expected {want}", inst.args[k], t(k))));
+                    errs.push(here(format!(
+                        "operand r{} has type {}, expected {want}",
+                        inst.args[k],
+                        t(k)
+                    )));
                 }
             };
             let param = |errs: &mut Vec<String>, kinds: &[ParamKind]| -> Option<Param> {
@@ -139,7 +154,10 @@ impl Kernel {
                         None
                     }
                     Some(p) if !kinds.contains(&p.kind) => {
-                        errs.push(here(format!("parameter p{} is {:?}, expected one of {kinds:?}", inst.imm, p.kind)));
+                        errs.push(here(format!(
+                            "parameter p{} is {:?}, expected one of {kinds:?}",
+                            inst.imm, p.kind
+                        )));
                         None
                     }
                     Some(p) => Some(*p),
@@ -163,37 +181,58 @@ impl Kernel {
                     expect(&mut errs, 0, inst.ty);
                     if let Some(p) = param(&mut errs, &[ParamKind::Output]) {
                         if p.ty != inst.ty {
-                            errs.push(here(format!("stores {} into a {} parameter", inst.ty, p.ty)));
+                            errs.push(here(format!(
+                                "stores {} into a {} parameter",
+                                inst.ty, p.ty
+                            )));
                         }
                     }
                 }
                 Op::Gather => {
                     if !t(0).is_int() {
-                        errs.push(here(format!("index r{} has type {}, expected an integer", inst.args[0], t(0))));
+                        errs.push(here(format!(
+                            "index r{} has type {}, expected an integer",
+                            inst.args[0],
+                            t(0)
+                        )));
                     }
                     expect(&mut errs, 1, VarType::Bool);
                     if let Some(p) = param(&mut errs, &[ParamKind::Indexed]) {
                         if p.ty != inst.ty {
-                            errs.push(here(format!("gathers {} from a {} parameter", inst.ty, p.ty)));
+                            errs.push(here(format!(
+                                "gathers {} from a {} parameter",
+                                inst.ty, p.ty
+                            )));
                         }
                     }
                 }
                 Op::Scatter(_) => {
                     expect(&mut errs, 0, inst.ty);
                     if !t(1).is_int() {
-                        errs.push(here(format!("index r{} has type {}, expected an integer", inst.args[1], t(1))));
+                        errs.push(here(format!(
+                            "index r{} has type {}, expected an integer",
+                            inst.args[1],
+                            t(1)
+                        )));
                     }
                     expect(&mut errs, 2, VarType::Bool);
                     if let Some(p) = param(&mut errs, &[ParamKind::Indexed]) {
                         if p.ty != inst.ty {
-                            errs.push(here(format!("scatters {} into a {} parameter", inst.ty, p.ty)));
+                            errs.push(here(format!(
+                                "scatters {} into a {} parameter",
+                                inst.ty, p.ty
+                            )));
                         }
                     }
                 }
                 Op::Cast => {}
                 Op::Bitcast => {
                     if t(0).size_bytes() != inst.ty.size_bytes() || t(0).is_bool() {
-                        errs.push(here(format!("bitcast from {} to {} changes the width", t(0), inst.ty)));
+                        errs.push(here(format!(
+                            "bitcast from {} to {} changes the width",
+                            t(0),
+                            inst.ty
+                        )));
                     }
                 }
                 Op::Select => {
@@ -203,7 +242,10 @@ impl Kernel {
                 }
                 op if op.is_comparison() => {
                     if inst.ty != VarType::Bool {
-                        errs.push(here(format!("comparison yields {}, expected bool", inst.ty)));
+                        errs.push(here(format!(
+                            "comparison yields {}, expected bool",
+                            inst.ty
+                        )));
                     }
                     expect(&mut errs, 1, t(0));
                 }
@@ -211,7 +253,8 @@ impl Kernel {
                     for k in 0..op.arity() {
                         expect(&mut errs, k, inst.ty);
                     }
-                    let float_only = matches!(op, Op::Sqrt | Op::Floor | Op::Ceil | Op::Round | Op::Trunc);
+                    let float_only =
+                        matches!(op, Op::Sqrt | Op::Floor | Op::Ceil | Op::Round | Op::Trunc);
                     let int_only = matches!(op, Op::Rem | Op::Shl | Op::Shr);
                     if float_only && !inst.ty.is_float() {
                         errs.push(here(format!("{op} needs a float type, not {}", inst.ty)));
@@ -247,7 +290,8 @@ fn op_code(op: Op) -> u16 {
         }
         other => {
             let name = other.name();
-            name.bytes().fold(0u16, |h, b| h.wrapping_mul(31).wrapping_add(b as u16))
+            name.bytes()
+                .fold(0u16, |h, b| h.wrapping_mul(31).wrapping_add(b as u16))
         }
     }
 }
@@ -266,7 +310,13 @@ fn fmt_literal(ty: VarType, bits: u64) -> String {
 
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "kernel {} ({} params, {} insts)", self.hash(), self.params.len(), self.insts.len())?;
+        writeln!(
+            f,
+            "kernel {} ({} params, {} insts)",
+            self.hash(),
+            self.params.len(),
+            self.insts.len()
+        )?;
         for (i, p) in self.params.iter().enumerate() {
             let kind = match p.kind {
                 ParamKind::Input => "in",
@@ -279,10 +329,19 @@ impl fmt::Display for Kernel {
         for (i, inst) in self.insts.iter().enumerate() {
             let a = &inst.args;
             match inst.op {
-                Op::Literal => writeln!(f, "  r{i} = const.{} {}", inst.ty, fmt_literal(inst.ty, inst.imm))?,
+                Op::Literal => writeln!(
+                    f,
+                    "  r{i} = const.{} {}",
+                    inst.ty,
+                    fmt_literal(inst.ty, inst.imm)
+                )?,
                 Op::Load => writeln!(f, "  r{i} = load.{} p{}", inst.ty, inst.imm)?,
                 Op::Store => writeln!(f, "  store.{} p{}, r{}", inst.ty, inst.imm, a[0])?,
-                Op::Gather => writeln!(f, "  r{i} = gather.{} p{}[r{}], mask r{}", inst.ty, inst.imm, a[0], a[1])?,
+                Op::Gather => writeln!(
+                    f,
+                    "  r{i} = gather.{} p{}[r{}], mask r{}",
+                    inst.ty, inst.imm, a[0], a[1]
+                )?,
                 Op::Scatter(_) => writeln!(
                     f,
                     "  {}.{} p{}[r{}] = r{}, mask r{}",
@@ -293,7 +352,8 @@ impl fmt::Display for Kernel {
                     writeln!(f, "  r{i} = {}.{}.{} r{}", inst.op, from, inst.ty, a[0])?
                 }
                 op => {
-                    let ops: Vec<String> = inst.operands().iter().map(|r| format!("r{r}")).collect();
+                    let ops: Vec<String> =
+                        inst.operands().iter().map(|r| format!("r{r}")).collect();
                     let sep = if ops.is_empty() { "" } else { " " };
                     writeln!(f, "  r{i} = {}.{}{sep}{}", op, inst.ty, ops.join(", "))?
                 }

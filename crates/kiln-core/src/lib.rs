@@ -1,11 +1,202 @@
 //! kiln-core: the untyped engine under kiln.
+//!
+//! Variables are ids into one registry; operations on them are traced, not run. `eval` groups what
+//! must be materialised by size, builds one kernel per group, compiles it (Cranelift, or the reference
+//! interpreter) and launches it on all cores. The typed front end (`kiln`) puts `Array<T>`, operators
+//! and math on top; this crate knows nothing of Rust element types beyond [`VarType`].
+//!
+//! ```
+//! use kiln_core::{self as core, Op, VarType};
+//! let a = core::counter(VarType::U32, 4).unwrap();
+//! let b = core::literal(VarType::U32, 10, 1);
+//! let c = core::op(Op::Add, &[a, b]).unwrap();
+//! let bytes = core::read_bytes(c).unwrap();
+//! assert_eq!(bytes.len(), 16);
+//! for v in [a, b, c] { core::dec_ref(v); }
+//! ```
+
 pub mod alloc;
 pub mod backend;
+pub mod cache;
+pub mod device;
 pub mod error;
 pub mod kernel;
+pub mod launch;
+mod log;
 pub mod op;
+pub mod registry;
+pub mod schedule;
+pub mod stats;
+pub mod trace;
 pub mod ty;
 
+pub use backend::BackendKind;
 pub use error::{Error, Result};
+pub use log::set_log_level;
 pub use op::{Op, ReduceOp};
+pub use registry::{whos, Buffer, VarId, Whos};
+pub use schedule::{backend, eval, eval_all, with_backend};
+pub use stats::Stats;
+pub use trace::{convert, counter, gather, literal, literal_value, op, scatter};
 pub use ty::{Scalar, VarType};
+
+use registry::{Var, STATE};
+use std::sync::Arc;
+
+/// Add an external reference (a new user handle).
+pub fn inc_ref(id: VarId) {
+    STATE.lock().inc_ext(id.0);
+}
+
+/// Drop an external reference; the variable is freed when nothing refers to it.
+pub fn dec_ref(id: VarId) {
+    let mut garbage = Vec::new();
+    let mut st = STATE.lock();
+    st.dec_ext(id.0, &mut garbage);
+    drop(st);
+    drop(garbage);
+}
+
+/// Number of elements.
+pub fn size(id: VarId) -> usize {
+    STATE.lock().var(id.0).size
+}
+
+/// Element type.
+pub fn var_type(id: VarId) -> VarType {
+    STATE.lock().var(id.0).ty
+}
+
+/// Whether the variable holds evaluated data.
+pub fn is_evaluated(id: VarId) -> bool {
+    STATE.lock().var(id.0).is_evaluated()
+}
+
+/// Attach a label (shown by `whos()`, logs and error messages).
+pub fn set_label(id: VarId, label: &str) {
+    STATE.lock().var_mut(id.0).label = Some(label.into());
+}
+
+/// The label, if any.
+pub fn label(id: VarId) -> Option<String> {
+    STATE.lock().var(id.0).label.as_deref().map(String::from)
+}
+
+/// Describe a variable for messages: label, id, type and size.
+pub fn describe(id: VarId) -> String {
+    STATE.lock().label_of(id.0)
+}
+
+fn data_var(ty: VarType, buf: Buffer) -> VarId {
+    log::init_from_env();
+    let mut v = Var::new(Op::Data, ty, buf.len);
+    v.data = Some(Arc::new(buf));
+    VarId(STATE.lock().insert(v))
+}
+
+/// A new evaluated variable holding `bytes` (little-endian elements of `ty`).
+pub fn from_bytes(ty: VarType, bytes: &[u8]) -> Result<VarId> {
+    let buf = device::upload(ty, bytes)?;
+    Ok(data_var(ty, buf))
+}
+
+/// Evaluate (if needed) and copy the contents out as little-endian bytes.
+pub fn read_bytes(id: VarId) -> Result<Vec<u8>> {
+    log::init_from_env();
+    eval(&[id])?;
+    let buf = evaluated_buffer(id)?;
+    Ok(device::read(&buf))
+}
+
+fn evaluated_buffer(id: VarId) -> Result<Arc<Buffer>> {
+    eval(&[id])?;
+    let st = STATE.lock();
+    st.var(id.0)
+        .data
+        .clone()
+        .ok_or_else(|| Error::Invalid(format!("{} could not be evaluated", st.label_of(id.0))))
+}
+
+/// Evaluate `id` and reduce it to an evaluated size-1 variable (no host read).
+pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
+    let buf = evaluated_buffer(id)?;
+    let ty = buf.ty;
+    let out = device::reduce(op, &buf)?;
+    Ok(data_var(ty, out))
+}
+
+/// Evaluate `id` and reduce it, returning the result's bits on the host (for `Bool` + `Add`: the
+/// number of true lanes).
+pub fn reduce_to_host(op: ReduceOp, id: VarId) -> Result<u64> {
+    let buf = evaluated_buffer(id)?;
+    Ok(device::reduce_bits(op, &buf))
+}
+
+/// Reduce consecutive blocks of `block` elements (a partial last block too).
+pub fn block_reduce(op: ReduceOp, id: VarId, block: usize) -> Result<VarId> {
+    if block == 0 {
+        return Err(Error::Invalid(format!(
+            "block_reduce of {}: the block size must be at least 1",
+            describe(id)
+        )));
+    }
+    let buf = evaluated_buffer(id)?;
+    let ty = buf.ty;
+    let out = device::block_reduce(op, &buf, block)?;
+    Ok(data_var(ty, out))
+}
+
+/// Inclusive or exclusive prefix sum.
+pub fn prefix_sum(id: VarId, exclusive: bool) -> Result<VarId> {
+    let buf = evaluated_buffer(id)?;
+    let ty = buf.ty;
+    let out = device::prefix_sum(&buf, exclusive)?;
+    Ok(data_var(ty, out))
+}
+
+/// Indices (u32) of the true lanes of a mask.
+pub fn compress(id: VarId) -> Result<VarId> {
+    let buf = evaluated_buffer(id)?;
+    let out = device::compress(&buf)?;
+    Ok(data_var(VarType::U32, out))
+}
+
+/// Evaluate `id` into a buffer of its own, so that changing a literal's value does not recompile
+/// kernels that use it. Returns a new variable (external reference) holding the data.
+pub fn make_opaque(id: VarId) -> Result<VarId> {
+    let lit = {
+        let st = STATE.lock();
+        let v = st.var(id.0);
+        v.is_literal().then_some((v.ty, v.literal, v.size))
+    };
+    match lit {
+        Some((ty, bits, size)) => {
+            // a literal's value is baked into kernels: give it a buffer instead
+            let bytes: Vec<u8> = (0..size)
+                .flat_map(|_| bits.to_le_bytes()[..ty.size_bytes()].to_vec())
+                .collect();
+            from_bytes(ty, &bytes)
+        }
+        None => {
+            eval(&[id])?;
+            inc_ref(id);
+            Ok(id)
+        }
+    }
+}
+
+/// Wait for all launched work (launches are synchronous today, so this only flushes side effects).
+pub fn sync() -> Result<()> {
+    schedule::eval_side_effects()
+}
+
+/// Release cached memory to the system.
+pub fn trim() {
+    alloc::trim();
+}
+
+/// A snapshot of the engine's counters.
+pub fn stats() -> Stats {
+    let alive = STATE.lock().alive as u64;
+    stats::snapshot(alive)
+}

@@ -119,8 +119,8 @@ impl Op {
         match self {
             Literal | Counter | Data | Load => 0,
             Store | Neg | Not | Abs | Sqrt | Floor | Ceil | Round | Trunc | Cast | Bitcast => 1,
-            Add | Sub | Mul | Div | Rem | Min | Max | And | Or | Xor | Shl | Shr | Eq | Ne | Lt | Le | Gt
-            | Ge | Gather => 2,
+            Add | Sub | Mul | Div | Rem | Min | Max | And | Or | Xor | Shl | Shr | Eq | Ne | Lt
+            | Le | Gt | Ge | Gather => 2,
             Fma | Select | Scatter(_) => 3,
         }
     }
@@ -130,7 +130,10 @@ impl Op {
     }
     /// Ops without side effects whose result depends only on their operands (CSE and folding apply).
     pub fn is_pure(self) -> bool {
-        !matches!(self, Op::Data | Op::Load | Op::Store | Op::Scatter(_) | Op::Gather)
+        !matches!(
+            self,
+            Op::Data | Op::Load | Op::Store | Op::Scatter(_) | Op::Gather
+        )
     }
     /// Lower-case name used in the IR text and trace logs.
     pub fn name(self) -> &'static str {
@@ -530,13 +533,22 @@ mod tests {
         let i32b = |v: i32| v as u32 as u64;
         assert_eq!(eval_binary(Op::Div, VarType::I32, i32b(7), 0), 0);
         assert_eq!(eval_binary(Op::Rem, VarType::I32, i32b(7), 0), 7);
-        assert_eq!(eval_binary(Op::Div, VarType::I32, i32b(i32::MIN), i32b(-1)), i32b(i32::MIN));
-        assert_eq!(eval_binary(Op::Rem, VarType::I32, i32b(i32::MIN), i32b(-1)), 0);
+        assert_eq!(
+            eval_binary(Op::Div, VarType::I32, i32b(i32::MIN), i32b(-1)),
+            i32b(i32::MIN)
+        );
+        assert_eq!(
+            eval_binary(Op::Rem, VarType::I32, i32b(i32::MIN), i32b(-1)),
+            0
+        );
         assert_eq!(eval_binary(Op::Shl, VarType::U32, 1, 33), 2);
         assert_eq!(eval_binary(Op::Shr, VarType::I32, i32b(-8), 1), i32b(-4));
         assert_eq!(cast(VarType::F32, VarType::I32, f32b(f32::NAN)), 0);
         assert_eq!(cast(VarType::F32, VarType::U32, f32b(-5.0)), 0);
-        assert_eq!(cast(VarType::F64, VarType::I32, f64b(1e300)), i32::MAX as u64);
+        assert_eq!(
+            cast(VarType::F64, VarType::I32, f64b(1e300)),
+            i32::MAX as u64
+        );
     }
     #[test]
     fn float_min_max_propagate_nan_and_order_zeros() {

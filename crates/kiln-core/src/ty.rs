@@ -57,7 +57,10 @@ impl VarType {
         matches!(self, VarType::F32 | VarType::F64)
     }
     pub const fn is_int(self) -> bool {
-        matches!(self, VarType::I32 | VarType::U32 | VarType::I64 | VarType::U64)
+        matches!(
+            self,
+            VarType::I32 | VarType::U32 | VarType::I64 | VarType::U64
+        )
     }
     pub const fn is_signed(self) -> bool {
         matches!(self, VarType::I32 | VarType::I64)

@@ -20,7 +20,9 @@ impl Backend for Interp {
         BackendKind::Interp
     }
     fn compile(&self, kernel: &Kernel) -> Result<Arc<dyn CompiledKernel>> {
-        Ok(Arc::new(InterpKernel { kernel: kernel.clone() }))
+        Ok(Arc::new(InterpKernel {
+            kernel: kernel.clone(),
+        }))
     }
 }
 
@@ -82,7 +84,9 @@ impl CompiledKernel for InterpKernel {
             for (r, inst) in k.insts.iter().enumerate() {
                 let (before, rest) = regs.split_at_mut(r * CHUNK);
                 let out = &mut rest[..CHUNK];
-                let arg = |j: usize| &before[inst.args[j] as usize * CHUNK..inst.args[j] as usize * CHUNK + CHUNK];
+                let arg = |j: usize| {
+                    &before[inst.args[j] as usize * CHUNK..inst.args[j] as usize * CHUNK + CHUNK]
+                };
                 let p = inst.imm as usize;
                 match inst.op {
                     Op::Literal => out[..lanes].fill(inst.imm),
@@ -124,7 +128,10 @@ impl CompiledKernel for InterpKernel {
                             let i = index_value(ity, idx[l]);
                             if i < 0 || i as u64 >= len {
                                 // SAFETY: status points at STATUS_LEN counters.
-                                unsafe { (*args.status.add(STATUS_OOB_READS)).fetch_add(1, Ordering::Relaxed) };
+                                unsafe {
+                                    (*args.status.add(STATUS_OOB_READS))
+                                        .fetch_add(1, Ordering::Relaxed)
+                                };
                             } else {
                                 // SAFETY: bounds checked just above.
                                 out[l] = unsafe { read(ptr, inst.ty, i as usize) };
@@ -140,7 +147,9 @@ impl CompiledKernel for InterpKernel {
                             if mask[l] & 1 != 0 {
                                 let i = index_value(ity, idx[l]);
                                 // SAFETY: scatter_lane checks bounds; ptr/len describe the target.
-                                unsafe { scatter_lane(rop, inst.ty, ptr, len, i, val[l], args.status) };
+                                unsafe {
+                                    scatter_lane(rop, inst.ty, ptr, len, i, val[l], args.status)
+                                };
                             }
                         }
                     }

@@ -117,23 +117,57 @@ pub unsafe fn scatter_lane(
         1 => {
             // SAFETY: i < len and target holds len one-byte elements; AtomicU8 has u8's layout.
             let cell = unsafe { &*(target.add(i) as *const AtomicU8) };
-            update(cell, op, ty, value, |c| c.load(Ordering::Relaxed) as u64, |c, old, new| {
-                c.compare_exchange_weak(old as u8, new as u8, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-            });
+            update(
+                cell,
+                op,
+                ty,
+                value,
+                |c| c.load(Ordering::Relaxed) as u64,
+                |c, old, new| {
+                    c.compare_exchange_weak(
+                        old as u8,
+                        new as u8,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+                },
+            );
         }
         4 => {
             // SAFETY: as above, 4-byte elements; buffers are 64-byte aligned so the cell is aligned.
             let cell = unsafe { &*(target.add(i * 4) as *const AtomicU32) };
-            update(cell, op, ty, value, |c| c.load(Ordering::Relaxed) as u64, |c, old, new| {
-                c.compare_exchange_weak(old as u32, new as u32, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-            });
+            update(
+                cell,
+                op,
+                ty,
+                value,
+                |c| c.load(Ordering::Relaxed) as u64,
+                |c, old, new| {
+                    c.compare_exchange_weak(
+                        old as u32,
+                        new as u32,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+                },
+            );
         }
         _ => {
             // SAFETY: as above, 8-byte elements.
             let cell = unsafe { &*(target.add(i * 8) as *const AtomicU64) };
-            update(cell, op, ty, value, |c| c.load(Ordering::Relaxed), |c, old, new| {
-                c.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-            });
+            update(
+                cell,
+                op,
+                ty,
+                value,
+                |c| c.load(Ordering::Relaxed),
+                |c, old, new| {
+                    c.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                },
+            );
         }
     }
 }

@@ -1,0 +1,64 @@
+//! Kernel cache: compiled kernels by (backend, 128-bit kernel hash), in memory.
+//!
+//! A hit costs one hash-map lookup; a miss compiles through the backend, counts and logs the compile
+//! time. The cache never evicts: kernels are small, and programs use few distinct ones.
+
+use crate::backend::{Backend, BackendKind, CompiledKernel};
+use crate::error::Result;
+use crate::kernel::{Kernel, KernelHash};
+use crate::stats;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+type Map = HashMap<(BackendKind, KernelHash), Arc<dyn CompiledKernel>>;
+static CACHE: Mutex<Option<Map>> = Mutex::new(None);
+
+/// Whether the last `get` was a hit, and the compile time if not.
+pub struct Lookup {
+    pub kernel: Arc<dyn CompiledKernel>,
+    pub hit: bool,
+    pub compile_ns: u64,
+}
+
+/// The compiled form of `kernel` (hash `hash`) for `backend`, compiling on a miss.
+pub fn get(backend: &dyn Backend, kernel: &Kernel, hash: KernelHash) -> Result<Lookup> {
+    let key = (backend.kind(), hash);
+    if let Some(k) = CACHE.lock().as_ref().and_then(|m| m.get(&key).cloned()) {
+        stats::CACHE_HITS.fetch_add(1, Relaxed);
+        return Ok(Lookup {
+            kernel: k,
+            hit: true,
+            compile_ns: 0,
+        });
+    }
+    #[cfg(debug_assertions)]
+    if let Err(errs) = kernel.verify() {
+        panic!(
+            "kiln internal error: scheduled kernel fails verification:\n{}\n{kernel}",
+            errs.join("\n")
+        );
+    }
+    let t = Instant::now();
+    let compiled = backend.compile(kernel)?;
+    let ns = t.elapsed().as_nanos() as u64;
+    stats::CACHE_MISSES.fetch_add(1, Relaxed);
+    stats::KERNELS_COMPILED.fetch_add(1, Relaxed);
+    stats::COMPILE_NS.fetch_add(ns, Relaxed);
+    CACHE
+        .lock()
+        .get_or_insert_with(HashMap::new)
+        .insert(key, compiled.clone());
+    Ok(Lookup {
+        kernel: compiled,
+        hit: false,
+        compile_ns: ns,
+    })
+}
+
+/// Number of cached kernels.
+pub fn len() -> usize {
+    CACHE.lock().as_ref().map(|m| m.len()).unwrap_or(0)
+}

@@ -1,0 +1,89 @@
+//! Thread pool and block splitting.
+//!
+//! A kernel runs over `[0, n)` split into blocks (16 384 lanes by default, a per-launch choice so that
+//! kernels with much work per lane can use smaller blocks). A single block runs inline on the calling
+//! thread — no pool overhead for small work; more blocks run on kiln's own rayon pool (not the global
+//! one, so a user's rayon tasks never wait behind kernel blocks). Size with `KILN_THREADS`.
+
+use crate::backend::{CompiledKernel, LaunchArgs};
+use rayon::prelude::*;
+use std::sync::OnceLock;
+
+/// Default lanes per block.
+pub const DEFAULT_BLOCK: usize = 16_384;
+
+fn pool() -> &'static rayon::ThreadPool {
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let n = std::env::var("KILN_THREADS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1)
+            });
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n.max(1))
+            .thread_name(|i| format!("kiln-{i}"))
+            .build()
+            .expect("kiln: could not start the thread pool")
+    })
+}
+
+/// Number of worker threads.
+pub fn threads() -> usize {
+    pool().current_num_threads()
+}
+
+/// Run `f(start, end)` over `[0, n)` in blocks of `block` on the pool (inline for one block).
+pub fn for_blocks(n: usize, block: usize, f: impl Fn(usize, usize) + Send + Sync) {
+    let block = block.max(1);
+    if n == 0 {
+        return;
+    }
+    if n <= block {
+        f(0, n);
+        return;
+    }
+    let blocks = n.div_ceil(block);
+    pool().install(|| {
+        (0..blocks).into_par_iter().for_each(|b| {
+            let s = b * block;
+            f(s, (s + block).min(n));
+        })
+    });
+}
+
+/// Run a compiled kernel over `[0, n)`.
+///
+/// # Safety
+/// `args` must describe live buffers matching the kernel (see [`CompiledKernel::run`]) for all `n`
+/// lanes.
+pub unsafe fn launch(kernel: &dyn CompiledKernel, args: &LaunchArgs, n: usize, block: usize) {
+    // SAFETY: forwarded to the caller; blocks cover disjoint lane ranges.
+    for_blocks(n, block, |s, e| unsafe {
+        kernel.run(args, s as u64, e as u64)
+    });
+}
+
+/// Map `f` over the blocks of `[0, n)` in parallel and return the per-block results in order.
+pub fn map_blocks<R: Send>(
+    n: usize,
+    block: usize,
+    f: impl Fn(usize, usize) -> R + Send + Sync,
+) -> Vec<R> {
+    let block = block.max(1);
+    let blocks = n.div_ceil(block);
+    if blocks <= 1 {
+        return (0..blocks)
+            .map(|b| f(b * block, n.min((b + 1) * block)))
+            .collect();
+    }
+    pool().install(|| {
+        (0..blocks)
+            .into_par_iter()
+            .map(|b| f(b * block, n.min((b + 1) * block)))
+            .collect()
+    })
+}

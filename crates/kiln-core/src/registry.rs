@@ -1,0 +1,405 @@
+//! The variable registry: every traced or evaluated array value is a `Var` in one dense slab.
+//!
+//! A variable is an op with operand ids (a node of the traced graph), a literal, or an evaluated
+//! buffer. It carries two reference counts: *external* (user handles) and *internal* (edges from other
+//! variables and pending side effects); when both reach zero it is freed, releasing its operands in
+//! turn. Identical pure variables are deduplicated on creation (the CSE table). This module owns that
+//! state behind one lock (`STATE`), held briefly; it never schedules or runs work (`schedule`,
+//! `device`) and never simplifies (`trace`).
+
+use crate::alloc::{self, Block};
+use crate::error::Result;
+use crate::op::Op;
+use crate::ty::VarType;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fmt::{self, Write};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+/// A small multiplicative hasher for the CSE table (keys are a few machine words; SipHash would
+/// dominate the cost of tracing an op).
+#[derive(Default)]
+pub(crate) struct FxHasher(u64);
+impl Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64)
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(v as u64)
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64)
+    }
+}
+
+/// Identifier of a variable (0 is never used).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VarId(pub u32);
+
+/// An evaluated buffer: `len` elements of `ty`, 64-byte aligned, with slack after the end.
+pub struct Buffer {
+    block: Option<Block>,
+    pub len: usize,
+    pub ty: VarType,
+}
+
+impl Buffer {
+    /// Allocate an uninitialised buffer for `len` elements.
+    pub fn new(ty: VarType, len: usize, what: &dyn Fn() -> String) -> Result<Buffer> {
+        let bytes = (len as u128) * ty.size_bytes() as u128;
+        if bytes > (isize::MAX as u128) / 2 {
+            return Err(crate::Error::OutOfMemory {
+                bytes,
+                what: what(),
+            });
+        }
+        let block = alloc::alloc(bytes as usize, what)?;
+        Ok(Buffer {
+            block: Some(block),
+            len,
+            ty,
+        })
+    }
+    /// Start of the data.
+    pub fn ptr(&self) -> *mut u8 {
+        self.block
+            .as_ref()
+            .map(|b| b.as_ptr())
+            .unwrap_or(std::ptr::null_mut())
+    }
+    /// Size in bytes of the elements (without slack).
+    pub fn bytes(&self) -> usize {
+        self.len * self.ty.size_bytes()
+    }
+    /// Copy the elements out as raw bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.bytes()];
+        // SAFETY: the buffer holds `bytes()` initialised bytes (every buffer is written by a device op
+        // before any handle can read it) and `v` has exactly that length.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr(), v.as_mut_ptr(), v.len()) };
+        v
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Some(b) = self.block.take() {
+            alloc::free(b);
+        }
+    }
+}
+
+/// One variable.
+pub(crate) struct Var {
+    pub op: Op,
+    pub ty: VarType,
+    pub size: usize,
+    /// Operand ids (0 = unused). Gather: [source, index, mask]; Scatter: [target, value, index, mask].
+    pub deps: [u32; 4],
+    /// Literal bits.
+    pub literal: u64,
+    /// Evaluated contents (op is then `Data`).
+    pub data: Option<Arc<Buffer>>,
+    pub ext: u32,
+    pub int: u32,
+    pub label: Option<Box<str>>,
+    /// A pending scatter writes into this variable's buffer: it must run before anyone reads it.
+    pub dirty: bool,
+    /// Whether this var is registered in the CSE table.
+    pub in_cse: bool,
+    /// False once freed (the slot waits in the free list).
+    pub alive: bool,
+}
+
+impl Var {
+    pub fn new(op: Op, ty: VarType, size: usize) -> Var {
+        Var {
+            op,
+            ty,
+            size,
+            deps: [0; 4],
+            literal: 0,
+            data: None,
+            ext: 0,
+            int: 0,
+            label: None,
+            dirty: false,
+            in_cse: false,
+            alive: true,
+        }
+    }
+    pub fn is_evaluated(&self) -> bool {
+        self.data.is_some()
+    }
+    pub fn is_literal(&self) -> bool {
+        self.op == Op::Literal
+    }
+    pub fn dep_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.deps.iter().copied().filter(|&d| d != 0)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct CseKey {
+    op: Op,
+    ty: VarType,
+    size: usize,
+    deps: [u32; 4],
+    literal: u64,
+}
+
+/// All registry state. Reached only through `STATE`.
+pub(crate) struct State {
+    pub vars: Vec<Var>,
+    free_ids: Vec<u32>,
+    cse: HashMap<CseKey, u32, BuildHasherDefault<FxHasher>>,
+    /// Pending side effects (scatters), in creation order; each holds an internal reference.
+    pub side_effects: Vec<u32>,
+    pub alive: usize,
+}
+
+pub(crate) static STATE: Mutex<State> = Mutex::new(State::new());
+
+impl State {
+    const fn new() -> State {
+        State {
+            vars: Vec::new(),
+            free_ids: Vec::new(),
+            cse: HashMap::with_hasher(BuildHasherDefault::new()),
+            side_effects: Vec::new(),
+            alive: 0,
+        }
+    }
+
+    pub fn var(&self, id: u32) -> &Var {
+        &self.vars[id as usize]
+    }
+    pub fn var_mut(&mut self, id: u32) -> &mut Var {
+        &mut self.vars[id as usize]
+    }
+
+    /// Insert a variable (taking one internal reference on each operand); pure ops go through CSE.
+    /// The new (or reused) variable is returned with one *external* reference added.
+    pub fn insert(&mut self, v: Var) -> u32 {
+        let cse_ok = v.op.is_pure() && v.data.is_none();
+        let key = CseKey {
+            op: v.op,
+            ty: v.ty,
+            size: v.size,
+            deps: v.deps,
+            literal: v.literal,
+        };
+        if cse_ok {
+            if let Some(&id) = self.cse.get(&key) {
+                self.vars[id as usize].ext += 1;
+                return id;
+            }
+        }
+        if self.vars.is_empty() {
+            // id 0 is reserved so that 0 can mean "no operand"
+            let mut dead = Var::new(Op::Literal, VarType::Bool, 0);
+            dead.alive = false;
+            self.vars.push(dead);
+        }
+        for d in v.dep_ids() {
+            self.vars[d as usize].int += 1;
+        }
+        let mut v = v;
+        v.ext = 1;
+        v.in_cse = cse_ok;
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.vars[id as usize] = v;
+                id
+            }
+            None => {
+                self.vars.push(v);
+                (self.vars.len() - 1) as u32
+            }
+        };
+        if cse_ok {
+            self.cse.insert(key, id);
+        }
+        self.alive += 1;
+        crate::stats::VARS_CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        id
+    }
+
+    pub fn inc_ext(&mut self, id: u32) {
+        self.vars[id as usize].ext += 1;
+    }
+    pub fn inc_int(&mut self, id: u32) {
+        self.vars[id as usize].int += 1;
+    }
+
+    /// Drop an external reference; frees the variable (and, transitively, its operands) at zero.
+    pub fn dec_ext(&mut self, id: u32, garbage: &mut Vec<Arc<Buffer>>) {
+        let v = &mut self.vars[id as usize];
+        debug_assert!(v.ext > 0, "external refcount underflow on var {id}");
+        v.ext -= 1;
+        self.maybe_free(id, garbage);
+    }
+    pub fn dec_int(&mut self, id: u32, garbage: &mut Vec<Arc<Buffer>>) {
+        let v = &mut self.vars[id as usize];
+        debug_assert!(v.int > 0, "internal refcount underflow on var {id}");
+        v.int -= 1;
+        self.maybe_free(id, garbage);
+    }
+
+    fn maybe_free(&mut self, id: u32, garbage: &mut Vec<Arc<Buffer>>) {
+        let mut stack = vec![id];
+        while let Some(id) = stack.pop() {
+            let v = &mut self.vars[id as usize];
+            if v.ext != 0 || v.int != 0 || !v.alive {
+                continue;
+            }
+            v.alive = false;
+            if let Some(b) = v.data.take() {
+                garbage.push(b);
+            }
+            let deps = v.deps;
+            v.label = None;
+            self.uncse(id);
+            self.free_ids.push(id);
+            self.alive -= 1;
+            for d in deps.into_iter().filter(|&d| d != 0) {
+                let dv = &mut self.vars[d as usize];
+                dv.int -= 1;
+                stack.push(d);
+            }
+        }
+    }
+
+    /// Remove a variable from the CSE table (before its definition changes or it dies).
+    pub fn uncse(&mut self, id: u32) {
+        let v = &mut self.vars[id as usize];
+        if v.in_cse {
+            v.in_cse = false;
+            let key = CseKey {
+                op: v.op,
+                ty: v.ty,
+                size: v.size,
+                deps: v.deps,
+                literal: v.literal,
+            };
+            if self.cse.get(&key) == Some(&id) {
+                self.cse.remove(&key);
+            }
+        }
+    }
+
+    /// Turn a variable into evaluated data, releasing its operands.
+    pub fn set_data(&mut self, id: u32, buf: Arc<Buffer>, garbage: &mut Vec<Arc<Buffer>>) {
+        self.uncse(id);
+        let v = &mut self.vars[id as usize];
+        v.op = Op::Data;
+        v.data = Some(buf);
+        v.literal = 0;
+        let deps = std::mem::take(&mut v.deps);
+        for d in deps.into_iter().filter(|&d| d != 0) {
+            self.dec_int(d, garbage);
+        }
+    }
+
+    pub fn label_of(&self, id: u32) -> String {
+        let v = &self.vars[id as usize];
+        match &v.label {
+            Some(l) => format!("'{l}' (r{id}, {} × {})", v.ty, v.size),
+            None => format!("r{id} ({} × {})", v.ty, v.size),
+        }
+    }
+}
+
+/// Human-readable byte count.
+pub fn fmt_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b < 1024.0 {
+        format!("{b} B")
+    } else if b < 1024.0 * 1024.0 {
+        format!("{:.2} KiB", b / 1024.0)
+    } else if b < 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.2} MiB", b / (1024.0 * 1024.0))
+    } else {
+        format!("{:.2} GiB", b / (1024.0 * 1024.0 * 1024.0))
+    }
+}
+
+/// The live-variable table (`whos()`).
+pub struct Whos {
+    text: String,
+}
+
+impl fmt::Display for Whos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// List live variables: id, type, external/internal refs, size, memory, ready, label; then totals.
+pub fn whos() -> Whos {
+    let st = STATE.lock();
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\n  {:<8}{:<6}{:<11}{:<12}{:<13}{:<8}Label",
+        "ID", "Type", "E/I Refs", "Size", "Memory", "Ready"
+    );
+    let (mut ready, mut scheduled, mut savings) = (0u64, 0u64, 0u64);
+    let mut rows = 0;
+    for (id, v) in st.vars.iter().enumerate() {
+        if !v.alive || id == 0 {
+            continue;
+        }
+        let mem = (v.size * v.ty.size_bytes()) as u64;
+        let is_ready = v.is_evaluated();
+        if is_ready {
+            ready += mem;
+        } else if v.ext > 0 && !v.is_literal() {
+            scheduled += mem;
+        } else if !v.is_literal() {
+            savings += mem;
+        }
+        rows += 1;
+        if rows <= 200 {
+            let _ = writeln!(
+                t,
+                "  {:<8}{:<6}{:<11}{:<12}{:<13}{:<8}{}",
+                id,
+                v.ty.name(),
+                format!("{} / {}", v.ext, v.int),
+                v.size,
+                fmt_bytes(mem),
+                if is_ready { "[x]" } else { "[ ]" },
+                v.label.as_deref().unwrap_or("")
+            );
+        }
+    }
+    if rows > 200 {
+        let _ = writeln!(t, "  ... {} more rows", rows - 200);
+    }
+    let _ = writeln!(t);
+    let _ = writeln!(t, "  Memory usage (ready)     : {}", fmt_bytes(ready));
+    let _ = writeln!(
+        t,
+        "  Memory usage (scheduled) : {} + {} = {}",
+        fmt_bytes(ready),
+        fmt_bytes(scheduled),
+        fmt_bytes(ready + scheduled)
+    );
+    let _ = writeln!(t, "  Memory savings           : {}", fmt_bytes(savings));
+    Whos { text: t }
+}

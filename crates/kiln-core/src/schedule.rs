@@ -1,0 +1,404 @@
+//! Evaluation: decide what to materialise, build one kernel per size, run them.
+//!
+//! `eval` collects the roots (the variables asked for, or every user-held one for `eval_all`) and the
+//! pending side effects, groups them by size, and for each group walks the graph from the roots:
+//! evaluated variables become input parameters, literals become constants, everything else is
+//! computed in registers — intermediates never touch memory. Each group becomes one kernel whose
+//! outputs are the group's roots. Kernels are compiled (or found in the cache) and launched with the
+//! registry lock released; evals from several threads are serialised by `EVAL_LOCK` (reentrant, so a
+//! kernel-launching thread that is asked to eval again cannot deadlock itself).
+
+use crate::backend::{self, Backend, BackendKind};
+use crate::cache;
+use crate::device;
+use crate::error::{Error, Result};
+use crate::kernel::{Inst, Kernel, Param, ParamKind, Reg};
+use crate::launch::DEFAULT_BLOCK;
+use crate::op::Op;
+use crate::registry::{Buffer, State, VarId, STATE};
+use parking_lot::{Mutex, ReentrantMutex};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+static EVAL_LOCK: ReentrantMutex<()> = ReentrantMutex::new(());
+
+// ---------------------------------------------------------------------------------------------
+// Backend choice
+
+static DEFAULT_BACKEND: OnceLock<BackendKind> = OnceLock::new();
+static BACKENDS: Mutex<Vec<(BackendKind, Arc<dyn Backend>)>> = Mutex::new(Vec::new());
+thread_local! {
+    static OVERRIDE: Cell<Option<BackendKind>> = const { Cell::new(None) };
+}
+
+/// Parse `KILN_BACKEND`, defaulting to Cranelift.
+fn default_backend() -> BackendKind {
+    *DEFAULT_BACKEND.get_or_init(|| match std::env::var("KILN_BACKEND").as_deref() {
+        Ok("interp") => BackendKind::Interp,
+        Ok("cranelift") | Ok("") | Err(_) => BackendKind::Cranelift,
+        Ok(other) => {
+            tracing::warn!(target: "kiln::kernel", "KILN_BACKEND={other} is not a known backend (interp, cranelift); using cranelift");
+            BackendKind::Cranelift
+        }
+    })
+}
+
+/// The backend evaluations on this thread use.
+pub fn backend() -> BackendKind {
+    OVERRIDE.with(|o| o.get()).unwrap_or_else(default_backend)
+}
+
+/// Run `f` with evaluations on this thread using `kind` (tests compare backends this way).
+pub fn with_backend<R>(kind: BackendKind, f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<BackendKind>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            OVERRIDE.with(|o| o.set(self.0));
+        }
+    }
+    let _reset = Reset(OVERRIDE.with(|o| o.replace(Some(kind))));
+    f()
+}
+
+fn backend_instance(kind: BackendKind) -> Result<Arc<dyn Backend>> {
+    let mut b = BACKENDS.lock();
+    if let Some((_, be)) = b.iter().find(|(k, _)| *k == kind) {
+        return Ok(be.clone());
+    }
+    let be = backend::create(kind)?;
+    b.push((kind, be.clone()));
+    Ok(be)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel building
+
+/// Where a kernel parameter's buffer comes from.
+enum Binding {
+    Input(Arc<Buffer>),
+    Output(usize),
+}
+
+struct Group {
+    size: usize,
+    roots: Vec<u32>,
+    side: Vec<u32>,
+}
+
+struct Built {
+    kernel: Kernel,
+    bindings: Vec<Binding>,
+    /// Output buffer per root, in root order.
+    outputs: Vec<Arc<Buffer>>,
+    roots: Vec<u32>,
+    size: usize,
+}
+
+struct Builder<'a> {
+    st: &'a State,
+    size: usize,
+    kernel: Kernel,
+    bindings: Vec<Binding>,
+    reg_of: HashMap<u32, Reg>,
+    param_of: HashMap<(u32, ParamKind), u32>,
+}
+
+impl<'a> Builder<'a> {
+    fn emit(&mut self, inst: Inst) -> Reg {
+        self.kernel.insts.push(inst);
+        (self.kernel.insts.len() - 1) as Reg
+    }
+
+    fn input_param(&mut self, id: u32, kind: ParamKind) -> u32 {
+        if let Some(&p) = self.param_of.get(&(id, kind)) {
+            return p;
+        }
+        let v = self.st.var(id);
+        self.kernel.params.push(Param { ty: v.ty, kind });
+        self.bindings.push(Binding::Input(
+            v.data.clone().expect("input parameter is evaluated"),
+        ));
+        let p = (self.kernel.params.len() - 1) as u32;
+        self.param_of.insert((id, kind), p);
+        p
+    }
+
+    /// Compute `root` into a register (post-order walk without recursion: graphs can be deep).
+    fn visit(&mut self, root: u32) -> Reg {
+        let mut stack = vec![(root, false)];
+        while let Some((id, expanded)) = stack.pop() {
+            if self.reg_of.contains_key(&id) {
+                continue;
+            }
+            let v = self.st.var(id);
+            let reg = if v.is_evaluated() {
+                let kind = if v.size == 1 && self.size != 1 {
+                    ParamKind::Broadcast
+                } else {
+                    ParamKind::Input
+                };
+                let p = self.input_param(id, kind);
+                self.emit(Inst::new(Op::Load, v.ty, &[], p as u64))
+            } else {
+                match v.op {
+                    Op::Literal => self.emit(Inst::new(Op::Literal, v.ty, &[], v.literal)),
+                    Op::Counter => self.emit(Inst::new(Op::Counter, v.ty, &[], 0)),
+                    _ => {
+                        // gather sources and scatter targets are parameters, not registers
+                        let skip = usize::from(matches!(v.op, Op::Gather | Op::Scatter(_)));
+                        let deps: Vec<u32> = v.dep_ids().skip(skip).collect();
+                        if !expanded {
+                            stack.push((id, true));
+                            for &d in deps.iter().rev() {
+                                if !self.reg_of.contains_key(&d) {
+                                    stack.push((d, false));
+                                }
+                            }
+                            continue;
+                        }
+                        let args: Vec<Reg> = deps.iter().map(|d| self.reg_of[d]).collect();
+                        match v.op {
+                            Op::Gather => {
+                                let p = self.input_param(v.deps[0], ParamKind::Indexed);
+                                self.emit(Inst::new(Op::Gather, v.ty, &args, p as u64))
+                            }
+                            Op::Scatter(_) => {
+                                let p = self.input_param(v.deps[0], ParamKind::Indexed);
+                                self.emit(Inst::new(v.op, v.ty, &args, p as u64))
+                            }
+                            op => self.emit(Inst::new(op, v.ty, &args, 0)),
+                        }
+                    }
+                }
+            };
+            self.reg_of.insert(id, reg);
+        }
+        self.reg_of[&root]
+    }
+}
+
+fn build(st: &State, g: Group) -> Result<Built> {
+    let mut b = Builder {
+        st,
+        size: g.size,
+        kernel: Kernel::default(),
+        bindings: Vec::new(),
+        reg_of: HashMap::new(),
+        param_of: HashMap::new(),
+    };
+    let mut outputs = Vec::new();
+    for &r in &g.roots {
+        let reg = b.visit(r);
+        let v = st.var(r);
+        let out = Buffer::new(v.ty, g.size, &|| format!("evaluating {}", st.label_of(r)))?;
+        b.kernel.params.push(Param {
+            ty: v.ty,
+            kind: ParamKind::Output,
+        });
+        b.bindings.push(Binding::Output(outputs.len()));
+        outputs.push(Arc::new(out));
+        let p = b.kernel.params.len() - 1;
+        b.emit(Inst::new(Op::Store, v.ty, &[reg], p as u64));
+    }
+    for &s in &g.side {
+        b.visit(s);
+    }
+    Ok(Built {
+        kernel: b.kernel,
+        bindings: b.bindings,
+        outputs,
+        roots: g.roots,
+        size: g.size,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Eval
+
+/// Evaluate `ids` (and every pending side effect) now.
+pub fn eval(ids: &[VarId]) -> Result<()> {
+    run(Some(ids))
+}
+
+/// Run pending side effects (scatters) only.
+pub fn eval_side_effects() -> Result<()> {
+    run(Some(&[]))
+}
+
+/// Evaluate every variable a user handle refers to, and every pending side effect.
+pub fn eval_all() -> Result<()> {
+    run(None)
+}
+
+fn run(ids: Option<&[VarId]>) -> Result<()> {
+    let _serial = EVAL_LOCK.lock();
+    let mut st = STATE.lock();
+    let mut roots: Vec<u32> = Vec::new();
+    match ids {
+        Some(ids) => {
+            for id in ids {
+                let v = st.var(id.0);
+                if v.alive && !v.is_evaluated() && !roots.contains(&id.0) {
+                    roots.push(id.0);
+                }
+            }
+        }
+        None => {
+            for (i, v) in st.vars.iter().enumerate().skip(1) {
+                if v.alive && v.ext > 0 && !v.is_evaluated() && !matches!(v.op, Op::Scatter(_)) {
+                    roots.push(i as u32);
+                }
+            }
+        }
+    }
+    let side = std::mem::take(&mut st.side_effects);
+    if roots.is_empty() && side.is_empty() {
+        return Ok(());
+    }
+    for &r in &roots {
+        st.inc_int(r);
+    }
+    // group by size, in order of first appearance
+    let mut groups: Vec<Group> = Vec::new();
+    let group_of = |groups: &mut Vec<Group>, size: usize| -> usize {
+        match groups.iter().position(|g| g.size == size) {
+            Some(i) => i,
+            None => {
+                groups.push(Group {
+                    size,
+                    roots: Vec::new(),
+                    side: Vec::new(),
+                });
+                groups.len() - 1
+            }
+        }
+    };
+    for &s in &side {
+        let size = st.var(s).size;
+        let gi = group_of(&mut groups, size);
+        groups[gi].side.push(s);
+    }
+    for &r in &roots {
+        let size = st.var(r).size;
+        let gi = group_of(&mut groups, size);
+        groups[gi].roots.push(r);
+    }
+    let mut built = Vec::with_capacity(groups.len());
+    let mut failure = None;
+    for g in groups {
+        match build(&st, g) {
+            Ok(b) => built.push(b),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    let result = match failure {
+        Some(e) => Err(e),
+        None => {
+            drop(st);
+            let r = launch_all(&built);
+            st = STATE.lock();
+            r
+        }
+    };
+    // publish results (only if everything ran) and release what the eval held
+    let mut garbage = Vec::new();
+    if result.is_ok() {
+        for b in &built {
+            for (r, out) in b.roots.iter().zip(&b.outputs) {
+                if !st.var(*r).is_evaluated() {
+                    st.set_data(*r, out.clone(), &mut garbage);
+                }
+            }
+        }
+    }
+    for &s in &side {
+        let target = st.var(s).deps[0];
+        st.var_mut(target).dirty = false;
+        st.dec_int(s, &mut garbage);
+    }
+    for &r in &roots {
+        st.dec_int(r, &mut garbage);
+    }
+    drop(st);
+    drop(garbage);
+    result
+}
+
+fn launch_all(built: &[Built]) -> Result<()> {
+    let kind = backend();
+    let be = backend_instance(kind)?;
+    for b in built {
+        if b.kernel.is_empty() {
+            continue;
+        }
+        let hash = b.kernel.hash();
+        let look = cache::get(be.as_ref(), &b.kernel, hash)?;
+        if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
+            tracing::trace!(target: "kiln::kernel", "kernel IR:\n{}", b.kernel);
+        }
+        let buffers: Vec<&Buffer> = b
+            .bindings
+            .iter()
+            .map(|bind| match bind {
+                Binding::Input(buf) => buf.as_ref(),
+                Binding::Output(i) => b.outputs[*i].as_ref(),
+            })
+            .collect();
+        let t = Instant::now();
+        let status =
+            device::launch_kernel(look.kernel.as_ref(), hash, b.size, &buffers, DEFAULT_BLOCK);
+        let run_us = t.elapsed().as_secs_f64() * 1e6;
+        let n_in = b
+            .kernel
+            .params
+            .iter()
+            .filter(|p| p.kind != ParamKind::Output)
+            .count();
+        tracing::debug!(
+            target: "kiln::kernel",
+            "eval(): launching kernel (n={}, in={}, out={}, ops={}) on {}: cache {}, hash {}, compile {:.3} ms, run {:.1} us",
+            b.size,
+            n_in,
+            b.outputs.len(),
+            b.kernel.len(),
+            kind,
+            if look.hit { "hit" } else { "miss" },
+            hash,
+            look.compile_ns as f64 / 1e6,
+            run_us
+        );
+        if (status[0] > 0 || status[1] > 0) && debug_mode() {
+            tracing::warn!(
+                target: "kiln::kernel",
+                "kernel {hash} (n={}): {} out-of-range gather reads (read as 0), {} out-of-range scatter writes (dropped)",
+                b.size,
+                status[0],
+                status[1]
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether `KILN_DEBUG=1` is set (report out-of-range accesses as warnings).
+pub fn debug_mode() -> bool {
+    static DEBUG: OnceLock<bool> = OnceLock::new();
+    *DEBUG.get_or_init(|| {
+        std::env::var("KILN_DEBUG")
+            .map(|v| v != "0" && !v.is_empty())
+            .unwrap_or(false)
+    })
+}
+
+/// Error for asking a backend that does not exist here.
+pub fn unavailable(name: &str) -> Error {
+    Error::BackendUnavailable {
+        name: name.into(),
+        reason: "this build knows interp and cranelift (LLVM arrives with its own issue)".into(),
+    }
+}

@@ -1,0 +1,432 @@
+//! Variable creation: the only way new variables enter the registry.
+//!
+//! Each function checks its operands (types, sizes: equal or 1 = broadcast), simplifies where the
+//! result is known without running anything (constant folding of literals, `x + 0`, `x * 1`, `select`
+//! on a literal mask, double negation), and otherwise records a new variable (CSE happens in the
+//! registry). A variable whose pending scatter has not run yet (`dirty`) is flushed by an eval
+//! before anyone reads it. Nothing here computes on buffers.
+
+use crate::error::{Error, Result};
+use crate::op::{self, Op, ReduceOp};
+use crate::registry::{State, Var, VarId, STATE};
+use crate::ty::VarType;
+use parking_lot::MutexGuard;
+
+/// Log one traced op like the seed's `cuda_trace_append(11 <- 10, 10)`.
+fn log_append(st: &State, id: u32) {
+    if tracing::enabled!(target: "kiln::trace", tracing::Level::TRACE) {
+        let v = st.var(id);
+        let deps: Vec<String> = v.dep_ids().map(|d| d.to_string()).collect();
+        let arrow = if deps.is_empty() {
+            String::new()
+        } else {
+            format!(" <- {}", deps.join(", "))
+        };
+        tracing::trace!(target: "kiln::trace", "trace_append({id}{arrow}): {}.{} size={}", v.op, v.ty, v.size);
+    }
+}
+
+/// Lock the registry, first running pending scatters if any of `ids` is dirty.
+pub(crate) fn lock_clean(ids: &[u32]) -> Result<MutexGuard<'static, State>> {
+    loop {
+        let st = STATE.lock();
+        if !ids.iter().any(|&i| i != 0 && st.var(i).dirty) {
+            return Ok(st);
+        }
+        drop(st);
+        crate::schedule::eval_side_effects()?;
+    }
+}
+
+/// A size-`size` literal of type `ty` with bits `bits` (masked to the type's width).
+pub fn literal(ty: VarType, bits: u64, size: usize) -> VarId {
+    let mut st = STATE.lock();
+    literal_locked(&mut st, ty, bits, size)
+}
+
+fn literal_locked(st: &mut State, ty: VarType, bits: u64, size: usize) -> VarId {
+    let mut v = Var::new(Op::Literal, ty, size);
+    v.literal = bits & ty.bit_mask();
+    let id = st.insert(v);
+    log_append(st, id);
+    VarId(id)
+}
+
+/// The lane index `0..size` as type `ty` (an integer type).
+pub fn counter(ty: VarType, size: usize) -> Result<VarId> {
+    if !ty.is_int() {
+        return Err(type_error(
+            "arange/counter",
+            ty,
+            "index",
+            "use an integer type and cast the result",
+        ));
+    }
+    if size == 1 {
+        return Ok(literal(ty, 0, 1));
+    }
+    let mut st = STATE.lock();
+    let id = st.insert(Var::new(Op::Counter, ty, size));
+    log_append(&st, id);
+    Ok(VarId(id))
+}
+
+fn type_error(op: &str, ty: VarType, label: &str, hint: &str) -> Error {
+    Error::Type {
+        op: op.into(),
+        ty,
+        label: label.into(),
+        hint: hint.into(),
+    }
+}
+
+/// Result size of an op over operands of the given sizes, or a size-mismatch error.
+fn result_size(st: &State, op: Op, ids: &[u32]) -> Result<usize> {
+    let mut size = 1usize;
+    let mut first_big: Option<u32> = None;
+    for &i in ids {
+        let s = st.var(i).size;
+        if s == 1 {
+            continue;
+        }
+        match first_big {
+            None => {
+                first_big = Some(i);
+                size = s;
+            }
+            Some(f) if s != size => {
+                return Err(Error::SizeMismatch {
+                    op: op.name().into(),
+                    lhs: st.label_of(f),
+                    lhs_size: size,
+                    rhs: st.label_of(i),
+                    rhs_size: s,
+                })
+            }
+            _ => {}
+        }
+    }
+    // size 0 with a broadcast operand stays 0
+    if ids.iter().any(|&i| st.var(i).size == 0) {
+        return Ok(0);
+    }
+    Ok(size)
+}
+
+fn check_types(st: &State, op: Op, ids: &[u32]) -> Result<VarType> {
+    let t = |k: usize| st.var(ids[k]).ty;
+    let bad = |k: usize, hint: &str| Err(type_error(op.name(), t(k), &st.label_of(ids[k]), hint));
+    match op {
+        Op::Select => {
+            if t(0) != VarType::Bool {
+                return bad(
+                    0,
+                    "the mask of `select` must be a Bool array (use a comparison)",
+                );
+            }
+            if t(1) != t(2) {
+                return bad(
+                    2,
+                    &format!(
+                        "both branches of `select` need the same type ({} here); cast one",
+                        t(1)
+                    ),
+                );
+            }
+            Ok(t(1))
+        }
+        _ => {
+            for k in 1..ids.len() {
+                if t(k) != t(0) {
+                    return bad(
+                        k,
+                        &format!(
+                            "operands must have the same type ({} and {}); cast one with `cast`",
+                            t(0),
+                            t(k)
+                        ),
+                    );
+                }
+            }
+            let ty = t(0);
+            let float_only = matches!(op, Op::Sqrt | Op::Floor | Op::Ceil | Op::Round | Op::Trunc);
+            let int_only = matches!(op, Op::Rem | Op::Shl | Op::Shr);
+            if float_only && !ty.is_float() {
+                return bad(
+                    0,
+                    "this op needs a floating-point array; cast to f32/f64 first",
+                );
+            }
+            if int_only && !ty.is_int() {
+                return bad(0, "this op needs an integer array");
+            }
+            if op.is_comparison() {
+                Ok(VarType::Bool)
+            } else {
+                Ok(ty)
+            }
+        }
+    }
+}
+
+/// Apply a pure arithmetic/logic op (unary, binary, `Fma`, `Select`) to operands.
+pub fn op(op: Op, args: &[VarId]) -> Result<VarId> {
+    assert_eq!(args.len(), op.arity(), "{op} takes {} operands", op.arity());
+    assert!(op.is_pure() && !matches!(op, Op::Literal | Op::Counter | Op::Cast | Op::Bitcast));
+    let ids: Vec<u32> = args.iter().map(|a| a.0).collect();
+    let mut st = lock_clean(&ids)?;
+    let ty = check_types(&st, op, &ids)?;
+    let size = result_size(&st, op, &ids)?;
+    if let Some(r) = simplify(&mut st, op, ty, size, &ids) {
+        return Ok(r);
+    }
+    let mut v = Var::new(op, ty, size);
+    v.deps[..ids.len()].copy_from_slice(&ids);
+    let id = st.insert(v);
+    log_append(&st, id);
+    Ok(VarId(id))
+}
+
+/// Try to replace `op(ids)` by something already known. Returns a new external reference.
+fn simplify(st: &mut State, op: Op, ty: VarType, size: usize, ids: &[u32]) -> Option<VarId> {
+    let lit = |k: usize| {
+        let v = st.var(ids[k]);
+        v.is_literal().then_some(v.literal)
+    };
+    // constant folding
+    if ids.iter().all(|&i| st.var(i).is_literal()) {
+        let ot = st.var(ids[0]).ty;
+        let bits = match op.arity() {
+            1 => op::eval_unary(op, ty, ot, lit(0)?),
+            2 => op::eval_binary(op, ot, lit(0)?, lit(1)?),
+            _ => op::eval_ternary(op, ty, lit(0)?, lit(1)?, lit(2)?),
+        };
+        return Some(literal_locked(st, ty, bits, size));
+    }
+    let keep = |st: &mut State, k: usize| -> Option<VarId> {
+        if st.var(ids[k]).size == size {
+            st.inc_ext(ids[k]);
+            Some(VarId(ids[k]))
+        } else {
+            None
+        }
+    };
+    let is = |k: usize, v: f64| -> bool {
+        match lit(k) {
+            None => false,
+            Some(b) => match ty {
+                VarType::F32 => {
+                    f32::from_bits(b as u32) as f64 == v
+                        && (v != 0.0 || (b as u32) >> 31 == (v.is_sign_negative() as u32))
+                }
+                VarType::F64 => {
+                    f64::from_bits(b) == v && (v != 0.0 || (b >> 63) == v.is_sign_negative() as u64)
+                }
+                VarType::Bool => false,
+                _ => b == v as i64 as u64 & ty.bit_mask(),
+            },
+        }
+    };
+    match op {
+        // x + 0 (ints) and x + (-0.0) (floats) are exact identities
+        Op::Add if !ty.is_bool() => {
+            let zero = if ty.is_float() { -0.0 } else { 0.0 };
+            if is(1, zero) {
+                return keep(st, 0);
+            }
+            if is(0, zero) {
+                return keep(st, 1);
+            }
+        }
+        Op::Sub if !ty.is_bool() && is(1, 0.0) => return keep(st, 0),
+        Op::Mul if !ty.is_bool() => {
+            if is(1, 1.0) {
+                return keep(st, 0);
+            }
+            if is(0, 1.0) {
+                return keep(st, 1);
+            }
+        }
+        Op::Select => {
+            if let Some(m) = lit(0) {
+                return keep(st, if m & 1 != 0 { 1 } else { 2 });
+            }
+            if ids[1] == ids[2] {
+                return keep(st, 1);
+            }
+        }
+        Op::Neg | Op::Not => {
+            let inner = st.var(ids[0]);
+            if inner.op == op && !inner.is_evaluated() {
+                let x = inner.deps[0];
+                if st.var(x).size == size {
+                    st.inc_ext(x);
+                    return Some(VarId(x));
+                }
+            }
+        }
+        _ => {}
+    }
+    None
+}
+
+/// Convert values to type `to` (`Op::Cast`) or reinterpret their bits (`Op::Bitcast`).
+pub fn convert(op: Op, a: VarId, to: VarType) -> Result<VarId> {
+    let mut st = lock_clean(&[a.0])?;
+    let v = st.var(a.0);
+    let (from, size) = (v.ty, v.size);
+    if from == to {
+        st.inc_ext(a.0);
+        return Ok(a);
+    }
+    if op == Op::Bitcast && (from.size_bytes() != to.size_bytes() || from.is_bool() || to.is_bool())
+    {
+        return Err(type_error(
+            "bitcast",
+            from,
+            &st.label_of(a.0),
+            &format!("bitcast needs types of equal width; {from} → {to} changes it, use `cast`"),
+        ));
+    }
+    if v.is_literal() {
+        let bits = op::eval_unary(op, to, from, v.literal);
+        return Ok(literal_locked(&mut st, to, bits, size));
+    }
+    let mut nv = Var::new(op, to, size);
+    nv.deps[0] = a.0;
+    let id = st.insert(nv);
+    log_append(&st, id);
+    Ok(VarId(id))
+}
+
+/// `source[index]` where `mask` holds (else 0). Evaluates `source` first (the seed's rule: a gather
+/// from an unevaluated array is not elementwise).
+pub fn gather(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
+    crate::schedule::eval(&[source])?;
+    let mut st = lock_clean(&[source.0, index.0, mask.0])?;
+    let (it, mt) = (st.var(index.0).ty, st.var(mask.0).ty);
+    if !it.is_int() {
+        return Err(type_error(
+            "gather",
+            it,
+            &st.label_of(index.0),
+            "indices must be an integer array",
+        ));
+    }
+    if mt != VarType::Bool {
+        return Err(type_error(
+            "gather",
+            mt,
+            &st.label_of(mask.0),
+            "the mask must be a Bool array",
+        ));
+    }
+    let size = result_size(&st, Op::Gather, &[index.0, mask.0])?;
+    let ty = st.var(source.0).ty;
+    if st.var(mask.0).is_literal() && st.var(mask.0).literal == 0 {
+        return Ok(literal_locked(&mut st, ty, 0, size));
+    }
+    let mut v = Var::new(Op::Gather, ty, size);
+    v.deps[..3].copy_from_slice(&[source.0, index.0, mask.0]);
+    let id = st.insert(v);
+    log_append(&st, id);
+    Ok(VarId(id))
+}
+
+/// `target[index] (op)= value` where `mask` holds. `target` is replaced by a handle to the written
+/// buffer: if anyone else can still see the old contents (another handle, a pending expression, a
+/// shared buffer), the buffer is copied first, so they keep the old values (copy-on-write).
+pub fn scatter(
+    target: &mut VarId,
+    value: VarId,
+    index: VarId,
+    mask: VarId,
+    rop: ReduceOp,
+) -> Result<()> {
+    crate::schedule::eval(&[*target])?;
+    let mut st = lock_clean(&[target.0, value.0, index.0, mask.0])?;
+    let (tt, vt, it, mt) = (
+        st.var(target.0).ty,
+        st.var(value.0).ty,
+        st.var(index.0).ty,
+        st.var(mask.0).ty,
+    );
+    if vt != tt {
+        return Err(type_error(
+            "scatter",
+            vt,
+            &st.label_of(value.0),
+            &format!("the values must have the target's type {tt}"),
+        ));
+    }
+    if !it.is_int() {
+        return Err(type_error(
+            "scatter",
+            it,
+            &st.label_of(index.0),
+            "indices must be an integer array",
+        ));
+    }
+    if mt != VarType::Bool {
+        return Err(type_error(
+            "scatter",
+            mt,
+            &st.label_of(mask.0),
+            "the mask must be a Bool array",
+        ));
+    }
+    if rop != ReduceOp::None && tt.is_bool() && !matches!(rop, ReduceOp::And | ReduceOp::Or) {
+        return Err(type_error(
+            "scatter_reduce",
+            tt,
+            &st.label_of(target.0),
+            "masks support only And/Or reductions",
+        ));
+    }
+    let size = result_size(&st, Op::Scatter(rop), &[value.0, index.0, mask.0])?;
+    if size == 0 || (st.var(mask.0).is_literal() && st.var(mask.0).literal == 0) {
+        return Ok(());
+    }
+    // copy-on-write: the target's buffer must be visible only through this handle
+    let tv = st.var(target.0);
+    let shared = tv.ext > 1
+        || tv.int > 0
+        || tv
+            .data
+            .as_ref()
+            .map(|b| std::sync::Arc::strong_count(b) > 1)
+            .unwrap_or(false);
+    if shared {
+        let src = tv.data.clone().expect("scatter target was evaluated");
+        let label = tv.label.clone();
+        drop(st);
+        let copy = crate::device::copy_buffer(&src)?;
+        st = STATE.lock();
+        let mut nv = Var::new(Op::Data, tt, src.len);
+        nv.data = Some(std::sync::Arc::new(copy));
+        nv.label = label;
+        let nid = st.insert(nv);
+        let mut garbage = Vec::new();
+        st.dec_ext(target.0, &mut garbage);
+        *target = VarId(nid);
+        tracing::debug!(target: "kiln::schedule", "scatter into shared r{} → copied to r{nid} (copy-on-write)", target.0);
+    }
+    let mut v = Var::new(Op::Scatter(rop), tt, size);
+    v.deps = [target.0, value.0, index.0, mask.0];
+    let id = st.insert(v);
+    // the side-effect list owns the scatter: turn its external reference into an internal one
+    let sv = st.var_mut(id);
+    sv.ext -= 1;
+    sv.int += 1;
+    st.side_effects.push(id);
+    st.var_mut(target.0).dirty = true;
+    log_append(&st, id);
+    Ok(())
+}
+
+/// Evaluated size-1 literal check helper for the front end: the literal bits, if `id` is a literal.
+pub fn literal_value(id: VarId) -> Option<u64> {
+    let st = STATE.lock();
+    let v = st.var(id.0);
+    v.is_literal().then_some(v.literal)
+}

@@ -1,0 +1,354 @@
+//! `Array<T>`: a typed handle to a traced or evaluated variable, and everything that creates or reads one.
+//!
+//! A handle is an id plus a reference count in the engine's registry: cloning is cheap, dropping
+//! releases, and nothing is computed until a value is needed. Operators live in `ops`, math in
+//! `math`, memory operations and reductions in `memory` and `reduce`.
+
+use crate::types::{Float, Numeric};
+use kiln_core::{self as core, Error, Op, Result, Scalar, VarId, VarType};
+use std::fmt;
+use std::marker::PhantomData;
+
+/// A one-dimensional array of `T`, traced lazily and evaluated by fused JIT-compiled kernels.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let x = Float32::arange(4);
+/// let y = &x * 2.0 + 1.0;            // traced, not run
+/// assert_eq!(y.to_vec(), vec![1.0, 3.0, 5.0, 7.0]);
+/// ```
+pub struct Array<T: Scalar> {
+    id: VarId,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// Masks.
+pub type Bool = Array<bool>;
+pub type Int32 = Array<i32>;
+pub type UInt32 = Array<u32>;
+pub type Int64 = Array<i64>;
+pub type UInt64 = Array<u64>;
+pub type Float32 = Array<f32>;
+pub type Float64 = Array<f64>;
+
+impl<T: Scalar> Clone for Array<T> {
+    fn clone(&self) -> Self {
+        core::inc_ref(self.id);
+        Array {
+            id: self.id,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T: Scalar> Drop for Array<T> {
+    fn drop(&mut self) {
+        core::dec_ref(self.id);
+    }
+}
+
+/// Unwrap an engine result at a call site whose signature cannot return `Result` (operators):
+/// the panic message is the error's, which says what to do.
+#[track_caller]
+pub(crate) fn ok<R>(r: Result<R>) -> R {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("kiln: {e}"),
+    }
+}
+
+impl<T: Scalar> Array<T> {
+    /// Wrap an id that carries one external reference (taken over by the handle).
+    pub fn from_id(id: VarId) -> Self {
+        debug_assert_eq!(core::var_type(id), T::TYPE, "type of var {id:?}");
+        Array {
+            id,
+            _t: PhantomData,
+        }
+    }
+    /// The engine id (for kiln-core interop).
+    pub fn id(&self) -> VarId {
+        self.id
+    }
+    /// Give up the handle without releasing its reference.
+    pub fn into_id(self) -> VarId {
+        let id = self.id;
+        std::mem::forget(self);
+        id
+    }
+
+    /// An evaluated array holding a copy of `data`.
+    ///
+    /// ```
+    /// let a = kiln::Int32::from_slice(&[1, 2, 3]);
+    /// assert_eq!(a.len(), 3);
+    /// ```
+    pub fn from_slice(data: &[T]) -> Self {
+        ok(Self::try_from_slice(data))
+    }
+    /// As [`Array::from_slice`], returning an error if memory runs out.
+    pub fn try_from_slice(data: &[T]) -> Result<Self> {
+        let mut bytes = Vec::with_capacity(std::mem::size_of_val(data));
+        for v in data {
+            bytes.extend_from_slice(&v.to_bits64().to_le_bytes()[..T::TYPE.size_bytes()]);
+        }
+        Ok(Self::from_id(core::from_bytes(T::TYPE, &bytes)?))
+    }
+    /// An evaluated array taking the values of `data`.
+    ///
+    /// ```
+    /// let a = kiln::Float64::from_vec(vec![0.5, 1.5]);
+    /// assert_eq!(a.to_vec(), vec![0.5, 1.5]);
+    /// ```
+    pub fn from_vec(data: Vec<T>) -> Self {
+        Self::from_slice(&data)
+    }
+    /// `n` copies of `value` (a literal: no memory until evaluated, folded into kernels).
+    ///
+    /// ```
+    /// assert_eq!(kiln::UInt32::full(7, 2).to_vec(), vec![7, 7]);
+    /// ```
+    pub fn full(value: T, n: usize) -> Self {
+        Self::from_id(core::literal(T::TYPE, value.to_bits64(), n))
+    }
+    /// A size-1 literal.
+    pub fn scalar(value: T) -> Self {
+        Self::full(value, 1)
+    }
+
+    /// Number of elements.
+    ///
+    /// ```
+    /// assert_eq!(kiln::Float32::zeros(5).len(), 5);
+    /// ```
+    pub fn len(&self) -> usize {
+        core::size(self.id)
+    }
+    /// Whether the array has no elements.
+    ///
+    /// ```
+    /// assert!(kiln::Float32::zeros(0).is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether the contents are evaluated (in memory).
+    pub fn is_evaluated(&self) -> bool {
+        core::is_evaluated(self.id)
+    }
+
+    /// Name the array (shown by `whos()`, logs and error messages); returns it for chaining.
+    ///
+    /// ```
+    /// let x = kiln::Float32::zeros(3).label("x");
+    /// assert_eq!(x.get_label().as_deref(), Some("x"));
+    /// ```
+    pub fn label(self, name: &str) -> Self {
+        core::set_label(self.id, name);
+        self
+    }
+    /// The label, if any.
+    pub fn get_label(&self) -> Option<String> {
+        core::label(self.id)
+    }
+
+    /// Evaluate now (one kernel for everything of this size that is pending with it).
+    /// Panics with the error's message if evaluation fails; see [`Array::try_eval`].
+    ///
+    /// ```
+    /// let y = kiln::Float32::arange(3) * 2.0;
+    /// y.eval();
+    /// assert!(y.is_evaluated());
+    /// ```
+    #[track_caller]
+    pub fn eval(&self) -> &Self {
+        ok(self.try_eval());
+        self
+    }
+    /// Evaluate now, returning errors (out of memory, compilation) instead of panicking.
+    pub fn try_eval(&self) -> Result<&Self> {
+        core::eval(&[self.id])?;
+        Ok(self)
+    }
+
+    /// Copy the contents to a `Vec` (evaluates first). Panics on error; see [`Array::try_to_vec`].
+    #[track_caller]
+    pub fn to_vec(&self) -> Vec<T> {
+        ok(self.try_to_vec())
+    }
+    /// Copy the contents to a `Vec`, returning errors instead of panicking.
+    ///
+    /// ```
+    /// let v = kiln::Int32::arange(3).try_to_vec().unwrap();
+    /// assert_eq!(v, vec![0, 1, 2]);
+    /// ```
+    pub fn try_to_vec(&self) -> Result<Vec<T>> {
+        let bytes = core::read_bytes(self.id)?;
+        let w = T::TYPE.size_bytes();
+        Ok(bytes
+            .chunks_exact(w)
+            .map(|c| {
+                let mut b = [0u8; 8];
+                b[..w].copy_from_slice(c);
+                T::from_bits64(u64::from_le_bytes(b))
+            })
+            .collect())
+    }
+    /// The single element of a size-1 array. Panics if the size is not 1; see [`Array::try_item`].
+    #[track_caller]
+    pub fn item(&self) -> T {
+        ok(self.try_item())
+    }
+    /// The single element, or `Err(NotScalar)` naming the size.
+    ///
+    /// ```
+    /// assert!(kiln::Float32::zeros(3).try_item().is_err());
+    /// assert_eq!(kiln::Float32::from(2.5).try_item().unwrap(), 2.5);
+    /// ```
+    pub fn try_item(&self) -> Result<T> {
+        let n = self.len();
+        if n != 1 {
+            return Err(Error::NotScalar {
+                label: core::describe(self.id),
+                size: n,
+            });
+        }
+        if let Some(bits) = core::literal_value(self.id) {
+            return Ok(T::from_bits64(bits));
+        }
+        Ok(self.try_to_vec()?[0])
+    }
+
+    /// Convert each element to `U` with Rust `as` semantics (float→int saturates, NaN → 0).
+    ///
+    /// ```
+    /// let x = kiln::Float32::from_slice(&[1.7, -2.5, f32::NAN]);
+    /// assert_eq!(x.cast::<i32>().to_vec(), vec![1, -2, 0]);
+    /// ```
+    pub fn cast<U: Scalar>(&self) -> Array<U> {
+        Array::from_id(ok(core::convert(Op::Cast, self.id, U::TYPE)))
+    }
+    /// Reinterpret the bits as `U` (same width).
+    ///
+    /// ```
+    /// let x = kiln::Float32::from(1.0f32);
+    /// assert_eq!(x.bitcast::<u32>().item(), 0x3f80_0000);
+    /// ```
+    pub fn bitcast<U: Scalar>(&self) -> Array<U> {
+        Array::from_id(ok(core::convert(Op::Bitcast, self.id, U::TYPE)))
+    }
+
+    /// Apply a core op to this array and others of the same type.
+    pub(crate) fn apply(op: Op, args: &[&Array<T>]) -> Result<Self> {
+        let ids: Vec<VarId> = args.iter().map(|a| a.id).collect();
+        Ok(Self::from_id(core::op(op, &ids)?))
+    }
+    /// Apply a comparison.
+    pub(crate) fn compare(op: Op, a: &Array<T>, b: &Array<T>) -> Result<Bool> {
+        Ok(Bool::from_id(core::op(op, &[a.id, b.id])?))
+    }
+}
+
+impl<T: Numeric> Array<T> {
+    /// `n` zeros.
+    ///
+    /// ```
+    /// assert_eq!(kiln::Int64::zeros(2).to_vec(), vec![0, 0]);
+    /// ```
+    pub fn zeros(n: usize) -> Self {
+        Self::full(T::zero(), n)
+    }
+    /// `n` ones.
+    ///
+    /// ```
+    /// assert_eq!(kiln::Float32::ones(2).to_vec(), vec![1.0, 1.0]);
+    /// ```
+    pub fn ones(n: usize) -> Self {
+        Self::full(T::one(), n)
+    }
+    /// `0, 1, …, n − 1`.
+    ///
+    /// ```
+    /// assert_eq!(kiln::UInt64::arange(3).to_vec(), vec![0, 1, 2]);
+    /// ```
+    pub fn arange(n: usize) -> Self {
+        let idx_ty = if n > u32::MAX as usize {
+            VarType::U64
+        } else {
+            VarType::U32
+        };
+        let c = ok(core::counter(idx_ty, n));
+        let r = ok(core::convert(Op::Cast, c, T::TYPE));
+        core::dec_ref(c);
+        Self::from_id(r)
+    }
+}
+
+impl<T: Float> Array<T> {
+    /// `n` evenly spaced values from `start` to `stop` inclusive (NumPy's `linspace`).
+    ///
+    /// ```
+    /// assert_eq!(kiln::Float32::linspace(0.0, 1.0, 3).to_vec(), vec![0.0, 0.5, 1.0]);
+    /// ```
+    pub fn linspace(start: T, stop: T, n: usize) -> Self {
+        let step = if n > 1 {
+            (stop.to_f64() - start.to_f64()) / (n - 1) as f64
+        } else {
+            0.0
+        };
+        let i = Self::arange(n);
+        i * T::from_f64(step) + start
+    }
+}
+
+impl<T: Scalar> From<T> for Array<T> {
+    fn from(v: T) -> Self {
+        Self::scalar(v)
+    }
+}
+
+impl<T: Scalar> fmt::Debug for Array<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.try_to_vec() {
+            Ok(v) if v.len() <= 20 => write!(f, "{v:?}"),
+            Ok(v) => write!(
+                f,
+                "[{:?}, {:?}, {:?}, …, {:?}, {:?}] (len {})",
+                v[0],
+                v[1],
+                v[2],
+                v[v.len() - 2],
+                v[v.len() - 1],
+                v.len()
+            ),
+            Err(e) => write!(f, "<error: {e}>"),
+        }
+    }
+}
+
+impl<T: Scalar> fmt::Display for Array<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Anything usable where an array operand is expected: an array (moved or borrowed) or a scalar
+/// (a size-1 literal, broadcast).
+pub trait IntoArray<T: Scalar> {
+    fn into_array(self) -> Array<T>;
+}
+impl<T: Scalar> IntoArray<T> for Array<T> {
+    fn into_array(self) -> Array<T> {
+        self
+    }
+}
+impl<T: Scalar> IntoArray<T> for &Array<T> {
+    fn into_array(self) -> Array<T> {
+        self.clone()
+    }
+}
+impl<T: Scalar> IntoArray<T> for T {
+    fn into_array(self) -> Array<T> {
+        Array::scalar(self)
+    }
+}

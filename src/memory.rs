@@ -1,0 +1,133 @@
+//! Gathers and scatters: reading and writing arrays at computed indices.
+//!
+//! Out-of-range indices never touch memory: a gather reads 0, a scatter is dropped, and both are
+//! counted in `kiln::stats()` (`oob_reads`, `oob_writes`; `KILN_DEBUG=1` also logs a warning). A
+//! scatter has value semantics: a clone of the target taken before it, or an expression already
+//! traced from it, keeps the old contents (the buffer is copied only if it is shared).
+
+use crate::array::{ok, Array, Bool, IntoArray};
+use crate::types::Integer;
+use kiln_core::{ReduceOp, Result, Scalar};
+
+/// `source[index]` lane by lane (0 where the index is out of range). Evaluates `source` first.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let src = Float32::from_slice(&[10.0, 20.0, 30.0]);
+/// let out = gather(&src, &UInt32::from_slice(&[2, 0, 7]));
+/// assert_eq!(out.to_vec(), vec![30.0, 10.0, 0.0]);   // index 7 is out of range
+/// ```
+#[track_caller]
+pub fn gather<T: Scalar, I: Integer>(source: &Array<T>, index: &Array<I>) -> Array<T> {
+    gather_masked(source, index, true)
+}
+
+/// `mask ? source[index] : 0` lane by lane.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let src = Int32::from_slice(&[1, 2, 3]);
+/// let idx = UInt32::arange(3);
+/// assert_eq!(gather_masked(&src, &idx, &idx.ne(1)).to_vec(), vec![1, 0, 3]);
+/// ```
+#[track_caller]
+pub fn gather_masked<T: Scalar, I: Integer>(
+    source: &Array<T>,
+    index: &Array<I>,
+    mask: impl IntoArray<bool>,
+) -> Array<T> {
+    ok(try_gather_masked(source, index, mask))
+}
+
+/// As [`gather_masked`], returning errors instead of panicking.
+pub fn try_gather_masked<T: Scalar, I: Integer>(
+    source: &Array<T>,
+    index: &Array<I>,
+    mask: impl IntoArray<bool>,
+) -> Result<Array<T>> {
+    let mask = mask.into_array();
+    Ok(Array::from_id(kiln_core::gather(
+        source.id(),
+        index.id(),
+        mask.id(),
+    )?))
+}
+
+/// `target[index] = value` lane by lane; out-of-range lanes are dropped.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut t = Float32::zeros(4);
+/// let before = t.clone();
+/// scatter(&mut t, &Float32::from_slice(&[1.0, 2.0]), &UInt32::from_slice(&[3, 1]));
+/// assert_eq!(t.to_vec(), vec![0.0, 2.0, 0.0, 1.0]);
+/// assert_eq!(before.to_vec(), vec![0.0; 4]);          // value semantics
+/// ```
+#[track_caller]
+pub fn scatter<T: Scalar, I: Integer>(
+    target: &mut Array<T>,
+    value: impl IntoArray<T>,
+    index: &Array<I>,
+) {
+    scatter_masked(target, value, index, true)
+}
+
+/// `if mask { target[index] = value }` lane by lane.
+#[track_caller]
+pub fn scatter_masked<T: Scalar, I: Integer>(
+    target: &mut Array<T>,
+    value: impl IntoArray<T>,
+    index: &Array<I>,
+    mask: impl IntoArray<bool>,
+) {
+    ok(try_scatter(ReduceOp::None, target, value, index, mask))
+}
+
+/// `target[index] (op)= value`; every duplicate index counts.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut hist = UInt32::zeros(3);
+/// scatter_reduce(ReduceOp::Add, &mut hist, 1u32, &UInt32::from_slice(&[0, 2, 2, 2]));
+/// assert_eq!(hist.to_vec(), vec![1, 0, 3]);
+/// ```
+#[track_caller]
+pub fn scatter_reduce<T: Scalar, I: Integer>(
+    op: ReduceOp,
+    target: &mut Array<T>,
+    value: impl IntoArray<T>,
+    index: &Array<I>,
+) {
+    ok(try_scatter(op, target, value, index, true))
+}
+
+/// Masked [`scatter_reduce`].
+#[track_caller]
+pub fn scatter_reduce_masked<T: Scalar, I: Integer>(
+    op: ReduceOp,
+    target: &mut Array<T>,
+    value: impl IntoArray<T>,
+    index: &Array<I>,
+    mask: &Bool,
+) {
+    ok(try_scatter(op, target, value, index, mask))
+}
+
+/// Any scatter, returning errors instead of panicking.
+pub fn try_scatter<T: Scalar, I: Integer>(
+    op: ReduceOp,
+    target: &mut Array<T>,
+    value: impl IntoArray<T>,
+    index: &Array<I>,
+    mask: impl IntoArray<bool>,
+) -> Result<()> {
+    let (value, mask) = (value.into_array(), mask.into_array());
+    let mut id = target.id();
+    kiln_core::scatter(&mut id, value.id(), index.id(), mask.id(), op)?;
+    if id != target.id() {
+        // copy-on-write replaced the target: the old handle's reference was already released
+        let old = std::mem::replace(target, Array::from_id(id));
+        std::mem::forget(old);
+    }
+    Ok(())
+}
