@@ -82,6 +82,11 @@ pub fn alloc(bytes: usize, what: &dyn Fn() -> String) -> Result<Block> {
         what: what(),
     };
     let cap = size_class(bytes).ok_or_else(oom)?;
+    // Refuse what the machine cannot hold even if the kernel's overcommit would hand out the
+    // address space: touching it later would get the process killed instead of returning an error.
+    if cap as u64 > physical_memory() {
+        return Err(oom());
+    }
     let reused = POOL
         .lock()
         .as_mut()
@@ -138,6 +143,20 @@ pub fn stats() -> AllocStats {
     }
 }
 
+/// Bytes of physical memory (u64::MAX if unknown).
+fn physical_memory() -> u64 {
+    static MEM: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MEM.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        if pages > 0 && page > 0 {
+            pages as u64 * page as u64
+        } else {
+            u64::MAX
+        }
+    })
+}
+
 fn sys_alloc(cap: usize) -> Option<Block> {
     if cap >= HUGE {
         // SAFETY: anonymous private mapping; no file, no fixed address. The result is checked.
@@ -146,7 +165,7 @@ fn sys_alloc(cap: usize) -> Option<Block> {
                 std::ptr::null_mut(),
                 cap,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )

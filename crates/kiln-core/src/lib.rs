@@ -35,7 +35,7 @@ pub use error::{Error, Result};
 pub use log::set_log_level;
 pub use op::{Op, ReduceOp};
 pub use registry::{whos, Buffer, VarId, Whos};
-pub use schedule::{backend, eval, eval_all, with_backend};
+pub use schedule::{backend, eval, eval_all, kernels_for, with_backend};
 pub use stats::Stats;
 pub use trace::{convert, counter, gather, literal, literal_value, op, scatter};
 pub use ty::{Scalar, VarType};

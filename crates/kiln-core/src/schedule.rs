@@ -179,39 +179,77 @@ impl<'a> Builder<'a> {
     }
 }
 
-fn build(st: &State, g: Group) -> Result<Built> {
-    let mut b = Builder {
-        st,
-        size: g.size,
-        kernel: Kernel::default(),
-        bindings: Vec::new(),
-        reg_of: HashMap::new(),
-        param_of: HashMap::new(),
-    };
-    let mut outputs = Vec::new();
+fn build(st: &State, g: Group) -> Built {
+    let mut b = Builder { st, size: g.size, kernel: Kernel::default(), bindings: Vec::new(), reg_of: HashMap::new(), param_of: HashMap::new() };
+    let mut n_out = 0;
     for &r in &g.roots {
         let reg = b.visit(r);
-        let v = st.var(r);
-        let out = Buffer::new(v.ty, g.size, &|| format!("evaluating {}", st.label_of(r)))?;
-        b.kernel.params.push(Param {
-            ty: v.ty,
-            kind: ParamKind::Output,
-        });
-        b.bindings.push(Binding::Output(outputs.len()));
-        outputs.push(Arc::new(out));
+        let ty = st.var(r).ty;
+        b.kernel.params.push(Param { ty, kind: ParamKind::Output });
+        b.bindings.push(Binding::Output(n_out));
+        n_out += 1;
         let p = b.kernel.params.len() - 1;
-        b.emit(Inst::new(Op::Store, v.ty, &[reg], p as u64));
+        b.emit(Inst::new(Op::Store, ty, &[reg], p as u64));
     }
     for &s in &g.side {
         b.visit(s);
     }
-    Ok(Built {
-        kernel: b.kernel,
-        bindings: b.bindings,
-        outputs,
-        roots: g.roots,
-        size: g.size,
-    })
+    Built { kernel: b.kernel, bindings: b.bindings, outputs: Vec::new(), roots: g.roots, size: g.size }
+}
+
+/// Allocate the output buffers of a built kernel (one per root).
+fn allocate_outputs(st: &State, b: &mut Built) -> Result<()> {
+    for &r in &b.roots {
+        let v = st.var(r);
+        let out = Buffer::new(v.ty, b.size, &|| format!("evaluating {}", st.label_of(r)))?;
+        b.outputs.push(Arc::new(out));
+    }
+    Ok(())
+}
+
+/// Group `roots` and `side` effects by size (order of first appearance).
+fn group(st: &State, roots: &[u32], side: &[u32]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut group_of = |size: usize| -> usize {
+        match groups.iter().position(|g| g.size == size) {
+            Some(i) => i,
+            None => {
+                groups.push(Group { size, roots: Vec::new(), side: Vec::new() });
+                groups.len() - 1
+            }
+        }
+    };
+    let mut placed: Vec<(usize, u32, bool)> = Vec::new();
+    for &s in side {
+        placed.push((group_of(st.var(s).size), s, true));
+    }
+    for &r in roots {
+        placed.push((group_of(st.var(r).size), r, false));
+    }
+    for (gi, id, is_side) in placed {
+        if is_side {
+            groups[gi].side.push(id);
+        } else {
+            groups[gi].roots.push(id);
+        }
+    }
+    groups
+}
+
+/// The kernels that evaluating `ids` now would launch (pending side effects included), without
+/// running anything: for inspection, logs and golden tests.
+pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
+    let _serial = EVAL_LOCK.lock();
+    let st = STATE.lock();
+    let mut roots = Vec::new();
+    for id in ids {
+        let v = st.var(id.0);
+        if v.alive && !v.is_evaluated() && !roots.contains(&id.0) {
+            roots.push(id.0);
+        }
+    }
+    let side = st.side_effects.clone();
+    group(&st, &roots, &side).into_iter().map(|g| build(&st, g).kernel).collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -260,40 +298,12 @@ fn run(ids: Option<&[VarId]>) -> Result<()> {
     for &r in &roots {
         st.inc_int(r);
     }
-    // group by size, in order of first appearance
-    let mut groups: Vec<Group> = Vec::new();
-    let group_of = |groups: &mut Vec<Group>, size: usize| -> usize {
-        match groups.iter().position(|g| g.size == size) {
-            Some(i) => i,
-            None => {
-                groups.push(Group {
-                    size,
-                    roots: Vec::new(),
-                    side: Vec::new(),
-                });
-                groups.len() - 1
-            }
-        }
-    };
-    for &s in &side {
-        let size = st.var(s).size;
-        let gi = group_of(&mut groups, size);
-        groups[gi].side.push(s);
-    }
-    for &r in &roots {
-        let size = st.var(r).size;
-        let gi = group_of(&mut groups, size);
-        groups[gi].roots.push(r);
-    }
-    let mut built = Vec::with_capacity(groups.len());
+    let mut built: Vec<Built> = group(&st, &roots, &side).into_iter().map(|g| build(&st, g)).collect();
     let mut failure = None;
-    for g in groups {
-        match build(&st, g) {
-            Ok(b) => built.push(b),
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
+    for b in &mut built {
+        if let Err(e) = allocate_outputs(&st, b) {
+            failure = Some(e);
+            break;
         }
     }
     let result = match failure {

@@ -1,0 +1,404 @@
+//! The core engine from a user's point of view: fusion, caching, evaluation, memory ops, reductions,
+//! value semantics, and every row of the bad-input table.
+
+mod common;
+use common::{delta, leak_checked, panic_message};
+use kiln::prelude::*;
+
+#[test]
+fn elementwise_chain_is_one_kernel_and_matches_rust() {
+    leak_checked(|| {
+        let n = 50_000;
+        let x = Float32::linspace(0.0, 1.0, n).label("x");
+        let y = (&x * &x + 1.0).sqrt() * 2.0 + x.abs() - 0.5;
+        let (v, d) = delta(|| y.to_vec());
+        assert_eq!(d.launches, 1, "the whole chain fuses into one kernel");
+        for (i, got) in v.iter().enumerate() {
+            let xv = i as f32 * (1.0 / (n - 1) as f32);
+            let want = (xv * xv + 1.0).sqrt() * 2.0 + xv.abs() - 0.5;
+            assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "lane {i}: {got} vs {want}");
+        }
+    });
+}
+
+#[test]
+fn nothing_runs_until_needed() {
+    leak_checked(|| {
+        let (y, d) = delta(|| {
+            let x = Float32::arange(1000);
+            &x * 3.0 + 1.0
+        });
+        assert_eq!(d.launches, 0);
+        assert!(!y.is_evaluated());
+        assert_eq!(y.to_vec()[999], 2998.0);
+    });
+}
+
+#[test]
+fn two_outputs_of_one_size_share_a_kernel() {
+    leak_checked(|| {
+        let x = Float32::arange(1000);
+        let a = &x + 1.0;
+        let b = &x * 2.0;
+        let c = UInt32::arange(10) * 3u32; // another size: its own kernel
+        let ((), d) = delta(|| kiln::eval!(a, b, c));
+        assert_eq!(d.launches, 2);
+        assert_eq!(a.to_vec()[10], 11.0);
+        assert_eq!(b.to_vec()[10], 20.0);
+        assert_eq!(c.to_vec()[9], 27);
+    });
+}
+
+#[test]
+fn same_program_at_another_size_hits_the_cache() {
+    leak_checked(|| {
+        let prog = |n: usize| {
+            let x = Float64::arange(n);
+            (&x * 0.5 + 3.0).sqrt()
+        };
+        let a = prog(1234);
+        let b = prog(98_765);
+        let ka = kiln_core::kernels_for(&[a.id()]);
+        let kb = kiln_core::kernels_for(&[b.id()]);
+        assert_eq!(ka[0].hash(), kb[0].hash(), "sizes are parameters, not code");
+        let ((), d1) = delta(|| {
+            a.eval();
+        });
+        let ((), d2) = delta(|| {
+            b.eval();
+        });
+        assert_eq!(d1.launches + d2.launches, 2);
+        assert_eq!(d2.cache_hits, 1, "second size reuses the compiled kernel");
+        assert_eq!(d2.kernels_compiled, 0);
+    });
+}
+
+#[test]
+fn literals_are_code_and_make_opaque_turns_them_into_parameters() {
+    leak_checked(|| {
+        let x = Float32::arange(100);
+        let k1 = kiln_core::kernels_for(&[(&x + 1.0).id()])[0].hash();
+        let k2 = kiln_core::kernels_for(&[(&x + 2.0).id()])[0].hash();
+        assert_ne!(k1, k2, "a literal is baked into the kernel");
+        let o1 = kiln::make_opaque(&Float32::from(1.0f32));
+        let o2 = kiln::make_opaque(&Float32::from(2.0f32));
+        let k3 = kiln_core::kernels_for(&[(&x + &o1).id()])[0].hash();
+        let k4 = kiln_core::kernels_for(&[(&x + &o2).id()])[0].hash();
+        assert_eq!(k3, k4, "opaque values are parameters");
+        assert_eq!((&x + &o2).to_vec()[5], 7.0);
+    });
+}
+
+#[test]
+fn cse_and_simplification() {
+    leak_checked(|| {
+        let x = Float32::arange(10);
+        let a = &x * 2.0;
+        let b = &x * 2.0;
+        assert_eq!(a.id(), b.id(), "identical expressions are one variable");
+        let c = &x * 1.0;
+        assert_eq!(c.id(), x.id(), "x * 1 is x");
+        let m = Int32::arange(4).lt(2);
+        let s = select(&Bool::from(true), &m, &!&m);
+        assert_eq!(s.id(), m.id(), "select on a literal mask picks a side");
+        let f = Float32::from(3.0f32) * 2.0 + 1.0;
+        assert_eq!(kiln_core::literal_value(f.id()), Some(7.0f32.to_bits() as u64), "constant folding");
+        let i = Int32::arange(5);
+        assert_eq!((-(-&i)).id(), i.id(), "double negation");
+    });
+}
+
+#[test]
+fn reductions_and_horizontal_ops() {
+    leak_checked(|| {
+        let x = Int32::arange(100_000);
+        assert_eq!(x.sum().item(), (0..100_000i32).fold(0i32, |a, b| a.wrapping_add(b)), "integer sums wrap");
+        assert_eq!(x.reduce_max().item(), 99_999);
+        assert_eq!((&x - 7).reduce_min().item(), -7);
+        let f = Float64::arange(1000) + 1.0;
+        assert_eq!(f.sum().item(), 500_500.0);
+        assert_eq!(f.dot(&f).item(), (1..=1000).map(|v| (v * v) as f64).sum::<f64>());
+        let small = Float32::from_slice(&[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(small.prod().item(), 24.0);
+        assert_eq!(Int32::arange(5).block_sum(2).to_vec(), vec![1, 5, 4]);
+        assert_eq!(Int32::arange(5).prefix_sum(true).to_vec(), vec![0, 0, 1, 3, 6]);
+        let m = (Int32::arange(20) % 3).eq(0);
+        assert_eq!(m.count(), 7);
+        assert_eq!(m.compress().to_vec(), vec![0, 3, 6, 9, 12, 15, 18]);
+        assert!(m.any() && !m.all() && !m.none());
+        assert!(m.any_or(false) && !m.all_or(true));
+        // a reduction result is evaluated on the device, not read back
+        let s = x.sum();
+        assert!(s.is_evaluated());
+        // large block sums cross the parallel split
+        let big = UInt64::arange(300_001);
+        let bs = big.block_sum(100_000).to_vec();
+        assert_eq!(bs.len(), 4);
+        assert_eq!(bs[3], 300_000);
+    });
+}
+
+#[test]
+fn empty_arrays_work_and_reduce_to_identities() {
+    leak_checked(|| {
+        let e = Float32::zeros(0);
+        let y = (&e * 2.0 + 1.0).sqrt();
+        assert!(y.to_vec().is_empty());
+        assert!(y.is_empty());
+        assert_eq!(e.sum().item(), 0.0);
+        assert_eq!(e.prod().item(), 1.0);
+        assert_eq!(e.reduce_min().item(), f32::INFINITY);
+        assert_eq!(e.reduce_max().item(), f32::NEG_INFINITY);
+        let ei = Int32::from_slice(&[]);
+        assert_eq!(ei.reduce_min().item(), i32::MAX);
+        let m = ei.gt(0);
+        assert_eq!(m.count(), 0);
+        assert!(m.all() && !m.any());
+        assert!(m.compress().is_empty());
+        assert!(ei.prefix_sum(false).to_vec().is_empty());
+        assert!(ei.block_sum(3).to_vec().is_empty());
+        let g = gather(&Float32::from_slice(&[1.0]), &UInt32::zeros(0));
+        assert!(g.to_vec().is_empty());
+        // size 0 combined with a broadcast operand stays size 0
+        assert_eq!((&e + &Float32::from(1.0f32)).len(), 0);
+    });
+}
+
+#[test]
+fn size_mismatch_panics_naming_both_operands_and_try_form_errs() {
+    leak_checked(|| {
+        let a = Float32::zeros(3).label("a");
+        let b = Float32::zeros(5).label("b");
+        let msg = panic_message(std::panic::AssertUnwindSafe(|| {
+            let _ = &a + &b;
+        }));
+        for needle in ["'a'", "'b'", "3", "5", "size 1"] {
+            assert!(msg.contains(needle), "message lacks {needle}: {msg}");
+        }
+        let err = Float32::try_binary(Op::Add, &a, &b).unwrap_err();
+        assert!(matches!(err, kiln::Error::SizeMismatch { lhs_size: 3, rhs_size: 5, .. }), "{err}");
+    });
+}
+
+#[test]
+fn item_on_non_scalar_is_an_error_naming_the_size() {
+    leak_checked(|| {
+        let a = Float32::zeros(4).label("weights");
+        let e = a.try_item().unwrap_err();
+        assert!(matches!(e, kiln::Error::NotScalar { size: 4, .. }));
+        assert!(e.to_string().contains("weights") && e.to_string().contains('4'));
+    });
+}
+
+#[test]
+fn gathers_out_of_range_read_zero_and_are_counted() {
+    leak_checked(|| {
+        let src = Float32::from_slice(&[1.0, 2.0, 3.0]);
+        let (v, d) = delta(|| gather(&src, &Int32::from_slice(&[0, -1, 2, 3, i32::MIN, i32::MAX])).to_vec());
+        assert_eq!(v, vec![1.0, 0.0, 3.0, 0.0, 0.0, 0.0]);
+        assert_eq!(d.oob_reads, 4);
+        // masked-off lanes are not reads at all
+        let idx = UInt32::from_slice(&[0, 99]);
+        let (v, d) = delta(|| gather_masked(&src, &idx, &idx.lt(3)).to_vec());
+        assert_eq!(v, vec![1.0, 0.0]);
+        assert_eq!(d.oob_reads, 0);
+        // u64 indices beyond the signed range are out of range too
+        let (v, _) = delta(|| gather(&src, &UInt64::from_slice(&[u64::MAX, 1])).to_vec());
+        assert_eq!(v, vec![0.0, 2.0]);
+        // gathering from an unevaluated source evaluates it first
+        let lazy = Float32::arange(10) * 2.0;
+        assert_eq!(gather(&lazy, &UInt32::from_slice(&[4])).item(), 8.0);
+        assert!(lazy.is_evaluated());
+    });
+}
+
+#[test]
+fn scatters_drop_out_of_range_writes_and_have_value_semantics() {
+    leak_checked(|| {
+        let mut t = Int32::zeros(5).label("target");
+        let before = t.clone();
+        let traced_before = &t + 100;
+        let (_, d) = delta(|| {
+            scatter(&mut t, &Int32::from_slice(&[7, 8, 9]), &Int32::from_slice(&[1, 5, -1]));
+            t.eval();
+        });
+        assert_eq!(d.oob_writes, 2);
+        assert_eq!(t.to_vec(), vec![0, 7, 0, 0, 0]);
+        assert_eq!(before.to_vec(), vec![0; 5], "a clone taken before keeps the old contents");
+        assert_eq!(traced_before.to_vec(), vec![100; 5], "an expression traced before sees the old contents");
+        let after = &t * 2;
+        assert_eq!(after.to_vec(), vec![0, 14, 0, 0, 0], "later uses see the write");
+
+        // unshared target: updated in place, no copy
+        let mut u = Float32::zeros(4);
+        u.eval();
+        let id = u.id();
+        scatter(&mut u, 1.5f32, &UInt32::from_slice(&[2]));
+        assert_eq!(u.id(), id, "a uniquely held target is written in place");
+        assert_eq!(u.to_vec(), vec![0.0, 0.0, 1.5, 0.0]);
+
+        // reductions: every duplicate counts
+        let mut h = UInt32::zeros(4);
+        scatter_reduce(ReduceOp::Add, &mut h, 1u32, &UInt32::from_slice(&[0, 3, 3, 3, 1, 3]));
+        assert_eq!(h.to_vec(), vec![1, 1, 0, 4]);
+        let mut mx = Float32::full(-1.0, 2);
+        scatter_reduce(ReduceOp::Max, &mut mx, &Float32::from_slice(&[3.0, 5.0, 4.0]), &UInt32::from_slice(&[0, 0, 1]));
+        assert_eq!(mx.to_vec(), vec![5.0, 4.0]);
+        let mut mn = Int64::full(10, 2);
+        scatter_reduce(ReduceOp::Min, &mut mn, &Int64::from_slice(&[3, -5]), &UInt32::from_slice(&[1, 1]));
+        assert_eq!(mn.to_vec(), vec![10, -5]);
+        // large scatter-add across threads
+        let n = 200_000;
+        let mut bins = UInt64::zeros(7);
+        scatter_reduce(ReduceOp::Add, &mut bins, 1u64, &(UInt32::arange(n) % 7u32));
+        assert_eq!(bins.to_vec().iter().sum::<u64>(), n as u64);
+    });
+}
+
+#[test]
+fn integer_division_by_zero_shifts_and_overflow_are_defined() {
+    leak_checked(|| {
+        let a = Int32::from_slice(&[7, -7, i32::MIN, i32::MIN, 5]);
+        let b = Int32::from_slice(&[0, 0, -1, 1, 2]);
+        assert_eq!((&a / &b).to_vec(), vec![0, 0, i32::MIN, i32::MIN, 2]);
+        assert_eq!((&a % &b).to_vec(), vec![7, -7, 0, 0, 1]);
+        let u = UInt32::from_slice(&[1, 1, 0x8000_0000]);
+        let s = UInt32::from_slice(&[31, 32, 33]);
+        assert_eq!((&u << &s).to_vec(), vec![0x8000_0000, 1, 0]);
+        assert_eq!((&u >> &s).to_vec(), vec![0, 1, 0x4000_0000]);
+        assert_eq!((Int32::from(i32::MAX) + 1).item(), i32::MIN);
+        assert_eq!((UInt64::from(0u64) - 1u64).item(), u64::MAX);
+        assert_eq!(Int32::from(i32::MIN).abs().item(), i32::MIN);
+        assert_eq!((Int32::from_slice(&[-8]) >> 1).to_vec(), vec![-4], "signed shift is arithmetic");
+    });
+}
+
+#[test]
+fn nan_and_infinities_follow_ieee() {
+    leak_checked(|| {
+        let x = Float32::from_slice(&[f32::NAN, 1.0, f32::INFINITY, -0.0, f32::NEG_INFINITY]);
+        let y = Float32::from_slice(&[1.0, f32::NAN, 2.0, 0.0, 3.0]);
+        let mn = x.min(&y).to_vec();
+        assert!(mn[0].is_nan() && mn[1].is_nan(), "min propagates NaN");
+        assert_eq!(mn[2], 2.0);
+        assert!(mn[3] == 0.0 && mn[3].is_sign_negative(), "-0 < +0");
+        assert_eq!(mn[4], f32::NEG_INFINITY);
+        let mx = x.max(&y).to_vec();
+        assert!(mx[0].is_nan() && mx[3].is_sign_positive());
+        assert_eq!(x.lt(&y).to_vec(), vec![false, false, false, false, true]);
+        assert_eq!(x.ne(&y).to_vec(), vec![true, true, true, false, true]);
+        assert_eq!(x.eq(&x).to_vec(), vec![false, true, true, true, true]);
+        assert_eq!(x.cast::<i32>().to_vec(), vec![0, 1, i32::MAX, 0, i32::MIN], "float→int saturates, NaN → 0");
+        assert_eq!(x.cast::<u32>().to_vec(), vec![0, 1, u32::MAX, 0, 0]);
+        assert_eq!(Float64::from(-1.0).sqrt().item().is_nan(), true);
+        assert_eq!((Float32::from(1.0f32) / 0.0).item(), f32::INFINITY);
+        assert_eq!(x.cast::<bool>().to_vec(), vec![true, true, true, false, true]);
+    });
+}
+
+#[test]
+fn huge_allocation_is_an_error_and_the_process_continues() {
+    leak_checked(|| {
+        let z = Float32::zeros(1 << 40);
+        let e = z.try_eval().unwrap_err();
+        match &e {
+            kiln::Error::OutOfMemory { bytes, .. } => assert_eq!(*bytes, 4u128 << 40),
+            other => panic!("expected OutOfMemory, got {other}"),
+        }
+        assert!(e.to_string().contains("4398046511104"), "{e}");
+        assert!(z.try_to_vec().is_err());
+        // the engine still works
+        assert_eq!((Float32::arange(3) + 1.0).to_vec(), vec![1.0, 2.0, 3.0]);
+    });
+}
+
+#[test]
+fn type_errors_are_reported() {
+    leak_checked(|| {
+        let m = Int32::arange(3).lt(1);
+        let e = kiln_core::op(Op::Add, &[Int32::arange(3).id(), Float32::arange(3).id()]);
+        assert!(matches!(e, Err(kiln::Error::Type { .. })));
+        drop(m);
+    });
+}
+
+#[test]
+fn whos_lists_labels_refs_and_savings() {
+    leak_checked(|| {
+        let x = Float32::linspace(0.0, 1.0, 1000).label("x");
+        let y = (&x * &x + 1.0).sqrt().label("y");
+        let w = kiln::whos().to_string();
+        assert!(w.contains("x") && w.contains("y"), "{w}");
+        assert!(w.contains("Memory savings"), "{w}");
+        assert!(w.contains("E/I Refs"), "{w}");
+        y.eval();
+        let w = kiln::whos().to_string();
+        assert!(w.contains("[x]"), "evaluated rows show ready: {w}");
+    });
+}
+
+#[test]
+fn eval_all_evaluates_every_handle() {
+    leak_checked(|| {
+        let a = Float32::arange(10) + 1.0;
+        let b = Int64::arange(3) * 2;
+        kiln::eval_all().unwrap();
+        assert!(a.is_evaluated() && b.is_evaluated());
+    });
+}
+
+#[test]
+fn compound_assignment_and_scalar_on_the_left() {
+    leak_checked(|| {
+        let mut x = Float32::arange(4);
+        x += 1.0;
+        x *= &Float32::full(2.0, 4);
+        x -= 0.5;
+        x /= 2.0;
+        assert_eq!(x.to_vec(), vec![0.75, 1.75, 2.75, 3.75]);
+        let y = 2.0 * &x - 1.0;
+        assert_eq!(y.to_vec(), vec![0.5, 2.5, 4.5, 6.5]);
+        let mut m = UInt32::arange(4);
+        m <<= 2u32;
+        m |= 1u32;
+        m ^= 3u32;
+        assert_eq!(m.to_vec(), vec![2, 6, 10, 14]);
+        let r = 10i64 % Int64::from_slice(&[3, 4]);
+        assert_eq!(r.to_vec(), vec![1, 2]);
+        let fm = Float64::from_slice(&[5.5, -5.5]) % 2.0;
+        assert_eq!(fm.to_vec(), vec![1.5, -1.5]);
+    });
+}
+
+#[test]
+fn eight_threads_trace_and_evaluate_at_once() {
+    leak_checked(|| {
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for round in 0..20 {
+                        let n = 1000 + 37 * t + round;
+                        let x = Float64::arange(n) * (t as f64 + 1.0);
+                        let y = (&x + 1.0) * 2.0;
+                        let s = y.sum().item();
+                        let want: f64 = (0..n).map(|i| (i as f64 * (t as f64 + 1.0) + 1.0) * 2.0).sum();
+                        assert_eq!(s, want, "thread {t} round {round}");
+                        let mut h = UInt32::zeros(4);
+                        scatter_reduce(ReduceOp::Add, &mut h, 1u32, &(UInt32::arange(n) % 4u32));
+                        assert_eq!(h.to_vec().iter().map(|&v| v as usize).sum::<usize>(), n);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn arrays_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Float32>();
+    check::<Bool>();
+}
