@@ -355,7 +355,12 @@ impl fmt::Display for Kernel {
                     let ops: Vec<String> =
                         inst.operands().iter().map(|r| format!("r{r}")).collect();
                     let sep = if ops.is_empty() { "" } else { " " };
-                    writeln!(f, "  r{i} = {}.{}{sep}{}", op, inst.ty, ops.join(", "))?
+                    if op.is_comparison() {
+                        let t = self.insts[a[0] as usize].ty;
+                        writeln!(f, "  r{i} = {op}.{t}{sep}{} -> bool", ops.join(", "))?
+                    } else {
+                        writeln!(f, "  r{i} = {}.{}{sep}{}", op, inst.ty, ops.join(", "))?
+                    }
                 }
             }
         }
