@@ -181,13 +181,11 @@ impl<'a> Builder<'a> {
 
 fn build(st: &State, g: Group) -> Built {
     let mut b = Builder { st, size: g.size, kernel: Kernel::default(), bindings: Vec::new(), reg_of: HashMap::new(), param_of: HashMap::new() };
-    let mut n_out = 0;
-    for &r in &g.roots {
+    for (n_out, &r) in g.roots.iter().enumerate() {
         let reg = b.visit(r);
         let ty = st.var(r).ty;
         b.kernel.params.push(Param { ty, kind: ParamKind::Output });
         b.bindings.push(Binding::Output(n_out));
-        n_out += 1;
         let p = b.kernel.params.len() - 1;
         b.emit(Inst::new(Op::Store, ty, &[reg], p as u64));
     }

@@ -4,6 +4,9 @@
 //! semantics in `op` for every lane. It is deliberately simple and never clever: compiled backends
 //! are tested against it, so any disagreement is a bug in them (or in the spec comment in `op`).
 
+// Lane loops index several operand columns at once; explicit indices read clearer than zips here.
+#![allow(clippy::needless_range_loop)]
+
 use super::{scatter_lane, Backend, BackendKind, CompiledKernel, LaunchArgs, STATUS_OOB_READS};
 use crate::error::Result;
 use crate::kernel::{Kernel, ParamKind};
