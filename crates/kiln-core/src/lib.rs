@@ -22,7 +22,7 @@ pub mod device;
 pub mod error;
 pub mod kernel;
 pub mod launch;
-mod log;
+pub(crate) mod log;
 pub mod op;
 pub mod registry;
 pub mod schedule;

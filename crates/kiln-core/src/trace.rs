@@ -28,6 +28,7 @@ fn log_append(st: &State, id: u32) {
 
 /// Lock the registry, first running pending scatters if any of `ids` is dirty.
 pub(crate) fn lock_clean(ids: &[u32]) -> Result<MutexGuard<'static, State>> {
+    crate::log::init_from_env();
     loop {
         let st = STATE.lock();
         if !ids.iter().any(|&i| i != 0 && st.var(i).dirty) {
@@ -40,6 +41,7 @@ pub(crate) fn lock_clean(ids: &[u32]) -> Result<MutexGuard<'static, State>> {
 
 /// A size-`size` literal of type `ty` with bits `bits` (masked to the type's width).
 pub fn literal(ty: VarType, bits: u64, size: usize) -> VarId {
+    crate::log::init_from_env();
     let mut st = STATE.lock();
     literal_locked(&mut st, ty, bits, size)
 }
