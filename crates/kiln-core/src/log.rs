@@ -3,7 +3,8 @@
 //! kiln emits `tracing` events under `kiln::trace`, `kiln::kernel`, `kiln::schedule`, …. If the
 //! program installs its own subscriber, those events go there. Otherwise, the first time kiln runs
 //! with `KILN_LOG` set (or `set_log_level` is called) kiln installs a stderr subscriber whose filter
-//! can be changed later — like the seed's `cuda_set_log_level`.
+//! can be changed later — like the seed's `cuda_set_log_level`. `KILN_DEBUG=1` alone installs it at
+//! `warn`, so its out-of-range reports are visible.
 
 use parking_lot::Mutex;
 use std::sync::Once;
@@ -36,6 +37,9 @@ pub fn init_from_env() {
     INIT.call_once(|| {
         if let Ok(filter) = std::env::var("KILN_LOG") {
             install(&filter);
+        } else if crate::schedule::debug_mode() {
+            // KILN_DEBUG=1 promises visible warnings even without KILN_LOG
+            install("warn");
         }
     });
 }
