@@ -16,11 +16,15 @@
 //! Logging: `KILN_LOG=info`, `KILN_LOG=kiln::kernel=trace` (prints kernel IR), or [`set_log_level`].
 
 pub mod array;
+#[cfg(feature = "ndarray")]
+mod interop;
 pub mod math;
 pub mod memory;
 pub mod ops;
+pub mod random;
 pub mod reduce;
 pub mod types;
+pub mod vector;
 
 pub use array::{Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64};
 pub use kiln_core;
@@ -32,7 +36,9 @@ pub use memory::{
     try_gather_masked, try_scatter,
 };
 pub use ops::select;
+pub use random::Pcg32;
 pub use types::{Float, Integer, Numeric, Signed};
+pub use vector::*;
 
 /// Everything a typical program needs: `use kiln::prelude::*;`.
 pub mod prelude {
@@ -43,7 +49,12 @@ pub mod prelude {
         gather, gather_masked, scatter, scatter_masked, scatter_reduce, scatter_reduce_masked,
     };
     pub use crate::ops::select;
+    pub use crate::random::Pcg32;
     pub use crate::types::{Float, Integer, Numeric, Signed};
+    pub use crate::vector::{
+        Vector, Vector2d, Vector2f, Vector2i, Vector3d, Vector3f, Vector3i, Vector4d, Vector4f,
+        Vector4i,
+    };
     pub use kiln_core::{Op, ReduceOp};
 }
 
