@@ -21,8 +21,26 @@ enum Node {
     Gather(usize, usize),
 }
 
-const SPECIAL_F32: [f32; 8] = [0.0, -0.0, 1.0, -1.5, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30];
-const SPECIAL_F64: [f64; 8] = [0.0, -0.0, 1.0, -1.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e300];
+const SPECIAL_F32: [f32; 8] = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.5,
+    f32::NAN,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    1e30,
+];
+const SPECIAL_F64: [f64; 8] = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.5,
+    f64::NAN,
+    f64::INFINITY,
+    f64::NEG_INFINITY,
+    1e300,
+];
 
 fn special(ty: VarType, k: usize, raw: u64) -> u64 {
     match ty {
@@ -43,8 +61,8 @@ fn special(ty: VarType, k: usize, raw: u64) -> u64 {
         VarType::Bool => raw & 1,
         _ => match k {
             0 => 0,
-            1 => ty.bit_mask(),                  // -1 / MAX
-            2 => 1 << (ty.bits() - 1),           // MIN for signed
+            1 => ty.bit_mask(),        // -1 / MAX
+            2 => 1 << (ty.bits() - 1), // MIN for signed
             3 => 1,
             _ => (raw % 64).wrapping_sub(16) & ty.bit_mask(),
         },
@@ -65,10 +83,12 @@ fn program(n: usize, seed: u64, len: usize) -> Vec<Node> {
     let pick_ty = |r: u64| VarType::ALL[(r % 7) as usize];
     for _ in 0..3 {
         let ty = pick_ty(next());
-        let data: Vec<u64> = (0..n).map(|_| {
-            let r = next();
-            special(ty, (r % 24) as usize, r >> 8)
-        }).collect();
+        let data: Vec<u64> = (0..n)
+            .map(|_| {
+                let r = next();
+                special(ty, (r % 24) as usize, r >> 8)
+            })
+            .collect();
         nodes.push(Node::Input(ty, data));
         types.push(ty);
     }
@@ -87,12 +107,22 @@ fn program(n: usize, seed: u64, len: usize) -> Vec<Node> {
                 (Node::Lit(ty, special(ty, k, next())), ty)
             }
             1 => {
-                let ty = [VarType::I32, VarType::U32, VarType::I64, VarType::U64][(next() % 4) as usize];
+                let ty =
+                    [VarType::I32, VarType::U32, VarType::I64, VarType::U64][(next() % 4) as usize];
                 (Node::Index(ty), ty)
             }
             2 | 3 => {
                 let ops: &[Op] = if ta.is_float() {
-                    &[Op::Neg, Op::Abs, Op::Sqrt, Op::Floor, Op::Ceil, Op::Round, Op::Trunc, Op::Not]
+                    &[
+                        Op::Neg,
+                        Op::Abs,
+                        Op::Sqrt,
+                        Op::Floor,
+                        Op::Ceil,
+                        Op::Round,
+                        Op::Trunc,
+                        Op::Not,
+                    ]
                 } else if ta.is_bool() {
                     &[Op::Not]
                 } else {
@@ -103,14 +133,51 @@ fn program(n: usize, seed: u64, len: usize) -> Vec<Node> {
             4..=6 => {
                 let b = same(ta, &mut next).unwrap_or(a);
                 let ops: &[Op] = if ta.is_float() {
-                    &[Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Min, Op::Max, Op::Lt, Op::Le, Op::Gt, Op::Ge, Op::Eq, Op::Ne]
+                    &[
+                        Op::Add,
+                        Op::Sub,
+                        Op::Mul,
+                        Op::Div,
+                        Op::Min,
+                        Op::Max,
+                        Op::Lt,
+                        Op::Le,
+                        Op::Gt,
+                        Op::Ge,
+                        Op::Eq,
+                        Op::Ne,
+                    ]
                 } else if ta.is_bool() {
                     &[Op::And, Op::Or, Op::Xor, Op::Eq, Op::Ne]
                 } else {
-                    &[Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Rem, Op::Min, Op::Max, Op::And, Op::Or, Op::Xor, Op::Shl, Op::Shr, Op::Lt, Op::Ge, Op::Eq, Op::Ne]
+                    &[
+                        Op::Add,
+                        Op::Sub,
+                        Op::Mul,
+                        Op::Div,
+                        Op::Rem,
+                        Op::Min,
+                        Op::Max,
+                        Op::And,
+                        Op::Or,
+                        Op::Xor,
+                        Op::Shl,
+                        Op::Shr,
+                        Op::Lt,
+                        Op::Ge,
+                        Op::Eq,
+                        Op::Ne,
+                    ]
                 };
                 let op = ops[(next() as usize) % ops.len()];
-                (Node::Binary(op, a, b), if op.is_comparison() { VarType::Bool } else { ta })
+                (
+                    Node::Binary(op, a, b),
+                    if op.is_comparison() {
+                        VarType::Bool
+                    } else {
+                        ta
+                    },
+                )
             }
             7 if !ta.is_bool() => {
                 let b = same(ta, &mut next).unwrap_or(a);
@@ -151,7 +218,9 @@ fn program(n: usize, seed: u64, len: usize) -> Vec<Node> {
 }
 
 fn bytes_of(ty: VarType, data: &[u64]) -> Vec<u8> {
-    data.iter().flat_map(|v| v.to_le_bytes()[..ty.size_bytes()].to_vec()).collect()
+    data.iter()
+        .flat_map(|v| v.to_le_bytes()[..ty.size_bytes()].to_vec())
+        .collect()
 }
 
 /// Trace the program and evaluate its last `roots` nodes together; returns (type, bytes) per root.
@@ -166,7 +235,9 @@ fn run(nodes: &[Node], n: usize, roots: usize, backend: BackendKind) -> Vec<(Var
                 Node::Unary(op, a) => core::op(*op, &[ids[*a]]).unwrap(),
                 Node::Binary(op, a, b) => core::op(*op, &[ids[*a], ids[*b]]).unwrap(),
                 Node::Fma(a, b, c) => core::op(Op::Fma, &[ids[*a], ids[*b], ids[*c]]).unwrap(),
-                Node::Select(m, a, b) => core::op(Op::Select, &[ids[*m], ids[*a], ids[*b]]).unwrap(),
+                Node::Select(m, a, b) => {
+                    core::op(Op::Select, &[ids[*m], ids[*a], ids[*b]]).unwrap()
+                }
                 Node::Cast(a, to) => core::convert(Op::Cast, ids[*a], *to).unwrap(),
                 Node::Bitcast(a, to) => core::convert(Op::Bitcast, ids[*a], *to).unwrap(),
                 Node::Gather(src, idx) => {
@@ -180,7 +251,10 @@ fn run(nodes: &[Node], n: usize, roots: usize, backend: BackendKind) -> Vec<(Var
         }
         let root_ids: Vec<VarId> = ids[ids.len() - roots..].to_vec();
         core::eval(&root_ids).unwrap();
-        let out = root_ids.iter().map(|&r| (core::var_type(r), core::read_bytes(r).unwrap())).collect();
+        let out = root_ids
+            .iter()
+            .map(|&r| (core::var_type(r), core::read_bytes(r).unwrap()))
+            .collect();
         for id in ids {
             core::dec_ref(id);
         }
@@ -213,7 +287,9 @@ fn check(n: usize, seed: u64, len: usize, roots: usize) -> Result<(), TestCaseEr
     let b = run(&prog, n, roots, BackendKind::Cranelift);
     for (k, ((ta, xa), (_, xb))) in a.iter().zip(&b).enumerate() {
         if let Err(e) = same_bits(*ta, xa, xb) {
-            return Err(TestCaseError::fail(format!("root {k} of program {prog:?}\n(n={n}, seed={seed}): {e}")));
+            return Err(TestCaseError::fail(format!(
+                "root {k} of program {prog:?}\n(n={n}, seed={seed}): {e}"
+            )));
         }
     }
     Ok(())

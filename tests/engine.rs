@@ -16,7 +16,10 @@ fn elementwise_chain_is_one_kernel_and_matches_rust() {
         for (i, got) in v.iter().enumerate() {
             let xv = i as f32 * (1.0 / (n - 1) as f32);
             let want = (xv * xv + 1.0).sqrt() * 2.0 + xv.abs() - 0.5;
-            assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "lane {i}: {got} vs {want}");
+            assert!(
+                (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "lane {i}: {got} vs {want}"
+            );
         }
     });
 }
@@ -102,7 +105,11 @@ fn cse_and_simplification() {
         let s = select(&Bool::from(true), &m, &!&m);
         assert_eq!(s.id(), m.id(), "select on a literal mask picks a side");
         let f = Float32::from(3.0f32) * 2.0 + 1.0;
-        assert_eq!(kiln_core::literal_value(f.id()), Some(7.0f32.to_bits() as u64), "constant folding");
+        assert_eq!(
+            kiln_core::literal_value(f.id()),
+            Some(7.0f32.to_bits() as u64),
+            "constant folding"
+        );
         let i = Int32::arange(5);
         assert_eq!((-(-&i)).id(), i.id(), "double negation");
     });
@@ -112,16 +119,26 @@ fn cse_and_simplification() {
 fn reductions_and_horizontal_ops() {
     leak_checked(|| {
         let x = Int32::arange(100_000);
-        assert_eq!(x.sum().item(), (0..100_000i32).fold(0i32, |a, b| a.wrapping_add(b)), "integer sums wrap");
+        assert_eq!(
+            x.sum().item(),
+            (0..100_000i32).fold(0i32, |a, b| a.wrapping_add(b)),
+            "integer sums wrap"
+        );
         assert_eq!(x.reduce_max().item(), 99_999);
         assert_eq!((&x - 7).reduce_min().item(), -7);
         let f = Float64::arange(1000) + 1.0;
         assert_eq!(f.sum().item(), 500_500.0);
-        assert_eq!(f.dot(&f).item(), (1..=1000).map(|v| (v * v) as f64).sum::<f64>());
+        assert_eq!(
+            f.dot(&f).item(),
+            (1..=1000).map(|v| (v * v) as f64).sum::<f64>()
+        );
         let small = Float32::from_slice(&[1.0, 2.0, 3.0, 4.0]);
         assert_eq!(small.prod().item(), 24.0);
         assert_eq!(Int32::arange(5).block_sum(2).to_vec(), vec![1, 5, 4]);
-        assert_eq!(Int32::arange(5).prefix_sum(true).to_vec(), vec![0, 0, 1, 3, 6]);
+        assert_eq!(
+            Int32::arange(5).prefix_sum(true).to_vec(),
+            vec![0, 0, 1, 3, 6]
+        );
         let m = (Int32::arange(20) % 3).eq(0);
         assert_eq!(m.count(), 7);
         assert_eq!(m.compress().to_vec(), vec![0, 3, 6, 9, 12, 15, 18]);
@@ -176,7 +193,17 @@ fn size_mismatch_panics_naming_both_operands_and_try_form_errs() {
             assert!(msg.contains(needle), "message lacks {needle}: {msg}");
         }
         let err = Float32::try_binary(Op::Add, &a, &b).unwrap_err();
-        assert!(matches!(err, kiln::Error::SizeMismatch { lhs_size: 3, rhs_size: 5, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                kiln::Error::SizeMismatch {
+                    lhs_size: 3,
+                    rhs_size: 5,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     });
 }
 
@@ -194,12 +221,13 @@ fn item_on_non_scalar_is_an_error_naming_the_size() {
 fn gathers_out_of_range_read_zero_and_are_counted() {
     leak_checked(|| {
         let src = Float32::from_slice(&[1.0, 2.0, 3.0]);
-        let (v, d) = delta(|| gather(&src, &Int32::from_slice(&[0, -1, 2, 3, i32::MIN, i32::MAX])).to_vec());
+        let (v, d) =
+            delta(|| gather(&src, &Int32::from_slice(&[0, -1, 2, 3, i32::MIN, i32::MAX])).to_vec());
         assert_eq!(v, vec![1.0, 0.0, 3.0, 0.0, 0.0, 0.0]);
         assert_eq!(d.oob_reads, 4);
         // masked-off lanes are not reads at all
         let idx = UInt32::from_slice(&[0, 99]);
-        let (v, d) = delta(|| gather_masked(&src, &idx, &idx.lt(3)).to_vec());
+        let (v, d) = delta(|| gather_masked(&src, &idx, idx.lt(3)).to_vec());
         assert_eq!(v, vec![1.0, 0.0]);
         assert_eq!(d.oob_reads, 0);
         // u64 indices beyond the signed range are out of range too
@@ -219,15 +247,31 @@ fn scatters_drop_out_of_range_writes_and_have_value_semantics() {
         let before = t.clone();
         let traced_before = &t + 100;
         let (_, d) = delta(|| {
-            scatter(&mut t, &Int32::from_slice(&[7, 8, 9]), &Int32::from_slice(&[1, 5, -1]));
+            scatter(
+                &mut t,
+                Int32::from_slice(&[7, 8, 9]),
+                &Int32::from_slice(&[1, 5, -1]),
+            );
             t.eval();
         });
         assert_eq!(d.oob_writes, 2);
         assert_eq!(t.to_vec(), vec![0, 7, 0, 0, 0]);
-        assert_eq!(before.to_vec(), vec![0; 5], "a clone taken before keeps the old contents");
-        assert_eq!(traced_before.to_vec(), vec![100; 5], "an expression traced before sees the old contents");
+        assert_eq!(
+            before.to_vec(),
+            vec![0; 5],
+            "a clone taken before keeps the old contents"
+        );
+        assert_eq!(
+            traced_before.to_vec(),
+            vec![100; 5],
+            "an expression traced before sees the old contents"
+        );
         let after = &t * 2;
-        assert_eq!(after.to_vec(), vec![0, 14, 0, 0, 0], "later uses see the write");
+        assert_eq!(
+            after.to_vec(),
+            vec![0, 14, 0, 0, 0],
+            "later uses see the write"
+        );
 
         // unshared target: updated in place, no copy
         let mut u = Float32::zeros(4);
@@ -239,13 +283,28 @@ fn scatters_drop_out_of_range_writes_and_have_value_semantics() {
 
         // reductions: every duplicate counts
         let mut h = UInt32::zeros(4);
-        scatter_reduce(ReduceOp::Add, &mut h, 1u32, &UInt32::from_slice(&[0, 3, 3, 3, 1, 3]));
+        scatter_reduce(
+            ReduceOp::Add,
+            &mut h,
+            1u32,
+            &UInt32::from_slice(&[0, 3, 3, 3, 1, 3]),
+        );
         assert_eq!(h.to_vec(), vec![1, 1, 0, 4]);
         let mut mx = Float32::full(-1.0, 2);
-        scatter_reduce(ReduceOp::Max, &mut mx, &Float32::from_slice(&[3.0, 5.0, 4.0]), &UInt32::from_slice(&[0, 0, 1]));
+        scatter_reduce(
+            ReduceOp::Max,
+            &mut mx,
+            Float32::from_slice(&[3.0, 5.0, 4.0]),
+            &UInt32::from_slice(&[0, 0, 1]),
+        );
         assert_eq!(mx.to_vec(), vec![5.0, 4.0]);
         let mut mn = Int64::full(10, 2);
-        scatter_reduce(ReduceOp::Min, &mut mn, &Int64::from_slice(&[3, -5]), &UInt32::from_slice(&[1, 1]));
+        scatter_reduce(
+            ReduceOp::Min,
+            &mut mn,
+            Int64::from_slice(&[3, -5]),
+            &UInt32::from_slice(&[1, 1]),
+        );
         assert_eq!(mn.to_vec(), vec![10, -5]);
         // large scatter-add across threads
         let n = 200_000;
@@ -269,7 +328,11 @@ fn integer_division_by_zero_shifts_and_overflow_are_defined() {
         assert_eq!((Int32::from(i32::MAX) + 1).item(), i32::MIN);
         assert_eq!((UInt64::from(0u64) - 1u64).item(), u64::MAX);
         assert_eq!(Int32::from(i32::MIN).abs().item(), i32::MIN);
-        assert_eq!((Int32::from_slice(&[-8]) >> 1).to_vec(), vec![-4], "signed shift is arithmetic");
+        assert_eq!(
+            (Int32::from_slice(&[-8]) >> 1).to_vec(),
+            vec![-4],
+            "signed shift is arithmetic"
+        );
     });
 }
 
@@ -288,11 +351,18 @@ fn nan_and_infinities_follow_ieee() {
         assert_eq!(x.lt(&y).to_vec(), vec![false, false, false, false, true]);
         assert_eq!(x.ne(&y).to_vec(), vec![true, true, true, false, true]);
         assert_eq!(x.eq(&x).to_vec(), vec![false, true, true, true, true]);
-        assert_eq!(x.cast::<i32>().to_vec(), vec![0, 1, i32::MAX, 0, i32::MIN], "float→int saturates, NaN → 0");
+        assert_eq!(
+            x.cast::<i32>().to_vec(),
+            vec![0, 1, i32::MAX, 0, i32::MIN],
+            "float→int saturates, NaN → 0"
+        );
         assert_eq!(x.cast::<u32>().to_vec(), vec![0, 1, u32::MAX, 0, 0]);
-        assert_eq!(Float64::from(-1.0).sqrt().item().is_nan(), true);
+        assert!(Float64::from(-1.0).sqrt().item().is_nan());
         assert_eq!((Float32::from(1.0f32) / 0.0).item(), f32::INFINITY);
-        assert_eq!(x.cast::<bool>().to_vec(), vec![true, true, true, false, true]);
+        assert_eq!(
+            x.cast::<bool>().to_vec(),
+            vec![true, true, true, false, true]
+        );
     });
 }
 
@@ -381,7 +451,9 @@ fn eight_threads_trace_and_evaluate_at_once() {
                         let x = Float64::arange(n) * (t as f64 + 1.0);
                         let y = (&x + 1.0) * 2.0;
                         let s = y.sum().item();
-                        let want: f64 = (0..n).map(|i| (i as f64 * (t as f64 + 1.0) + 1.0) * 2.0).sum();
+                        let want: f64 = (0..n)
+                            .map(|i| (i as f64 * (t as f64 + 1.0) + 1.0) * 2.0)
+                            .sum();
                         assert_eq!(s, want, "thread {t} round {round}");
                         let mut h = UInt32::zeros(4);
                         scatter_reduce(ReduceOp::Add, &mut h, 1u32, &(UInt32::arange(n) % 4u32));

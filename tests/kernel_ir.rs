@@ -66,10 +66,20 @@ fn gather_and_scatter_kernel() {
         let g = gather(&src, &idx);
         scatter(&mut target, &(&g * 10.0), &(UInt32::arange(8) + 0u32));
         let ks = kiln_core::kernels_for(&[]);
-        assert_eq!(ks.len(), 1, "the pending scatter is one kernel with the gather fused in");
+        assert_eq!(
+            ks.len(),
+            1,
+            "the pending scatter is one kernel with the gather fused in"
+        );
         insta::assert_snapshot!("gather_scatter", ks[0].to_string());
         let (_, d) = delta(|| target.to_vec());
-        assert_eq!(d.oob_reads, 2, "index 3 is outside the 3-element source, twice");
-        assert_eq!(target.to_vec(), vec![10.0, 20.0, 30.0, 0.0, 10.0, 20.0, 30.0, 0.0]);
+        assert_eq!(
+            d.oob_reads, 2,
+            "index 3 is outside the 3-element source, twice"
+        );
+        assert_eq!(
+            target.to_vec(),
+            vec![10.0, 20.0, 30.0, 0.0, 10.0, 20.0, 30.0, 0.0]
+        );
     });
 }

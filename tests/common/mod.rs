@@ -10,7 +10,12 @@ static SERIAL: Mutex<()> = Mutex::new(());
 pub fn leak_checked<R>(f: impl FnOnce() -> R) -> R {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let before = kiln::stats();
-    assert_eq!(before.vars_alive, 0, "a previous test leaked variables:\n{}", kiln::whos());
+    assert_eq!(
+        before.vars_alive,
+        0,
+        "a previous test leaked variables:\n{}",
+        kiln::whos()
+    );
     let r = f();
     kiln::sync().unwrap();
     let after = kiln::stats();

@@ -148,7 +148,12 @@ fn physical_memory() -> u64 {
     static MEM: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *MEM.get_or_init(|| {
         // SAFETY: sysconf has no preconditions.
-        let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        let (pages, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
         if pages > 0 && page > 0 {
             pages as u64 * page as u64
         } else {

@@ -180,11 +180,21 @@ impl<'a> Builder<'a> {
 }
 
 fn build(st: &State, g: Group) -> Built {
-    let mut b = Builder { st, size: g.size, kernel: Kernel::default(), bindings: Vec::new(), reg_of: HashMap::new(), param_of: HashMap::new() };
+    let mut b = Builder {
+        st,
+        size: g.size,
+        kernel: Kernel::default(),
+        bindings: Vec::new(),
+        reg_of: HashMap::new(),
+        param_of: HashMap::new(),
+    };
     for (n_out, &r) in g.roots.iter().enumerate() {
         let reg = b.visit(r);
         let ty = st.var(r).ty;
-        b.kernel.params.push(Param { ty, kind: ParamKind::Output });
+        b.kernel.params.push(Param {
+            ty,
+            kind: ParamKind::Output,
+        });
         b.bindings.push(Binding::Output(n_out));
         let p = b.kernel.params.len() - 1;
         b.emit(Inst::new(Op::Store, ty, &[reg], p as u64));
@@ -192,7 +202,13 @@ fn build(st: &State, g: Group) -> Built {
     for &s in &g.side {
         b.visit(s);
     }
-    Built { kernel: b.kernel, bindings: b.bindings, outputs: Vec::new(), roots: g.roots, size: g.size }
+    Built {
+        kernel: b.kernel,
+        bindings: b.bindings,
+        outputs: Vec::new(),
+        roots: g.roots,
+        size: g.size,
+    }
 }
 
 /// Allocate the output buffers of a built kernel (one per root).
@@ -212,7 +228,11 @@ fn group(st: &State, roots: &[u32], side: &[u32]) -> Vec<Group> {
         match groups.iter().position(|g| g.size == size) {
             Some(i) => i,
             None => {
-                groups.push(Group { size, roots: Vec::new(), side: Vec::new() });
+                groups.push(Group {
+                    size,
+                    roots: Vec::new(),
+                    side: Vec::new(),
+                });
                 groups.len() - 1
             }
         }
@@ -247,7 +267,10 @@ pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
         }
     }
     let side = st.side_effects.clone();
-    group(&st, &roots, &side).into_iter().map(|g| build(&st, g).kernel).collect()
+    group(&st, &roots, &side)
+        .into_iter()
+        .map(|g| build(&st, g).kernel)
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -296,7 +319,10 @@ fn run(ids: Option<&[VarId]>) -> Result<()> {
     for &r in &roots {
         st.inc_int(r);
     }
-    let mut built: Vec<Built> = group(&st, &roots, &side).into_iter().map(|g| build(&st, g)).collect();
+    let mut built: Vec<Built> = group(&st, &roots, &side)
+        .into_iter()
+        .map(|g| build(&st, g))
+        .collect();
     let mut failure = None;
     for b in &mut built {
         if let Err(e) = allocate_outputs(&st, b) {
