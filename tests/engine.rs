@@ -474,3 +474,19 @@ fn arrays_are_send_and_sync() {
     check::<Float32>();
     check::<Bool>();
 }
+
+#[test]
+fn integer_identities_fold() {
+    leak_checked(|| {
+        let x = Int32::arange(6);
+        let z = &x * 0;
+        assert_eq!(kiln_core::literal_value(z.id()), Some(0));
+        assert_eq!(z.len(), 6);
+        assert_eq!((&x | 0).id(), x.id());
+        let m = x.lt(3);
+        assert_eq!(kiln_core::literal_value((&m & false).id()), Some(0));
+        // floats keep x * 0 (NaN * 0 is NaN)
+        let f = Float32::from_slice(&[f32::NAN, 1.0]) * 0.0;
+        assert!(f.to_vec()[0].is_nan());
+    });
+}

@@ -248,6 +248,22 @@ fn simplify(st: &mut State, op: Op, ty: VarType, size: usize, ids: &[u32]) -> Op
             if is(0, 1.0) {
                 return keep(st, 1);
             }
+            // x * 0 == 0 for integers (not for floats: NaN * 0 and inf * 0 are NaN)
+            if ty.is_int() && (is(0, 0.0) || is(1, 0.0)) {
+                return Some(literal_locked(st, ty, 0, size));
+            }
+        }
+        Op::And | Op::Or | Op::Xor if !ty.is_float() => {
+            let zero = |k: usize| lit(k) == Some(0);
+            if op != Op::And && zero(1) {
+                return keep(st, 0);
+            }
+            if op != Op::And && zero(0) {
+                return keep(st, 1);
+            }
+            if op == Op::And && (zero(0) || zero(1)) {
+                return Some(literal_locked(st, ty, 0, size));
+            }
         }
         Op::Select => {
             if let Some(m) = lit(0) {
