@@ -163,8 +163,20 @@ impl Kernel {
                     Some(p) => Some(*p),
                 }
             };
+            // masks: Add/Sub/Mul/Min/Max act as or/xor/and/and/or (see op.rs); division has no meaning
+            if inst.ty.is_bool() && matches!(inst.op, Op::Div | Op::Rem) {
+                errs.push(here("masks do not support division".into()));
+            }
             match inst.op {
-                Op::Literal | Op::Data => {}
+                Op::Literal => {
+                    if inst.imm & !inst.ty.bit_mask() != 0 {
+                        errs.push(here(format!(
+                            "literal {:#x} does not fit {}",
+                            inst.imm, inst.ty
+                        )));
+                    }
+                }
+                Op::Data => {}
                 Op::Counter => {
                     if !inst.ty.is_int() {
                         errs.push(here(format!("index must be an integer, not {}", inst.ty)));

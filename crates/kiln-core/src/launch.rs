@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 
 /// Default lanes per block.
 pub const DEFAULT_BLOCK: usize = 16_384;
+/// Blocks start at multiples of this many lanes (the widest vector any backend uses).
+pub const BLOCK_ALIGN: usize = 16;
 
 fn pool() -> &'static rayon::ThreadPool {
     static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
@@ -37,8 +39,11 @@ pub fn threads() -> usize {
 }
 
 /// Run `f(start, end)` over `[0, n)` in blocks of `block` on the pool (inline for one block).
+///
+/// The block size is rounded up to a multiple of [`BLOCK_ALIGN`]: vector code writes whole vectors,
+/// so concurrently running blocks must not share one.
 pub fn for_blocks(n: usize, block: usize, f: impl Fn(usize, usize) + Send + Sync) {
-    let block = block.max(1);
+    let block = block.max(1).next_multiple_of(BLOCK_ALIGN);
     if n == 0 {
         return;
     }

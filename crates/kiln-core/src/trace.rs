@@ -151,6 +151,12 @@ fn check_types(st: &State, op: Op, ids: &[u32]) -> Result<VarType> {
                 }
             }
             let ty = t(0);
+            if ty.is_bool() && matches!(op, Op::Div | Op::Rem) {
+                return bad(
+                    0,
+                    "masks do not support division; cast to an integer type first",
+                );
+            }
             let float_only = matches!(op, Op::Sqrt | Op::Floor | Op::Ceil | Op::Round | Op::Trunc);
             let int_only = matches!(op, Op::Rem | Op::Shl | Op::Shr);
             if float_only && !ty.is_float() {

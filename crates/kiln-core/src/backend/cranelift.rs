@@ -15,7 +15,8 @@
 //! lanes below `end`.
 
 use super::{
-    encode_reduce, scatter_lane_extern, Backend, BackendKind, CompiledKernel, LaunchArgs, STATUS_OOB_READS,
+    encode_reduce, scatter_lane_extern, Backend, BackendKind, CompiledKernel, LaunchArgs,
+    STATUS_OOB_READS,
 };
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, ParamKind};
@@ -47,28 +48,53 @@ pub struct CraneliftBackend {
 impl CraneliftBackend {
     /// A backend for the host CPU (its SIMD features detected), optimizing for speed.
     pub fn new() -> Result<Self> {
-        Self::with_isa_settings(&[])
+        Self::with_settings(&[])
     }
 
-    /// Like [`CraneliftBackend::new`], with ISA settings overridden after host detection, e.g.
-    /// `[("has_avx", "false"), ("has_fma", "false")]` to exercise the SSE-only code paths in tests.
+    /// Like [`CraneliftBackend::new`], with Cranelift settings overridden after host detection:
+    /// shared ones (e.g. `("enable_verifier", "true")`) or ISA ones (e.g. `("has_avx", "false")`,
+    /// `("has_fma", "false")` to exercise the SSE-only code paths in tests).
     #[doc(hidden)]
-    pub fn with_isa_settings(overrides: &[(&str, &str)]) -> Result<Self> {
-        let unavailable = |reason: String| Error::BackendUnavailable { name: "cranelift".into(), reason };
+    pub fn with_settings(overrides: &[(&str, &str)]) -> Result<Self> {
+        let unavailable = |reason: String| Error::BackendUnavailable {
+            name: "cranelift".into(),
+            reason,
+        };
         let mut flags = settings::builder();
-        for (k, v) in [("opt_level", "speed"), ("is_pic", "false"), ("enable_verifier", "false")] {
-            flags.set(k, v).map_err(|e| unavailable(format!("setting {k}={v}: {e}")))?;
+        for (k, v) in [
+            ("opt_level", "speed"),
+            ("is_pic", "false"),
+            (
+                "enable_verifier",
+                if cfg!(debug_assertions) {
+                    "true"
+                } else {
+                    "false"
+                },
+            ),
+        ] {
+            flags
+                .set(k, v)
+                .map_err(|e| unavailable(format!("setting {k}={v}: {e}")))?;
         }
-        let mut isa = cranelift_native::builder().map_err(|e| unavailable(format!("unsupported host: {e}")))?;
-        for (k, v) in overrides {
-            isa.set(k, v).map_err(|e| unavailable(format!("ISA setting {k}={v}: {e}")))?;
+        let mut isa = cranelift_native::builder()
+            .map_err(|e| unavailable(format!("unsupported host: {e}")))?;
+        for &(k, v) in overrides {
+            if flags.set(k, v).is_err() {
+                isa.set(k, v)
+                    .map_err(|e| unavailable(format!("setting {k}={v}: {e}")))?;
+            }
         }
-        let isa = isa.finish(settings::Flags::new(flags)).map_err(|e| unavailable(format!("building the ISA: {e}")))?;
+        let isa = isa
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| unavailable(format!("building the ISA: {e}")))?;
         Ok(CraneliftBackend { isa })
     }
 
     fn compile_kernel(&self, kernel: &Kernel) -> Result<JitKernel, String> {
-        kernel.verify().map_err(|errs| format!("invalid kernel: {}", errs.join("; ")))?;
+        kernel
+            .verify()
+            .map_err(|errs| format!("invalid kernel: {}", errs.join("; ")))?;
         let mut jb = JITBuilder::with_isa(self.isa.clone(), default_libcall_names());
         jb.symbol(SCATTER_SYMBOL, scatter_lane_extern as *const u8);
         // Vector `fma` without hardware FMA lowers to these libcalls: point them at Rust's (exact) fma.
@@ -82,14 +108,21 @@ impl CraneliftBackend {
             return Err(format!("unsupported pointer type {ptr}"));
         }
         let mut sig = module.make_signature();
-        sig.params.extend([AbiParam::new(I64), AbiParam::new(I64), AbiParam::new(I64)]);
-        let func_id = module.declare_function("kiln_kernel", Linkage::Local, &sig).map_err(|e| e.to_string())?;
+        sig.params
+            .extend([AbiParam::new(I64), AbiParam::new(I64), AbiParam::new(I64)]);
+        let func_id = module
+            .declare_function("kiln_kernel", Linkage::Local, &sig)
+            .map_err(|e| e.to_string())?;
         let has_scatter = kernel.insts.iter().any(|i| matches!(i.op, Op::Scatter(_)));
         let scatter_id = if has_scatter {
             let mut s = module.make_signature();
             s.params.push(AbiParam::new(I32));
             s.params.extend([AbiParam::new(I64); 5]);
-            Some(module.declare_function(SCATTER_SYMBOL, Linkage::Import, &s).map_err(|e| e.to_string())?)
+            Some(
+                module
+                    .declare_function(SCATTER_SYMBOL, Linkage::Import, &s)
+                    .map_err(|e| e.to_string())?,
+            )
         } else {
             None
         };
@@ -103,10 +136,25 @@ impl CraneliftBackend {
             build_function(&mut b, kernel, scatter)?;
             b.finalize();
         }
-        module.define_function(func_id, &mut ctx).map_err(|e| match &e {
-            cranelift_module::ModuleError::Compilation(ce) => format!("{ce:?}\n{}", ctx.func.display()),
-            _ => e.to_string(),
-        })?;
+        // `KILN_LOG=kiln::cranelift=trace` prints each kernel's CLIF and machine code.
+        let dump = tracing::enabled!(target: "kiln::cranelift", tracing::Level::TRACE);
+        ctx.set_disasm(dump);
+        module
+            .define_function(func_id, &mut ctx)
+            .map_err(|e| {
+                tracing::debug!(target: "kiln::cranelift", "kernel {} failed to compile ({e}):\n{}", kernel.hash(), ctx.func.display());
+                match e {
+                    cranelift_module::ModuleError::Compilation(ce) => ce.to_string(),
+                    e => e.to_string(),
+                }
+            })?;
+        if dump {
+            let asm = ctx
+                .compiled_code()
+                .and_then(|c| c.vcode.clone())
+                .unwrap_or_default();
+            tracing::trace!(target: "kiln::cranelift", "kernel {}:\n{}\nmachine code:\n{asm}", kernel.hash(), ctx.func.display());
+        }
         module.clear_context(&mut ctx);
         module.finalize_definitions().map_err(|e| e.to_string())?;
         let code = module.get_finalized_function(func_id);
@@ -114,7 +162,10 @@ impl CraneliftBackend {
         // (i64, i64, i64) -> () in the host's default calling convention, which is the C ABI of
         // `KernelFn`; the memory stays mapped while `owner` (moved into the JitKernel) lives.
         let func = unsafe { std::mem::transmute::<*const u8, KernelFn>(code) };
-        Ok(JitKernel { func, _module: Mutex::new(owner) })
+        Ok(JitKernel {
+            func,
+            _module: Mutex::new(owner),
+        })
     }
 }
 
@@ -128,7 +179,8 @@ impl Backend for CraneliftBackend {
             hash: kernel.hash().to_string(),
             message,
         };
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.compile_kernel(kernel))) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.compile_kernel(kernel)))
+        {
             Ok(Ok(k)) => Ok(Arc::new(k)),
             Ok(Err(msg)) => Err(err(msg)),
             Err(payload) => {
@@ -226,12 +278,18 @@ fn log2_size(t: VarType) -> i64 {
     t.size_bytes().trailing_zeros() as i64
 }
 fn type_index(t: VarType) -> u32 {
-    VarType::ALL.iter().position(|&x| x == t).expect("every type is in ALL") as u32
+    VarType::ALL
+        .iter()
+        .position(|&x| x == t)
+        .expect("every type is in ALL") as u32
 }
 
 /// Shuffle mask taking 32-bit lanes `lanes` (0–7 over the concatenation of both operands).
 fn lanes32(lanes: [u8; 4]) -> Vec<u8> {
-    lanes.iter().flat_map(|&l| (0..4).map(move |b| l * 4 + b)).collect()
+    lanes
+        .iter()
+        .flat_map(|&l| (0..4).map(move |b| l * 4 + b))
+        .collect()
 }
 
 struct Gen<'a, 'f> {
@@ -249,7 +307,11 @@ struct Gen<'a, 'f> {
     scatter: Option<FuncRef>,
 }
 
-fn build_function(b: &mut FunctionBuilder<'_>, k: &Kernel, scatter: Option<FuncRef>) -> Result<(), String> {
+fn build_function(
+    b: &mut FunctionBuilder<'_>,
+    k: &Kernel,
+    scatter: Option<FuncRef>,
+) -> Result<(), String> {
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
@@ -367,7 +429,8 @@ fn build_function(b: &mut FunctionBuilder<'_>, k: &Kernel, scatter: Option<FuncR
         g.b.switch_to_block(add);
         g.b.seal_block(add);
         let addr = g.b.ins().iadd_imm(g.status, 8 * STATUS_OOB_READS as i64);
-        g.b.ins().atomic_rmw(I64, MemFlags::trusted(), AtomicRmwOp::Add, addr, count);
+        g.b.ins()
+            .atomic_rmw(I64, MemFlags::trusted(), AtomicRmwOp::Add, addr, count);
         g.b.ins().jump(done, &[]);
         g.b.switch_to_block(done);
         g.b.seal_block(done);
@@ -378,7 +441,11 @@ fn build_function(b: &mut FunctionBuilder<'_>, k: &Kernel, scatter: Option<FuncR
 
 impl<'f> Gen<'_, 'f> {
     fn val(&self, r: u32) -> Result<V, String> {
-        self.vals.get(r as usize).copied().flatten().ok_or_else(|| format!("register r{r} has no value"))
+        self.vals
+            .get(r as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("register r{r} has no value"))
     }
 
     /// Reinterpret a vector as another vector type of the same width (no-op if already `to`).
@@ -386,7 +453,9 @@ impl<'f> Gen<'_, 'f> {
         if self.b.func.dfg.value_type(v) == to {
             v
         } else {
-            self.b.ins().bitcast(to, MemFlags::new().with_endianness(Endianness::Little), v)
+            self.b
+                .ins()
+                .bitcast(to, MemFlags::new().with_endianness(Endianness::Little), v)
         }
     }
     fn bc_v(&mut self, to: Type, v: V) -> V {
@@ -398,8 +467,10 @@ impl<'f> Gen<'_, 'f> {
 
     fn vconst<T: Copy + Into<u64>>(&mut self, ty: Type, lanes: &[T]) -> Value {
         let width = 16 / lanes.len();
-        let bytes: Vec<u8> =
-            lanes.iter().flat_map(|&l| l.into().to_le_bytes().into_iter().take(width)).collect();
+        let bytes: Vec<u8> = lanes
+            .iter()
+            .flat_map(|&l| l.into().to_le_bytes().into_iter().take(width))
+            .collect();
         let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
         self.b.ins().vconst(ty, c)
     }
@@ -446,7 +517,12 @@ impl<'f> Gen<'_, 'f> {
             }
         }
     }
-    fn map2(&mut self, a: V, b: V, mut f: impl FnMut(&mut FunctionBuilder<'f>, Value, Value) -> Value) -> V {
+    fn map2(
+        &mut self,
+        a: V,
+        b: V,
+        mut f: impl FnMut(&mut FunctionBuilder<'f>, Value, Value) -> Value,
+    ) -> V {
         match (a, b) {
             (V::One(x), V::One(y)) => V::One(f(self.b, x, y)),
             (V::Two(x0, x1), V::Two(y0, y1)) => {
@@ -475,7 +551,13 @@ impl<'f> Gen<'_, 'f> {
         }
     }
     /// Bitwise op on the integer view of a value of type `t`.
-    fn bitwise(&mut self, t: VarType, a: V, b: V, f: impl FnMut(&mut FunctionBuilder<'f>, Value, Value) -> Value) -> V {
+    fn bitwise(
+        &mut self,
+        t: VarType,
+        a: V,
+        b: V,
+        f: impl FnMut(&mut FunctionBuilder<'f>, Value, Value) -> Value,
+    ) -> V {
         let a = self.bc_v(ivty(t), a);
         let b = self.bc_v(ivty(t), b);
         let r = self.map2(a, b, f);
@@ -493,7 +575,13 @@ impl<'f> Gen<'_, 'f> {
     /// A value of type `t` from four lane scalars of type `lane_ty(t)` (or its integer twin).
     fn build(&mut self, t: VarType, lanes: &[Value]) -> V {
         if is_wide(t) {
-            let ty = self.b.func.dfg.value_type(lanes[0]).by(2).expect("64-bit lanes");
+            let ty = self
+                .b
+                .func
+                .dfg
+                .value_type(lanes[0])
+                .by(2)
+                .expect("64-bit lanes");
             let mut halves = [lanes[0]; 2];
             for (h, half) in halves.iter_mut().enumerate() {
                 let v = self.b.ins().scalar_to_vector(ty, lanes[2 * h]);
@@ -501,7 +589,13 @@ impl<'f> Gen<'_, 'f> {
             }
             V::Two(halves[0], halves[1])
         } else {
-            let ty = self.b.func.dfg.value_type(lanes[0]).by(4).expect("32-bit lanes");
+            let ty = self
+                .b
+                .func
+                .dfg
+                .value_type(lanes[0])
+                .by(4)
+                .expect("32-bit lanes");
             let mut v = self.b.ins().scalar_to_vector(ty, lanes[0]);
             for (l, &x) in lanes.iter().enumerate().skip(1) {
                 v = self.b.ins().insertlane(v, x, l as u8);
@@ -510,7 +604,12 @@ impl<'f> Gen<'_, 'f> {
         }
     }
     /// Per-lane scalar fallback: `f` maps the lane scalars of `args` to one scalar of `lane_ty(out)`.
-    fn scalar_map(&mut self, out: VarType, args: &[V], mut f: impl FnMut(&mut FunctionBuilder<'f>, &[Value]) -> Value) -> V {
+    fn scalar_map(
+        &mut self,
+        out: VarType,
+        args: &[V],
+        mut f: impl FnMut(&mut FunctionBuilder<'f>, &[Value]) -> Value,
+    ) -> V {
         let mut lanes = Vec::with_capacity(4);
         for l in 0..W as usize {
             let xs: Vec<Value> = args.iter().map(|&a| self.extract(a, l)).collect();
@@ -522,7 +621,11 @@ impl<'f> Gen<'_, 'f> {
     /// Byte address of element `lane` of parameter `p` (elements of type `t`).
     fn elem_addr(&mut self, p: usize, t: VarType, lane: Value) -> Result<Value, String> {
         let base = self.bases[p].ok_or_else(|| format!("parameter p{p} not loaded"))?;
-        let off = if log2_size(t) == 0 { lane } else { self.b.ins().ishl_imm(lane, log2_size(t)) };
+        let off = if log2_size(t) == 0 {
+            lane
+        } else {
+            self.b.ins().ishl_imm(lane, log2_size(t))
+        };
         Ok(self.b.ins().iadd(base, off))
     }
 
@@ -719,7 +822,9 @@ impl<'f> Gen<'_, 'f> {
             Op::Fma => {
                 let (a, b, c) = (arg(self, 0)?, arg(self, 1)?, arg(self, 2)?);
                 match t {
-                    VarType::F32 | VarType::F64 => self.map3(a, b, c, |b, x, y, z| b.ins().fma(x, y, z)),
+                    VarType::F32 | VarType::F64 => {
+                        self.map3(a, b, c, |b, x, y, z| b.ins().fma(x, y, z))
+                    }
                     VarType::Bool => self.map3(a, b, c, |b, x, y, z| {
                         let xy = b.ins().band(x, y);
                         b.ins().bor(xy, z)
@@ -732,7 +837,9 @@ impl<'f> Gen<'_, 'f> {
             }
             Op::Select => {
                 let (m, x, y) = (arg(self, 0)?, arg(self, 1)?, arg(self, 2)?);
-                let V::One(m) = m else { return Err("select mask is not a mask".into()) };
+                let V::One(m) = m else {
+                    return Err("select mask is not a mask".into());
+                };
                 match (x, y) {
                     (V::One(x), V::One(y)) => {
                         let m = self.bc(vty(t), m);
@@ -763,12 +870,21 @@ impl<'f> Gen<'_, 'f> {
         Ok(Some(v))
     }
 
-    fn binary(&mut self, op: Op, t: VarType, a: V, b: V, amount_uniform: bool) -> Result<V, String> {
+    fn binary(
+        &mut self,
+        op: Op,
+        t: VarType,
+        a: V,
+        b: V,
+        amount_uniform: bool,
+    ) -> Result<V, String> {
         if t == VarType::Bool {
             // Masks: add/max are `or`, mul/min are `and`, sub is `xor`. `div` has no definition in
             // `op` for masks (the interpreter panics); `a & b` is x / y with x / 0 == 0.
             return Ok(match op {
-                Op::And | Op::Mul | Op::Min | Op::Div => self.map2(a, b, |b, x, y| b.ins().band(x, y)),
+                Op::And | Op::Mul | Op::Min | Op::Div => {
+                    self.map2(a, b, |b, x, y| b.ins().band(x, y))
+                }
                 Op::Or | Op::Add | Op::Max => self.map2(a, b, |b, x, y| b.ins().bor(x, y)),
                 Op::Xor | Op::Sub => self.map2(a, b, |b, x, y| b.ins().bxor(x, y)),
                 _ => return Err(format!("{op} on bool")),
@@ -901,11 +1017,11 @@ impl<'f> Gen<'_, 'f> {
             };
             self.map2(a, b, |b, x, y| b.ins().icmp(cc, x, y))
         };
-        self.to_mask(r)
+        self.mask_of(r)
     }
 
     /// A lane-wise comparison result (one `I32X4` or two `I64X2`) as one `I32X4` mask.
-    fn to_mask(&mut self, r: V) -> V {
+    fn mask_of(&mut self, r: V) -> V {
         match r {
             V::One(m) => V::One(self.bc(I32X4, m)),
             V::Two(lo, hi) => V::One(self.narrow32(lo, hi)),
@@ -922,7 +1038,7 @@ impl<'f> Gen<'_, 'f> {
             let zero = self.vconst(ivty(t), &[0u32; 4]);
             self.map1(a, |b, x| b.ins().icmp(IntCC::NotEqual, x, zero))
         };
-        self.to_mask(r)
+        self.mask_of(r)
     }
 
     fn cast(&mut self, from: VarType, to: VarType, a: V) -> V {
@@ -931,7 +1047,9 @@ impl<'f> Gen<'_, 'f> {
             (F32, F32) | (F64, F64) => a,
             (_, Bool) => self.nonzero(from, a),
             (Bool, _) => {
-                let V::One(m) = a else { unreachable!("masks are one vector") };
+                let V::One(m) = a else {
+                    unreachable!("masks are one vector")
+                };
                 // 0/-1 lanes, and-ed with the bits of 1 in the target type.
                 if is_wide(to) {
                     let one = if to == F64 { 1f64.to_bits() } else { 1 };
@@ -981,12 +1099,20 @@ impl<'f> Gen<'_, 'f> {
             }
             (I64, F64) => self.map1(a, |b, x| b.ins().fcvt_from_sint(F64X2, x)),
             (U64, F64) => self.map1(a, |b, x| b.ins().fcvt_from_uint(F64X2, x)),
-            (I64, F32) => self.scalar_map(F32, &[a], |b, xs| b.ins().fcvt_from_sint(ct::F32, xs[0])),
-            (U64, F32) => self.scalar_map(F32, &[a], |b, xs| b.ins().fcvt_from_uint(ct::F32, xs[0])),
+            (I64, F32) => {
+                self.scalar_map(F32, &[a], |b, xs| b.ins().fcvt_from_sint(ct::F32, xs[0]))
+            }
+            (U64, F32) => {
+                self.scalar_map(F32, &[a], |b, xs| b.ins().fcvt_from_uint(ct::F32, xs[0]))
+            }
             (F32, I32) => self.map1(a, |b, x| b.ins().fcvt_to_sint_sat(I32X4, x)),
             (F32, U32) => self.map1(a, |b, x| b.ins().fcvt_to_uint_sat(I32X4, x)),
-            (F32 | F64, I64) => self.scalar_map(I64, &[a], |b, xs| b.ins().fcvt_to_sint_sat(ct::I64, xs[0])),
-            (F32 | F64, U64) => self.scalar_map(U64, &[a], |b, xs| b.ins().fcvt_to_uint_sat(ct::I64, xs[0])),
+            (F32 | F64, I64) => {
+                self.scalar_map(I64, &[a], |b, xs| b.ins().fcvt_to_sint_sat(ct::I64, xs[0]))
+            }
+            (F32 | F64, U64) => {
+                self.scalar_map(U64, &[a], |b, xs| b.ins().fcvt_to_uint_sat(ct::I64, xs[0]))
+            }
             (F64, I32 | U32) => {
                 let V::Two(lo, hi) = a else { unreachable!() };
                 let signed = to == I32;
@@ -1009,7 +1135,10 @@ impl<'f> Gen<'_, 'f> {
             (F32, F64) => {
                 let V::One(x) = a else { unreachable!() };
                 let high = self.high_to_low(x);
-                V::Two(self.b.ins().fvpromote_low(x), self.b.ins().fvpromote_low(high))
+                V::Two(
+                    self.b.ins().fvpromote_low(x),
+                    self.b.ins().fvpromote_low(high),
+                )
             }
             (F64, F32) => {
                 let V::Two(lo, hi) = a else { unreachable!() };
@@ -1032,7 +1161,9 @@ impl<'f> Gen<'_, 'f> {
 
     /// The mask of active lanes (below `end`) and-ed with `mask`.
     fn active_mask(&mut self, mask: V) -> Result<Value, String> {
-        let V::One(m) = mask else { return Err("mask is not a mask".into()) };
+        let V::One(m) = mask else {
+            return Err("mask is not a mask".into());
+        };
         let active = self.active.ok_or("active mask missing")?;
         Ok(self.b.ins().band(m, active))
     }
@@ -1055,7 +1186,10 @@ impl<'f> Gen<'_, 'f> {
             // Unsigned compare: negative indices (and u64 ones past i64::MAX) are huge, hence out.
             let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, ix, len);
             let ok = self.b.ins().band(on, inside);
-            let outside = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, ix, len);
+            let outside = self
+                .b
+                .ins()
+                .icmp(IntCC::UnsignedGreaterThanOrEqual, ix, len);
             let bad = self.b.ins().band(on, outside);
             let bad = self.b.ins().uextend(I64, bad);
             bad_total = Some(match bad_total {
@@ -1074,7 +1208,11 @@ impl<'f> Gen<'_, 'f> {
             };
             let zero = self.b.ins().iconst(elt, 0);
             let x = self.b.ins().select(ok, x, zero);
-            let x = if t == VarType::Bool { self.b.ins().ineg(x) } else { x };
+            let x = if t == VarType::Bool {
+                self.b.ins().ineg(x)
+            } else {
+                x
+            };
             lanes.push(x);
         }
         let count = self.b.use_var(oob_var);
@@ -1085,7 +1223,16 @@ impl<'f> Gen<'_, 'f> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn scatter(&mut self, p: usize, t: VarType, op_ty: u32, val: V, idx: V, ity: VarType, mask: V) -> Result<(), String> {
+    fn scatter(
+        &mut self,
+        p: usize,
+        t: VarType,
+        op_ty: u32,
+        val: V,
+        idx: V,
+        ity: VarType,
+        mask: V,
+    ) -> Result<(), String> {
         let m = self.active_mask(mask)?;
         let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
         let base = self.bases[p].ok_or_else(|| format!("parameter p{p} not loaded"))?;
@@ -1132,14 +1279,20 @@ mod tests {
     fn compiles_and_reports_invalid_kernels() {
         let be = CraneliftBackend::new().unwrap();
         let k = Kernel {
-            params: vec![Param { ty: VarType::F32, kind: ParamKind::Output }],
+            params: vec![Param {
+                ty: VarType::F32,
+                kind: ParamKind::Output,
+            }],
             insts: vec![
                 Inst::new(Op::Literal, VarType::F32, &[], 1.5f32.to_bits() as u64),
                 Inst::new(Op::Store, VarType::F32, &[0], 0),
             ],
         };
         assert!(be.compile(&k).is_ok());
-        let bad = Kernel { params: vec![], insts: vec![Inst::new(Op::Store, VarType::F32, &[0], 0)] };
+        let bad = Kernel {
+            params: vec![],
+            insts: vec![Inst::new(Op::Store, VarType::F32, &[0], 0)],
+        };
         match be.compile(&bad) {
             Err(Error::Compile { backend, hash, .. }) => {
                 assert_eq!(backend, "cranelift");

@@ -1,0 +1,835 @@
+//! Measured ratios of kiln against hand-written Rust, against the performance targets of the issue.
+//!
+//! One run measures six workloads and prints a table: kiln's figure, the hand-written rayon loop's
+//! figure (and a plain parallel copy's bandwidth where relevant), the ratio, the target and whether
+//! it was met, then notes (result checks, best runs, variants of the baselines).
+//!
+//! ```text
+//! cargo run --release --example bench_report              # full run (under a minute on 2 cores)
+//! cargo run --release --example bench_report -- --quick   # fewer repetitions (well under 30 s)
+//! cargo run --release --example bench_report -- --n 1000000   # other size for rows 1-3
+//! ```
+//!
+//! Every figure is the median of several timed runs after one warm-up run; kiln and its baselines
+//! run in turn within each round, so that load from other processes hits both alike. kiln's times
+//! include tracing and the cache lookup (the kernels are compiled during the warm-up), except in the
+//! compile row, which times compilation alone (`kiln::stats().compile_ns`).
+//!
+//! The rayon baselines are written the way a careful Rust programmer would write them: the output
+//! buffer is allocated once and reused, work is split with `par_chunks_mut`, inner loops are plain
+//! iterators LLVM can vectorise, and on x86-64 they are compiled for AVX2 as well (picked at run
+//! time; the notes also give the baseline-ISA figure). They run on rayon's global pool; kiln runs
+//! on its own pool (`KILN_THREADS`). The bandwidth baselines also run on memory with 2 MiB pages
+//! (kiln's allocator uses them for its own arrays) and the table shows the faster variant.
+
+use kiln::prelude::*;
+use rayon::prelude::*;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// Elements per rayon work item (256 KiB of `f32`): large enough to amortise scheduling, small
+/// enough to balance two to a few dozen cores.
+const CHUNK: usize = 1 << 16;
+
+// -------------------------------------------------------------------------------------------------
+// Timing
+
+/// Median and minimum of the timed runs of one measurement.
+#[derive(Clone, Copy, Debug)]
+struct Timing {
+    median: f64,
+    min: f64,
+    runs: usize,
+}
+
+impl Timing {
+    fn of(mut samples: Vec<f64>) -> Timing {
+        samples.sort_by(f64::total_cmp);
+        let mid = samples.len() / 2;
+        let median = if samples.len() % 2 == 1 {
+            samples[mid]
+        } else {
+            0.5 * (samples[mid - 1] + samples[mid])
+        };
+        Timing {
+            median,
+            min: samples[0],
+            runs: samples.len(),
+        }
+    }
+}
+
+/// Run each of `fs` once to warm up, then up to `reps` rounds in which each runs once in turn (so
+/// that they see the same machine conditions; fewer rounds if `budget` runs out, at least one),
+/// and summarise the durations each reports (in seconds). Each function times itself, so that it
+/// can leave setup and clean-up out of the measurement.
+fn measure_all<const K: usize>(
+    reps: usize,
+    budget: Duration,
+    mut fs: [&mut dyn FnMut() -> f64; K],
+) -> [Timing; K] {
+    let start = Instant::now();
+    for f in fs.iter_mut() {
+        black_box(f());
+    }
+    let mut samples: [Vec<f64>; K] = std::array::from_fn(|_| Vec::with_capacity(reps));
+    for round in 0..reps.max(1) {
+        for (f, s) in fs.iter_mut().zip(samples.iter_mut()) {
+            s.push(f());
+        }
+        if round + 1 < reps && start.elapsed() > budget {
+            break;
+        }
+    }
+    samples.map(Timing::of)
+}
+
+/// [`measure_all`] of one function.
+fn measure(reps: usize, budget: Duration, mut f: impl FnMut() -> f64) -> Timing {
+    let [t] = measure_all(reps, budget, [&mut f]);
+    t
+}
+
+/// Seconds `f` takes.
+fn time(f: impl FnOnce()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64()
+}
+
+// -------------------------------------------------------------------------------------------------
+// Hand-written baselines
+
+/// Set to measure the baselines as compiled for the target's baseline ISA only (SSE2 on x86-64),
+/// as a plain `cargo build --release` without `-C target-cpu` would.
+static GENERIC_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Define `fn $name(args) -> ret` from a body written once: compiled for the baseline target and,
+/// on x86-64, again with AVX2 enabled, chosen at run time (what `multiversion` crates do).
+macro_rules! multiversion {
+    (fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn generic($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    generic($($arg),*)
+                }
+                if !GENERIC_ONLY.load(Relaxed) && std::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU supports AVX2 (checked just above).
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            generic($($arg),*)
+        }
+    };
+}
+
+multiversion! {
+    fn saxpy_chunk(a: f32, x: &[f32], y: &[f32], out: &mut [f32]) {
+        for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
+            *o = a * x + y;
+        }
+    }
+}
+
+/// `out = a * x + y` on all cores.
+fn saxpy_rayon(a: f32, x: &[f32], y: &[f32], out: &mut [f32]) {
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .zip(y.par_chunks(CHUNK))
+        .for_each(|((o, x), y)| saxpy_chunk(a, x, y, o));
+}
+
+/// `dst = src` on all cores (the bandwidth reference).
+fn copy_rayon(src: &[f32], dst: &mut [f32]) {
+    dst.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// An `f32` buffer from kiln's caching allocator, which backs large blocks with 2 MiB pages
+/// (`madvise(MADV_HUGEPAGE)`), as kiln's own arrays are: the bandwidth baselines run on both this
+/// and plain `Vec`s so that page size does not decide the comparison.
+struct HugeBuf {
+    block: Option<kiln::kiln_core::alloc::Block>,
+    len: usize,
+}
+
+impl HugeBuf {
+    fn from_slice(data: &[f32]) -> HugeBuf {
+        let block = kiln::kiln_core::alloc::alloc(std::mem::size_of_val(data), &|| {
+            "a baseline buffer".into()
+        })
+        .unwrap_or_else(|e| panic!("bench_report: {e}"));
+        let mut b = HugeBuf {
+            block: Some(block),
+            len: data.len(),
+        };
+        b.slice_mut().copy_from_slice(data);
+        b
+    }
+    fn slice(&self) -> &[f32] {
+        let p = self
+            .block
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |b| b.as_ptr());
+        // SAFETY: the block holds at least `len` f32s, is 64-byte aligned, initialised by
+        // `from_slice`, and owned by `self` for the borrow's lifetime.
+        unsafe { std::slice::from_raw_parts(p as *const f32, self.len) }
+    }
+    fn slice_mut(&mut self) -> &mut [f32] {
+        let p = self
+            .block
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |b| b.as_ptr());
+        // SAFETY: as in `slice`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(p as *mut f32, self.len) }
+    }
+}
+
+impl Drop for HugeBuf {
+    fn drop(&mut self) {
+        if let Some(b) = self.block.take() {
+            kiln::kiln_core::alloc::free(b);
+        }
+    }
+}
+
+/// The fused chain of the README, one element.
+#[inline(always)]
+fn chain_scalar(x: f32) -> f32 {
+    (x * x + 1.0).tanh() * (-x).exp() + x.abs().sqrt()
+}
+
+/// `out = chain(x)` on all cores with std's `tanh`, `exp` and `sqrt`.
+fn chain_rayon(x: &[f32], out: &mut [f32]) {
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(o, x)| {
+            for (o, &x) in o.iter_mut().zip(x) {
+                *o = chain_scalar(x);
+            }
+        });
+}
+
+/// pcg32's LCG multiplier.
+const PCG_MULT: u64 = 6_364_136_223_846_793_005;
+/// pcg32's default initial state (`PCG32_INITIALIZER`).
+const PCG_INITSTATE: u64 = 0x853c_49e6_748f_ea9b;
+
+/// One pcg32 step (`pcg32_random_r`): advance the state, return XSH RR of the old state.
+#[inline(always)]
+fn pcg32_next(state: &mut u64, inc: u64) -> u32 {
+    let old = *state;
+    *state = old.wrapping_mul(PCG_MULT).wrapping_add(inc);
+    let xorshifted = (((old >> 18) ^ old) >> 27) as u32;
+    xorshifted.rotate_right((old >> 59) as u32)
+}
+
+/// `pcg32_srandom_r(initstate, initseq)`: the generator's `(state, inc)`.
+#[inline(always)]
+fn pcg32_seed(initstate: u64, initseq: u64) -> (u64, u64) {
+    let inc = (initseq << 1) | 1;
+    let mut state = 0u64;
+    pcg32_next(&mut state, inc);
+    state = state.wrapping_add(initstate);
+    pcg32_next(&mut state, inc);
+    (state, inc)
+}
+
+/// A uniform `f32` in `[0, 1)` from the top 23 bits of a draw (as `Pcg32::next_f32`).
+#[inline(always)]
+fn pcg32_f32(state: &mut u64, inc: u64) -> f32 {
+    f32::from_bits((pcg32_next(state, inc) >> 9) | 0x3f80_0000) - 1.0
+}
+
+multiversion! {
+    fn monte_carlo_range(start: u64, end: u64) -> u64 {
+        (start..end)
+            .map(|i| {
+                let (mut s, inc) = pcg32_seed(PCG_INITSTATE, i);
+                let x = pcg32_f32(&mut s, inc) * 2.0 - 1.0;
+                let y = pcg32_f32(&mut s, inc) * 2.0 - 1.0;
+                let z = pcg32_f32(&mut s, inc) * 2.0 - 1.0;
+                u64::from(x * x + y * y + z * z < 1.0)
+            })
+            .sum()
+    }
+}
+
+/// Number of the `n` points (lane `i` on pcg32 stream `i`) inside the unit sphere, on all cores.
+fn monte_carlo_rayon(n: usize) -> u64 {
+    (0..n.div_ceil(CHUNK))
+        .into_par_iter()
+        .map(|c| {
+            let start = c * CHUNK;
+            monte_carlo_range(start as u64, (start + CHUNK).min(n) as u64)
+        })
+        .sum()
+}
+
+// -------------------------------------------------------------------------------------------------
+// kiln versions
+
+fn monte_carlo_kiln(n: usize) -> u64 {
+    let mut rng = Pcg32::new(n);
+    let v = Vector3f::new(
+        rng.next_f32() * 2.0 - 1.0,
+        rng.next_f32() * 2.0 - 1.0,
+        rng.next_f32() * 2.0 - 1.0,
+    );
+    let inside = v.squared_norm().lt(1.0);
+    drop((v, rng));
+    inside.count()
+}
+
+fn chain_kiln(x: &Float32) -> Float32 {
+    (x * x + 1.0).tanh() * (-x).exp() + x.abs().sqrt()
+}
+
+// -------------------------------------------------------------------------------------------------
+// The report
+
+/// How a row's figure compares with its target.
+#[derive(Clone, Copy)]
+enum Goal {
+    AtLeast(f64),
+    AtMost(f64),
+}
+
+impl Goal {
+    fn met(self, value: f64) -> bool {
+        match self {
+            Goal::AtLeast(t) => value >= t,
+            Goal::AtMost(t) => value <= t,
+        }
+    }
+}
+
+struct Row {
+    name: String,
+    kiln: String,
+    rayon: String,
+    copy: String,
+    ratio: String,
+    target: String,
+    met: bool,
+}
+
+impl Row {
+    fn new(name: &str, kiln: String, goal: Goal, value: f64, target: &str) -> Row {
+        Row {
+            name: name.into(),
+            kiln,
+            rayon: "-".into(),
+            copy: "-".into(),
+            ratio: "-".into(),
+            target: target.into(),
+            met: value.is_finite() && goal.met(value),
+        }
+    }
+}
+
+/// Measures one row, adding remarks to the notes.
+type RowFn = fn(&Config, &mut Vec<String>) -> Row;
+
+struct Config {
+    quick: bool,
+    n: usize,
+    /// Repetitions of the large (10M) measurements.
+    reps: usize,
+    /// Time budget per large measurement.
+    budget: Duration,
+}
+
+fn ms(s: f64) -> String {
+    format!("{:.2} ms", s * 1e3)
+}
+
+fn gbs(bytes: f64, s: f64) -> String {
+    format!("{:.2} GB/s", bytes / s / 1e9)
+}
+
+fn millions(n: usize) -> String {
+    if n % 1_000_000 == 0 {
+        format!("{}M", n / 1_000_000)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Row 1: saxpy: kiln's bandwidth against a parallel copy's.
+fn row_saxpy(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = cfg.n;
+    let a = 1.5f32;
+    let xs: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.001).collect();
+    let ys: Vec<f32> = (0..n).map(|i| (i % 777) as f32 * 0.5).collect();
+    let x = Float32::from_slice(&xs);
+    let y = Float32::from_slice(&ys);
+    // the baselines on plain `Vec`s (4 KiB pages here unless THP is "always") and on buffers from
+    // kiln's allocator (2 MiB pages, as kiln's own arrays get): the table shows the faster
+    let (xh, yh) = (HugeBuf::from_slice(&xs), HugeBuf::from_slice(&ys));
+    let mut out = vec![0.0f32; n];
+    let mut out_generic = vec![0.0f32; n];
+    let mut out_huge = HugeBuf::from_slice(&out);
+    let mut dst = vec![0.0f32; n];
+    let mut dst_huge = HugeBuf::from_slice(&dst);
+
+    let [kiln, rayon_vec, rayon_huge, rayon_generic, copy_vec, copy_huge] = measure_all(
+        cfg.reps,
+        cfg.budget,
+        [
+            &mut || {
+                let mut result = None;
+                let s = time(|| {
+                    let r = &x * a + &y;
+                    r.eval();
+                    result = Some(r);
+                });
+                drop(black_box(result));
+                s
+            },
+            &mut || time(|| saxpy_rayon(a, black_box(&xs), black_box(&ys), &mut out)),
+            &mut || time(|| saxpy_rayon(a, xh.slice(), yh.slice(), out_huge.slice_mut())),
+            &mut || {
+                GENERIC_ONLY.store(true, Relaxed);
+                let s = time(|| saxpy_rayon(a, black_box(&xs), black_box(&ys), &mut out_generic));
+                GENERIC_ONLY.store(false, Relaxed);
+                s
+            },
+            &mut || time(|| copy_rayon(black_box(&xs), &mut dst)),
+            &mut || time(|| copy_rayon(xh.slice(), dst_huge.slice_mut())),
+        ],
+    );
+    black_box((&dst, &dst_huge));
+
+    let k = (&x * a + &y).to_vec();
+    let ok = k == out && out == out_generic && out_huge.slice() == &out[..];
+    notes.push(format!(
+        "saxpy: kiln result {} the rayon loop's",
+        if ok { "equals" } else { "DIFFERS FROM" }
+    ));
+    let (saxpy_bytes, copy_bytes) = (12.0 * n as f64, 8.0 * n as f64);
+    let rayon = rayon_vec.median.min(rayon_huge.median);
+    let copy = copy_vec.median.min(copy_huge.median);
+    let ratio = (saxpy_bytes / kiln.median) / (copy_bytes / copy);
+    notes.push(format!(
+        "saxpy: bytes counted read + written: saxpy 12 B/elem, copy 8 B/elem; rayon saxpy = {:.2}x copy bandwidth",
+        (saxpy_bytes / rayon) / (copy_bytes / copy),
+    ));
+    notes.push(format!(
+        "saxpy: rayon on Vec {}, on 2 MiB pages {}, on Vec for the baseline ISA only {}; copy on Vec {}, on 2 MiB pages {} (the table shows the faster)",
+        gbs(saxpy_bytes, rayon_vec.median),
+        gbs(saxpy_bytes, rayon_huge.median),
+        gbs(saxpy_bytes, rayon_generic.median),
+        gbs(copy_bytes, copy_vec.median),
+        gbs(copy_bytes, copy_huge.median),
+    ));
+    notes.push(format!(
+        "saxpy: best runs: kiln {}, rayon {}, copy {}",
+        gbs(saxpy_bytes, kiln.min),
+        gbs(saxpy_bytes, rayon_vec.min.min(rayon_huge.min)),
+        gbs(copy_bytes, copy_vec.min.min(copy_huge.min)),
+    ));
+    let mut row = Row::new(
+        &format!("saxpy {} f32", millions(n)),
+        gbs(saxpy_bytes, kiln.median),
+        Goal::AtLeast(0.8),
+        if ok { ratio } else { f64::NAN },
+        ">= 0.80x copy",
+    );
+    row.rayon = gbs(saxpy_bytes, rayon);
+    row.copy = gbs(copy_bytes, copy);
+    row.ratio = format!("{ratio:.2}x copy");
+    row
+}
+
+/// Row 2: The fused chain with transcendental functions against std's scalar functions.
+fn row_chain(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = cfg.n;
+    let x = Float32::linspace(-2.0, 2.0, n);
+    x.eval();
+    let xs = x.to_vec();
+
+    let mut out = vec![0.0f32; n];
+    let [kiln, rayon] = measure_all(
+        cfg.reps,
+        cfg.budget,
+        [
+            &mut || {
+                let mut result = None;
+                let s = time(|| {
+                    let y = chain_kiln(&x);
+                    y.eval();
+                    result = Some(y);
+                });
+                drop(black_box(result));
+                s
+            },
+            &mut || time(|| chain_rayon(black_box(&xs), &mut out)),
+        ],
+    );
+
+    let k = chain_kiln(&x).to_vec();
+    let max_err = k
+        .iter()
+        .zip(&out)
+        .map(|(a, b)| ((a - b) / b.abs().max(1e-3)).abs())
+        .fold(0.0f32, f32::max);
+    let ok = max_err < 1e-4;
+    notes.push(format!(
+        "fused chain: max relative difference kiln vs std {max_err:.1e} ({})",
+        if ok { "ok" } else { "TOO LARGE" }
+    ));
+    notes.push(format!(
+        "fused chain: best runs: kiln {}, rayon {} ({:.2}x)",
+        ms(kiln.min),
+        ms(rayon.min),
+        rayon.min / kiln.min
+    ));
+    let speedup = rayon.median / kiln.median;
+    let mut row = Row::new(
+        &format!("fused chain {} f32", millions(n)),
+        ms(kiln.median),
+        Goal::AtLeast(10.0),
+        if ok { speedup } else { f64::NAN },
+        ">= 10x rayon",
+    );
+    row.rayon = ms(rayon.median);
+    row.ratio = format!("{speedup:.2}x faster");
+    row
+}
+
+/// Row 3: Monte Carlo sphere volume: trace + compile (cached) + run + count, against the same PCG32
+/// in a rayon loop.
+fn row_monte_carlo(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = cfg.n;
+    let (mut k_count, mut r_count, mut g_count) = (0, 0, 0);
+    let [kiln, rayon, rayon_generic] = measure_all(
+        cfg.reps,
+        cfg.budget,
+        [
+            &mut || time(|| k_count = black_box(monte_carlo_kiln(n))),
+            &mut || time(|| r_count = black_box(monte_carlo_rayon(black_box(n)))),
+            &mut || {
+                GENERIC_ONLY.store(true, Relaxed);
+                let s = time(|| g_count = black_box(monte_carlo_rayon(black_box(n))));
+                GENERIC_ONLY.store(false, Relaxed);
+                s
+            },
+        ],
+    );
+    notes.push(format!(
+        "monte carlo: best runs: kiln {}, rayon {} ({:.2}x); rayon for the baseline ISA only: {} ({:.2}x)",
+        ms(kiln.min),
+        ms(rayon.min),
+        rayon.min / kiln.min,
+        ms(rayon_generic.median),
+        rayon_generic.median / kiln.median
+    ));
+    let ok = k_count == r_count && r_count == g_count;
+    notes.push(format!(
+        "monte carlo: inside count kiln {k_count}, rayon {r_count} ({}); pi/6 estimate {:.5}",
+        if ok { "equal" } else { "DIFFERENT" },
+        k_count as f64 / n as f64
+    ));
+    let speedup = rayon.median / kiln.median;
+    let mut row = Row::new(
+        &format!("monte carlo {}", millions(n)),
+        ms(kiln.median),
+        Goal::AtLeast(1.0),
+        if ok { speedup } else { f64::NAN },
+        ">= 1.0x rayon",
+    );
+    row.rayon = ms(rayon.median);
+    row.ratio = format!("{speedup:.2}x faster");
+    row
+}
+
+/// Row 4: Launch overhead: trace + cache lookup + launch + output allocation of a tiny kernel.
+fn row_launch(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    const LAUNCHES: usize = 1000;
+    let x = Float32::arange(1024);
+    x.eval();
+    let before = kiln::stats();
+    let t = measure(if cfg.quick { 5 } else { 15 }, cfg.budget, || {
+        time(|| {
+            for _ in 0..LAUNCHES {
+                let y = &x * 2.0 + 1.0;
+                y.eval();
+                black_box(&y);
+            }
+        }) / LAUNCHES as f64
+    });
+    let after = kiln::stats();
+    notes.push(format!(
+        "cached launch: {} batches of {LAUNCHES}: {} compiles (warm-up), {} cache hits",
+        t.runs,
+        after.kernels_compiled - before.kernels_compiled,
+        after.cache_hits - before.cache_hits
+    ));
+    notes.push(format!(
+        "cached launch: best batch {:.2} us/launch",
+        t.min * 1e6
+    ));
+    let us = t.median * 1e6;
+    Row::new(
+        "cached launch n=1024",
+        format!("{us:.2} us/launch"),
+        Goal::AtMost(5.0),
+        us,
+        "<= 5 us",
+    )
+}
+
+/// Row 5: Cold compile of a 200-op kernel (every measurement a new kernel: its literals differ).
+fn row_compile(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    const OPS: usize = 200;
+    let x = Float32::linspace(0.5, 1.0, 1024);
+    x.eval();
+    // a salt per process, so that a disk cache (if any) cannot have seen these kernels either
+    let salt = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() % 4096)
+        .unwrap_or(0) as f32;
+    let mut sample = 0u32;
+    let mut insts = 0;
+    let mut misses = true;
+    let mut eval_wall = Vec::new();
+    let chain = |sample: u32| {
+        let mut y = x.clone();
+        for i in 0..OPS {
+            let c = 1.25 + i as f32 / 1024.0 + (sample as f32 + salt / 4096.0) / 64.0;
+            y = match i % 4 {
+                0 => &y * c,
+                1 => &y + &x,
+                2 => &y - c,
+                _ => &y * &x,
+            };
+        }
+        y
+    };
+    let t = measure(if cfg.quick { 7 } else { 21 }, cfg.budget, || {
+        sample += 1;
+        let y = chain(sample);
+        if let Some(k) = kiln::kiln_core::kernels_for(&[y.id()]).first() {
+            insts = k.len();
+        }
+        let before = kiln::stats();
+        let wall = time(|| {
+            y.eval();
+        });
+        let after = kiln::stats();
+        eval_wall.push(wall);
+        misses &= after.kernels_compiled == before.kernels_compiled + 1;
+        (after.compile_ns - before.compile_ns) as f64 * 1e-9
+    });
+    notes.push(format!(
+        "cold compile: {OPS} traced ops -> kernel of {insts} instructions (loads, literals, stores included); {} samples, every one a cache miss: {}; min {:.2} ms; whole eval (schedule + compile + run) median {:.2} ms",
+        t.runs,
+        if misses { "yes" } else { "NO" },
+        t.min * 1e3,
+        Timing::of(eval_wall).median * 1e3
+    ));
+    if kiln::backend() == kiln::BackendKind::Interp {
+        notes.push(
+            "cold compile: the interpreter generates no code, so this row says nothing".into(),
+        );
+    }
+    let v = t.median * 1e3;
+    Row::new(
+        "cold compile 200 ops",
+        format!("{v:.2} ms"),
+        Goal::AtMost(30.0),
+        if misses { v } else { f64::NAN },
+        "<= 30 ms",
+    )
+}
+
+/// Row 6: Tracing cost per binary op (chains of 100 ops on small evaluated arrays, then dropped).
+fn row_tracing(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    const CHAIN: usize = 100;
+    const CHAINS: usize = 1000;
+    let a = Float32::from_slice(&[1.0; 16]);
+    let b = Float32::from_slice(&[0.5; 16]);
+    let before = kiln::stats();
+    let t = measure(if cfg.quick { 5 } else { 15 }, cfg.budget, || {
+        time(|| {
+            for _ in 0..CHAINS {
+                let mut y = &a + &b;
+                for j in 1..CHAIN {
+                    y = if j % 2 == 0 { &y + &b } else { &y * &a };
+                }
+                drop(black_box(y));
+            }
+        }) / (CHAIN * CHAINS) as f64
+    });
+    let after = kiln::stats();
+    notes.push(format!(
+        "tracing: {} x {} ops traced and released; best {:.0} ns/op; variables alive before {}, after {}; no launches: {}",
+        CHAINS,
+        CHAIN,
+        t.min * 1e9,
+        before.vars_alive,
+        after.vars_alive,
+        after.launches == before.launches
+    ));
+    let ns = t.median * 1e9;
+    Row::new(
+        "tracing (binary op)",
+        format!("{ns:.0} ns/op"),
+        Goal::AtMost(300.0),
+        ns,
+        "<= 300 ns/op",
+    )
+}
+
+fn print_table(rows: &[Row]) {
+    let header = [
+        "workload", "kiln", "rayon", "copy", "ratio", "target", "result",
+    ];
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.name.clone(),
+                r.kiln.clone(),
+                r.rayon.clone(),
+                r.copy.clone(),
+                r.ratio.clone(),
+                r.target.clone(),
+                (if r.met { "MET" } else { "MISSED" }).to_string(),
+            ]
+        })
+        .collect();
+    let mut w = header.map(|h| h.chars().count());
+    for c in &cells {
+        for (wi, s) in w.iter_mut().zip(c) {
+            *wi = (*wi).max(s.chars().count());
+        }
+    }
+    let line = |c: &[String]| {
+        let mut s = String::new();
+        for (i, (cell, wi)) in c.iter().zip(w).enumerate() {
+            let pad = wi - cell.chars().count();
+            if i == 0 || i == 6 {
+                s.push_str(cell);
+                s.push_str(&" ".repeat(pad));
+            } else {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(cell);
+            }
+            if i < 6 {
+                s.push_str("  ");
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(&header.map(String::from));
+    println!("{}", "-".repeat(w.iter().sum::<usize>() + 2 * 6));
+    for c in &cells {
+        line(c);
+    }
+}
+
+fn main() {
+    let mut quick = false;
+    let mut n = 10_000_000;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--n" => match args.next().map(|v| v.replace('_', "").parse::<usize>()) {
+                Some(Ok(v)) if v > 0 => n = v,
+                _ => {
+                    eprintln!("bench_report: --n needs a positive number of elements");
+                    std::process::exit(2);
+                }
+            },
+            "-h" | "--help" => {
+                println!("usage: bench_report [--quick] [--n ELEMENTS]   (default 10_000_000)");
+                return;
+            }
+            other => {
+                eprintln!("bench_report: unknown argument {other:?} (try --help)");
+                std::process::exit(2);
+            }
+        }
+    }
+    let cfg = Config {
+        quick,
+        n,
+        reps: if quick { 7 } else { 31 },
+        budget: Duration::from_secs(if quick { 4 } else { 20 }),
+    };
+
+    let avx2 = {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::is_x86_feature_detected!("avx2")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    };
+    println!(
+        "kiln bench report{}: backend {}, kiln threads {}, rayon threads {}, baselines {}",
+        if quick { " (--quick)" } else { "" },
+        kiln::backend(),
+        kiln::kiln_core::launch::threads(),
+        rayon::current_num_threads(),
+        if avx2 { "AVX2" } else { "baseline ISA" }
+    );
+    println!(
+        "median of up to {} runs after one warm-up, kiln and baselines interleaved (fewer when a row's {} s budget runs out)",
+        cfg.reps,
+        cfg.budget.as_secs()
+    );
+    println!();
+
+    let start = Instant::now();
+    let mut notes = Vec::new();
+    let steps: [(&str, RowFn); 6] = [
+        ("saxpy", row_saxpy),
+        ("fused chain", row_chain),
+        ("monte carlo", row_monte_carlo),
+        ("cached launch", row_launch),
+        ("cold compile", row_compile),
+        ("tracing", row_tracing),
+    ];
+    let mut rows = Vec::new();
+    for (name, step) in steps {
+        let t = Instant::now();
+        rows.push(step(&cfg, &mut notes));
+        eprintln!("  measured {name} in {:.1} s", t.elapsed().as_secs_f64());
+    }
+    println!();
+    print_table(&rows);
+    println!();
+    let met = rows.iter().filter(|r| r.met).count();
+    println!(
+        "summary: {met}/{} targets met ({} backend, {:.1} s)",
+        rows.len(),
+        kiln::backend(),
+        start.elapsed().as_secs_f64()
+    );
+    println!();
+    println!("notes:");
+    for n in &notes {
+        println!("  {n}");
+    }
+    let s = kiln::stats();
+    println!(
+        "  engine: {} kernels compiled, {} cache hits, {} launches, compile {:.1} ms total, peak memory {:.1} MB",
+        s.kernels_compiled,
+        s.cache_hits,
+        s.launches,
+        s.compile_ns as f64 / 1e6,
+        s.bytes_peak as f64 / 1e6
+    );
+}
