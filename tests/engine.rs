@@ -490,3 +490,30 @@ fn integer_identities_fold() {
         assert!(f.to_vec()[0].is_nan());
     });
 }
+
+/// `KILN_DEBUG=1` turns out-of-range accesses into visible warnings naming the kernel. The variable is
+/// read once per process, so the check runs this test again in a child process with it set.
+#[test]
+fn debug_mode_reports_out_of_range_accesses() {
+    if std::env::var_os("KILN_DEBUG_CHILD").is_some() {
+        let src = Float32::from_slice(&[1.0, 2.0]);
+        let v = gather(&src, &UInt32::from_slice(&[0, 5])).to_vec();
+        let mut t = Float32::zeros(2);
+        scatter(&mut t, 1.0f32, &UInt32::from_slice(&[9]));
+        t.eval();
+        assert_eq!(v, vec![1.0, 0.0]);
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "debug_mode_reports_out_of_range_accesses", "--nocapture", "--test-threads=1"])
+        .env("KILN_DEBUG", "1")
+        .env("KILN_DEBUG_CHILD", "1")
+        .env_remove("KILN_LOG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 out-of-range gather reads"), "{text}");
+    assert!(text.contains("1 out-of-range scatter writes"), "{text}");
+    assert!(text.contains("kernel "), "the warning names the kernel hash: {text}");
+}

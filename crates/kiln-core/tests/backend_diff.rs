@@ -1565,7 +1565,7 @@ fn kernels_of_200_plus_instructions_compile_and_agree() {
 
 /// Rough performance numbers: `cargo test --release --test backend_diff -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "a measurement, not a check: run with --ignored --nocapture"]
 fn measure_compile_time_and_throughput() {
     use VarType::*;
     let k = big_kernel(200);
