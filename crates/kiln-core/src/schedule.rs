@@ -11,7 +11,7 @@
 use crate::backend::{self, Backend, BackendKind};
 use crate::cache;
 use crate::device;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernel::{Inst, Kernel, Param, ParamKind, Reg};
 use crate::launch::DEFAULT_BLOCK;
 use crate::op::Op;
@@ -427,12 +427,4 @@ pub fn debug_mode() -> bool {
             .map(|v| v != "0" && !v.is_empty())
             .unwrap_or(false)
     })
-}
-
-/// Error for asking a backend that does not exist here.
-pub fn unavailable(name: &str) -> Error {
-    Error::BackendUnavailable {
-        name: name.into(),
-        reason: "this build knows interp and cranelift (LLVM arrives with its own issue)".into(),
-    }
 }
