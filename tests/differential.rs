@@ -121,7 +121,6 @@ fn program(n: usize, seed: u64, len: usize) -> Vec<Node> {
                         Op::Ceil,
                         Op::Round,
                         Op::Trunc,
-                        Op::Not,
                     ]
                 } else if ta.is_bool() {
                     &[Op::Not]
