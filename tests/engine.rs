@@ -517,3 +517,26 @@ fn debug_mode_reports_out_of_range_accesses() {
     assert!(text.contains("1 out-of-range scatter writes"), "{text}");
     assert!(text.contains("kernel "), "the warning names the kernel hash: {text}");
 }
+
+/// The opening example: one fused kernel plus a reduction, accurate against f64 std.
+#[test]
+fn the_readme_example_fuses_and_is_accurate() {
+    leak_checked(|| {
+        let n = 1_000_000;
+        let x = Float32::linspace(0.0, 1.0, n).label("x");
+        let y = (&x * &x + 1.0).tanh() * (-&x).exp() + x.abs().sqrt();
+        let (s, d) = delta(|| y.sum());
+        assert_eq!(d.launches, 1, "the whole chain is one kernel");
+        assert_eq!(d.device_ops, 2, "one launch and one reduction");
+        let reference: f64 = (0..n)
+            .map(|i| {
+                let xv = (i as f32 * (1.0 / (n - 1) as f32)) as f64;
+                (xv * xv + 1.0).tanh() * (-xv).exp() + xv.abs().sqrt()
+            })
+            .sum();
+        let got = s.item() as f64;
+        assert!((got - reference).abs() / reference < 1e-5, "{got} vs {reference}");
+        let w = kiln::whos().to_string();
+        assert!(w.contains('x'));
+    });
+}
