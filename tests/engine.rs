@@ -505,17 +505,26 @@ fn debug_mode_reports_out_of_range_accesses() {
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "debug_mode_reports_out_of_range_accesses", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "debug_mode_reports_out_of_range_accesses",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("KILN_DEBUG", "1")
         .env("KILN_DEBUG_CHILD", "1")
         .env_remove("KILN_LOG")
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("1 out-of-range gather reads"), "{text}");
     assert!(text.contains("1 out-of-range scatter writes"), "{text}");
-    assert!(text.contains("kernel "), "the warning names the kernel hash: {text}");
+    assert!(
+        text.contains("kernel "),
+        "the warning names the kernel hash: {text}"
+    );
 }
 
 /// The opening example: one fused kernel plus a reduction, accurate against f64 std.
@@ -535,7 +544,10 @@ fn the_readme_example_fuses_and_is_accurate() {
             })
             .sum();
         let got = s.item() as f64;
-        assert!((got - reference).abs() / reference < 1e-5, "{got} vs {reference}");
+        assert!(
+            (got - reference).abs() / reference < 1e-5,
+            "{got} vs {reference}"
+        );
         let w = kiln::whos().to_string();
         assert!(w.contains('x'));
     });
