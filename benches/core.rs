@@ -10,127 +10,15 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kiln::prelude::*;
-use rayon::prelude::*;
 use std::time::Duration;
 
 /// Elements per workload (the 10M of the report would make `cargo bench` slow). At this size the
 /// saxpy operands (12 MiB) mostly fit in a large L3, so that group tracks code quality and
 /// launch overhead rather than DRAM bandwidth; the report measures the latter.
 const N: usize = 1 << 20;
-/// Elements per rayon work item.
-const CHUNK: usize = 1 << 16;
-
-// -------------------------------------------------------------------------------------------------
-// Hand-written baselines (as in examples/bench_report.rs)
-
-/// Define a function from a body written once: compiled for the baseline target and, on x86-64,
-/// again with AVX2 enabled, chosen at run time.
-macro_rules! multiversion {
-    (fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
-        fn $name($($arg: $ty),*) $(-> $ret)? {
-            #[inline(always)]
-            fn generic($($arg: $ty),*) $(-> $ret)? $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx2")]
-                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
-                    generic($($arg),*)
-                }
-                if std::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            generic($($arg),*)
-        }
-    };
-}
-
-multiversion! {
-    fn saxpy_chunk(a: f32, x: &[f32], y: &[f32], out: &mut [f32]) {
-        for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
-            *o = a * x + y;
-        }
-    }
-}
-
-fn saxpy_rayon(a: f32, x: &[f32], y: &[f32], out: &mut [f32]) {
-    out.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .zip(y.par_chunks(CHUNK))
-        .for_each(|((o, x), y)| saxpy_chunk(a, x, y, o));
-}
-
-fn copy_rayon(src: &[f32], dst: &mut [f32]) {
-    dst.par_chunks_mut(CHUNK)
-        .zip(src.par_chunks(CHUNK))
-        .for_each(|(d, s)| d.copy_from_slice(s));
-}
-
-fn chain_rayon(x: &[f32], out: &mut [f32]) {
-    out.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(o, x)| {
-            for (o, &x) in o.iter_mut().zip(x) {
-                *o = (x * x + 1.0).tanh() * (-x).exp() + x.abs().sqrt();
-            }
-        });
-}
-
-const PCG_MULT: u64 = 6_364_136_223_846_793_005;
-const PCG_INITSTATE: u64 = 0x853c_49e6_748f_ea9b;
-
-#[inline(always)]
-fn pcg32_next(state: &mut u64, inc: u64) -> u32 {
-    let old = *state;
-    *state = old.wrapping_mul(PCG_MULT).wrapping_add(inc);
-    let xorshifted = (((old >> 18) ^ old) >> 27) as u32;
-    xorshifted.rotate_right((old >> 59) as u32)
-}
-
-#[inline(always)]
-fn pcg32_f32(state: &mut u64, inc: u64) -> f32 {
-    f32::from_bits((pcg32_next(state, inc) >> 9) | 0x3f80_0000) - 1.0
-}
-
-multiversion! {
-    fn monte_carlo_range(start: u64, end: u64) -> u64 {
-        (start..end)
-            .map(|i| {
-                // pcg32_srandom_r(PCG_INITSTATE, i)
-                let inc = (i << 1) | 1;
-                let mut s = inc.wrapping_add(PCG_INITSTATE);
-                s = s.wrapping_mul(PCG_MULT).wrapping_add(inc);
-                let x = pcg32_f32(&mut s, inc) * 2.0 - 1.0;
-                let y = pcg32_f32(&mut s, inc) * 2.0 - 1.0;
-                let z = pcg32_f32(&mut s, inc) * 2.0 - 1.0;
-                u64::from(x * x + y * y + z * z < 1.0)
-            })
-            .sum()
-    }
-}
-
-fn monte_carlo_rayon(n: usize) -> u64 {
-    (0..n.div_ceil(CHUNK))
-        .into_par_iter()
-        .map(|c| {
-            let start = c * CHUNK;
-            monte_carlo_range(start as u64, (start + CHUNK).min(n) as u64)
-        })
-        .sum()
-}
-
-fn monte_carlo_kiln(n: usize) -> u64 {
-    let mut rng = Pcg32::new(n);
-    let v = Vector3f::new(
-        rng.next_f32() * 2.0 - 1.0,
-        rng.next_f32() * 2.0 - 1.0,
-        rng.next_f32() * 2.0 - 1.0,
-    );
-    let inside = v.squared_norm().lt(1.0);
-    drop((v, rng));
-    inside.count()
-}
+#[path = "shared/workloads.rs"]
+mod workloads;
+use workloads::*;
 
 // -------------------------------------------------------------------------------------------------
 // Groups

@@ -1,0 +1,153 @@
+//! The workloads of the benchmarks, written once for `benches/core.rs` and
+//! `examples/bench_report.rs`: hand-written rayon baselines (as a good Rust programmer would write
+//! them: iterators LLVM vectorises, work split across threads, outputs reused) and the kiln versions.
+#![allow(dead_code)]
+
+use kiln::prelude::*;
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+/// Elements per rayon work item (256 KiB of `f32`): large enough to amortise scheduling, small
+/// enough to balance two to a few dozen cores.
+pub const CHUNK: usize = 1 << 16;
+
+/// Set to measure the baselines as compiled for the target's baseline ISA only (SSE2 on x86-64),
+/// as a plain `cargo build --release` without `-C target-cpu` would.
+pub static GENERIC_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Define `fn $name(args) -> ret` from a body written once: compiled for the baseline target and,
+/// on x86-64, again with AVX2 enabled, chosen at run time (what `multiversion` crates do).
+macro_rules! multiversion {
+    (fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        pub fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn generic($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    generic($($arg),*)
+                }
+                if !GENERIC_ONLY.load(Relaxed) && std::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU supports AVX2 (checked just above).
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            generic($($arg),*)
+        }
+    };
+}
+
+multiversion! {
+    fn saxpy_chunk(a: f32, x: &[f32], y: &[f32], out: &mut [f32]) {
+        for ((o, &x), &y) in out.iter_mut().zip(x).zip(y) {
+            *o = a * x + y;
+        }
+    }
+}
+
+/// `out = a * x + y` on all cores.
+pub fn saxpy_rayon(a: f32, x: &[f32], y: &[f32], out: &mut [f32]) {
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .zip(y.par_chunks(CHUNK))
+        .for_each(|((o, x), y)| saxpy_chunk(a, x, y, o));
+}
+
+/// `dst = src` on all cores (the bandwidth reference).
+pub fn copy_rayon(src: &[f32], dst: &mut [f32]) {
+    dst.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// The fused chain of the README, one element.
+#[inline(always)]
+pub fn chain_scalar(x: f32) -> f32 {
+    (x * x + 1.0).tanh() * (-x).exp() + x.abs().sqrt()
+}
+
+/// `out = chain(x)` on all cores with std's `tanh`, `exp` and `sqrt`.
+pub fn chain_rayon(x: &[f32], out: &mut [f32]) {
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(o, x)| {
+            for (o, &x) in o.iter_mut().zip(x) {
+                *o = chain_scalar(x);
+            }
+        });
+}
+
+/// pcg32's LCG multiplier.
+pub const PCG_MULT: u64 = 6_364_136_223_846_793_005;
+/// pcg32's default initial state (`PCG32_INITIALIZER`).
+pub const PCG_INITSTATE: u64 = 0x853c_49e6_748f_ea9b;
+
+/// One pcg32 step (`pcg32_random_r`): advance the state, return XSH RR of the old state.
+#[inline(always)]
+pub fn pcg32_next(state: &mut u64, inc: u64) -> u32 {
+    let old = *state;
+    *state = old.wrapping_mul(PCG_MULT).wrapping_add(inc);
+    let xorshifted = (((old >> 18) ^ old) >> 27) as u32;
+    xorshifted.rotate_right((old >> 59) as u32)
+}
+
+/// `pcg32_srandom_r(initstate, initseq)`: the generator's `(state, inc)`.
+#[inline(always)]
+pub fn pcg32_seed(initstate: u64, initseq: u64) -> (u64, u64) {
+    let inc = (initseq << 1) | 1;
+    let mut state = 0u64;
+    pcg32_next(&mut state, inc);
+    state = state.wrapping_add(initstate);
+    pcg32_next(&mut state, inc);
+    (state, inc)
+}
+
+/// A uniform `f32` in `[0, 1)` from the top 23 bits of a draw (as `Pcg32::next_f32`).
+#[inline(always)]
+pub fn pcg32_f32(state: &mut u64, inc: u64) -> f32 {
+    f32::from_bits((pcg32_next(state, inc) >> 9) | 0x3f80_0000) - 1.0
+}
+
+multiversion! {
+    fn monte_carlo_range(start: u64, end: u64) -> u64 {
+        (start..end)
+            .map(|i| {
+                let (mut s, inc) = pcg32_seed(PCG_INITSTATE, i);
+                let x = pcg32_f32(&mut s, inc) * 2.0 - 1.0;
+                let y = pcg32_f32(&mut s, inc) * 2.0 - 1.0;
+                let z = pcg32_f32(&mut s, inc) * 2.0 - 1.0;
+                u64::from(x * x + y * y + z * z < 1.0)
+            })
+            .sum()
+    }
+}
+
+/// Number of the `n` points (lane `i` on pcg32 stream `i`) inside the unit sphere, on all cores.
+pub fn monte_carlo_rayon(n: usize) -> u64 {
+    (0..n.div_ceil(CHUNK))
+        .into_par_iter()
+        .map(|c| {
+            let start = c * CHUNK;
+            monte_carlo_range(start as u64, (start + CHUNK).min(n) as u64)
+        })
+        .sum()
+}
+
+// kiln versions of the same workloads
+
+pub fn monte_carlo_kiln(n: usize) -> u64 {
+    let mut rng = Pcg32::new(n);
+    let v = Vector3f::new(
+        rng.next_f32() * 2.0 - 1.0,
+        rng.next_f32() * 2.0 - 1.0,
+        rng.next_f32() * 2.0 - 1.0,
+    );
+    let inside = v.squared_norm().lt(1.0);
+    drop((v, rng));
+    inside.count()
+}
+
+pub fn chain_kiln(x: &Float32) -> Float32 {
+    (x * x + 1.0).tanh() * (-x).exp() + x.abs().sqrt()
+}
