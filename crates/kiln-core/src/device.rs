@@ -168,29 +168,18 @@ pub fn read(buf: &Buffer) -> Vec<u8> {
     buf.to_bytes()
 }
 
-/// View of a buffer's elements as bit patterns.
+/// Element `i` of a buffer as bits. Callers pass `i < buf.len`.
 fn elem(buf: &Buffer, i: usize) -> u64 {
-    // SAFETY: callers pass i < buf.len; reads are unaligned-safe.
-    unsafe {
-        let p = buf.ptr();
-        match buf.ty.size_bytes() {
-            1 => (*p.add(i) & 1) as u64,
-            4 => (p.add(i * 4) as *const u32).read_unaligned() as u64,
-            _ => (p.add(i * 8) as *const u64).read_unaligned(),
-        }
-    }
+    debug_assert!(i < buf.len);
+    // SAFETY: i < buf.len (caller contract), so the element lies inside the buffer.
+    unsafe { crate::backend::read_bits(buf.ptr(), buf.ty, i) }
 }
 
+/// Write element `i`. Callers pass `i < buf.len` and own element `i` (disjoint ranges per thread).
 fn set_elem(buf: &Buffer, i: usize, v: u64) {
-    // SAFETY: callers pass i < buf.len and own element i exclusively (disjoint ranges per thread).
-    unsafe {
-        let p = buf.ptr();
-        match buf.ty.size_bytes() {
-            1 => *p.add(i) = (v & 1) as u8,
-            4 => (p.add(i * 4) as *mut u32).write_unaligned(v as u32),
-            _ => (p.add(i * 8) as *mut u64).write_unaligned(v),
-        }
-    }
+    debug_assert!(i < buf.len);
+    // SAFETY: i < buf.len and no other thread writes element i (caller contract).
+    unsafe { crate::backend::write_bits(buf.ptr(), buf.ty, i, v) }
 }
 
 /// Typed fast paths for the hot reductions (sum of f32/f64, count of masks); others use bit-level

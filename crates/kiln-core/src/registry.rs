@@ -162,6 +162,18 @@ pub(crate) struct CseKey {
     literal: u64,
 }
 
+impl CseKey {
+    fn of(v: &Var) -> CseKey {
+        CseKey {
+            op: v.op,
+            ty: v.ty,
+            size: v.size,
+            deps: v.deps,
+            literal: v.literal,
+        }
+    }
+}
+
 /// All registry state. Reached only through `STATE`.
 pub(crate) struct State {
     pub vars: Vec<Var>,
@@ -196,13 +208,7 @@ impl State {
     /// The new (or reused) variable is returned with one *external* reference added.
     pub fn insert(&mut self, v: Var) -> u32 {
         let cse_ok = v.op.is_pure() && v.data.is_none();
-        let key = CseKey {
-            op: v.op,
-            ty: v.ty,
-            size: v.size,
-            deps: v.deps,
-            literal: v.literal,
-        };
+        let key = CseKey::of(&v);
         if cse_ok {
             if let Some(&id) = self.cse.get(&key) {
                 self.vars[id as usize].ext += 1;
@@ -289,13 +295,7 @@ impl State {
         let v = &mut self.vars[id as usize];
         if v.in_cse {
             v.in_cse = false;
-            let key = CseKey {
-                op: v.op,
-                ty: v.ty,
-                size: v.size,
-                deps: v.deps,
-                literal: v.literal,
-            };
+            let key = CseKey::of(v);
             if self.cse.get(&key) == Some(&id) {
                 self.cse.remove(&key);
             }

@@ -7,7 +7,10 @@
 // Lane loops index several operand columns at once; explicit indices read clearer than zips here.
 #![allow(clippy::needless_range_loop)]
 
-use super::{scatter_lane, Backend, BackendKind, CompiledKernel, LaunchArgs, STATUS_OOB_READS};
+use super::{
+    read_bits, scatter_lane, write_bits, Backend, BackendKind, CompiledKernel, LaunchArgs,
+    STATUS_OOB_READS,
+};
 use crate::error::Result;
 use crate::kernel::{Kernel, ParamKind};
 use crate::op::{eval_binary, eval_ternary, eval_unary, Op};
@@ -34,36 +37,6 @@ struct InterpKernel {
 }
 
 const CHUNK: usize = 256;
-
-/// Read element `i` of a buffer of type `ty` as bits.
-///
-/// # Safety
-/// `ptr` must hold more than `i` elements of `ty`.
-unsafe fn read(ptr: *const u8, ty: VarType, i: usize) -> u64 {
-    // SAFETY: caller guarantees the element exists; unaligned reads keep this valid for any buffer.
-    unsafe {
-        match ty.size_bytes() {
-            1 => (*ptr.add(i) & 1) as u64,
-            4 => (ptr.add(i * 4) as *const u32).read_unaligned() as u64,
-            _ => (ptr.add(i * 8) as *const u64).read_unaligned(),
-        }
-    }
-}
-
-/// Write element `i`.
-///
-/// # Safety
-/// `ptr` must hold more than `i` elements of `ty`, and no other thread may write that element.
-unsafe fn write(ptr: *mut u8, ty: VarType, i: usize, v: u64) {
-    // SAFETY: caller guarantees the element exists and that this lane owns it.
-    unsafe {
-        match ty.size_bytes() {
-            1 => *ptr.add(i) = (v & 1) as u8,
-            4 => (ptr.add(i * 4) as *mut u32).write_unaligned(v as u32),
-            _ => (ptr.add(i * 8) as *mut u64).write_unaligned(v),
-        }
-    }
-}
 
 /// Sign- or zero-extend an index register to i64 (negative indices stay negative).
 fn index_value(ty: VarType, bits: u64) -> i64 {
@@ -106,7 +79,7 @@ impl CompiledKernel for InterpKernel {
                         for (l, o) in out[..lanes].iter_mut().enumerate() {
                             let i = if broadcast { 0 } else { (lane0 as usize) + l };
                             // SAFETY: inputs hold `end` elements (broadcast ones hold 1).
-                            *o = unsafe { read(ptr, inst.ty, i) };
+                            *o = unsafe { read_bits(ptr, inst.ty, i) };
                         }
                     }
                     Op::Store => {
@@ -115,7 +88,7 @@ impl CompiledKernel for InterpKernel {
                         let a = arg(0);
                         for l in 0..lanes {
                             // SAFETY: see above.
-                            unsafe { write(ptr, inst.ty, lane0 as usize + l, a[l]) };
+                            unsafe { write_bits(ptr, inst.ty, lane0 as usize + l, a[l]) };
                         }
                     }
                     Op::Gather => {
@@ -137,7 +110,7 @@ impl CompiledKernel for InterpKernel {
                                 };
                             } else {
                                 // SAFETY: bounds checked just above.
-                                out[l] = unsafe { read(ptr, inst.ty, i as usize) };
+                                out[l] = unsafe { read_bits(ptr, inst.ty, i as usize) };
                             }
                         }
                     }

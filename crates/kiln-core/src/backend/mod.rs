@@ -90,6 +90,36 @@ pub fn create(kind: BackendKind) -> Result<Arc<dyn Backend>> {
     })
 }
 
+/// Read element `i` of a buffer of type `ty` as bits (masks read as 0/1).
+///
+/// # Safety
+/// `ptr` must hold more than `i` elements of `ty`.
+pub unsafe fn read_bits(ptr: *const u8, ty: VarType, i: usize) -> u64 {
+    // SAFETY: caller guarantees the element exists; unaligned reads keep this valid for any buffer.
+    unsafe {
+        match ty.size_bytes() {
+            1 => (*ptr.add(i) & 1) as u64,
+            4 => (ptr.add(i * 4) as *const u32).read_unaligned() as u64,
+            _ => (ptr.add(i * 8) as *const u64).read_unaligned(),
+        }
+    }
+}
+
+/// Write element `i` of a buffer of type `ty` from bits.
+///
+/// # Safety
+/// `ptr` must hold more than `i` elements of `ty`, and no other thread may access that element.
+pub unsafe fn write_bits(ptr: *mut u8, ty: VarType, i: usize, v: u64) {
+    // SAFETY: caller guarantees the element exists and that this thread owns it.
+    unsafe {
+        match ty.size_bytes() {
+            1 => *ptr.add(i) = (v & 1) as u8,
+            4 => (ptr.add(i * 4) as *mut u32).write_unaligned(v as u32),
+            _ => (ptr.add(i * 8) as *mut u64).write_unaligned(v),
+        }
+    }
+}
+
 /// One lane of a scatter: `target[index] (op)= value`, with bounds check and status counting.
 ///
 /// Shared by every backend (compiled code calls it through [`scatter_lane_extern`]). Plain stores and
