@@ -3,6 +3,10 @@
 //! Reductions return an evaluated size-1 array without reading it back to the host, so that they
 //! can be recorded by function freezing later; `item()` reads it. Mask queries (`all`, `any`,
 //! `count`) return host values. An empty array reduces to the operation's identity.
+//!
+//! Reducing an unevaluated array fuses the reduction into its kernel: the values are reduced block
+//! by block as they are computed and never stored, and the array stays lazy. Call `eval()` first if
+//! you will read the array itself again, so it is computed once.
 
 use crate::array::{ok, Array, Bool, UInt32};
 use crate::types::Numeric;

@@ -37,10 +37,22 @@ pub enum SizeRule {
 /// What kind of device op ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceOpKind {
-    Launch { hash: KernelHash },
+    Launch {
+        hash: KernelHash,
+    },
+    /// A launch whose single output is reduced block by block as it is produced (never stored).
+    LaunchReduce {
+        hash: KernelHash,
+        op: ReduceOp,
+    },
     Reduce(ReduceOp),
-    BlockReduce { op: ReduceOp, block: usize },
-    PrefixSum { exclusive: bool },
+    BlockReduce {
+        op: ReduceOp,
+        block: usize,
+    },
+    PrefixSum {
+        exclusive: bool,
+    },
     Compress,
     Memcpy,
     Upload,
@@ -52,7 +64,7 @@ impl DeviceOpKind {
     pub fn size_rule(&self) -> SizeRule {
         match self {
             DeviceOpKind::Launch { .. } => SizeRule::SameAs(0),
-            DeviceOpKind::Reduce(_) => SizeRule::One,
+            DeviceOpKind::Reduce(_) | DeviceOpKind::LaunchReduce { .. } => SizeRule::One,
             DeviceOpKind::BlockReduce { block, .. } => SizeRule::Blocks {
                 input: 0,
                 block: *block,
@@ -133,6 +145,71 @@ pub fn launch_kernel(
     stats::OOB_WRITES.fetch_add(st[STATUS_OOB_WRITES], Relaxed);
     notify(DeviceOpKind::Launch { hash }, size, buffers);
     st
+}
+
+/// Run a kernel and reduce its single output as it is produced: each block writes into a scratch
+/// buffer of block size (cache-resident) that is reduced right away, so the full-size array never
+/// exists. `params` has one entry per kernel parameter, `None` for the output at `out_param`.
+/// Returns the reduced bits (for `Bool` + `Add`, the number of true lanes) and the launch status.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_reduce(
+    kernel: &dyn CompiledKernel,
+    hash: KernelHash,
+    size: usize,
+    params: &[Option<&Buffer>],
+    out_param: usize,
+    op: ReduceOp,
+    ty: VarType,
+    block: usize,
+) -> Result<(u64, [u64; STATUS_LEN])> {
+    let block = block.next_multiple_of(launch::BLOCK_ALIGN);
+    let lens: Vec<u64> = params
+        .iter()
+        .map(|b| b.map_or(0, |b| b.len as u64))
+        .collect();
+    let status: [AtomicU64; STATUS_LEN] = Default::default();
+    let t = Instant::now();
+    let parts = launch::map_blocks(size, block, |s, e| -> Result<u64> {
+        let scratch = Buffer::new(ty, block, &|| {
+            format!("a reduction scratch block of {block} × {ty}")
+        })?;
+        let ptrs: Vec<*mut u8> = params
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match b {
+                Some(b) => b.ptr(),
+                // lane `s` of the output lands at the scratch block's first element
+                None if i == out_param => scratch.ptr().wrapping_sub(s * ty.size_bytes()),
+                None => std::ptr::null_mut(),
+            })
+            .collect();
+        let args = LaunchArgs {
+            ptrs: ptrs.as_ptr(),
+            lens: lens.as_ptr(),
+            status: status.as_ptr(),
+        };
+        // SAFETY: inputs are live buffers matching the kernel's parameters for all `size` lanes; the
+        // output pointer is shifted so that lanes [s, e) write scratch[0, e − s) (plus the slack a
+        // partial last vector may touch), which the scratch block holds.
+        unsafe { kernel.run(&args, s as u64, e as u64) };
+        Ok(reduce_range(op, &scratch, 0, e - s))
+    });
+    let parts = parts.into_iter().collect::<Result<Vec<u64>>>()?;
+    stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+    stats::LAUNCHES.fetch_add(1, Relaxed);
+    let st = [status[0].load(Relaxed), status[1].load(Relaxed)];
+    stats::OOB_READS.fetch_add(st[STATUS_OOB_READS], Relaxed);
+    stats::OOB_WRITES.fetch_add(st[STATUS_OOB_WRITES], Relaxed);
+    let inputs: Vec<&Buffer> = params.iter().flatten().copied().collect();
+    notify(DeviceOpKind::LaunchReduce { hash, op }, size, &inputs);
+    Ok((combine(op, ty, &parts), st))
+}
+
+/// A size-1 buffer holding `bits`.
+pub fn scalar_buffer(ty: VarType, bits: u64) -> Result<Buffer> {
+    let out = Buffer::new(ty, 1, &|| "a reduction result".into())?;
+    set_elem(&out, 0, bits);
+    Ok(out)
 }
 
 /// A fresh buffer holding `bytes` (little-endian elements of `ty`).
@@ -254,10 +331,7 @@ pub fn reduce_bits(op: ReduceOp, buf: &Buffer) -> u64 {
 
 /// Reduce a buffer to a size-1 buffer (no host read of the data).
 pub fn reduce(op: ReduceOp, buf: &Buffer) -> Result<Buffer> {
-    let bits = reduce_bits(op, buf);
-    let out = Buffer::new(buf.ty, 1, &|| "a reduction result".into())?;
-    set_elem(&out, 0, bits);
-    Ok(out)
+    scalar_buffer(buf.ty, reduce_bits(op, buf))
 }
 
 /// Reduce each block of `block` consecutive elements (a partial last block too).

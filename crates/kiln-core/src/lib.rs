@@ -118,7 +118,14 @@ fn evaluated_buffer(id: VarId) -> Result<Arc<Buffer>> {
 }
 
 /// Evaluate `id` and reduce it to an evaluated size-1 variable (no host read).
+///
+/// An unevaluated `id` is reduced as its kernel produces it (one fused launch; the full-size array is
+/// never written) and stays unevaluated; an evaluated one is reduced from its buffer.
 pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
+    if let Some(bits) = schedule::reduce_fused(op, id)? {
+        let ty = var_type(id);
+        return Ok(data_var(ty, device::scalar_buffer(ty, bits)?));
+    }
     let buf = evaluated_buffer(id)?;
     let ty = buf.ty;
     let out = device::reduce(op, &buf)?;
@@ -128,6 +135,9 @@ pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
 /// Evaluate `id` and reduce it, returning the result's bits on the host (for `Bool` + `Add`: the
 /// number of true lanes).
 pub fn reduce_to_host(op: ReduceOp, id: VarId) -> Result<u64> {
+    if let Some(bits) = schedule::reduce_fused(op, id)? {
+        return Ok(bits);
+    }
     let buf = evaluated_buffer(id)?;
     Ok(device::reduce_bits(op, &buf))
 }

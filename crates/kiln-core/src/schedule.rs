@@ -14,7 +14,7 @@ use crate::device;
 use crate::error::Result;
 use crate::kernel::{Inst, Kernel, Param, ParamKind, Reg};
 use crate::launch::DEFAULT_BLOCK;
-use crate::op::Op;
+use crate::op::{Op, ReduceOp};
 use crate::registry::{Buffer, State, VarId, STATE};
 use parking_lot::{Mutex, ReentrantMutex};
 use std::cell::Cell;
@@ -386,37 +386,111 @@ fn launch_all(built: &[Built]) -> Result<()> {
         let t = Instant::now();
         let status =
             device::launch_kernel(look.kernel.as_ref(), hash, b.size, &buffers, DEFAULT_BLOCK);
-        let run_us = t.elapsed().as_secs_f64() * 1e6;
-        let n_in = b
-            .kernel
-            .params
-            .iter()
-            .filter(|p| p.kind != ParamKind::Output)
-            .count();
-        tracing::debug!(
-            target: "kiln::kernel",
-            "eval(): launching kernel (n={}, in={}, out={}, ops={}) on {}: cache {}, hash {}, compile {:.3} ms, run {:.1} us",
-            b.size,
-            n_in,
-            b.outputs.len(),
-            b.kernel.len(),
-            kind,
-            if look.hit { "hit" } else { "miss" },
-            hash,
-            look.compile_ns as f64 / 1e6,
-            run_us
-        );
-        if (status[0] > 0 || status[1] > 0) && debug_mode() {
-            tracing::warn!(
-                target: "kiln::kernel",
-                "kernel {hash} (n={}): {} out-of-range gather reads (read as 0), {} out-of-range scatter writes (dropped)",
-                b.size,
-                status[0],
-                status[1]
-            );
-        }
+        report_launch(b, kind, &look, t, status, "eval()");
     }
     Ok(())
+}
+
+/// Log a launch like the seed (`eval(): launching kernel (n=…, in=…, out=…, ops=…)`, cache hit or
+/// miss, hash, compile and run time) and, under `KILN_DEBUG=1`, warn about out-of-range accesses.
+fn report_launch(
+    b: &Built,
+    kind: BackendKind,
+    look: &cache::Lookup,
+    t: Instant,
+    status: [u64; 2],
+    what: &str,
+) {
+    let hash = b.kernel.hash();
+    let run_us = t.elapsed().as_secs_f64() * 1e6;
+    let n_in = b
+        .kernel
+        .params
+        .iter()
+        .filter(|p| p.kind != ParamKind::Output)
+        .count();
+    tracing::debug!(
+        target: "kiln::kernel",
+        "{what}: launching kernel (n={}, in={}, out={}, ops={}) on {}: cache {}, hash {}, compile {:.3} ms, run {:.1} us",
+        b.size,
+        n_in,
+        b.roots.len(),
+        b.kernel.len(),
+        kind,
+        if look.hit { "hit" } else { "miss" },
+        hash,
+        look.compile_ns as f64 / 1e6,
+        run_us
+    );
+    if (status[0] > 0 || status[1] > 0) && debug_mode() {
+        tracing::warn!(
+            target: "kiln::kernel",
+            "kernel {hash} (n={}): {} out-of-range gather reads (read as 0), {} out-of-range scatter writes (dropped)",
+            b.size,
+            status[0],
+            status[1]
+        );
+    }
+}
+
+/// Reduce an unevaluated variable without materialising it: its kernel runs block by block into a
+/// cache-sized scratch buffer that is reduced at once (one fused launch, no full-size array).
+/// Returns `None` — and does nothing — when `id` is evaluated (reduce its buffer instead). The
+/// variable itself stays unevaluated: evaluate it first if it will be read again.
+pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<u64>> {
+    eval_side_effects()?;
+    let _serial = EVAL_LOCK.lock();
+    let mut st = STATE.lock();
+    let v = st.var(id.0);
+    if v.is_evaluated() || !v.alive {
+        return Ok(None);
+    }
+    let (ty, size) = (v.ty, v.size);
+    st.inc_int(id.0);
+    let built = build(
+        &st,
+        Group {
+            size,
+            roots: vec![id.0],
+            side: Vec::new(),
+        },
+    );
+    drop(st);
+    let result = (|| {
+        let kind = backend();
+        let be = backend_instance(kind)?;
+        let hash = built.kernel.hash();
+        let look = cache::get(be.as_ref(), &built.kernel, hash)?;
+        if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
+            tracing::trace!(target: "kiln::kernel", "kernel IR (fused {op:?} reduction):\n{}", built.kernel);
+        }
+        let params: Vec<Option<&Buffer>> = built
+            .bindings
+            .iter()
+            .map(|bind| match bind {
+                Binding::Input(buf) => Some(buf.as_ref()),
+                Binding::Output(_) => None,
+            })
+            .collect();
+        let out_param = params.iter().position(|p| p.is_none()).expect("one output");
+        let t = Instant::now();
+        let (bits, status) = device::launch_reduce(
+            look.kernel.as_ref(),
+            hash,
+            size,
+            &params,
+            out_param,
+            op,
+            ty,
+            DEFAULT_BLOCK,
+        )?;
+        report_launch(&built, kind, &look, t, status, "reduce()");
+        Ok(Some(bits))
+    })();
+    let mut garbage = Vec::new();
+    STATE.lock().dec_int(id.0, &mut garbage);
+    drop(garbage);
+    result
 }
 
 /// Whether `KILN_DEBUG=1` is set (report out-of-range accesses as warnings).

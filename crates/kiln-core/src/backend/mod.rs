@@ -98,14 +98,16 @@ pub unsafe fn read_bits(ptr: *const u8, ty: VarType, i: usize) -> u64 {
     // SAFETY: caller guarantees the element exists; unaligned reads keep this valid for any buffer.
     unsafe {
         match ty.size_bytes() {
-            1 => (*ptr.add(i) & 1) as u64,
-            4 => (ptr.add(i * 4) as *const u32).read_unaligned() as u64,
-            _ => (ptr.add(i * 8) as *const u64).read_unaligned(),
+            1 => (*ptr.wrapping_add(i) & 1) as u64,
+            4 => (ptr.wrapping_add(i * 4) as *const u32).read_unaligned() as u64,
+            _ => (ptr.wrapping_add(i * 8) as *const u64).read_unaligned(),
         }
     }
 }
 
-/// Write element `i` of a buffer of type `ty` from bits.
+/// Write element `i` of a buffer of type `ty` from bits. (Offsets use wrapping arithmetic because a
+/// fused reduction hands kernels a base pointer shifted so that lane `start` lands at the start of a
+/// scratch block; every address actually accessed is inside a live allocation.)
 ///
 /// # Safety
 /// `ptr` must hold more than `i` elements of `ty`, and no other thread may access that element.
@@ -113,9 +115,9 @@ pub unsafe fn write_bits(ptr: *mut u8, ty: VarType, i: usize, v: u64) {
     // SAFETY: caller guarantees the element exists and that this thread owns it.
     unsafe {
         match ty.size_bytes() {
-            1 => *ptr.add(i) = (v & 1) as u8,
-            4 => (ptr.add(i * 4) as *mut u32).write_unaligned(v as u32),
-            _ => (ptr.add(i * 8) as *mut u64).write_unaligned(v),
+            1 => *ptr.wrapping_add(i) = (v & 1) as u8,
+            4 => (ptr.wrapping_add(i * 4) as *mut u32).write_unaligned(v as u32),
+            _ => (ptr.wrapping_add(i * 8) as *mut u64).write_unaligned(v),
         }
     }
 }
