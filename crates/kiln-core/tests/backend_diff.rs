@@ -1655,3 +1655,446 @@ fn measure_compile_time_and_throughput() {
     }
     assert_eq!(bufs[2].get(7), (2.5f32 * 7.0 + 1.0).to_bits() as u64);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Code-generation variants: unrolled and interleaved loops, SIMD variable shifts and rotations,
+// affine values of the lane index, literal operands. Each runs against the interpreter under
+// several of the backend's code-generation settings, which change speed but never results.
+
+/// Backends covering the code generator's choices (see `CraneliftBackend::with_settings`).
+fn variant_backends() -> &'static [(String, CraneliftBackend)] {
+    static BE: OnceLock<Vec<(String, CraneliftBackend)>> = OnceLock::new();
+    BE.get_or_init(|| {
+        let sets: &[&[(&str, &str)]] = &[
+            &[],
+            &[("kiln_unroll", "1")],
+            &[("kiln_unroll", "2"), ("kiln_interleave", "1")],
+            &[("kiln_unroll", "3"), ("kiln_const_cache", "3")],
+            &[
+                ("kiln_unroll", "4"),
+                ("kiln_interleave", "2"),
+                ("kiln_schedule", "false"),
+            ],
+            &[
+                ("kiln_unroll", "8"),
+                ("kiln_const_cache", "1"),
+                ("kiln_affine", "false"),
+            ],
+            &[("opt_level", "speed")],
+            &[("opt_level", "speed"), ("kiln_unroll", "2")],
+            &[
+                ("has_avx", "false"),
+                ("has_avx2", "false"),
+                ("has_fma", "false"),
+                ("kiln_unroll", "4"),
+            ],
+            &[
+                ("has_sse41", "false"),
+                ("has_avx", "false"),
+                ("has_avx2", "false"),
+                ("has_fma", "false"),
+            ],
+        ];
+        sets.iter()
+            .map(|s| {
+                let mut s = s.to_vec();
+                s.push(("enable_verifier", "true"));
+                let name = format!("{s:?}");
+                let be = CraneliftBackend::with_settings(&s)
+                    .unwrap_or_else(|e| panic!("backend {name}: {e}"));
+                (name, be)
+            })
+            .collect()
+    })
+}
+
+/// `check` on every variant backend.
+fn check_variants(kernel: &Kernel, bufs: &[Buf], start: u64, end: u64) {
+    for (name, be) in variant_backends() {
+        if let Err(e) = check(kernel, bufs, start, end, be) {
+            panic!("backend {name}: {e}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(1500))]
+    #[test]
+    fn random_kernels_every_code_generation_variant(
+        choices in prop::collection::vec(choice(), 1..16),
+        r in prop_oneof![small_range(), (0u64..200).prop_flat_map(|n| (0..=n, Just(n)))],
+        variant in 0usize..10,
+        seed in any::<u64>(),
+    ) {
+        let (_, be) = &variant_backends()[variant % variant_backends().len()];
+        diff_case(&choices, &[r, (5, 90)], seed, be)?;
+    }
+}
+
+#[test]
+fn unrolled_loops_cover_every_start_and_end() {
+    use VarType::*;
+    // Counters, a 64-bit affine chain, a load and a mask store: every path of the main and the
+    // remainder loop.
+    let k = Kernel {
+        params: vec![
+            p(F32, ParamKind::Input),
+            p(U32, ParamKind::Output),
+            p(U64, ParamKind::Output),
+            p(Bool, ParamKind::Output),
+        ],
+        insts: vec![
+            Inst::new(Op::Load, F32, &[], 0),
+            Inst::new(Op::Counter, U32, &[], 0),
+            Inst::new(Op::Cast, U64, &[1], 0),
+            Inst::new(Op::Literal, U64, &[], 0x5851_f42d_4c95_7f2d),
+            Inst::new(Op::Mul, U64, &[2, 3], 0),
+            Inst::new(Op::Add, U64, &[4, 2], 0),
+            Inst::new(Op::Cast, F32, &[1], 0),
+            Inst::new(Op::Lt, Bool, &[0, 6], 0),
+            Inst::new(Op::Store, U32, &[1], 1),
+            Inst::new(Op::Store, U64, &[5], 2),
+            Inst::new(Op::Store, Bool, &[7], 3),
+        ],
+    };
+    let mut rng = Rng(5);
+    for end in 0..75u64 {
+        for start in 0..=end {
+            let vals: Vec<u64> = (0..end)
+                .map(|_| ((rng.below(160) as f32) * 0.5).to_bits() as u64)
+                .collect();
+            let bufs = vec![
+                Buf::from_bits(F32, &vals),
+                Buf::new(U32, end as usize),
+                Buf::new(U64, end as usize),
+                Buf::new(Bool, end as usize),
+            ];
+            check_variants(&k, &bufs, start, end);
+        }
+    }
+}
+
+/// Values whose shifts show every bit: ones, alternating bits, the sign bit, random.
+fn shift_operands(ty: VarType, n: usize, rng: &mut Rng) -> Vec<u64> {
+    let patterns = [
+        1,
+        u64::MAX,
+        0x8000_0000_0000_0000 >> (64 - ty.bits()),
+        0x5555_5555_5555_5555,
+        0xdead_beef_0123_4567,
+    ];
+    (0..n)
+        .map(|i| {
+            if i % 3 == 0 {
+                rng.next()
+            } else {
+                patterns[(i / 3) % patterns.len()]
+            }
+        } & ty.bit_mask())
+        .collect()
+}
+
+#[test]
+fn variable_shifts_of_every_amount() {
+    let mut rng = Rng(17);
+    for ty in INTS {
+        for op in [Op::Shl, Op::Shr] {
+            // Per-lane amounts 0..=130 (past every width, and negative for signed types), one
+            // amount per lane; a broadcast amount; and each literal amount.
+            let amounts: Vec<u64> = (0..=130u64)
+                .chain([u64::MAX, 1 << 31, (1 << 32) + 3])
+                .map(|a| a & ty.bit_mask())
+                .collect();
+            let n = amounts.len();
+            let xs = shift_operands(ty, n, &mut rng);
+            let per_lane = Kernel {
+                params: vec![
+                    p(ty, ParamKind::Input),
+                    p(ty, ParamKind::Input),
+                    p(ty, ParamKind::Output),
+                ],
+                insts: vec![
+                    Inst::new(Op::Load, ty, &[], 0),
+                    Inst::new(Op::Load, ty, &[], 1),
+                    Inst::new(op, ty, &[0, 1], 0),
+                    Inst::new(Op::Store, ty, &[2], 2),
+                ],
+            };
+            let bufs = vec![
+                Buf::from_bits(ty, &xs),
+                Buf::from_bits(ty, &amounts),
+                Buf::new(ty, n),
+            ];
+            check_variants(&per_lane, &bufs, 0, n as u64);
+            check_variants(&per_lane, &bufs, 3, n as u64);
+            for &a in amounts.iter().step_by(7).chain([&63, &64, &31, &32]) {
+                let broadcast = Kernel {
+                    params: vec![
+                        p(ty, ParamKind::Input),
+                        p(ty, ParamKind::Broadcast),
+                        p(ty, ParamKind::Output),
+                    ],
+                    ..per_lane.clone()
+                };
+                let bufs = vec![
+                    Buf::from_bits(ty, &xs),
+                    Buf::from_bits(ty, &[a & ty.bit_mask()]),
+                    Buf::new(ty, n),
+                ];
+                check_variants(&broadcast, &bufs, 0, n as u64);
+                let literal = Kernel {
+                    params: vec![p(ty, ParamKind::Input), p(ty, ParamKind::Output)],
+                    insts: vec![
+                        Inst::new(Op::Load, ty, &[], 0),
+                        Inst::new(Op::Literal, ty, &[], a & ty.bit_mask()),
+                        Inst::new(op, ty, &[0, 1], 0),
+                        Inst::new(Op::Store, ty, &[2], 1),
+                    ],
+                };
+                let bufs = vec![Buf::from_bits(ty, &xs), Buf::new(ty, n)];
+                check_variants(&literal, &bufs, 0, n as u64);
+            }
+        }
+    }
+}
+
+/// `(x >> r) | (x << ((32 - r) & 31))` on `u32`, in both orders of the `or` and of the `and`, with
+/// `r` per lane (any value: the pattern masks it) or from a 64-bit value's top five bits, and
+/// with the shifts also stored (so that they are not dead code) or not.
+#[test]
+fn rotations_of_every_amount() {
+    use VarType::*;
+    let mut rng = Rng(23);
+    let n = 140usize;
+    let xs = shift_operands(U32, n, &mut rng);
+    let rs: Vec<u64> = (0..n as u64)
+        .map(|r| if r < 100 { r } else { rng.next() & 0xffff_ffff })
+        .collect();
+    let wide: Vec<u64> = (0..n as u64)
+        .map(|r| (r << 59) | (rng.next() >> 5))
+        .collect();
+    for (from_wide, or_swapped, and_swapped, store_shifts) in
+        (0..16).map(|b| (b & 1 != 0, b & 2 != 0, b & 4 != 0, b & 8 != 0))
+    {
+        let mut insts = vec![Inst::new(Op::Load, U32, &[], 0)];
+        let r = if from_wide {
+            insts.push(Inst::new(Op::Load, U64, &[], 2));
+            insts.push(Inst::new(Op::Literal, U64, &[], 59));
+            insts.push(Inst::new(Op::Shr, U64, &[1, 2], 0));
+            insts.push(Inst::new(Op::Cast, U32, &[3], 0));
+            4
+        } else {
+            insts.push(Inst::new(Op::Load, U32, &[], 1));
+            1
+        };
+        let at = insts.len() as u32;
+        insts.push(Inst::new(Op::Literal, U32, &[], 32));
+        insts.push(Inst::new(Op::Sub, U32, &[at, r], 0));
+        insts.push(Inst::new(Op::Literal, U32, &[], 31));
+        if and_swapped {
+            insts.push(Inst::new(Op::And, U32, &[at + 2, at + 1], 0));
+        } else {
+            insts.push(Inst::new(Op::And, U32, &[at + 1, at + 2], 0));
+        }
+        insts.push(Inst::new(Op::Shr, U32, &[0, r], 0));
+        insts.push(Inst::new(Op::Shl, U32, &[0, at + 3], 0));
+        if or_swapped {
+            insts.push(Inst::new(Op::Or, U32, &[at + 5, at + 4], 0));
+        } else {
+            insts.push(Inst::new(Op::Or, U32, &[at + 4, at + 5], 0));
+        }
+        insts.push(Inst::new(Op::Store, U32, &[at + 6], 3));
+        if store_shifts {
+            insts.push(Inst::new(Op::Store, U32, &[at + 4], 4));
+            insts.push(Inst::new(Op::Store, U32, &[at + 5], 5));
+        }
+        let k = Kernel {
+            params: vec![
+                p(U32, ParamKind::Input),
+                p(U32, ParamKind::Input),
+                p(U64, ParamKind::Input),
+                p(U32, ParamKind::Output),
+                p(U32, ParamKind::Output),
+                p(U32, ParamKind::Output),
+            ],
+            insts,
+        };
+        let bufs = vec![
+            Buf::from_bits(U32, &xs),
+            Buf::from_bits(U32, &rs),
+            Buf::from_bits(U64, &wide),
+            Buf::new(U32, n),
+            Buf::new(U32, n),
+            Buf::new(U32, n),
+        ];
+        check_variants(&k, &bufs, 0, n as u64);
+        check_variants(&k, &bufs, 1, n as u64);
+    }
+}
+
+/// Casts to 32 bits of 64-bit right shifts by literals (those of 32 and more only read the high
+/// halves).
+#[test]
+fn narrowing_casts_of_right_shifts() {
+    use VarType::*;
+    let mut rng = Rng(29);
+    let n = 37usize;
+    for (from, to) in [(U64, U32), (I64, I32), (I64, U32), (U64, I32)] {
+        let xs = shift_operands(from, n, &mut rng);
+        for c in [0u64, 1, 31, 32, 33, 45, 59, 63, 64, 95, 96, 127] {
+            let k = Kernel {
+                params: vec![p(from, ParamKind::Input), p(to, ParamKind::Output)],
+                insts: vec![
+                    Inst::new(Op::Load, from, &[], 0),
+                    Inst::new(Op::Literal, from, &[], c),
+                    Inst::new(Op::Shr, from, &[0, 1], 0),
+                    Inst::new(Op::Cast, to, &[2], 0),
+                    Inst::new(Op::Store, to, &[3], 1),
+                ],
+            };
+            let bufs = vec![Buf::from_bits(from, &xs), Buf::new(to, n)];
+            check_variants(&k, &bufs, 0, n as u64);
+        }
+    }
+}
+
+/// Affine functions of the lane index (computed from the index directly in the main loop): a
+/// PCG-style seeding chain from 32-bit counters of both signs, with every op the analysis knows.
+fn affine_kernel(counter: VarType) -> Vec<Inst> {
+    use VarType::*;
+    let c = |bits: u64| Inst::new(Op::Literal, U64, &[], bits);
+    vec![
+        Inst::new(Op::Counter, counter, &[], 0), // 0
+        Inst::new(Op::Cast, U64, &[0], 0),       // 1
+        c(1),                                    // 2
+        Inst::new(Op::Shl, U64, &[1, 2], 0),     // 3: i << 1
+        Inst::new(Op::Or, U64, &[3, 2], 0),      // 4: | 1
+        c(0x853c_49e6_748f_ea9b),                // 5
+        Inst::new(Op::Add, U64, &[4, 5], 0),     // 6
+        c(0x5851_f42d_4c95_7f2d),                // 7
+        Inst::new(Op::Mul, U64, &[6, 7], 0),     // 8
+        Inst::new(Op::Add, U64, &[8, 4], 0),     // 9
+        Inst::new(Op::Fma, U64, &[7, 9, 4], 0),  // 10
+        Inst::new(Op::Sub, U64, &[10, 1], 0),    // 11
+        Inst::new(Op::Neg, U64, &[11], 0),       // 12
+        c(6),                                    // 13: not within the zero low bits
+        Inst::new(Op::Xor, U64, &[3, 13], 0),    // 14
+        Inst::new(Op::Cast, U32, &[12], 0),      // 15
+        Inst::new(Op::Literal, U32, &[], 3),     // 16
+        Inst::new(Op::Mul, U32, &[15, 16], 0),   // 17
+        Inst::new(Op::Cast, I64, &[0], 0),       // 18
+        Inst::new(Op::Sub, U64, &[9, 1], 0),     // 19
+        Inst::new(Op::Shr, U64, &[12, 2], 0),    // 20: not affine
+    ]
+}
+
+#[test]
+fn affine_values_of_the_lane_index() {
+    use VarType::*;
+    for counter in [U32, I32, U64] {
+        let mut insts = affine_kernel(counter);
+        let stored: Vec<(u32, VarType)> = [1, 4, 6, 8, 9, 10, 11, 12, 14, 15, 17, 18, 19, 20]
+            .iter()
+            .map(|&r| (r, insts[r as usize].ty))
+            .collect();
+        let mut params = Vec::new();
+        for (j, &(r, ty)) in stored.iter().enumerate() {
+            params.push(p(ty, ParamKind::Output));
+            insts.push(Inst::new(Op::Store, ty, &[r], j as u64));
+        }
+        let k = Kernel { params, insts };
+        for (start, end) in [(0, 1), (0, 16), (0, 64), (3, 61), (16, 200), (13, 14)] {
+            let bufs: Vec<Buf> = stored
+                .iter()
+                .map(|&(_, ty)| Buf::new(ty, end as usize))
+                .collect();
+            check_variants(&k, &bufs, start, end);
+        }
+    }
+}
+
+/// The affine forms of 32-bit counters extended to 64 bits hold only below lane 2^31: ranges
+/// beyond (here summed into a scatter target, so that no buffer needs that many elements) take
+/// the generic loop, and the 32-bit counter wraps at 2^32.
+#[test]
+fn affine_values_at_huge_lane_indices() {
+    use VarType::*;
+    for counter in [U32, I32] {
+        let mut insts = affine_kernel(counter);
+        let at = insts.len() as u32;
+        insts.push(Inst::new(Op::Literal, Bool, &[], 1));
+        insts.push(Inst::new(Op::Literal, U32, &[], 0));
+        let mut params = Vec::new();
+        for (j, r) in [1u32, 9, 12, 18].into_iter().enumerate() {
+            let ty = insts[r as usize].ty;
+            params.push(p(ty, ParamKind::Indexed));
+            insts.push(Inst::new(
+                Op::Scatter(ReduceOp::Add),
+                ty,
+                &[r, at + 1, at],
+                j as u64,
+            ));
+        }
+        let k = Kernel { params, insts };
+        let two31 = 1u64 << 31;
+        for (start, end) in [
+            (two31 - 64, two31),
+            (two31 - 40, two31 + 40),
+            (two31, two31 + 17),
+            ((1 << 32) - 20, (1 << 32) + 30),
+            (5 << 32, (5 << 32) + 9),
+        ] {
+            let bufs: Vec<Buf> = k
+                .params
+                .iter()
+                .map(|p| Buf::from_bits(p.ty, &[0]))
+                .collect();
+            check_variants(&k, &bufs, start, end);
+        }
+    }
+}
+
+/// `min`/`max` of floats against literals (x64's native instructions where they agree with the
+/// IEEE 754-2019 rules), in both operand orders.
+#[test]
+fn float_min_max_against_literals() {
+    use VarType::*;
+    let lits = [
+        0.0,
+        -0.0,
+        1.5,
+        -2.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ];
+    for ty in [F32, F64] {
+        let bits = |x: f64| {
+            if ty == F32 {
+                (x as f32).to_bits() as u64
+            } else {
+                x.to_bits()
+            }
+        };
+        let xs: Vec<u64> = F64_SPECIALS.iter().chain(&lits).map(|&x| bits(x)).collect();
+        let n = xs.len();
+        for op in [Op::Min, Op::Max] {
+            for &c in &lits {
+                for swapped in [false, true] {
+                    let args: [u32; 2] = if swapped { [1, 0] } else { [0, 1] };
+                    let k = Kernel {
+                        params: vec![p(ty, ParamKind::Input), p(ty, ParamKind::Output)],
+                        insts: vec![
+                            Inst::new(Op::Load, ty, &[], 0),
+                            Inst::new(Op::Literal, ty, &[], bits(c)),
+                            Inst::new(op, ty, &args, 0),
+                            Inst::new(Op::Store, ty, &[2], 1),
+                        ],
+                    };
+                    let bufs = vec![Buf::from_bits(ty, &xs), Buf::new(ty, n)];
+                    check_variants(&k, &bufs, 0, n as u64);
+                }
+            }
+        }
+    }
+}
