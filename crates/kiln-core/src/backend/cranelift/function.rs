@@ -1,0 +1,323 @@
+//! The function skeleton: the entry block (parameter bases and lengths, loop-invariant
+//! instructions computed once), the main loop running `G` groups of four lanes per iteration,
+//! their instructions lowered side by side (`Gen::emit_groups`), and the one-group loop, the
+//! generic code, that finishes the range.
+
+use super::affine::affine_values;
+use super::{Gen, Target, Tuning, V, W};
+use crate::backend::STATUS_OOB_READS;
+use crate::error::Result;
+use crate::kernel::{Kernel, ParamKind};
+use crate::op::Op;
+use crate::ty::VarType;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I32, I32X4, I64};
+use cranelift_codegen::ir::{AtomicRmwOp, FuncRef, GlobalValue, InstBuilder, MemFlags, Value};
+use cranelift_frontend::FunctionBuilder;
+use std::collections::HashMap;
+
+/// Groups of four lanes per main-loop iteration for a kernel with `body` per-lane instructions.
+pub(super) fn pick_unroll(tuning: Tuning, body: usize, has_scatter: bool) -> usize {
+    if has_scatter {
+        // Every scatter lane is a call, which clobbers all vector registers: nothing to overlap.
+        return 1;
+    }
+    match tuning.unroll {
+        0 => match body {
+            0..=150 => 4,
+            151..=500 => 2,
+            _ => 1,
+        },
+        u => u,
+    }
+}
+
+/// Builds the kernel's function; returns the contents of its constant table (see `Target::pool`).
+pub(super) fn build_function(
+    b: &mut FunctionBuilder<'_>,
+    k: &Kernel,
+    scatter: Option<FuncRef>,
+    pool: Option<GlobalValue>,
+    tuning: Tuning,
+    target: Target,
+) -> Result<Vec<u8>, String> {
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    b.seal_block(entry);
+    let (args, start, end) = {
+        let p = b.block_params(entry);
+        (p[0], p[1], p[2])
+    };
+    let trusted = MemFlags::trusted();
+    let ptrs = b.ins().load(I64, trusted, args, 0);
+    let lens_ptr = b.ins().load(I64, trusted, args, 8);
+    let status = b.ins().load(I64, trusted, args, 16);
+
+    let mut used = vec![false; k.params.len()];
+    for i in &k.insts {
+        if matches!(i.op, Op::Load | Op::Store | Op::Gather | Op::Scatter(_)) {
+            used[i.imm as usize] = true;
+        }
+    }
+    let mut bases = vec![None; k.params.len()];
+    let mut lens = vec![None; k.params.len()];
+    for (p, param) in k.params.iter().enumerate() {
+        if used[p] {
+            bases[p] = Some(b.ins().load(I64, trusted, ptrs, 8 * p as i32));
+            if param.kind == ParamKind::Indexed {
+                lens[p] = Some(b.ins().load(I64, trusted, lens_ptr, 8 * p as i32));
+            }
+        }
+    }
+
+    let has_gather = k.insts.iter().any(|i| i.op == Op::Gather);
+    let has_random_access = has_gather || scatter.is_some();
+    let oob = has_gather.then(|| {
+        let v = b.declare_var(I64);
+        let zero = b.ins().iconst(I64, 0);
+        b.def_var(v, zero);
+        v
+    });
+    let lane_var = b.declare_var(I64);
+    b.def_var(lane_var, start);
+    let pool_base = pool.map(|gv| b.ins().global_value(I64, gv));
+
+    let n = k.insts.len();
+    let mut g = Gen {
+        b,
+        k,
+        target,
+        mem: MemFlags::new().with_notrap(),
+        vals: vec![None; n],
+        uniform: vec![false; n],
+        lit: k
+            .insts
+            .iter()
+            .map(|i| (i.op == Op::Literal).then_some(i.imm))
+            .collect(),
+        amount: vec![None; n],
+        bases,
+        lens,
+        status,
+        lane: start,
+        active: None,
+        in_loop: false,
+        affine: Vec::new(),
+        affine_base: vec![None; n],
+        iter_lane: start,
+        group: 0,
+        pool: Vec::new(),
+        pool_index: HashMap::new(),
+        pool_base,
+        const_cache_on: tuning.const_cache > 0 && scatter.is_none(),
+        const_cache_per_inst: tuning.const_cache == 1,
+        const_cache: HashMap::new(),
+        schedule: tuning.schedule,
+        oob,
+        scatter,
+    };
+
+    // Loop-invariant values (literals, broadcast loads and pure instructions of those), computed
+    // once in the entry block.
+    for (r, inst) in k.insts.iter().enumerate() {
+        let invariant = match inst.op {
+            Op::Literal => true,
+            Op::Load => k.params[inst.imm as usize].kind == ParamKind::Broadcast,
+            op => {
+                op.is_pure()
+                    && op != Op::Counter
+                    && inst.has_value()
+                    && inst.operands().iter().all(|&a| g.uniform[a as usize])
+            }
+        };
+        if invariant {
+            g.uniform[r] = true;
+            g.vals[r] = g.lower(r)?;
+        }
+    }
+    // Scalar shift amounts of invariant, non-literal amounts of lane-dependent shifts.
+    for (r, inst) in k.insts.iter().enumerate() {
+        if matches!(inst.op, Op::Shl | Op::Shr) && !g.uniform[r] {
+            let a = inst.args[1] as usize;
+            if g.uniform[a] && g.lit[a].is_none() && g.amount[a].is_none() {
+                let v = g.val(a as u32)?;
+                let s = g.extract(v, 0);
+                g.amount[a] = Some(g.b.ins().band_imm(s, inst.ty.bits() as i64 - 1));
+            }
+        }
+    }
+    let invariant = g.vals.clone();
+    let body = g.uniform.iter().filter(|&&u| !u).count();
+    let groups = pick_unroll(tuning, body, scatter.is_some());
+    tracing::debug!(target: "kiln::cranelift", "kernel of {} instructions, {body} per lane: {groups} groups per iteration", k.insts.len());
+    // Affine values are worth a loop of their own when some lane-dependent instruction other
+    // than a counter or a cast would be replaced.
+    let affine = affine_values(k);
+    let use_affine = tuning.affine
+        && k.insts.iter().enumerate().any(|(r, inst)| {
+            affine[r].is_some() && !g.uniform[r] && !matches!(inst.op, Op::Counter | Op::Cast)
+        });
+
+    let tail_header = g.b.create_block();
+    let tail_body = g.b.create_block();
+    let exit = g.b.create_block();
+    if groups > 1 || use_affine {
+        // Main loop: `groups` whole vectors per iteration while that many lanes remain.
+        let step = W * groups as i64;
+        let header = g.b.create_block();
+        let body = g.b.create_block();
+        if use_affine && affine.iter().flatten().any(|a| a.small_lanes) {
+            // Some affine forms hold only for lane indices below 2^31: larger ranges take the
+            // generic loop.
+            let small =
+                g.b.ins()
+                    .icmp_imm(IntCC::UnsignedLessThanOrEqual, end, 1 << 31);
+            g.b.ins().brif(small, header, &[], tail_header, &[]);
+        } else {
+            g.b.ins().jump(header, &[]);
+        }
+        g.affine = if use_affine { affine } else { Vec::new() };
+        g.b.switch_to_block(header);
+        let i = g.b.use_var(lane_var);
+        let rem = g.b.ins().isub(end, i);
+        let more =
+            g.b.ins()
+                .icmp_imm(IntCC::UnsignedGreaterThanOrEqual, rem, step);
+        g.b.ins().brif(more, body, &[], tail_header, &[]);
+        g.b.switch_to_block(body);
+        g.b.seal_block(body);
+        let lanes: Vec<Value> = (0..groups)
+            .map(|u| {
+                if u == 0 {
+                    i
+                } else {
+                    g.b.ins().iadd_imm(i, W * u as i64)
+                }
+            })
+            .collect();
+        let active = if has_random_access {
+            // Every lane of these groups is below `end`.
+            Some(g.vconst(I32X4, &[u32::MAX; 4]))
+        } else {
+            None
+        };
+        g.emit_groups(&invariant, &lanes, active, tuning.interleave)?;
+        g.affine = Vec::new();
+        let next = g.b.ins().iadd_imm(i, step);
+        g.b.def_var(lane_var, next);
+        g.b.ins().jump(header, &[]);
+        g.b.seal_block(header);
+    } else {
+        g.b.ins().jump(tail_header, &[]);
+    }
+
+    // One vector per iteration up to `end` (the whole range when not unrolled).
+    g.b.switch_to_block(tail_header);
+    let i = g.b.use_var(lane_var);
+    let more = g.b.ins().icmp(IntCC::UnsignedLessThan, i, end);
+    g.b.ins().brif(more, tail_body, &[], exit, &[]);
+
+    g.b.switch_to_block(tail_body);
+    g.b.seal_block(tail_body);
+    let active = if has_random_access {
+        // Lanes of this iteration below `end`: (end - i) min 4 > [0, 1, 2, 3].
+        let rem = g.b.ins().isub(end, i);
+        let four = g.b.ins().iconst(I64, W);
+        let rem = g.b.ins().umin(rem, four);
+        let rem = g.b.ins().ireduce(I32, rem);
+        let rem = g.b.ins().splat(I32X4, rem);
+        let iota = g.vconst(I32X4, &[0u32, 1, 2, 3]);
+        Some(g.b.ins().icmp(IntCC::SignedGreaterThan, rem, iota))
+    } else {
+        None
+    };
+    g.emit_groups(&invariant, &[i], active, 1)?;
+    let next = g.b.ins().iadd_imm(i, W);
+    g.b.def_var(lane_var, next);
+    g.b.ins().jump(tail_header, &[]);
+    g.b.seal_block(tail_header);
+
+    g.b.switch_to_block(exit);
+    g.b.seal_block(exit);
+    if let Some(oob) = g.oob {
+        let count = g.b.use_var(oob);
+        let add = g.b.create_block();
+        let done = g.b.create_block();
+        g.b.ins().brif(count, add, &[], done, &[]);
+        g.b.switch_to_block(add);
+        g.b.seal_block(add);
+        let addr = g.b.ins().iadd_imm(g.status, 8 * STATUS_OOB_READS as i64);
+        g.b.ins()
+            .atomic_rmw(I64, MemFlags::trusted(), AtomicRmwOp::Add, addr, count);
+        g.b.ins().jump(done, &[]);
+        g.b.switch_to_block(done);
+        g.b.seal_block(done);
+    }
+    g.b.ins().return_(&[]);
+    let mut pool = g.pool;
+    if pool.is_empty() {
+        pool.resize(16, 0);
+    }
+    Ok(pool)
+}
+
+impl<'f> Gen<'_, 'f> {
+    /// Lower every lane-dependent instruction for each group of four lanes starting at `lanes`
+    /// (`active`: the mask of lanes below `end`, for gathers and scatters). `invariant` holds the
+    /// loop-invariant values, shared by all groups.
+    pub(super) fn emit_groups(
+        &mut self,
+        invariant: &[Option<V>],
+        lanes: &[Value],
+        active: Option<Value>,
+        interleave: usize,
+    ) -> Result<(), String> {
+        self.active = active;
+        self.in_loop = true;
+        self.iter_lane = lanes[0];
+        self.affine_base.iter_mut().for_each(|b| *b = None);
+        self.const_cache.clear();
+        let n = self.k.insts.len();
+        let per_chunk = interleave.max(1);
+        let order = if self.schedule {
+            self.body_order()
+        } else {
+            (0..n).collect()
+        };
+        for (c, chunk) in lanes.chunks(per_chunk).enumerate() {
+            let mut groups = vec![invariant.to_vec(); chunk.len()];
+            for &r in &order {
+                if invariant[r].is_some() || self.uniform[r] {
+                    continue;
+                }
+                if self.const_cache_per_inst {
+                    self.const_cache.clear();
+                }
+                let inst = self.k.insts[r];
+                if inst.op == Op::Store && inst.ty == VarType::Bool && chunk.len() == 4 {
+                    // Four groups' masks (16 consecutive lanes) packed into one 16-byte store.
+                    let masks: Vec<V> = groups
+                        .iter()
+                        .map(|vals| vals[inst.args[0] as usize])
+                        .collect::<Option<_>>()
+                        .ok_or("stored register has no value")?;
+                    self.lane = chunk[0];
+                    self.store_masks(inst.imm as usize, &masks)?;
+                    continue;
+                }
+                for (u, (vals, &lane)) in groups.iter_mut().zip(chunk).enumerate() {
+                    std::mem::swap(&mut self.vals, vals);
+                    self.lane = lane;
+                    self.group = c * per_chunk + u;
+                    let v = self.lower(r);
+                    std::mem::swap(&mut self.vals, vals);
+                    vals[r] = v?;
+                }
+            }
+        }
+        self.vals = invariant.to_vec();
+        self.in_loop = false;
+        Ok(())
+    }
+}

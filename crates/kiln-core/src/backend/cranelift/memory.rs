@@ -1,0 +1,241 @@
+//! Memory accesses: element addresses, broadcast and vector loads, stores (the last vector of a
+//! range may touch up to three lanes past `end`, within the buffers' slack), and gathers and
+//! scatters, which only act on active lanes: gathers are per-lane loads with a branchless bounds
+//! check, and scatters call the shared `scatter_lane_extern` helper.
+
+use super::{is_wide, ivty, lane_ty, log2_size, vty, Gen, V, W};
+use crate::error::Result;
+use crate::ty::VarType;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I32, I32X4, I64, I8X16};
+use cranelift_codegen::ir::{InstBuilder, Value};
+
+impl<'f> Gen<'_, 'f> {
+    /// Byte address of element `lane` of parameter `p` (elements of type `t`).
+    pub(super) fn elem_addr(&mut self, p: usize, t: VarType, lane: Value) -> Result<Value, String> {
+        let base = self.bases[p].ok_or_else(|| format!("parameter p{p} not loaded"))?;
+        let off = if log2_size(t) == 0 {
+            lane
+        } else {
+            self.b.ins().ishl_imm(lane, log2_size(t))
+        };
+        Ok(self.b.ins().iadd(base, off))
+    }
+
+    pub(super) fn load_broadcast(&mut self, p: usize, t: VarType) -> Result<V, String> {
+        let base = self.bases[p].ok_or_else(|| format!("parameter p{p} not loaded"))?;
+        let mem = self.mem;
+        Ok(match t {
+            VarType::Bool => {
+                let x = self.b.ins().uload8(I32, mem, base, 0);
+                let x = self.b.ins().band_imm(x, 1);
+                let x = self.b.ins().ineg(x);
+                V::One(self.b.ins().splat(I32X4, x))
+            }
+            _ => {
+                let x = self.b.ins().load(lane_ty(t), mem, base, 0);
+                let v = self.b.ins().splat(vty(t), x);
+                if is_wide(t) {
+                    V::Two(v, v)
+                } else {
+                    V::One(v)
+                }
+            }
+        })
+    }
+
+    pub(super) fn load_input(&mut self, p: usize, t: VarType) -> Result<V, String> {
+        let lane = self.lane;
+        let addr = self.elem_addr(p, t, lane)?;
+        let mem = self.mem;
+        Ok(match t {
+            VarType::Bool => {
+                let bytes = self.b.ins().uload8x8(mem, addr, 0);
+                let x = self.b.ins().uwiden_low(bytes);
+                let one = self.splat32(1);
+                let x = self.b.ins().band(x, one);
+                V::One(self.b.ins().ineg(x))
+            }
+            _ if is_wide(t) => {
+                let lo = self.b.ins().load(vty(t), mem, addr, 0);
+                let hi = self.b.ins().load(vty(t), mem, addr, 16);
+                V::Two(lo, hi)
+            }
+            _ => V::One(self.b.ins().load(vty(t), mem, addr, 0)),
+        })
+    }
+
+    pub(super) fn store(&mut self, p: usize, t: VarType, v: V) -> Result<(), String> {
+        let lane = self.lane;
+        let addr = self.elem_addr(p, t, lane)?;
+        let mem = self.mem;
+        match (t, v) {
+            (VarType::Bool, V::One(m)) => {
+                let one = self.splat32(1);
+                let x = self.b.ins().band(m, one);
+                let x = self.b.ins().snarrow(x, x);
+                let x = self.b.ins().snarrow(x, x);
+                let x = self.bc(I32X4, x);
+                let x = self.b.ins().extractlane(x, 0);
+                self.b.ins().store(mem, x, addr, 0);
+            }
+            (_, V::One(x)) => {
+                self.b.ins().store(mem, x, addr, 0);
+            }
+            (_, V::Two(lo, hi)) => {
+                self.b.ins().store(mem, lo, addr, 0);
+                self.b.ins().store(mem, hi, addr, 16);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores the masks of four consecutive groups (starting at `self.lane`) as 16 bytes.
+    pub(super) fn store_masks(&mut self, p: usize, masks: &[V]) -> Result<(), String> {
+        let m: Vec<Value> = masks
+            .iter()
+            .map(|&m| match m {
+                V::One(m) => Ok(m),
+                V::Two(..) => Err("mask is not a mask".to_string()),
+            })
+            .collect::<Result<_, _>>()?;
+        let lane = self.lane;
+        let addr = self.elem_addr(p, VarType::Bool, lane)?;
+        // Lanes are 0 or -1: saturating narrowing keeps them so, then `& 1`.
+        let lo = self.b.ins().snarrow(m[0], m[1]);
+        let hi = self.b.ins().snarrow(m[2], m[3]);
+        let bytes = self.b.ins().snarrow(lo, hi);
+        let one = self.vconst(I8X16, &[1u8; 16]);
+        let bytes = self.b.ins().band(bytes, one);
+        let mem = self.mem;
+        self.b.ins().store(mem, bytes, addr, 0);
+        Ok(())
+    }
+
+    /// Lane `l` of an index register as an i64 (sign-extended for signed types).
+    pub(super) fn index_lane(&mut self, idx: V, ity: VarType, l: usize) -> Value {
+        let x = self.extract(idx, l);
+        match ity {
+            VarType::I32 => self.b.ins().sextend(I64, x),
+            VarType::U32 => self.b.ins().uextend(I64, x),
+            _ => x,
+        }
+    }
+
+    /// The mask of active lanes (below `end`) and-ed with `mask`.
+    pub(super) fn active_mask(&mut self, mask: V) -> Result<Value, String> {
+        let V::One(m) = mask else {
+            return Err("mask is not a mask".into());
+        };
+        let active = self.active.ok_or("active mask missing")?;
+        Ok(self.b.ins().band(m, active))
+    }
+
+    pub(super) fn gather(
+        &mut self,
+        p: usize,
+        t: VarType,
+        idx: V,
+        ity: VarType,
+        mask: V,
+    ) -> Result<V, String> {
+        let m = self.active_mask(mask)?;
+        let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
+        let oob_var = self.oob.ok_or("oob counter missing")?;
+        let mem = self.mem;
+        let elt = match t {
+            VarType::Bool => I32,
+            _ => lane_ty(t).as_int(),
+        };
+        let mut lanes = Vec::with_capacity(4);
+        let mut bad_total: Option<Value> = None;
+        for l in 0..W as usize {
+            let ml = self.b.ins().extractlane(m, l as u8);
+            let on = self.b.ins().icmp_imm(IntCC::NotEqual, ml, 0);
+            let ix = self.index_lane(idx, ity, l);
+            // Unsigned compare: negative indices (and u64 ones past i64::MAX) are huge, hence out.
+            let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, ix, len);
+            let ok = self.b.ins().band(on, inside);
+            let outside = self
+                .b
+                .ins()
+                .icmp(IntCC::UnsignedGreaterThanOrEqual, ix, len);
+            let bad = self.b.ins().band(on, outside);
+            let bad = self.b.ins().uextend(I64, bad);
+            bad_total = Some(match bad_total {
+                None => bad,
+                Some(s) => self.b.ins().iadd(s, bad),
+            });
+            // Branchless: read element 0 (always mapped: slack) when the lane must not read.
+            let zero64 = self.b.ins().iconst(I64, 0);
+            let safe = self.b.ins().select(ok, ix, zero64);
+            let addr = self.elem_addr(p, t, safe)?;
+            let x = if t == VarType::Bool {
+                let x = self.b.ins().uload8(I32, mem, addr, 0);
+                self.b.ins().band_imm(x, 1)
+            } else {
+                self.b.ins().load(elt, mem, addr, 0)
+            };
+            let zero = self.b.ins().iconst(elt, 0);
+            let x = self.b.ins().select(ok, x, zero);
+            let x = if t == VarType::Bool {
+                self.b.ins().ineg(x)
+            } else {
+                x
+            };
+            lanes.push(x);
+        }
+        let count = self.b.use_var(oob_var);
+        let count = self.b.ins().iadd(count, bad_total.expect("four lanes"));
+        self.b.def_var(oob_var, count);
+        let v = self.build(t, &lanes);
+        Ok(self.bc_v(vty(t), v))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn scatter(
+        &mut self,
+        p: usize,
+        t: VarType,
+        op_ty: u32,
+        val: V,
+        idx: V,
+        ity: VarType,
+        mask: V,
+    ) -> Result<(), String> {
+        let m = self.active_mask(mask)?;
+        let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
+        let base = self.bases[p].ok_or_else(|| format!("parameter p{p} not loaded"))?;
+        let func = self.scatter.ok_or("scatter helper not declared")?;
+        let bits = self.bc_v(ivty(t), val);
+        for l in 0..W as usize {
+            let ml = self.b.ins().extractlane(m, l as u8);
+            let call = self.b.create_block();
+            let next = self.b.create_block();
+            self.b.ins().brif(ml, call, &[], next, &[]);
+            self.b.switch_to_block(call);
+            self.b.seal_block(call);
+            let mut ix = self.index_lane(idx, ity, l);
+            if ity == VarType::U64 {
+                let max = self.b.ins().iconst(I64, i64::MAX);
+                ix = self.b.ins().umin(ix, max);
+            }
+            let x = self.extract(bits, l);
+            let x = match t {
+                VarType::Bool => {
+                    let x = self.b.ins().band_imm(x, 1);
+                    self.b.ins().uextend(I64, x)
+                }
+                _ if is_wide(t) => x,
+                _ => self.b.ins().uextend(I64, x),
+            };
+            let op_ty = self.b.ins().iconst(I32, op_ty as i64);
+            let status = self.status;
+            self.b.ins().call(func, &[op_ty, base, len, ix, x, status]);
+            self.b.ins().jump(next, &[]);
+            self.b.switch_to_block(next);
+            self.b.seal_block(next);
+        }
+        Ok(())
+    }
+}
