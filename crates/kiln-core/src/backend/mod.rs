@@ -145,62 +145,34 @@ pub unsafe fn scatter_lane(
         return;
     }
     let i = index as usize;
+    // One atomic read-modify-write loop per element width; the cell type differs, the logic not.
+    macro_rules! rmw {
+        ($atomic:ty, $raw:ty) => {{
+            // SAFETY: i < len and target holds len elements of this width; buffers are 64-byte
+            // aligned, so the cell is aligned, and the atomic type has the raw type's layout.
+            let cell = unsafe { &*(target.add(i * std::mem::size_of::<$raw>()) as *const $atomic) };
+            update(
+                cell,
+                op,
+                ty,
+                value,
+                |c| c.load(Ordering::Relaxed) as u64,
+                |c, old, new| {
+                    c.compare_exchange_weak(
+                        old as $raw,
+                        new as $raw,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+                },
+            )
+        }};
+    }
     match ty.size_bytes() {
-        1 => {
-            // SAFETY: i < len and target holds len one-byte elements; AtomicU8 has u8's layout.
-            let cell = unsafe { &*(target.add(i) as *const AtomicU8) };
-            update(
-                cell,
-                op,
-                ty,
-                value,
-                |c| c.load(Ordering::Relaxed) as u64,
-                |c, old, new| {
-                    c.compare_exchange_weak(
-                        old as u8,
-                        new as u8,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-                },
-            );
-        }
-        4 => {
-            // SAFETY: as above, 4-byte elements; buffers are 64-byte aligned so the cell is aligned.
-            let cell = unsafe { &*(target.add(i * 4) as *const AtomicU32) };
-            update(
-                cell,
-                op,
-                ty,
-                value,
-                |c| c.load(Ordering::Relaxed) as u64,
-                |c, old, new| {
-                    c.compare_exchange_weak(
-                        old as u32,
-                        new as u32,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-                },
-            );
-        }
-        _ => {
-            // SAFETY: as above, 8-byte elements.
-            let cell = unsafe { &*(target.add(i * 8) as *const AtomicU64) };
-            update(
-                cell,
-                op,
-                ty,
-                value,
-                |c| c.load(Ordering::Relaxed),
-                |c, old, new| {
-                    c.compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                },
-            );
-        }
+        1 => rmw!(AtomicU8, u8),
+        4 => rmw!(AtomicU32, u32),
+        _ => rmw!(AtomicU64, u64),
     }
 }
 
