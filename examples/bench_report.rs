@@ -1,6 +1,6 @@
 //! Measured ratios of kiln against hand-written Rust, against the performance targets of the issue.
 //!
-//! One run measures six workloads and prints a table: kiln's figure, the hand-written rayon loop's
+//! One run measures eight workloads and prints a table: kiln's figure, the hand-written rayon loop's
 //! figure (and a plain parallel copy's bandwidth where relevant), the ratio, the target and whether
 //! it was met, then notes (result checks, best runs, variants of the baselines).
 //!
@@ -545,6 +545,94 @@ fn row_tracing(cfg: &Config, notes: &mut Vec<String>) -> Row {
     )
 }
 
+/// Row 7: Function freezing: the same 20 × 100-op function traced every call vs replayed.
+fn row_freeze(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let mut ratio_1024 = f64::NAN;
+    let mut cells = (String::new(), String::new());
+    for n in [1024usize, 16_384] {
+        let x = kiln::make_opaque(&Float32::linspace(0.0, 1.0, n));
+        let a = kiln::make_opaque(&Float32::full(0.999, n));
+        let mut frozen = kiln::freeze(|x: &Float32, a: &Float32| -> Float32 { freeze_step(x, a) });
+        let calls = if cfg.quick { 10 } else { 40 };
+        let mut check = (Vec::new(), Vec::new());
+        let [unfrozen_t, frozen_t] = measure_all(
+            if cfg.quick { 5 } else { 15 },
+            cfg.budget,
+            [
+                &mut || {
+                    time(|| {
+                        for _ in 0..calls {
+                            black_box(freeze_step(&x, &a));
+                        }
+                    }) / calls as f64
+                },
+                &mut || {
+                    time(|| {
+                        for _ in 0..calls {
+                            black_box(frozen.call(&x, &a).unwrap());
+                        }
+                    }) / calls as f64
+                },
+            ],
+        );
+        check.0 = freeze_step(&x, &a).to_vec();
+        check.1 = frozen.call(&x, &a).unwrap().to_vec();
+        let ratio = unfrozen_t.median / frozen_t.median;
+        notes.push(format!(
+            "freezing n={n}: unfrozen {:.1} us/call, frozen replay {:.1} us/call ({ratio:.1}x); {}; results equal bit for bit: {}",
+            unfrozen_t.median * 1e6,
+            frozen_t.median * 1e6,
+            frozen.stats(),
+            check.0 == check.1
+        ));
+        if n == 1024 {
+            ratio_1024 = if check.0 == check.1 { ratio } else { f64::NAN };
+            cells = (
+                format!("{:.1} us/call", frozen_t.median * 1e6),
+                format!("{:.1} us unfrozen", unfrozen_t.median * 1e6),
+            );
+        }
+    }
+    let mut row = Row::new(
+        "freeze 20x100 ops n=1024",
+        cells.0,
+        Goal::AtLeast(15.0),
+        ratio_1024,
+        ">= 15x vs unfrozen",
+    );
+    row.rayon = cells.1;
+    row.ratio = format!("{ratio_1024:.1}x faster");
+    row
+}
+
+/// Row 8: Replay overhead per recorded launch (20 one-op launches on 16 lanes).
+fn row_replay_overhead(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let x = kiln::make_opaque(&Float32::zeros(16));
+    let mut frozen = kiln::freeze(|x: &Float32| -> Float32 { freeze_tiny(x) });
+    const CALLS: usize = 500;
+    let t = measure(if cfg.quick { 5 } else { 15 }, cfg.budget, || {
+        time(|| {
+            for _ in 0..CALLS {
+                black_box(frozen.call(&x).unwrap());
+            }
+        }) / CALLS as f64
+    });
+    let per_launch = t.median / FREEZE_EVALS as f64 * 1e6;
+    notes.push(format!(
+        "replay overhead: {:.2} us per call of {FREEZE_EVALS} launches (best {:.2} us); {}",
+        t.median * 1e6,
+        t.min * 1e6,
+        frozen.stats()
+    ));
+    Row::new(
+        "replay overhead",
+        format!("{per_launch:.2} us/launch"),
+        Goal::AtMost(2.0),
+        per_launch,
+        "<= 2 us/launch",
+    )
+}
+
 fn print_table(rows: &[Row]) {
     let header = [
         "workload", "kiln", "rayon", "copy", "ratio", "target", "result",
@@ -651,13 +739,15 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 6] = [
+    let steps: [(&str, RowFn); 8] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
         ("monte carlo", row_monte_carlo),
         ("cached launch", row_launch),
         ("cold compile", row_compile),
         ("tracing", row_tracing),
+        ("freezing", row_freeze),
+        ("replay overhead", row_replay_overhead),
     ];
     let mut rows = Vec::new();
     for (name, step) in steps {

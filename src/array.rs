@@ -5,7 +5,7 @@
 //! `math`, memory operations and reductions in `memory` and `reduce`.
 
 use crate::types::{Float, Numeric};
-use kiln_core::{self as core, Error, Op, Result, Scalar, VarId, VarType};
+use kiln_core::{self as core, Error, Op, Result, Scalar, Size, VarId, VarType};
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -108,8 +108,21 @@ impl<T: Scalar> Array<T> {
     /// ```
     /// assert_eq!(kiln::UInt32::full(7, 2).to_vec(), vec![7, 7]);
     /// ```
-    pub fn full(value: T, n: usize) -> Self {
+    ///
+    /// `n` may be a [`Size`] (`x.size()`), which inside a frozen function follows the inputs.
+    pub fn full(value: T, n: impl Into<Size>) -> Self {
         Self::from_id(core::literal(T::TYPE, value.to_bits64(), n))
+    }
+    /// A size-1 array holding `value` in memory rather than as a literal: kernels read it, so a
+    /// new value needs no new kernel and no new recording of a frozen function.
+    ///
+    /// ```
+    /// let seed = kiln::UInt32::opaque(7);
+    /// assert!(seed.is_evaluated());
+    /// assert_eq!(seed.item(), 7);
+    /// ```
+    pub fn opaque(value: T) -> Self {
+        crate::make_opaque(&Self::scalar(value))
     }
     /// A size-1 literal.
     pub fn scalar(value: T) -> Self {
@@ -121,8 +134,23 @@ impl<T: Scalar> Array<T> {
     /// ```
     /// assert_eq!(kiln::Float32::zeros(5).len(), 5);
     /// ```
+    ///
+    /// Inside a frozen function, prefer [`Array::size`] for sizing new arrays: a plain integer that
+    /// depends on the inputs' sizes ties the recording to those sizes.
+    #[track_caller]
     pub fn len(&self) -> usize {
-        core::size(self.id)
+        core::freeze::observe_len(self.id)
+    }
+    /// The number of elements as a [`Size`], which inside a frozen function remembers how it
+    /// follows from the inputs' sizes (`arange(x.size() / 2)` replays at any width).
+    ///
+    /// ```
+    /// let x = kiln::Float32::zeros(10);
+    /// let half = kiln::UInt32::arange(x.size() / 2);
+    /// assert_eq!(half.len(), 5);
+    /// ```
+    pub fn size(&self) -> Size {
+        core::freeze::size_of(self.id)
     }
     /// Whether the array has no elements.
     ///
@@ -130,7 +158,7 @@ impl<T: Scalar> Array<T> {
     /// assert!(kiln::Float32::zeros(0).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        core::size(self.id) == 0
     }
     /// Whether the contents are evaluated (in memory).
     pub fn is_evaluated(&self) -> bool {
@@ -206,7 +234,7 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(kiln::Float32::from(2.5).try_item().unwrap(), 2.5);
     /// ```
     pub fn try_item(&self) -> Result<T> {
-        let n = self.len();
+        let n = core::size(self.id);
         if n != 1 {
             return Err(Error::NotScalar {
                 label: core::describe(self.id),
@@ -255,7 +283,7 @@ impl<T: Numeric> Array<T> {
     /// ```
     /// assert_eq!(kiln::Int64::zeros(2).to_vec(), vec![0, 0]);
     /// ```
-    pub fn zeros(n: usize) -> Self {
+    pub fn zeros(n: impl Into<Size>) -> Self {
         Self::full(T::zero(), n)
     }
     /// `n` ones.
@@ -263,7 +291,7 @@ impl<T: Numeric> Array<T> {
     /// ```
     /// assert_eq!(kiln::Float32::ones(2).to_vec(), vec![1.0, 1.0]);
     /// ```
-    pub fn ones(n: usize) -> Self {
+    pub fn ones(n: impl Into<Size>) -> Self {
         Self::full(T::one(), n)
     }
     /// `0, 1, …, n − 1`.
@@ -271,8 +299,11 @@ impl<T: Numeric> Array<T> {
     /// ```
     /// assert_eq!(kiln::UInt64::arange(3).to_vec(), vec![0, 1, 2]);
     /// ```
-    pub fn arange(n: usize) -> Self {
-        let idx_ty = if n > u32::MAX as usize {
+    ///
+    /// `n` may be a [`Size`] (`x.size()`), which inside a frozen function follows the inputs.
+    pub fn arange(n: impl Into<Size>) -> Self {
+        let n = n.into();
+        let idx_ty = if n.peek() > u32::MAX as usize {
             VarType::U64
         } else {
             VarType::U32
@@ -290,9 +321,14 @@ impl<T: Float> Array<T> {
     /// ```
     /// assert_eq!(kiln::Float32::linspace(0.0, 1.0, 3).to_vec(), vec![0.0, 0.5, 1.0]);
     /// ```
-    pub fn linspace(start: T, stop: T, n: usize) -> Self {
-        let step = if n > 1 {
-            (stop.to_f64() - start.to_f64()) / (n - 1) as f64
+    ///
+    /// With a [`Size`] `n` inside a frozen function, the step is computed from `n`'s value, so the
+    /// recording is tied to the input sizes (it records anew for others).
+    #[track_caller]
+    pub fn linspace(start: T, stop: T, n: impl Into<Size>) -> Self {
+        let n = n.into();
+        let step = if n.peek() > 1 {
+            (stop.to_f64() - start.to_f64()) / (n.get() - 1) as f64
         } else {
             0.0
         };

@@ -15,7 +15,10 @@
 //! Backends: Cranelift (default, embedded) and the reference interpreter (`KILN_BACKEND=interp`).
 //! Logging: `KILN_LOG=info`, `KILN_LOG=kiln::kernel=trace` (prints kernel IR), or [`set_log_level`].
 
+extern crate self as kiln;
+
 pub mod array;
+pub mod freeze;
 #[cfg(feature = "ndarray")]
 mod interop;
 pub mod math;
@@ -27,10 +30,12 @@ pub mod types;
 pub mod vector;
 
 pub use array::{Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64};
+pub use freeze::{freeze, Frozen, Traverse};
 pub use kiln_core;
 pub use kiln_core::{
-    set_log_level, BackendKind, Error, Op, ReduceOp, Result, Scalar, Stats, VarType, Whos,
+    set_log_level, BackendKind, Error, Op, ReduceOp, Result, Scalar, Size, Stats, VarType, Whos,
 };
+pub use kiln_derive::Traverse;
 pub use memory::{
     gather, gather_masked, scatter, scatter_masked, scatter_reduce, scatter_reduce_masked,
     try_gather_masked, try_scatter,

@@ -151,3 +151,31 @@ pub fn monte_carlo_kiln(n: usize) -> u64 {
 pub fn chain_kiln(x: &Float32) -> Float32 {
     (x * x + 1.0).tanh() * (-x).exp() + x.abs().sqrt()
 }
+
+/// Chains per call of the freezing workload.
+pub const FREEZE_EVALS: usize = 20;
+/// Traced ops per chain of the freezing workload.
+pub const FREEZE_CHAIN: usize = 100;
+
+/// The freezing workload (a "training step" shape): 20 evaluations, each of a 100-op chain of
+/// multiplies and adds on the previous result.
+pub fn freeze_step(x: &Float32, a: &Float32) -> Float32 {
+    let mut y = x.clone();
+    for _ in 0..FREEZE_EVALS {
+        for j in 0..FREEZE_CHAIN / 2 {
+            y = &y * a + (j as f32) * 1e-3;
+        }
+        y.eval();
+    }
+    y
+}
+
+/// A nearly empty function for the replay overhead: 20 evaluations of one op each on 16 lanes.
+pub fn freeze_tiny(x: &Float32) -> Float32 {
+    let mut y = x.clone();
+    for _ in 0..FREEZE_EVALS {
+        y = &y + 1.0;
+        y.eval();
+    }
+    y
+}

@@ -9,19 +9,24 @@
 use crate::alloc::SLACK_BYTES;
 use crate::backend::{CompiledKernel, LaunchArgs, STATUS_LEN, STATUS_OOB_READS, STATUS_OOB_WRITES};
 use crate::error::Result;
+use crate::freeze::size::ExprId;
 use crate::kernel::KernelHash;
+use crate::kernel::Param;
 use crate::launch;
 use crate::op::{eval_reduce, reduce_identity, ReduceOp};
 use crate::registry::Buffer;
 use crate::stats;
 use crate::ty::VarType;
 use parking_lot::RwLock;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// How an op's output size follows from its inputs' sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SizeRule {
+    /// The launch size (chosen by the scheduler; symbolic while recording).
+    Launch,
     /// Same size as input `i`.
     SameAs(usize),
     /// Always one element.
@@ -34,36 +39,54 @@ pub enum SizeRule {
     None,
 }
 
-/// What kind of device op ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceOpKind {
+/// What kind of device op ran, with everything needed to run it again (a frozen function's replay
+/// does exactly that). Adding a kind means adding its record and replay arms in `freeze`: those
+/// matches are exhaustive on purpose.
+#[derive(Clone, Copy)]
+pub enum DeviceOpKind<'a> {
+    /// A kernel over `size` lanes; buffers are its parameters in order (outputs included).
     Launch {
         hash: KernelHash,
+        kernel: &'a Arc<dyn CompiledKernel>,
+        params: &'a [Param],
+        /// Indexed parameters the kernel writes into (scatter targets).
+        modified: &'a [u32],
+        block: usize,
+        /// The launch size's expression while recording (0: constant).
+        size_sym: ExprId,
     },
     /// A launch whose single output is reduced block by block as it is produced (never stored).
+    /// Buffers: the kernel's non-output parameters in order, then the size-1 result.
     LaunchReduce {
         hash: KernelHash,
-        op: ReduceOp,
-    },
-    Reduce(ReduceOp),
-    BlockReduce {
+        kernel: &'a Arc<dyn CompiledKernel>,
+        params: &'a [Param],
+        out_param: usize,
         op: ReduceOp,
         block: usize,
+        size_sym: ExprId,
     },
-    PrefixSum {
-        exclusive: bool,
-    },
+    /// Buffers: input, size-1 result.
+    Reduce(ReduceOp),
+    /// Buffers: input, output.
+    BlockReduce { op: ReduceOp, block: usize },
+    /// Buffers: input, output.
+    PrefixSum { exclusive: bool },
+    /// Buffers: mask, indices.
     Compress,
+    /// Buffers: source, copy.
     Memcpy,
+    /// Buffers: the new buffer (its contents came from the host).
     Upload,
+    /// Buffers: the buffer read to the host.
     Read,
 }
 
-impl DeviceOpKind {
+impl DeviceOpKind<'_> {
     /// The size rule of this kind's output.
     pub fn size_rule(&self) -> SizeRule {
         match self {
-            DeviceOpKind::Launch { .. } => SizeRule::SameAs(0),
+            DeviceOpKind::Launch { .. } => SizeRule::Launch,
             DeviceOpKind::Reduce(_) | DeviceOpKind::LaunchReduce { .. } => SizeRule::One,
             DeviceOpKind::BlockReduce { block, .. } => SizeRule::Blocks {
                 input: 0,
@@ -76,55 +99,80 @@ impl DeviceOpKind {
             DeviceOpKind::Read => SizeRule::None,
         }
     }
+    /// A short name for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DeviceOpKind::Launch { .. } => "launch",
+            DeviceOpKind::LaunchReduce { .. } => "launch+reduce",
+            DeviceOpKind::Reduce(_) => "reduce",
+            DeviceOpKind::BlockReduce { .. } => "block_reduce",
+            DeviceOpKind::PrefixSum { .. } => "prefix_sum",
+            DeviceOpKind::Compress => "compress",
+            DeviceOpKind::Memcpy => "memcpy",
+            DeviceOpKind::Upload => "upload",
+            DeviceOpKind::Read => "read",
+        }
+    }
 }
 
-/// One executed device op, as observers see it: kind, launch/input size, and buffer addresses
-/// (inputs then outputs) so that a recorder can map them to its slots.
-#[derive(Clone, Debug)]
-pub struct DeviceOpRecord {
-    pub kind: DeviceOpKind,
+/// One executed device op, as observers see it: kind, launch/input size, and its buffers (see
+/// each kind for their order).
+pub struct DeviceOpRecord<'a> {
+    pub kind: DeviceOpKind<'a>,
     pub size: usize,
-    pub buffers: Vec<usize>,
+    pub buffers: &'a [&'a Buffer],
 }
 
 type Observer = Box<dyn Fn(&DeviceOpRecord) + Send + Sync>;
 static OBSERVERS: RwLock<Vec<(u64, Observer)>> = RwLock::new(Vec::new());
 static NEXT_OBSERVER: AtomicU64 = AtomicU64::new(1);
+static ANY_OBSERVER: AtomicBool = AtomicBool::new(false);
 
 /// Register an observer of device ops; returns a token for [`unobserve`].
 pub fn observe(f: impl Fn(&DeviceOpRecord) + Send + Sync + 'static) -> u64 {
     let id = NEXT_OBSERVER.fetch_add(1, Relaxed);
-    OBSERVERS.write().push((id, Box::new(f)));
+    let mut obs = OBSERVERS.write();
+    obs.push((id, Box::new(f)));
+    ANY_OBSERVER.store(true, Relaxed);
     id
 }
 /// Remove an observer.
 pub fn unobserve(token: u64) {
-    OBSERVERS.write().retain(|(i, _)| *i != token);
+    let mut obs = OBSERVERS.write();
+    obs.retain(|(i, _)| *i != token);
+    ANY_OBSERVER.store(!obs.is_empty(), Relaxed);
 }
 
 fn notify(kind: DeviceOpKind, size: usize, buffers: &[&Buffer]) {
     stats::DEVICE_OPS.fetch_add(1, Relaxed);
-    let obs = OBSERVERS.read();
-    if !obs.is_empty() {
-        let rec = DeviceOpRecord {
-            kind,
-            size,
-            buffers: buffers.iter().map(|b| b.ptr() as usize).collect(),
-        };
-        for (_, f) in obs.iter() {
+    let rec = DeviceOpRecord {
+        kind,
+        size,
+        buffers,
+    };
+    crate::freeze::record::on_device_op(&rec);
+    if ANY_OBSERVER.load(Relaxed) {
+        for (_, f) in OBSERVERS.read().iter() {
             f(&rec);
         }
     }
 }
 
+/// What the scheduler (or a replay) knows about a kernel it launches.
+#[derive(Clone, Copy)]
+pub struct LaunchSpec<'a> {
+    pub kernel: &'a Arc<dyn CompiledKernel>,
+    pub hash: KernelHash,
+    pub params: &'a [Param],
+    /// Indexed parameters the kernel writes into (scatter targets).
+    pub modified: &'a [u32],
+    pub block: usize,
+    /// The launch size's expression while recording (0: constant).
+    pub size_sym: ExprId,
+}
+
 /// Launch a kernel over `size` lanes with `buffers` (one per parameter, in order).
-pub fn launch_kernel(
-    kernel: &dyn CompiledKernel,
-    hash: KernelHash,
-    size: usize,
-    buffers: &[&Buffer],
-    block: usize,
-) -> [u64; STATUS_LEN] {
+pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64; STATUS_LEN] {
     let ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.ptr()).collect();
     let lens: Vec<u64> = buffers.iter().map(|b| b.len as u64).collect();
     let status: [AtomicU64; STATUS_LEN] = Default::default();
@@ -134,38 +182,54 @@ pub fn launch_kernel(
         status: status.as_ptr(),
     };
     let t = Instant::now();
-    // SAFETY: the scheduler built `buffers` to match the kernel's parameters: inputs hold `size` (or 1,
-    // broadcast) elements, outputs were allocated for `size`, indexed buffers carry their length; all
-    // stay alive (borrowed) for the duration of the launch.
-    unsafe { launch::launch(kernel, &args, size, block) };
+    // SAFETY: the scheduler (or a replay, which checks the same) built `buffers` to match the
+    // kernel's parameters: inputs hold `size` (or 1, broadcast) elements, outputs were allocated for
+    // `size`, indexed buffers carry their length; all stay alive (borrowed) for the launch.
+    unsafe { launch::launch(spec.kernel.as_ref(), &args, size, spec.block) };
     stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
     stats::LAUNCHES.fetch_add(1, Relaxed);
     let st = [status[0].load(Relaxed), status[1].load(Relaxed)];
     stats::OOB_READS.fetch_add(st[STATUS_OOB_READS], Relaxed);
     stats::OOB_WRITES.fetch_add(st[STATUS_OOB_WRITES], Relaxed);
-    notify(DeviceOpKind::Launch { hash }, size, buffers);
+    notify(
+        DeviceOpKind::Launch {
+            hash: spec.hash,
+            kernel: spec.kernel,
+            params: spec.params,
+            modified: spec.modified,
+            block: spec.block,
+            size_sym: spec.size_sym,
+        },
+        size,
+        buffers,
+    );
     st
 }
 
 /// Run a kernel and reduce its single output as it is produced: each block writes into a scratch
 /// buffer of block size (cache-resident) that is reduced right away, so the full-size array never
-/// exists. `params` has one entry per kernel parameter, `None` for the output at `out_param`.
-/// Returns the reduced bits (for `Bool` + `Add`, the number of true lanes) and the launch status.
-#[allow(clippy::too_many_arguments)]
+/// exists. `inputs` has one buffer per kernel parameter except the output at `out_param`. Returns
+/// the size-1 result buffer, its bits (for `Bool` + `Add`, the number of true lanes) and the
+/// launch status.
 pub fn launch_reduce(
-    kernel: &dyn CompiledKernel,
-    hash: KernelHash,
+    spec: LaunchSpec,
     size: usize,
-    params: &[Option<&Buffer>],
+    inputs: &[&Buffer],
     out_param: usize,
     op: ReduceOp,
-    ty: VarType,
-    block: usize,
-) -> Result<(u64, [u64; STATUS_LEN])> {
-    let block = block.next_multiple_of(launch::BLOCK_ALIGN);
-    let lens: Vec<u64> = params
-        .iter()
-        .map(|b| b.map_or(0, |b| b.len as u64))
+) -> Result<(Buffer, u64, [u64; STATUS_LEN])> {
+    let ty = spec.params[out_param].ty;
+    let block = spec.block.next_multiple_of(launch::BLOCK_ALIGN);
+    let param_buf = |i: usize| -> Option<&Buffer> {
+        match i.cmp(&out_param) {
+            std::cmp::Ordering::Less => Some(inputs[i]),
+            std::cmp::Ordering::Equal => None,
+            std::cmp::Ordering::Greater => Some(inputs[i - 1]),
+        }
+    };
+    let n_params = inputs.len() + 1;
+    let lens: Vec<u64> = (0..n_params)
+        .map(|i| param_buf(i).map_or(0, |b| b.len as u64))
         .collect();
     let status: [AtomicU64; STATUS_LEN] = Default::default();
     let t = Instant::now();
@@ -173,14 +237,11 @@ pub fn launch_reduce(
         let scratch = Buffer::new(ty, block, &|| {
             format!("a reduction scratch block of {block} × {ty}")
         })?;
-        let ptrs: Vec<*mut u8> = params
-            .iter()
-            .enumerate()
-            .map(|(i, b)| match b {
+        let ptrs: Vec<*mut u8> = (0..n_params)
+            .map(|i| match param_buf(i) {
                 Some(b) => b.ptr(),
                 // lane `s` of the output lands at the scratch block's first element
-                None if i == out_param => scratch.ptr().wrapping_sub(s * ty.size_bytes()),
-                None => std::ptr::null_mut(),
+                None => scratch.ptr().wrapping_sub(s * ty.size_bytes()),
             })
             .collect();
         let args = LaunchArgs {
@@ -191,7 +252,7 @@ pub fn launch_reduce(
         // SAFETY: inputs are live buffers matching the kernel's parameters for all `size` lanes; the
         // output pointer is shifted so that lanes [s, e) write scratch[0, e − s) (plus the slack a
         // partial last vector may touch), which the scratch block holds.
-        unsafe { kernel.run(&args, s as u64, e as u64) };
+        unsafe { spec.kernel.run(&args, s as u64, e as u64) };
         Ok(reduce_range(op, &scratch, 0, e - s))
     });
     let parts = parts.into_iter().collect::<Result<Vec<u64>>>()?;
@@ -200,16 +261,25 @@ pub fn launch_reduce(
     let st = [status[0].load(Relaxed), status[1].load(Relaxed)];
     stats::OOB_READS.fetch_add(st[STATUS_OOB_READS], Relaxed);
     stats::OOB_WRITES.fetch_add(st[STATUS_OOB_WRITES], Relaxed);
-    let inputs: Vec<&Buffer> = params.iter().flatten().copied().collect();
-    notify(DeviceOpKind::LaunchReduce { hash, op }, size, &inputs);
-    Ok((combine(op, ty, &parts), st))
-}
-
-/// A size-1 buffer holding `bits`.
-pub fn scalar_buffer(ty: VarType, bits: u64) -> Result<Buffer> {
+    let bits = combine(op, ty, &parts);
     let out = Buffer::new(ty, 1, &|| "a reduction result".into())?;
     set_elem(&out, 0, bits);
-    Ok(out)
+    let mut all: Vec<&Buffer> = inputs.to_vec();
+    all.push(&out);
+    notify(
+        DeviceOpKind::LaunchReduce {
+            hash: spec.hash,
+            kernel: spec.kernel,
+            params: spec.params,
+            out_param,
+            op,
+            block: spec.block,
+            size_sym: spec.size_sym,
+        },
+        size,
+        &all,
+    );
+    Ok((out, bits, st))
 }
 
 /// A fresh buffer holding `bytes` (little-endian elements of `ty`).
@@ -323,15 +393,20 @@ fn combine(op: ReduceOp, ty: VarType, parts: &[u64]) -> u64 {
 const RED_BLOCK: usize = 1 << 16;
 
 /// Reduce a whole buffer to one value (bits). For `Bool` with `Add`, the count of true lanes.
+/// This reads the result to the host (a `Read` op for observers).
 pub fn reduce_bits(op: ReduceOp, buf: &Buffer) -> u64 {
     let parts = launch::map_blocks(buf.len, RED_BLOCK, |s, e| reduce_range(op, buf, s, e));
-    notify(DeviceOpKind::Reduce(op), buf.len, &[buf]);
+    notify(DeviceOpKind::Read, buf.len, &[buf]);
     combine(op, buf.ty, &parts)
 }
 
 /// Reduce a buffer to a size-1 buffer (no host read of the data).
 pub fn reduce(op: ReduceOp, buf: &Buffer) -> Result<Buffer> {
-    scalar_buffer(buf.ty, reduce_bits(op, buf))
+    let parts = launch::map_blocks(buf.len, RED_BLOCK, |s, e| reduce_range(op, buf, s, e));
+    let out = Buffer::new(buf.ty, 1, &|| "a reduction result".into())?;
+    set_elem(&out, 0, combine(op, buf.ty, &parts));
+    notify(DeviceOpKind::Reduce(op), buf.len, &[buf, &out]);
+    Ok(out)
 }
 
 /// Reduce each block of `block` consecutive elements (a partial last block too).

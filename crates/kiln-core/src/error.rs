@@ -51,6 +51,22 @@ pub enum Error {
         hint: String,
     },
 
+    /// A frozen function read an array's contents while being recorded.
+    #[error(
+        "{label} was read (`{how}`) inside a frozen function: a replay does not run the function's \
+         Rust code again, so nothing it decides from array contents can be replayed; return the \
+         array and read it after the call, or keep the decision on the device (`select`, masks)"
+    )]
+    FrozenRead { label: String, how: String },
+
+    /// A frozen function used an evaluated array that is neither an argument nor created inside.
+    #[error(
+        "{label} is used inside a frozen function ({during}) but is neither one of its arguments nor \
+         created inside it, so a replay could not bind it; pass it as an argument, or return it from \
+         `.with_state(|args| …)` so that it becomes part of the frozen state"
+    )]
+    HiddenInput { label: String, during: String },
+
     /// Invalid argument (bad block size, bad length …).
     #[error("{0}")]
     Invalid(String),

@@ -20,6 +20,7 @@ pub mod backend;
 pub mod cache;
 pub mod device;
 pub mod error;
+pub mod freeze;
 pub mod kernel;
 pub mod launch;
 pub(crate) mod log;
@@ -32,6 +33,7 @@ pub mod ty;
 
 pub use backend::BackendKind;
 pub use error::{Error, Result};
+pub use freeze::Size;
 pub use log::set_log_level;
 pub use op::{Op, ReduceOp};
 pub use registry::{whos, Buffer, VarId, Whos};
@@ -90,6 +92,8 @@ pub fn describe(id: VarId) -> String {
 fn data_var(ty: VarType, buf: Buffer) -> VarId {
     log::init_from_env();
     let mut v = Var::new(Op::Data, ty, buf.len);
+    // while recording, the buffer's size follows from the op that made it
+    v.sym = freeze::record::buffer_sym(buf.ptr());
     v.data = Some(Arc::new(buf));
     VarId(STATE.lock().insert(v))
 }
@@ -100,9 +104,21 @@ pub fn from_bytes(ty: VarType, bytes: &[u8]) -> Result<VarId> {
     Ok(data_var(ty, buf))
 }
 
+/// Refuse a host read inside a frozen function's recording.
+fn refuse_read(id: VarId, how: &str) -> Result<()> {
+    if freeze::active() {
+        return Err(freeze::record::refuse(Error::FrozenRead {
+            label: describe(id),
+            how: how.into(),
+        }));
+    }
+    Ok(())
+}
+
 /// Evaluate (if needed) and copy the contents out as little-endian bytes.
 pub fn read_bytes(id: VarId) -> Result<Vec<u8>> {
     log::init_from_env();
+    refuse_read(id, "reading its contents")?;
     eval(&[id])?;
     let buf = evaluated_buffer(id)?;
     Ok(device::read(&buf))
@@ -122,9 +138,9 @@ fn evaluated_buffer(id: VarId) -> Result<Arc<Buffer>> {
 /// An unevaluated `id` is reduced as its kernel produces it (one fused launch; the full-size array is
 /// never written) and stays unevaluated; an evaluated one is reduced from its buffer.
 pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
-    if let Some(bits) = schedule::reduce_fused(op, id)? {
+    if let Some((out, _)) = schedule::reduce_fused(op, id)? {
         let ty = var_type(id);
-        return Ok(data_var(ty, device::scalar_buffer(ty, bits)?));
+        return Ok(data_var(ty, out));
     }
     let buf = evaluated_buffer(id)?;
     let ty = buf.ty;
@@ -135,7 +151,8 @@ pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
 /// Evaluate `id` and reduce it, returning the result's bits on the host (for `Bool` + `Add`: the
 /// number of true lanes).
 pub fn reduce_to_host(op: ReduceOp, id: VarId) -> Result<u64> {
-    if let Some(bits) = schedule::reduce_fused(op, id)? {
+    refuse_read(id, "reducing it to a host value")?;
+    if let Some((_, bits)) = schedule::reduce_fused(op, id)? {
         return Ok(bits);
     }
     let buf = evaluated_buffer(id)?;
@@ -172,27 +189,14 @@ pub fn compress(id: VarId) -> Result<VarId> {
 }
 
 /// Evaluate `id` into a buffer of its own, so that changing a literal's value does not recompile
-/// kernels that use it. Returns a new variable (external reference) holding the data.
+/// kernels that use it. A literal is evaluated in place (it stops being shared with other uses of
+/// the same constant); returns a new reference to the evaluated variable.
 pub fn make_opaque(id: VarId) -> Result<VarId> {
-    let lit = {
-        let st = STATE.lock();
-        let v = st.var(id.0);
-        v.is_literal().then_some((v.ty, v.literal, v.size))
-    };
-    match lit {
-        Some((ty, bits, size)) => {
-            // a literal's value is baked into kernels: give it a buffer instead
-            let bytes: Vec<u8> = (0..size)
-                .flat_map(|_| bits.to_le_bytes()[..ty.size_bytes()].to_vec())
-                .collect();
-            from_bytes(ty, &bytes)
-        }
-        None => {
-            eval(&[id])?;
-            inc_ref(id);
-            Ok(id)
-        }
-    }
+    // a literal's value is baked into kernels: take it out of the CSE table and give it a buffer
+    STATE.lock().uncse(id.0);
+    eval(&[id])?;
+    inc_ref(id);
+    Ok(id)
 }
 
 /// Wait for all launched work (launches are synchronous today, so this only flushes side effects).

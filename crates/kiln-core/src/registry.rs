@@ -108,6 +108,9 @@ pub(crate) struct Var {
     pub op: Op,
     pub ty: VarType,
     pub size: usize,
+    /// While a frozen function is being recorded on this thread: the size's expression over the
+    /// inputs' sizes (see `freeze::size`). 0: the size is a constant.
+    pub sym: u32,
     /// Operand ids (0 = unused). Gather: [source, index, mask]; Scatter: [target, value, index, mask].
     pub deps: [u32; 4],
     /// Literal bits.
@@ -131,6 +134,7 @@ impl Var {
             op,
             ty,
             size,
+            sym: 0,
             deps: [0; 4],
             literal: 0,
             data: None,
@@ -158,6 +162,7 @@ pub(crate) struct CseKey {
     op: Op,
     ty: VarType,
     size: usize,
+    sym: u32,
     deps: [u32; 4],
     literal: u64,
 }
@@ -168,6 +173,7 @@ impl CseKey {
             op: v.op,
             ty: v.ty,
             size: v.size,
+            sym: v.sym,
             deps: v.deps,
             literal: v.literal,
         }
@@ -313,6 +319,29 @@ impl State {
         for d in deps.into_iter().filter(|&d| d != 0) {
             self.dec_int(d, garbage);
         }
+    }
+
+    /// Set the size expression of a variable (it leaves the CSE table: its key changes).
+    pub fn set_sym(&mut self, id: u32, sym: u32) {
+        self.uncse(id);
+        self.vars[id as usize].sym = sym;
+    }
+
+    /// Forget every size expression (a recording ended; its expression ids mean nothing now).
+    pub fn clear_syms(&mut self) {
+        for id in 1..self.vars.len() as u32 {
+            if self.vars[id as usize].sym != 0 {
+                self.set_sym(id, 0);
+            }
+        }
+    }
+
+    /// The variable whose buffer starts at `addr`, if any (for messages about hidden inputs).
+    pub fn var_with_buffer(&self, addr: usize) -> Option<u32> {
+        self.vars.iter().enumerate().skip(1).find_map(|(i, v)| {
+            (v.alive && v.data.as_ref().is_some_and(|b| b.ptr() as usize == addr))
+                .then_some(i as u32)
+        })
     }
 
     pub fn label_of(&self, id: u32) -> String {

@@ -83,6 +83,8 @@ enum Binding {
 
 struct Group {
     size: usize,
+    /// The size's expression while recording a frozen function (0: constant).
+    sym: u32,
     roots: Vec<u32>,
     side: Vec<u32>,
 }
@@ -94,11 +96,16 @@ struct Built {
     outputs: Vec<Arc<Buffer>>,
     roots: Vec<u32>,
     size: usize,
+    sym: u32,
+    /// Indexed parameters written by scatters.
+    modified: Vec<u32>,
 }
 
 struct Builder<'a> {
     st: &'a State,
     size: usize,
+    sym: u32,
+    modified: Vec<u32>,
     kernel: Kernel,
     bindings: Vec<Binding>,
     reg_of: HashMap<u32, Reg>,
@@ -139,6 +146,11 @@ impl<'a> Builder<'a> {
                 } else {
                     ParamKind::Input
                 };
+                if kind == ParamKind::Broadcast && crate::freeze::record::active() {
+                    // read as a scalar: a replay must find it of size 1 again (equal non-1 sizes
+                    // are already tied by the guards of the ops that combined them)
+                    crate::freeze::record::guard_classes(&[(v.sym, v.size)]);
+                }
                 let p = self.input_param(id, kind);
                 self.emit(Inst::new(Op::Load, v.ty, &[], p as u64))
             } else {
@@ -166,6 +178,9 @@ impl<'a> Builder<'a> {
                             }
                             Op::Scatter(_) => {
                                 let p = self.input_param(v.deps[0], ParamKind::Indexed);
+                                if !self.modified.contains(&p) {
+                                    self.modified.push(p);
+                                }
                                 self.emit(Inst::new(v.op, v.ty, &args, p as u64))
                             }
                             op => self.emit(Inst::new(op, v.ty, &args, 0)),
@@ -183,6 +198,8 @@ fn build(st: &State, g: Group) -> Built {
     let mut b = Builder {
         st,
         size: g.size,
+        sym: g.sym,
+        modified: Vec::new(),
         kernel: Kernel::default(),
         bindings: Vec::new(),
         reg_of: HashMap::new(),
@@ -208,6 +225,8 @@ fn build(st: &State, g: Group) -> Built {
         outputs: Vec::new(),
         roots: g.roots,
         size: g.size,
+        sym: g.sym,
+        modified: b.modified,
     }
 }
 
@@ -224,12 +243,21 @@ fn allocate_outputs(st: &State, b: &mut Built) -> Result<()> {
 /// Group `roots` and `side` effects by size (order of first appearance).
 fn group(st: &State, roots: &[u32], side: &[u32]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    let mut group_of = |size: usize| -> usize {
-        match groups.iter().position(|g| g.size == size) {
-            Some(i) => i,
+    let recording = crate::freeze::record::active();
+    let mut group_of = |id: u32| -> usize {
+        let v = st.var(id);
+        match groups.iter().position(|g| g.size == v.size) {
+            Some(i) => {
+                if recording && groups[i].sym != v.sym {
+                    // one kernel for both: a replay must find their sizes equal again
+                    crate::freeze::record::guard_equal((groups[i].sym, v.size), (v.sym, v.size));
+                }
+                i
+            }
             None => {
                 groups.push(Group {
-                    size,
+                    size: v.size,
+                    sym: v.sym,
                     roots: Vec::new(),
                     side: Vec::new(),
                 });
@@ -239,10 +267,10 @@ fn group(st: &State, roots: &[u32], side: &[u32]) -> Vec<Group> {
     };
     let mut placed: Vec<(usize, u32, bool)> = Vec::new();
     for &s in side {
-        placed.push((group_of(st.var(s).size), s, true));
+        placed.push((group_of(s), s, true));
     }
     for &r in roots {
-        placed.push((group_of(st.var(r).size), r, false));
+        placed.push((group_of(r), r, false));
     }
     for (gi, id, is_side) in placed {
         if is_side {
@@ -384,8 +412,15 @@ fn launch_all(built: &[Built]) -> Result<()> {
             })
             .collect();
         let t = Instant::now();
-        let status =
-            device::launch_kernel(look.kernel.as_ref(), hash, b.size, &buffers, DEFAULT_BLOCK);
+        let spec = device::LaunchSpec {
+            kernel: &look.kernel,
+            hash,
+            params: &b.kernel.params,
+            modified: &b.modified,
+            block: DEFAULT_BLOCK,
+            size_sym: b.sym,
+        };
+        let status = device::launch_kernel(spec, b.size, &buffers);
         report_launch(b, kind, &look, t, status, "eval()");
     }
     Ok(())
@@ -437,7 +472,7 @@ fn report_launch(
 /// cache-sized scratch buffer that is reduced at once (one fused launch, no full-size array).
 /// Returns `None` — and does nothing — when `id` is evaluated (reduce its buffer instead). The
 /// variable itself stays unevaluated: evaluate it first if it will be read again.
-pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<u64>> {
+pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<(Buffer, u64)>> {
     eval_side_effects()?;
     let _serial = EVAL_LOCK.lock();
     let mut st = STATE.lock();
@@ -445,12 +480,13 @@ pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<u64>> {
     if v.is_evaluated() || !v.alive {
         return Ok(None);
     }
-    let (ty, size) = (v.ty, v.size);
+    let (size, sym) = (v.size, v.sym);
     st.inc_int(id.0);
     let built = build(
         &st,
         Group {
             size,
+            sym,
             roots: vec![id.0],
             side: Vec::new(),
         },
@@ -464,28 +500,31 @@ pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<u64>> {
         if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
             tracing::trace!(target: "kiln::kernel", "kernel IR (fused {op:?} reduction):\n{}", built.kernel);
         }
-        let params: Vec<Option<&Buffer>> = built
+        let inputs: Vec<&Buffer> = built
             .bindings
             .iter()
-            .map(|bind| match bind {
+            .filter_map(|bind| match bind {
                 Binding::Input(buf) => Some(buf.as_ref()),
                 Binding::Output(_) => None,
             })
             .collect();
-        let out_param = params.iter().position(|p| p.is_none()).expect("one output");
+        let out_param = built
+            .bindings
+            .iter()
+            .position(|b| matches!(b, Binding::Output(_)))
+            .expect("one output");
         let t = Instant::now();
-        let (bits, status) = device::launch_reduce(
-            look.kernel.as_ref(),
+        let spec = device::LaunchSpec {
+            kernel: &look.kernel,
             hash,
-            size,
-            &params,
-            out_param,
-            op,
-            ty,
-            DEFAULT_BLOCK,
-        )?;
+            params: &built.kernel.params,
+            modified: &built.modified,
+            block: DEFAULT_BLOCK,
+            size_sym: built.sym,
+        };
+        let (out, bits, status) = device::launch_reduce(spec, size, &inputs, out_param, op)?;
         report_launch(&built, kind, &look, t, status, "reduce()");
-        Ok(Some(bits))
+        Ok(Some((out, bits)))
     })();
     let mut garbage = Vec::new();
     STATE.lock().dec_int(id.0, &mut garbage);

@@ -7,6 +7,7 @@
 //! before anyone reads it. Nothing here computes on buffers.
 
 use crate::error::{Error, Result};
+use crate::freeze::{record, Size};
 use crate::op::{self, Op, ReduceOp};
 use crate::registry::{State, Var, VarId, STATE};
 use crate::ty::VarType;
@@ -39,15 +40,18 @@ pub(crate) fn lock_clean(ids: &[u32]) -> Result<MutexGuard<'static, State>> {
     }
 }
 
-/// A size-`size` literal of type `ty` with bits `bits` (masked to the type's width).
-pub fn literal(ty: VarType, bits: u64, size: usize) -> VarId {
+/// A size-`size` literal of type `ty` with bits `bits` (masked to the type's width). `size` is a
+/// plain count or a [`Size`] (which, inside a frozen function, follows the inputs' sizes).
+pub fn literal(ty: VarType, bits: u64, size: impl Into<Size>) -> VarId {
     crate::log::init_from_env();
+    let size = size.into();
     let mut st = STATE.lock();
-    literal_locked(&mut st, ty, bits, size)
+    literal_locked(&mut st, ty, bits, size.value, size.live_expr())
 }
 
-fn literal_locked(st: &mut State, ty: VarType, bits: u64, size: usize) -> VarId {
+fn literal_locked(st: &mut State, ty: VarType, bits: u64, size: usize, sym: u32) -> VarId {
     let mut v = Var::new(Op::Literal, ty, size);
+    v.sym = sym;
     v.literal = bits & ty.bit_mask();
     let id = st.insert(v);
     log_append(st, id);
@@ -55,7 +59,10 @@ fn literal_locked(st: &mut State, ty: VarType, bits: u64, size: usize) -> VarId 
 }
 
 /// The lane index `0..size` as type `ty` (an integer type).
-pub fn counter(ty: VarType, size: usize) -> Result<VarId> {
+pub fn counter(ty: VarType, size: impl Into<Size>) -> Result<VarId> {
+    let size = size.into();
+    let sym = size.live_expr();
+    let size = size.value;
     if !ty.is_int() {
         return Err(type_error(
             "arange/counter",
@@ -64,11 +71,14 @@ pub fn counter(ty: VarType, size: usize) -> Result<VarId> {
             "use an integer type and cast the result",
         ));
     }
-    if size == 1 {
+    // a one-lane counter is the literal 0, unless its size follows a frozen function's inputs
+    if size == 1 && sym == 0 {
         return Ok(literal(ty, 0, 1));
     }
     let mut st = STATE.lock();
-    let id = st.insert(Var::new(Op::Counter, ty, size));
+    let mut v = Var::new(Op::Counter, ty, size);
+    v.sym = sym;
+    let id = st.insert(v);
     log_append(&st, id);
     Ok(VarId(id))
 }
@@ -82,8 +92,19 @@ fn type_error(op: &str, ty: VarType, label: &str, hint: &str) -> Error {
     }
 }
 
-/// Result size of an op over operands of the given sizes, or a size-mismatch error.
-fn result_size(st: &State, op: Op, ids: &[u32]) -> Result<usize> {
+/// Result size of an op over operands of the given sizes (and, while recording a frozen function,
+/// its expression), or a size-mismatch error.
+fn result_size(st: &State, op: Op, ids: &[u32]) -> Result<(usize, u32)> {
+    let size = plain_result_size(st, op, ids)?;
+    let sym = if record::active() {
+        record::result_sym(st, ids, size)
+    } else {
+        0
+    };
+    Ok((size, sym))
+}
+
+fn plain_result_size(st: &State, op: Op, ids: &[u32]) -> Result<usize> {
     let mut size = 1usize;
     let mut first_big: Option<u32> = None;
     for &i in ids {
@@ -184,11 +205,12 @@ pub fn op(op: Op, args: &[VarId]) -> Result<VarId> {
     let ids: Vec<u32> = args.iter().map(|a| a.0).collect();
     let mut st = lock_clean(&ids)?;
     let ty = check_types(&st, op, &ids)?;
-    let size = result_size(&st, op, &ids)?;
-    if let Some(r) = simplify(&mut st, op, ty, size, &ids) {
+    let (size, sym) = result_size(&st, op, &ids)?;
+    if let Some(r) = simplify(&mut st, op, ty, size, sym, &ids) {
         return Ok(r);
     }
     let mut v = Var::new(op, ty, size);
+    v.sym = sym;
     v.deps[..ids.len()].copy_from_slice(&ids);
     let id = st.insert(v);
     log_append(&st, id);
@@ -196,7 +218,14 @@ pub fn op(op: Op, args: &[VarId]) -> Result<VarId> {
 }
 
 /// Try to replace `op(ids)` by something already known. Returns a new external reference.
-fn simplify(st: &mut State, op: Op, ty: VarType, size: usize, ids: &[u32]) -> Option<VarId> {
+fn simplify(
+    st: &mut State,
+    op: Op,
+    ty: VarType,
+    size: usize,
+    sym: u32,
+    ids: &[u32],
+) -> Option<VarId> {
     let lit = |k: usize| {
         let v = st.var(ids[k]);
         v.is_literal().then_some(v.literal)
@@ -209,7 +238,7 @@ fn simplify(st: &mut State, op: Op, ty: VarType, size: usize, ids: &[u32]) -> Op
             2 => op::eval_binary(op, ot, lit(0)?, lit(1)?),
             _ => op::eval_ternary(op, ty, lit(0)?, lit(1)?, lit(2)?),
         };
-        return Some(literal_locked(st, ty, bits, size));
+        return Some(literal_locked(st, ty, bits, size, sym));
     }
     let keep = |st: &mut State, k: usize| -> Option<VarId> {
         if st.var(ids[k]).size == size {
@@ -256,7 +285,7 @@ fn simplify(st: &mut State, op: Op, ty: VarType, size: usize, ids: &[u32]) -> Op
             }
             // x * 0 == 0 for integers (not for floats: NaN * 0 and inf * 0 are NaN)
             if ty.is_int() && (is(0, 0.0) || is(1, 0.0)) {
-                return Some(literal_locked(st, ty, 0, size));
+                return Some(literal_locked(st, ty, 0, size, sym));
             }
         }
         Op::And | Op::Or | Op::Xor if !ty.is_float() => {
@@ -268,7 +297,7 @@ fn simplify(st: &mut State, op: Op, ty: VarType, size: usize, ids: &[u32]) -> Op
                 return keep(st, 1);
             }
             if op == Op::And && (zero(0) || zero(1)) {
-                return Some(literal_locked(st, ty, 0, size));
+                return Some(literal_locked(st, ty, 0, size, sym));
             }
         }
         Op::Select => {
@@ -298,7 +327,7 @@ fn simplify(st: &mut State, op: Op, ty: VarType, size: usize, ids: &[u32]) -> Op
 pub fn convert(op: Op, a: VarId, to: VarType) -> Result<VarId> {
     let mut st = lock_clean(&[a.0])?;
     let v = st.var(a.0);
-    let (from, size) = (v.ty, v.size);
+    let (from, size, sym) = (v.ty, v.size, v.sym);
     if from == to {
         st.inc_ext(a.0);
         return Ok(a);
@@ -314,9 +343,10 @@ pub fn convert(op: Op, a: VarId, to: VarType) -> Result<VarId> {
     }
     if v.is_literal() {
         let bits = op::eval_unary(op, to, from, v.literal);
-        return Ok(literal_locked(&mut st, to, bits, size));
+        return Ok(literal_locked(&mut st, to, bits, size, sym));
     }
     let mut nv = Var::new(op, to, size);
+    nv.sym = sym;
     nv.deps[0] = a.0;
     let id = st.insert(nv);
     log_append(&st, id);
@@ -345,12 +375,13 @@ pub fn gather(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
             "the mask must be a Bool array",
         ));
     }
-    let size = result_size(&st, Op::Gather, &[index.0, mask.0])?;
+    let (size, sym) = result_size(&st, Op::Gather, &[index.0, mask.0])?;
     let ty = st.var(source.0).ty;
     if st.var(mask.0).is_literal() && st.var(mask.0).literal == 0 {
-        return Ok(literal_locked(&mut st, ty, 0, size));
+        return Ok(literal_locked(&mut st, ty, 0, size, sym));
     }
     let mut v = Var::new(Op::Gather, ty, size);
+    v.sym = sym;
     v.deps[..3].copy_from_slice(&[source.0, index.0, mask.0]);
     let id = st.insert(v);
     log_append(&st, id);
@@ -407,7 +438,11 @@ pub fn scatter(
             "masks support only And/Or reductions",
         ));
     }
-    let size = result_size(&st, Op::Scatter(rop), &[value.0, index.0, mask.0])?;
+    let (size, sym) = result_size(&st, Op::Scatter(rop), &[value.0, index.0, mask.0])?;
+    if sym != 0 {
+        // an empty scatter is skipped: a replay must see the same emptiness
+        record::guard_classes(&[(sym, size)]);
+    }
     if size == 0 || (st.var(mask.0).is_literal() && st.var(mask.0).literal == 0) {
         return Ok(());
     }
@@ -427,6 +462,7 @@ pub fn scatter(
         let copy = crate::device::copy_buffer(&src)?;
         st = STATE.lock();
         let mut nv = Var::new(Op::Data, tt, src.len);
+        nv.sym = record::buffer_sym(copy.ptr());
         nv.data = Some(std::sync::Arc::new(copy));
         nv.label = label;
         let nid = st.insert(nv);
@@ -436,6 +472,7 @@ pub fn scatter(
         tracing::debug!(target: "kiln::schedule", "scatter into shared r{} → copied to r{nid} (copy-on-write)", target.0);
     }
     let mut v = Var::new(Op::Scatter(rop), tt, size);
+    v.sym = sym;
     v.deps = [target.0, value.0, index.0, mask.0];
     let id = st.insert(v);
     // the side-effect list owns the scatter: turn its external reference into an internal one

@@ -1,0 +1,614 @@
+//! The recorder: while a frozen function is traced on this thread, capture every device op with its
+//! buffers identified by slot, and every size decision the trace made (guards).
+//!
+//! State is thread-local: a recording sees only the work of the thread that records (kiln's kernel
+//! blocks run on the pool, but every device op is issued — and observed — on the calling thread).
+//! Trace functions ask [`active`] (one thread-local read) before doing any recording work, so code
+//! outside a frozen function pays nothing.
+
+use super::replay::{Guard, Out, RecOp, Recording, ReplayKind};
+use super::size::{class_of, ExprId, Size, SizeNode};
+use crate::device::{DeviceOpKind, DeviceOpRecord};
+use crate::error::{Error, Result};
+use crate::kernel::ParamKind;
+use crate::registry::{State, VarId, STATE};
+use crate::ty::VarType;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::panic::Location;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// Epoch of the recording in progress on this thread (0: none).
+    static EPOCH: Cell<u64> = const { Cell::new(0) };
+    static REC: RefCell<Option<Recorder>> = const { RefCell::new(None) };
+    /// The refused read of the last aborted recording (reported as the call's error).
+    static REFUSAL: RefCell<Option<Error>> = const { RefCell::new(None) };
+}
+
+/// The error of a read refused during the last aborted recording on this thread, if any.
+pub fn take_refusal() -> Option<Error> {
+    REFUSAL.with(|r| r.borrow_mut().take())
+}
+
+/// Where a recorded buffer came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    Slot(u32),
+    Op(u32),
+}
+
+/// A buffer the recording knows: an input slot's or one an op produced.
+#[derive(Clone, Debug)]
+pub(crate) struct RecBuf {
+    pub ty: VarType,
+    pub size: ExprId,
+    pub origin: Origin,
+}
+
+/// Why a recording cannot be used (the call fails with this error; nothing is kept).
+#[derive(Clone, Debug)]
+enum Failure {
+    HiddenInput { addr: usize, op: &'static str },
+    Error(Error),
+}
+
+pub(crate) struct Recorder {
+    epoch: u64,
+    pub nodes: Vec<SizeNode>,
+    values: Vec<u64>,
+    intern: HashMap<SizeNode, ExprId>,
+    pub guards: Vec<Guard>,
+    pub n_slots: usize,
+    pub bufs: Vec<RecBuf>,
+    addr: HashMap<usize, u32>,
+    pub ops: Vec<RecOp>,
+    failure: Option<Failure>,
+    /// Where a symbolic size was turned into a plain integer (the recording then needs the same
+    /// input sizes), and how.
+    pub pinned: Option<(&'static Location<'static>, &'static str)>,
+    /// Slots whose buffers are written in place.
+    pub mutated: Vec<u32>,
+    /// Number of data-dependent lengths (compress results).
+    pub n_data: u32,
+}
+
+impl Recorder {
+    /// Intern a node whose value at record time is `value`; constants fold.
+    fn node(&mut self, n: SizeNode, value: u64) -> ExprId {
+        if let Some(&id) = self.intern.get(&n) {
+            return id;
+        }
+        self.nodes.push(n);
+        self.values.push(value);
+        let id = (self.nodes.len() - 1) as ExprId;
+        self.intern.insert(n, id);
+        id
+    }
+    /// The expression of a size that is `sym` (0: the constant `size`).
+    fn expr(&mut self, sym: ExprId, size: usize) -> ExprId {
+        if sym != 0 {
+            sym
+        } else {
+            self.node(SizeNode::Const(size as u64), size as u64)
+        }
+    }
+    fn is_const(&self, e: ExprId) -> bool {
+        matches!(self.nodes[e as usize], SizeNode::Const(_))
+    }
+    /// A var's `sym` for expression `e` (constants are 0).
+    fn sym(&self, e: ExprId) -> ExprId {
+        if self.is_const(e) {
+            0
+        } else {
+            e
+        }
+    }
+    fn guard_class(&mut self, e: ExprId) {
+        if !self.is_const(e) {
+            let g = Guard::Class(e, class_of(self.values[e as usize]));
+            if !self.guards.contains(&g) {
+                self.guards.push(g);
+            }
+        }
+    }
+    fn guard_eq(&mut self, a: ExprId, b: ExprId) {
+        if a != b && !(self.is_const(a) && self.is_const(b)) {
+            let g = Guard::Eq(a.min(b), a.max(b));
+            if !self.guards.contains(&g) {
+                self.guards.push(g);
+            }
+        }
+    }
+    fn fail(&mut self, f: Failure) {
+        if self.failure.is_none() {
+            self.failure = Some(f);
+        }
+    }
+    /// The recorded buffer at `addr` (an input), or a hidden-input failure.
+    fn input_buf(&mut self, addr: usize, op: &'static str) -> u32 {
+        match self.addr.get(&addr) {
+            Some(&b) => b,
+            None => {
+                self.fail(Failure::HiddenInput { addr, op });
+                u32::MAX
+            }
+        }
+    }
+    fn new_buf(&mut self, addr: usize, ty: VarType, size: ExprId, op: u32) -> u32 {
+        self.bufs.push(RecBuf {
+            ty,
+            size,
+            origin: Origin::Op(op),
+        });
+        let b = (self.bufs.len() - 1) as u32;
+        self.addr.insert(addr, b);
+        b
+    }
+}
+
+fn with<R>(f: impl FnOnce(&mut Recorder) -> R) -> Option<R> {
+    REC.with(|r| r.borrow_mut().as_mut().map(f))
+}
+
+/// Whether a recording is in progress on this thread.
+#[inline]
+pub fn active() -> bool {
+    EPOCH.with(|e| e.get() != 0)
+}
+
+/// The epoch of the recording in progress on this thread.
+pub fn current_epoch() -> Option<u64> {
+    let e = EPOCH.with(|e| e.get());
+    (e != 0).then_some(e)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hooks called by the trace, the scheduler and the device layer
+
+/// Combine two sizes into a new expression node of the current recording.
+pub(crate) fn combine_sizes(
+    a: Size,
+    b: Size,
+    node: fn(ExprId, ExprId) -> SizeNode,
+) -> Option<(ExprId, u64)> {
+    with(|r| {
+        let ea = r.expr(a.live_expr(), a.value);
+        let eb = r.expr(b.live_expr(), b.value);
+        let vals = [r.values[ea as usize], r.values[eb as usize]];
+        let value = match node(ea, eb) {
+            SizeNode::Add(..) => vals[0].checked_add(vals[1]),
+            SizeNode::Sub(..) => vals[0].checked_sub(vals[1]),
+            SizeNode::Mul(..) => vals[0].checked_mul(vals[1]),
+            SizeNode::Div(..) => vals[0].checked_div(vals[1]),
+            SizeNode::DivCeil(..) => (vals[1] != 0).then(|| vals[0].div_ceil(vals[1])),
+            SizeNode::Min(..) => Some(vals[0].min(vals[1])),
+            SizeNode::Max(..) => Some(vals[0].max(vals[1])),
+            _ => None,
+        }
+        .unwrap_or(0);
+        (r.node(node(ea, eb), value), r.epoch)
+    })
+}
+
+/// The result size expression of an elementwise op over `ids` whose result has `size` elements,
+/// recording the guards the broadcasting decision depends on.
+pub(crate) fn result_sym(st: &State, ids: &[u32], size: usize) -> u32 {
+    if ids.iter().all(|&i| st.var(i).sym == 0) {
+        return 0;
+    }
+    with(|r| {
+        // constant scalars broadcast whatever the other sizes are: they decide nothing
+        let exprs: Vec<(ExprId, usize, ExprId)> = ids
+            .iter()
+            .map(|&i| st.var(i))
+            .filter(|v| v.sym != 0 || v.size != 1)
+            .map(|v| (r.expr(v.sym, v.size), v.size, v.sym))
+            .collect();
+        let result = exprs
+            .iter()
+            .find(|(_, s, sym)| *s == size && *sym != 0)
+            .map_or(0, |e| e.2);
+        let mixed = exprs.iter().any(|e| e.0 != exprs[0].0);
+        for &(e, _, sym) in &exprs {
+            if sym != 0 && (mixed || result == 0) {
+                r.guard_class(e);
+            }
+        }
+        if mixed {
+            let big: Vec<ExprId> = exprs.iter().filter(|e| e.1 != 1).map(|e| e.0).collect();
+            for w in big.windows(2) {
+                r.guard_eq(w[0], w[1]);
+            }
+        }
+        result
+    })
+    .unwrap_or(0)
+}
+
+/// Record that a decision depended on the size classes (0, 1, more) of these `(sym, size)`s.
+pub(crate) fn guard_classes(sizes: &[(u32, usize)]) {
+    with(|r| {
+        for &(sym, size) in sizes {
+            let e = r.expr(sym, size);
+            r.guard_class(e);
+        }
+    });
+}
+
+/// Record that two sizes were found equal (and work was merged on that basis).
+pub(crate) fn guard_equal(a: (u32, usize), b: (u32, usize)) {
+    with(|r| {
+        let (ea, eb) = (r.expr(a.0, a.1), r.expr(b.0, b.1));
+        r.guard_eq(ea, eb);
+    });
+}
+
+/// The size expression (as a var's `sym`) of the recorded buffer starting at `ptr`.
+pub(crate) fn buffer_sym(ptr: *mut u8) -> u32 {
+    if !active() {
+        return 0;
+    }
+    with(|r| match r.addr.get(&(ptr as usize)) {
+        Some(&b) => r.sym(r.bufs[b as usize].size),
+        None => 0,
+    })
+    .unwrap_or(0)
+}
+
+/// A symbolic size was turned into a plain integer at `at`.
+pub(crate) fn pin_sizes(at: &'static Location<'static>, how: &'static str) {
+    with(|r| {
+        if r.pinned.is_none() {
+            r.pinned = Some((at, how));
+        }
+    });
+}
+
+/// `len()` on a variable: pins the recording if its size depends on the inputs.
+#[track_caller]
+pub fn observe_len(id: VarId) -> usize {
+    let (size, sym) = {
+        let st = STATE.lock();
+        let v = st.var(id.0);
+        (v.size, v.sym)
+    };
+    if sym != 0 {
+        pin_sizes(Location::caller(), "len()");
+    }
+    size
+}
+
+/// The symbolic size of a variable (what `x.size()` returns).
+pub fn size_of(id: VarId) -> Size {
+    let (size, sym) = {
+        let st = STATE.lock();
+        let v = st.var(id.0);
+        (v.size, v.sym)
+    };
+    match (sym, current_epoch()) {
+        (s, Some(epoch)) if s != 0 => Size {
+            value: size,
+            expr: s,
+            epoch,
+        },
+        _ => Size::fixed(size),
+    }
+}
+
+/// An error that the recording must report instead of producing a recording (a refused read).
+pub(crate) fn refuse(e: Error) -> Error {
+    with(|r| r.fail(Failure::Error(e.clone())));
+    e
+}
+
+/// Called by the device layer for every op.
+pub(crate) fn on_device_op(rec: &DeviceOpRecord) {
+    if !active() {
+        return;
+    }
+    with(|r| record_op(r, rec));
+}
+
+fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
+    let op_index = r.ops.len() as u32;
+    let addr = |i: usize| rec.buffers[i].ptr() as usize;
+    let name = rec.kind.name();
+    let mut bufs = Vec::with_capacity(rec.buffers.len());
+    let mut launch_size = 0;
+    // every kind must say how to record it (and `replay` how to run it): no wildcard arm
+    let kind = match rec.kind {
+        DeviceOpKind::Launch {
+            hash,
+            kernel,
+            params,
+            modified,
+            block,
+            size_sym,
+            ..
+        } => {
+            launch_size = r.expr(size_sym, rec.size);
+            for (i, p) in params.iter().enumerate() {
+                if p.kind == ParamKind::Output {
+                    bufs.push(r.new_buf(addr(i), p.ty, launch_size, op_index));
+                } else {
+                    let b = r.input_buf(addr(i), name);
+                    if modified.contains(&(i as u32)) && b != u32::MAX {
+                        if let Origin::Slot(k) = r.bufs[b as usize].origin {
+                            if !r.mutated.contains(&k) {
+                                r.mutated.push(k);
+                            }
+                        }
+                    }
+                    bufs.push(b);
+                }
+            }
+            ReplayKind::Launch {
+                hash,
+                kernel: kernel.clone(),
+                params: params.into(),
+                modified: modified.into(),
+                block,
+            }
+        }
+        DeviceOpKind::LaunchReduce {
+            hash,
+            kernel,
+            params,
+            out_param,
+            op,
+            block,
+            size_sym,
+            ..
+        } => {
+            launch_size = r.expr(size_sym, rec.size);
+            let n = rec.buffers.len();
+            for i in 0..n - 1 {
+                bufs.push(r.input_buf(addr(i), name));
+            }
+            let one = r.expr(0, 1);
+            bufs.push(r.new_buf(addr(n - 1), params[out_param].ty, one, op_index));
+            ReplayKind::LaunchReduce {
+                hash,
+                kernel: kernel.clone(),
+                params: params.into(),
+                out_param,
+                op,
+                block,
+            }
+        }
+        DeviceOpKind::Reduce(op) => {
+            bufs.push(r.input_buf(addr(0), name));
+            let one = r.expr(0, 1);
+            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty, one, op_index));
+            ReplayKind::Reduce(op)
+        }
+        DeviceOpKind::BlockReduce { op, block } => {
+            let b = r.input_buf(addr(0), name);
+            bufs.push(b);
+            let input = in_expr(r, b, rec.size);
+            let bl = r.expr(0, block);
+            let out_len = rec.buffers[1].len as u64;
+            let e = r.node(SizeNode::DivCeil(input, bl), out_len);
+            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty, e, op_index));
+            ReplayKind::BlockReduce { op, block }
+        }
+        DeviceOpKind::PrefixSum { exclusive } => {
+            let b = r.input_buf(addr(0), name);
+            bufs.push(b);
+            let e = in_expr(r, b, rec.size);
+            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty, e, op_index));
+            ReplayKind::PrefixSum { exclusive }
+        }
+        DeviceOpKind::Compress => {
+            let b = r.input_buf(addr(0), name);
+            bufs.push(b);
+            let k = r.n_data;
+            r.n_data += 1;
+            let e = r.node(SizeNode::Data(k), rec.buffers[1].len as u64);
+            bufs.push(r.new_buf(addr(1), VarType::U32, e, op_index));
+            ReplayKind::Compress { data: k }
+        }
+        DeviceOpKind::Memcpy => {
+            let b = r.input_buf(addr(0), name);
+            bufs.push(b);
+            let e = in_expr(r, b, rec.size);
+            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty, e, op_index));
+            ReplayKind::Memcpy
+        }
+        DeviceOpKind::Upload => {
+            let buf = rec.buffers[0];
+            let e = r.expr(0, buf.len);
+            bufs.push(r.new_buf(addr(0), buf.ty, e, op_index));
+            ReplayKind::Upload {
+                ty: buf.ty,
+                bytes: buf.to_bytes().into(),
+            }
+        }
+        DeviceOpKind::Read => {
+            // reads are refused before they run; one that slips through still must not be recorded
+            r.fail(Failure::Error(Error::Invalid(
+                "kiln internal error: a read reached the device inside a frozen function".into(),
+            )));
+            return;
+        }
+    };
+    r.ops.push(RecOp {
+        kind,
+        bufs,
+        size: launch_size,
+    });
+}
+
+/// The expression of input buffer `b` (or the constant `size` for an unknown one).
+fn in_expr(r: &mut Recorder, b: u32, size: usize) -> ExprId {
+    if b == u32::MAX {
+        r.expr(0, size)
+    } else {
+        r.bufs[b as usize].size
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Starting and finishing
+
+/// Start recording on this thread with `slots` as the inputs (deduplicated; every non-literal one
+/// must be evaluated). Fails if a recording is already in progress here.
+pub fn begin(slots: &[VarId]) -> Result<()> {
+    if active() {
+        return Err(Error::Invalid(
+            "kiln internal error: nested recordings (frozen calls inside a recording run inlined)"
+                .into(),
+        ));
+    }
+    let epoch = NEXT_EPOCH.fetch_add(1, Relaxed);
+    let mut r = Recorder {
+        epoch,
+        nodes: vec![SizeNode::Const(0)],
+        values: vec![0],
+        intern: HashMap::new(),
+        guards: Vec::new(),
+        n_slots: slots.len(),
+        bufs: Vec::new(),
+        addr: HashMap::new(),
+        ops: Vec::new(),
+        failure: None,
+        pinned: None,
+        mutated: Vec::new(),
+        n_data: 0,
+    };
+    // node 0 is the "no expression" marker; keep it out of the intern table
+    let mut st = STATE.lock();
+    for (k, id) in slots.iter().enumerate() {
+        let v = st.var(id.0);
+        let (ty, size) = (v.ty, v.size);
+        let addr = v.data.as_ref().map(|b| b.ptr() as usize);
+        let e = r.node(SizeNode::Input(k as u32), size as u64);
+        r.bufs.push(RecBuf {
+            ty,
+            size: e,
+            origin: Origin::Slot(k as u32),
+        });
+        if let Some(a) = addr {
+            r.addr.entry(a).or_insert(k as u32);
+        }
+        st.set_sym(id.0, e);
+    }
+    drop(st);
+    REC.with(|c| *c.borrow_mut() = Some(r));
+    EPOCH.with(|e| e.set(epoch));
+    Ok(())
+}
+
+/// Stop recording without keeping anything (the traced function failed).
+pub fn abort() {
+    finish_state();
+}
+
+fn finish_state() -> Option<Recorder> {
+    EPOCH.with(|e| e.set(0));
+    let r = REC.with(|c| c.borrow_mut().take());
+    let refusal = r.as_ref().and_then(|r| match &r.failure {
+        Some(Failure::Error(e)) => Some(e.clone()),
+        _ => None,
+    });
+    REFUSAL.with(|c| *c.borrow_mut() = refusal);
+    STATE.lock().clear_syms();
+    r
+}
+
+/// Stop recording and produce the recording. `outputs` are the variables the function returned
+/// (and its `&mut` arguments hold afterwards), in traversal order; they must be evaluated or
+/// literals. `slots` are the inputs given to [`begin`].
+pub fn finish(slots: &[VarId], outputs: &[VarId]) -> Result<Recording> {
+    // map outputs while the recorder still knows buffer addresses and size expressions
+    let mapped = with(|r| -> Result<Vec<Out>> {
+        let st = STATE.lock();
+        let mut outs = Vec::with_capacity(outputs.len());
+        for id in outputs {
+            if let Some(k) = slots.iter().position(|s| s == id) {
+                outs.push(Out::Slot(k as u32));
+                continue;
+            }
+            let v = st.var(id.0);
+            if v.is_literal() {
+                let e = r.expr(v.sym, v.size);
+                outs.push(Out::Literal {
+                    ty: v.ty,
+                    bits: v.literal,
+                    size: e,
+                });
+            } else if let Some(buf) = &v.data {
+                match r.addr.get(&(buf.ptr() as usize)) {
+                    Some(&b) => outs.push(Out::Buf(b)),
+                    None => {
+                        return Err(Error::HiddenInput {
+                            label: st.label_of(id.0),
+                            during: "returned from the function".into(),
+                        })
+                    }
+                }
+            } else {
+                return Err(Error::Invalid(format!(
+                    "kiln internal error: output {} of a frozen function was not evaluated",
+                    st.label_of(id.0)
+                )));
+            }
+        }
+        Ok(outs)
+    });
+    let r = finish_state().expect("a recording was in progress");
+    let outs = mapped.expect("a recording was in progress")?;
+    if let Some(f) = &r.failure {
+        return Err(failure_error(f));
+    }
+    Ok(Recording::new(r.into_parts(), outs))
+}
+
+fn failure_error(f: &Failure) -> Error {
+    match f {
+        Failure::Error(e) => e.clone(),
+        Failure::HiddenInput { addr, op } => {
+            let st = STATE.lock();
+            let label = match st.var_with_buffer(*addr) {
+                Some(id) => st.label_of(id),
+                None => "an evaluated array (freed since)".into(),
+            };
+            Error::HiddenInput {
+                label,
+                during: format!("read by a {op}"),
+            }
+        }
+    }
+}
+
+/// Turn a finished recorder's parts over to the recording.
+pub(crate) struct Parts {
+    pub nodes: Vec<SizeNode>,
+    pub values: Vec<u64>,
+    pub guards: Vec<Guard>,
+    pub n_slots: usize,
+    pub bufs: Vec<RecBuf>,
+    pub ops: Vec<RecOp>,
+    pub pinned: Option<(&'static Location<'static>, &'static str)>,
+    pub mutated: Vec<u32>,
+    pub n_data: u32,
+}
+
+impl Recorder {
+    pub(crate) fn into_parts(self) -> Parts {
+        Parts {
+            nodes: self.nodes,
+            values: self.values,
+            guards: self.guards,
+            n_slots: self.n_slots,
+            bufs: self.bufs,
+            ops: self.ops,
+            pinned: self.pinned,
+            mutated: self.mutated,
+            n_data: self.n_data,
+        }
+    }
+}

@@ -1,0 +1,537 @@
+//! Recordings and their replay: re-run captured device ops on new input buffers with no tracing,
+//! code generation or hashing.
+//!
+//! A replay first evaluates every size expression for the new input sizes and checks the guards the
+//! trace recorded (the dry run); then it runs the ops in order, allocating each output at its
+//! evaluated size and dropping each buffer after its last use. Before every launch it checks that
+//! each buffer has the length the kernel will touch, so a replay can never read or write out of
+//! bounds even if an expression were wrong. Lengths that depend on data (compress) are read as the
+//! op completes and the remaining expressions and guards are checked then.
+
+use super::record::{Origin, Parts, RecBuf};
+use super::size::{class_of, Eval, ExprId, SizeNode};
+use crate::backend::CompiledKernel;
+use crate::device::{self, LaunchSpec};
+use crate::error::{Error, Result};
+use crate::kernel::{KernelHash, Param, ParamKind};
+use crate::op::ReduceOp;
+use crate::registry::{Buffer, Var, VarId, STATE};
+use crate::ty::VarType;
+use crate::Op;
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::Location;
+use std::sync::Arc;
+
+/// A decision the trace made about sizes, which a replay must find true again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// The expression's size class (0, 1, more) is this.
+    Class(ExprId, u8),
+    /// The two expressions are equal.
+    Eq(ExprId, ExprId),
+}
+
+/// Where an output of the recorded function comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Out {
+    /// Input slot `k` itself (possibly written in place).
+    Slot(u32),
+    /// A buffer an op produced.
+    Buf(u32),
+    /// A literal (no memory), sized by an expression.
+    Literal {
+        ty: VarType,
+        bits: u64,
+        size: ExprId,
+    },
+}
+
+/// A recorded device op in replayable form.
+pub(crate) enum ReplayKind {
+    Launch {
+        hash: KernelHash,
+        kernel: Arc<dyn CompiledKernel>,
+        params: Arc<[Param]>,
+        modified: Arc<[u32]>,
+        block: usize,
+    },
+    LaunchReduce {
+        hash: KernelHash,
+        kernel: Arc<dyn CompiledKernel>,
+        params: Arc<[Param]>,
+        out_param: usize,
+        op: ReduceOp,
+        block: usize,
+    },
+    Reduce(ReduceOp),
+    BlockReduce {
+        op: ReduceOp,
+        block: usize,
+    },
+    PrefixSum {
+        exclusive: bool,
+    },
+    Compress {
+        data: u32,
+    },
+    Memcpy,
+    Upload {
+        ty: VarType,
+        bytes: Arc<[u8]>,
+    },
+}
+
+pub(crate) struct RecOp {
+    pub kind: ReplayKind,
+    /// Buffers in the device op's order (see `DeviceOpKind`).
+    pub bufs: Vec<u32>,
+    /// Launch size expression (launches only).
+    pub size: ExprId,
+}
+
+/// Why a recording cannot be replayed for these inputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reject {
+    /// A size decision of the trace would come out differently (or the recording needs the sizes
+    /// it was made with): record anew, keeping this recording for inputs it fits.
+    Mismatch(String),
+    /// A size expression is invalid for these inputs (overflow, underflow, division by zero): the
+    /// recording is replaced by a new one.
+    Invalid(String),
+}
+
+impl fmt::Display for Reject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reject::Mismatch(s) | Reject::Invalid(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The result of a replay attempt.
+pub enum Replayed {
+    /// The outputs, one new reference each, in the order given to `record::finish`.
+    Done(Vec<VarId>),
+    /// A data-dependent length broke a guard midway; nothing visible happened: record anew.
+    Retrace(Reject),
+}
+
+/// One recorded call of a frozen function.
+pub struct Recording {
+    nodes: Vec<SizeNode>,
+    record_values: Vec<u64>,
+    guards: Vec<Guard>,
+    n_slots: usize,
+    slot_types: Vec<VarType>,
+    bufs: Vec<RecBuf>,
+    ops: Vec<RecOp>,
+    /// Per op: the buffers to drop after it ran.
+    frees: Vec<Vec<u32>>,
+    outputs: Vec<Out>,
+    pinned: Option<(&'static Location<'static>, &'static str)>,
+    mutated: Vec<u32>,
+    n_data: u32,
+}
+
+impl Recording {
+    pub(crate) fn new(parts: Parts, outputs: Vec<Out>) -> Recording {
+        let Parts {
+            nodes,
+            values,
+            guards,
+            n_slots,
+            bufs,
+            ops,
+            pinned,
+            mutated,
+            n_data,
+        } = parts;
+        let mut last_use = vec![usize::MAX; bufs.len()];
+        for (i, op) in ops.iter().enumerate() {
+            for &b in &op.bufs {
+                last_use[b as usize] = i;
+            }
+        }
+        for o in &outputs {
+            if let Out::Buf(b) = o {
+                last_use[*b as usize] = usize::MAX;
+            }
+        }
+        let mut frees = vec![Vec::new(); ops.len()];
+        for (b, &u) in last_use.iter().enumerate() {
+            if u != usize::MAX && matches!(bufs[b].origin, Origin::Op(_)) {
+                frees[u].push(b as u32);
+            }
+        }
+        let slot_types = bufs[..n_slots].iter().map(|b| b.ty).collect();
+        Recording {
+            nodes,
+            record_values: values,
+            guards,
+            n_slots,
+            slot_types,
+            bufs,
+            ops,
+            frees,
+            outputs,
+            pinned,
+            mutated,
+            n_data,
+        }
+    }
+
+    /// Number of recorded device ops.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+    /// Number of kernel launches among the ops.
+    pub fn launches(&self) -> usize {
+        self.ops
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o.kind,
+                    ReplayKind::Launch { .. } | ReplayKind::LaunchReduce { .. }
+                )
+            })
+            .count()
+    }
+    /// Where (and how) a symbolic size became a plain integer, if it did: the recording then only
+    /// replays for the input sizes it was made with.
+    pub fn pinned(&self) -> Option<(&'static Location<'static>, &'static str)> {
+        self.pinned
+    }
+    /// The input sizes the recording was made with.
+    pub fn recorded_sizes(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .zip(&self.record_values)
+            .filter_map(|(n, &v)| matches!(n, SizeNode::Input(_)).then_some(v))
+            .collect()
+    }
+
+    fn evaluate(&self, sizes: &[u64], data: &[Option<u64>]) -> Result<Vec<Option<u64>>, Reject> {
+        let mut vals: Vec<Option<u64>> = vec![None; self.nodes.len()];
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            match n.eval(&vals, sizes, data) {
+                Eval::Known(v) => vals[i] = Some(v),
+                Eval::Unknown => {}
+                Eval::Invalid => {
+                    return Err(Reject::Invalid(format!(
+                        "the size {} is invalid for input sizes {sizes:?} (overflow, underflow or division by zero)",
+                        self.show(i as ExprId)
+                    )))
+                }
+            }
+        }
+        for g in &self.guards {
+            match *g {
+                Guard::Class(e, c) => {
+                    if let Some(v) = vals[e as usize] {
+                        if class_of(v) != c {
+                            return Err(Reject::Mismatch(format!(
+                                "the size {} is {v} now but was {} when recorded (empty, 1 and larger sizes trace differently)",
+                                self.show(e),
+                                self.record_values[e as usize]
+                            )));
+                        }
+                    }
+                }
+                Guard::Eq(a, b) => {
+                    if let (Some(x), Some(y)) = (vals[a as usize], vals[b as usize]) {
+                        if x != y {
+                            return Err(Reject::Mismatch(format!(
+                                "the sizes {} ({x}) and {} ({y}) were equal when recorded",
+                                self.show(a),
+                                self.show(b)
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(vals)
+    }
+
+    /// The dry run: can this recording replay for inputs of these sizes?
+    pub fn check(&self, sizes: &[u64]) -> Result<(), Reject> {
+        if sizes.len() != self.n_slots {
+            return Err(Reject::Mismatch("a different number of inputs".into()));
+        }
+        if let Some((at, how)) = self.pinned {
+            let rec = self.recorded_sizes();
+            if rec != sizes[..rec.len().min(sizes.len())] {
+                return Err(Reject::Mismatch(format!(
+                    "the recording depends on the input sizes {rec:?} through `{how}` at {at}; use `x.size()` (a `kiln::Size`) instead of a plain integer so that replays follow the inputs"
+                )));
+            }
+        }
+        self.evaluate(sizes, &vec![None; self.n_data as usize])
+            .map(|_| ())
+    }
+
+    /// A readable form of expression `e` (`in0 / 2`).
+    fn show(&self, e: ExprId) -> String {
+        use SizeNode::*;
+        match self.nodes[e as usize] {
+            Const(v) => v.to_string(),
+            Input(k) => format!("size(in{k})"),
+            Data(k) => format!("count(compress#{k})"),
+            Add(a, b) => format!("({} + {})", self.show(a), self.show(b)),
+            Sub(a, b) => format!("({} - {})", self.show(a), self.show(b)),
+            Mul(a, b) => format!("({} * {})", self.show(a), self.show(b)),
+            Div(a, b) => format!("({} / {})", self.show(a), self.show(b)),
+            DivCeil(a, b) => format!("ceil({} / {})", self.show(a), self.show(b)),
+            Min(a, b) => format!("min({}, {})", self.show(a), self.show(b)),
+            Max(a, b) => format!("max({}, {})", self.show(a), self.show(b)),
+        }
+    }
+
+    /// Replay with `slots` (deduplicated inputs in the recorded order; every non-literal one
+    /// evaluated). Call [`Recording::check`] first.
+    pub fn replay(&self, slots: &[VarId]) -> Result<Replayed> {
+        // inputs: sizes and buffers; mutated slots that someone else can see are copied first
+        let mut slot_vars: Vec<VarId> = slots.to_vec();
+        let mut own: Vec<VarId> = Vec::new();
+        let mut table: Vec<Option<Arc<Buffer>>> = vec![None; self.bufs.len()];
+        let mut sizes = Vec::with_capacity(slots.len());
+        let mut to_copy = Vec::new();
+        {
+            let st = STATE.lock();
+            for (k, id) in slots.iter().enumerate() {
+                let v = st.var(id.0);
+                if v.ty != self.slot_types[k] {
+                    return Err(Error::Invalid(
+                        "kiln internal error: a replay got an input of another type".into(),
+                    ));
+                }
+                sizes.push(v.size as u64);
+                table[k] = v.data.clone();
+                let mutated = self.mutated.contains(&(k as u32));
+                if mutated {
+                    let shared = v.ext > 1
+                        || v.int > 0
+                        || v.data.as_ref().is_some_and(|b| Arc::strong_count(b) > 2)
+                        || self.n_data > 0;
+                    if shared {
+                        to_copy.push(k);
+                    }
+                }
+            }
+        }
+        let vals = match self.evaluate(&sizes, &vec![None; self.n_data as usize]) {
+            Ok(v) => v,
+            Err(r) => return Ok(Replayed::Retrace(r)),
+        };
+        for k in to_copy {
+            let src = table[k].clone().expect("a mutated input is evaluated");
+            let copy = Arc::new(device::copy_buffer(&src)?);
+            let mut v = Var::new(Op::Data, src.ty, src.len);
+            v.data = Some(copy.clone());
+            let id = VarId(STATE.lock().insert(v));
+            own.push(id);
+            slot_vars[k] = id;
+            table[k] = Some(copy);
+        }
+        let result = match self.run(&mut table, vals, &sizes) {
+            Ok(Ok(vals)) => self.outputs(&table, &slot_vars, &vals).map(Replayed::Done),
+            Ok(Err(reject)) => Ok(Replayed::Retrace(reject)),
+            Err(e) => Err(e),
+        };
+        for id in own {
+            crate::dec_ref(id);
+        }
+        result
+    }
+
+    /// Run the ops; returns the final size values. `Ok(Err(_))`: a data-dependent guard failed
+    /// midway.
+    fn run(
+        &self,
+        table: &mut [Option<Arc<Buffer>>],
+        mut vals: Vec<Option<u64>>,
+        sizes: &[u64],
+    ) -> Result<Result<Vec<Option<u64>>, Reject>> {
+        let mut data: Vec<Option<u64>> = vec![None; self.n_data as usize];
+        let get = |table: &[Option<Arc<Buffer>>], b: u32| -> Result<Arc<Buffer>> {
+            table[b as usize].clone().ok_or_else(|| {
+                Error::Invalid("kiln internal error: a replayed op lost its input".into())
+            })
+        };
+        for (i, op) in self.ops.iter().enumerate() {
+            let mut outs: Vec<(u32, Buffer)> = Vec::new();
+            // every recorded kind must say how it runs again: no wildcard arm
+            match &op.kind {
+                ReplayKind::Launch {
+                    hash,
+                    kernel,
+                    params,
+                    modified,
+                    block,
+                } => {
+                    let size = known(&vals, op.size)?;
+                    let mut held: Vec<Arc<Buffer>> = Vec::with_capacity(params.len());
+                    for (j, p) in params.iter().enumerate() {
+                        let b = op.bufs[j];
+                        if p.kind == ParamKind::Output {
+                            let buf = Arc::new(Buffer::new(p.ty, size, &|| {
+                                format!("a replayed kernel output of {size} × {}", p.ty)
+                            })?);
+                            table[b as usize] = Some(buf.clone());
+                            held.push(buf);
+                        } else {
+                            let buf = get(table, b)?;
+                            check_len(p.kind, buf.len, size)?;
+                            held.push(buf);
+                        }
+                    }
+                    let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
+                    let spec = LaunchSpec {
+                        kernel,
+                        hash: *hash,
+                        params,
+                        modified,
+                        block: *block,
+                        size_sym: 0,
+                    };
+                    device::launch_kernel(spec, size, &refs);
+                }
+                ReplayKind::LaunchReduce {
+                    hash,
+                    kernel,
+                    params,
+                    out_param,
+                    op: rop,
+                    block,
+                } => {
+                    let size = known(&vals, op.size)?;
+                    let n = op.bufs.len();
+                    let mut held = Vec::with_capacity(n - 1);
+                    for (j, &b) in op.bufs[..n - 1].iter().enumerate() {
+                        let p = if j < *out_param { j } else { j + 1 };
+                        let buf = get(table, b)?;
+                        check_len(params[p].kind, buf.len, size)?;
+                        held.push(buf);
+                    }
+                    let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
+                    let spec = LaunchSpec {
+                        kernel,
+                        hash: *hash,
+                        params,
+                        modified: &[],
+                        block: *block,
+                        size_sym: 0,
+                    };
+                    let (out, _, _) = device::launch_reduce(spec, size, &refs, *out_param, *rop)?;
+                    outs.push((op.bufs[n - 1], out));
+                }
+                ReplayKind::Reduce(rop) => {
+                    let src = get(table, op.bufs[0])?;
+                    outs.push((op.bufs[1], device::reduce(*rop, &src)?));
+                }
+                ReplayKind::BlockReduce { op: rop, block } => {
+                    let src = get(table, op.bufs[0])?;
+                    outs.push((op.bufs[1], device::block_reduce(*rop, &src, *block)?));
+                }
+                ReplayKind::PrefixSum { exclusive } => {
+                    let src = get(table, op.bufs[0])?;
+                    outs.push((op.bufs[1], device::prefix_sum(&src, *exclusive)?));
+                }
+                ReplayKind::Compress { data: k } => {
+                    let src = get(table, op.bufs[0])?;
+                    let out = device::compress(&src)?;
+                    data[*k as usize] = Some(out.len as u64);
+                    outs.push((op.bufs[1], out));
+                    // lengths that follow from this count are known now
+                    vals = match self.evaluate(sizes, &data) {
+                        Ok(v) => v,
+                        Err(r) => return Ok(Err(r)),
+                    };
+                }
+                ReplayKind::Memcpy => {
+                    let src = get(table, op.bufs[0])?;
+                    outs.push((op.bufs[1], device::copy_buffer(&src)?));
+                }
+                ReplayKind::Upload { ty, bytes } => {
+                    outs.push((op.bufs[0], device::upload(*ty, bytes)?));
+                }
+            }
+            for (b, buf) in outs {
+                table[b as usize] = Some(Arc::new(buf));
+            }
+            for &b in &self.frees[i] {
+                table[b as usize] = None;
+            }
+        }
+        Ok(Ok(vals))
+    }
+
+    fn outputs(
+        &self,
+        table: &[Option<Arc<Buffer>>],
+        slot_vars: &[VarId],
+        vals: &[Option<u64>],
+    ) -> Result<Vec<VarId>> {
+        let mut made: HashMap<u32, VarId> = HashMap::new();
+        let mut ids = Vec::with_capacity(self.outputs.len());
+        for o in &self.outputs {
+            let id = match *o {
+                Out::Slot(k) => {
+                    crate::inc_ref(slot_vars[k as usize]);
+                    slot_vars[k as usize]
+                }
+                Out::Buf(b) => match made.get(&b) {
+                    Some(&id) => {
+                        crate::inc_ref(id);
+                        id
+                    }
+                    None => {
+                        let buf = table[b as usize].clone().ok_or_else(|| {
+                            Error::Invalid(
+                                "kiln internal error: a replay lost an output buffer".into(),
+                            )
+                        })?;
+                        let mut v = Var::new(Op::Data, buf.ty, buf.len);
+                        v.data = Some(buf);
+                        let id = VarId(STATE.lock().insert(v));
+                        made.insert(b, id);
+                        id
+                    }
+                },
+                Out::Literal { ty, bits, size } => {
+                    crate::trace::literal(ty, bits, known(vals, size)?)
+                }
+            };
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+}
+
+fn known(vals: &[Option<u64>], e: ExprId) -> Result<usize> {
+    vals[e as usize].map(|v| v as usize).ok_or_else(|| {
+        Error::Invalid("kiln internal error: a replayed launch size is not known yet".into())
+    })
+}
+
+/// The length check that keeps a replay in bounds whatever the expressions say.
+fn check_len(kind: ParamKind, len: usize, size: usize) -> Result<()> {
+    let ok = match kind {
+        ParamKind::Input => len == size,
+        ParamKind::Broadcast => len == 1,
+        ParamKind::Indexed | ParamKind::Output => true,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "kiln internal error: a replayed kernel expected {size} elements in an input of {len}; \
+             disable freezing for this function (`.enabled(false)`) and please report it"
+        )))
+    }
+}

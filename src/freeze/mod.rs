@@ -1,0 +1,443 @@
+//! Function freezing: record a traced function's device operations once, replay them later with no
+//! tracing, no code generation and no hashing.
+//!
+//! [`freeze`] wraps a closure. Each call traverses the arguments ([`Traverse`]) into a layout key
+//! and a deduplicated list of input arrays. The first call with a new key evaluates the inputs,
+//! traces the function while the engine records every device operation (launches, reductions,
+//! prefix sums, compress, copies, uploads) with buffers identified by input slot, and evaluates the
+//! outputs. Later calls with a compatible key run a dry run (every size expression evaluated for
+//! the new input sizes, every size decision of the trace checked) and replay the recorded
+//! operations on the new buffers. Sizes are never guessed: see [`kiln_core::Size`].
+
+mod args;
+mod stats;
+pub mod traverse;
+
+pub use args::{ArgItem, ArgList, Mut, Ref, Shape, Signature};
+pub use stats::FreezeStats;
+pub use traverse::{Assign, Traversal, Traverse};
+
+use kiln_core::freeze::{self as engine, Recording, Reject, Replayed};
+use kiln_core::{Error, Result, VarId};
+use std::any::Any;
+use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+/// A frozen function: call it with [`Frozen::call`] (same arguments as the closure).
+pub struct Frozen<F, M: Shape> {
+    f: F,
+    #[allow(clippy::type_complexity)]
+    state_fn: Option<Box<dyn for<'a> FnMut(M::Args<'a>) -> Box<dyn Traverse>>>,
+    state: FrozenState,
+    _m: PhantomData<M>,
+}
+
+/// Freeze `f`: record its device operations on the first call with a new input layout and replay
+/// them on later calls.
+///
+/// `f` takes 1 to 8 arguments, each `&T` or `&mut T` with `T: Traverse`, and returns a
+/// `Traverse + Clone` value (`()` included). What `f` does to a `&mut` argument (a scatter into it,
+/// replacing one of its arrays) happens again on replay, to the caller's object.
+///
+/// **Captured values are baked in.** A plain value the closure captures (`let spp = 4;
+/// freeze(move |x: &Float32| x * spp as f32)`) is a constant of the recording: changing it later
+/// has no effect on replays. To make such a value part of the key (a new value records anew), pass
+/// it as an argument or return it from [`Frozen::with_state`]. Arrays the closure captures must be
+/// passed the same way: using one is an error that says so.
+///
+/// Inside the function, size new arrays with `x.size()` (a [`kiln_core::Size`]), not `x.len()`:
+/// `UInt32::arange(x.size() / 2)` replays at any width, while a plain integer ties the recording
+/// to the input sizes it was made with (a call with other sizes then records anew and warns).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut step = kiln::freeze(|x: &Float32, seed: &UInt32| -> Float32 {
+///     let noise = (seed + UInt32::arange(x.size())).cast::<f32>() * 1e-3;
+///     x * 2.0 + noise
+/// });
+/// let x = Float32::linspace(0.0, 1.0, 1000);
+/// for i in 0..5u32 {
+///     let y = step.call(&x, &UInt32::opaque(i)).unwrap();   // 1st call records, later ones replay
+///     assert_eq!(y.len(), 1000);
+/// }
+/// assert_eq!(step.stats().recordings, 1);
+/// assert_eq!(step.stats().replays, 4);
+/// ```
+pub fn freeze<M: Shape, F: Signature<M>>(f: F) -> Frozen<F, M> {
+    Frozen {
+        f,
+        state_fn: None,
+        state: FrozenState::new(),
+        _m: PhantomData,
+    }
+}
+
+impl<F, M: Shape> Frozen<F, M> {
+    /// Extra state to traverse with the arguments, computed from them before every record or
+    /// replay: arrays the function uses that its arguments do not expose (hidden inputs), or plain
+    /// values that should be part of the key.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let table = Float32::from_slice(&[10.0, 20.0, 30.0]);
+    /// let t2 = table.clone();
+    /// let mut f = kiln::freeze(move |i: &UInt32| -> Float32 { kiln::gather(&t2, i) })
+    ///     .with_state({ let t = table.clone(); move |_args| t.clone() });
+    /// assert_eq!(f.call(&UInt32::from_slice(&[2, 0])).unwrap().to_vec(), vec![30.0, 10.0]);
+    /// ```
+    pub fn with_state<S: Traverse + 'static>(
+        mut self,
+        mut state: impl for<'a> FnMut(M::Args<'a>) -> S + 'static,
+    ) -> Self {
+        self.state_fn = Some(Box::new(move |a| Box::new(state(a)) as Box<dyn Traverse>));
+        self
+    }
+    /// At most `n` recordings; further layouts run unfrozen (traced as usual).
+    pub fn limit(mut self, n: usize) -> Self {
+        self.state.limit = n;
+        self
+    }
+    /// Warn when the function has been recorded more than `n` times.
+    pub fn warn_after(mut self, n: usize) -> Self {
+        self.state.warn_after = n;
+        self
+    }
+    /// Turn freezing on or off for this function (off: every call traces as usual).
+    pub fn enabled(mut self, on: bool) -> Self {
+        self.state.enabled = on;
+        self
+    }
+    /// Make literal inputs whose value changes between calls opaque automatically (default: on).
+    pub fn auto_opaque(mut self, on: bool) -> Self {
+        self.state.auto_opaque = on;
+        self
+    }
+    /// Recordings, replays, re-traces and why, and the mean cost of each kind of call.
+    pub fn stats(&self) -> &FreezeStats {
+        &self.state.stats
+    }
+    /// Drop every recording (the next call records anew).
+    pub fn clear(&mut self) {
+        self.state.entries.clear();
+    }
+}
+
+/// One recording with what must match to use it.
+struct Entry {
+    rec: Recording,
+    /// Literal input values baked into the recording (slot, bits), for slots not made opaque.
+    literals: Vec<(u32, u64)>,
+    /// The returned value with placeholder arrays: a replay clones it and assigns the new arrays.
+    template: Box<dyn Any>,
+    /// Number of array positions in the returned value (the rest are the `&mut` arguments).
+    n_returned: usize,
+}
+
+/// Everything a frozen function keeps between calls, independent of its argument types.
+pub(crate) struct FrozenState {
+    entries: HashMap<u64, Vec<Entry>>,
+    /// Per layout key: array positions made opaque (their literal value changed between calls).
+    opaque: HashMap<u64, Vec<bool>>,
+    limit: usize,
+    warn_after: usize,
+    enabled: bool,
+    auto_opaque: bool,
+    warned: HashSet<String>,
+    stats: FreezeStats,
+}
+
+/// Whether `KILN_FREEZE=0` turned freezing off for the process.
+fn globally_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !matches!(std::env::var("KILN_FREEZE").as_deref(), Ok("0")))
+}
+
+/// Log a warning the first time `key` comes up.
+fn warn_once(warned: &mut HashSet<String>, key: String, msg: impl FnOnce() -> String) {
+    if warned.insert(key) {
+        tracing::warn!(target: "kiln::freeze", "{}", msg());
+    }
+}
+
+/// Ends a recording if the traced function unwinds.
+struct RecordingGuard(bool);
+impl Drop for RecordingGuard {
+    fn drop(&mut self) {
+        if self.0 {
+            engine::abort();
+        }
+    }
+}
+
+impl FrozenState {
+    fn new() -> FrozenState {
+        FrozenState {
+            entries: HashMap::new(),
+            opaque: HashMap::new(),
+            limit: usize::MAX,
+            warn_after: 10,
+            enabled: true,
+            auto_opaque: true,
+            warned: HashSet::new(),
+            stats: FreezeStats::default(),
+        }
+    }
+
+    /// Whether a call will record or replay (so extra state is worth computing).
+    pub(crate) fn wants_state(&self) -> bool {
+        self.enabled && globally_enabled() && !engine::active()
+    }
+
+    pub(crate) fn call<A: ArgList, O: Traverse + Clone + 'static>(
+        &mut self,
+        args: &mut A,
+        extra: Option<Box<dyn Traverse>>,
+        run: &mut dyn FnMut(&mut A) -> O,
+    ) -> Result<O> {
+        if !self.wants_state() {
+            // off, or nested in another recording: run inlined
+            return Ok(run(args));
+        }
+        let t0 = Instant::now();
+        let mut t = Traversal::new();
+        args.traverse_all(&mut t);
+        if let Some(s) = &extra {
+            t.argument("state", |t| s.traverse(t));
+        }
+        let key = t.key();
+        let mut mut_before = Traversal::new();
+        args.traverse_mutable(&mut mut_before);
+
+        // literal inputs that changed value before: make them opaque now
+        if let Some(mask) = self.opaque.get(&key) {
+            for (pos, f) in t.found.iter().enumerate() {
+                if mask.get(pos).copied().unwrap_or(false) && engine::input_class(f.id).2 {
+                    let id = kiln_core::make_opaque(f.id)?;
+                    kiln_core::dec_ref(id);
+                }
+            }
+        }
+        let slots = t.slots.clone();
+        let literals = literal_values(&slots);
+        let sizes = engine::prepare_inputs(&slots)?;
+
+        // find a recording
+        let mut overwrite: Option<usize> = None;
+        let mut reasons: Vec<String> = Vec::new();
+        let mut changed_literals: Vec<u32> = Vec::new();
+        if let Some(list) = self.entries.get(&key) {
+            for (i, e) in list.iter().enumerate() {
+                if e.literals != literals {
+                    for (a, b) in e.literals.iter().zip(&literals) {
+                        if a != b && !changed_literals.contains(&a.0) {
+                            changed_literals.push(a.0);
+                        }
+                    }
+                    continue;
+                }
+                match e.rec.check(&sizes) {
+                    Ok(()) => match e.rec.replay(&slots)? {
+                        Replayed::Done(outs) => {
+                            let out = finish_replay(e, args, &outs);
+                            for id in outs {
+                                kiln_core::dec_ref(id);
+                            }
+                            self.stats.replays += 1;
+                            self.stats.replay_ns += t0.elapsed().as_nanos() as u64;
+                            drop(extra);
+                            return Ok(out);
+                        }
+                        Replayed::Retrace(r) => {
+                            reasons.push(r.to_string());
+                            overwrite = Some(i);
+                            break;
+                        }
+                    },
+                    Err(Reject::Invalid(r)) => {
+                        reasons.push(r);
+                        overwrite = Some(i);
+                        break;
+                    }
+                    Err(Reject::Mismatch(r)) => {
+                        if let Some((at, how)) = e.rec.pinned() {
+                            let site = at.to_string();
+                            warn_once(&mut self.warned, site.clone(), || {
+                                format!(
+                                    "frozen function recorded again for new input sizes: `{how}` at {site} turned a size that depends on the inputs into a plain integer; use `x.size()` (a kiln::Size) so that replays follow the inputs, or `Size::fixed(n)` for a size that does not depend on them"
+                                )
+                            });
+                        }
+                        reasons.push(r)
+                    }
+                }
+            }
+        }
+
+        // a literal input changed value: make it opaque from now on (one extra recording)
+        if !changed_literals.is_empty() && self.auto_opaque {
+            let mut paths_t = Traversal::with_paths();
+            args.traverse_all(&mut paths_t);
+            if let Some(s) = &extra {
+                paths_t.argument("state", |t| s.traverse(t));
+            }
+            let mask = self
+                .opaque
+                .entry(key)
+                .or_insert_with(|| vec![false; t.found.len()]);
+            let mut paths = Vec::new();
+            for (pos, f) in t.found.iter().enumerate() {
+                if changed_literals.contains(&f.slot) {
+                    mask[pos] = true;
+                    paths.push(paths_t.paths[pos].clone());
+                    let id = kiln_core::make_opaque(f.id)?;
+                    kiln_core::dec_ref(id);
+                }
+            }
+            let list = paths.join(", ");
+            warn_once(&mut self.warned, format!("opaque {key} {list}"), || {
+                format!(
+                    "frozen function: the literal input(s) {list} changed value between calls and are made opaque from now on (one extra recording); call `make_opaque()` on them (or create them with `Array::opaque`) before calling to avoid it"
+                )
+            });
+            reasons.push(format!("literal input(s) {list} changed value"));
+            return self.record(key, &slots, args, extra, run, None, reasons, t0);
+        }
+
+        let total: usize = self.entries.values().map(|l| l.len()).sum();
+        if overwrite.is_none() && total >= self.limit {
+            self.stats.unfrozen += 1;
+            let limit = self.limit;
+            warn_once(&mut self.warned, "limit".into(), || {
+                format!(
+                    "frozen function reached its limit of {limit} recordings; further new layouts run unfrozen"
+                )
+            });
+            drop(extra);
+            return Ok(run(args));
+        }
+        let _ = mut_before;
+        self.record(key, &slots, args, extra, run, overwrite, reasons, t0)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record<A: ArgList, O: Traverse + Clone + 'static>(
+        &mut self,
+        key: u64,
+        slots: &[VarId],
+        args: &mut A,
+        extra: Option<Box<dyn Traverse>>,
+        run: &mut dyn FnMut(&mut A) -> O,
+        overwrite: Option<usize>,
+        reasons: Vec<String>,
+        t0: Instant,
+    ) -> Result<O> {
+        let mut before = Traversal::new();
+        args.traverse_mutable(&mut before);
+        let literals = literal_values(slots);
+        engine::begin(slots)?;
+        let mut guard = RecordingGuard(true);
+        let out = match catch_unwind(AssertUnwindSafe(|| run(args))) {
+            Ok(o) => o,
+            Err(panic) => {
+                // a refused read inside the function panics through `to_vec()`/`item()`: report
+                // the read as the call's error
+                drop(guard);
+                if let Some(e) = engine::take_refusal() {
+                    return Err(e);
+                }
+                resume_unwind(panic);
+            }
+        };
+        // outputs: the returned value, then the `&mut` arguments as they are now
+        let mut t_out = Traversal::new();
+        out.traverse(&mut t_out);
+        let n_returned = t_out.found.len();
+        let mut after = Traversal::new();
+        args.traverse_mutable(&mut after);
+        if after.key() != before.key() {
+            drop(guard);
+            return Err(Error::Invalid(
+                "a frozen function changed the structure or a plain value of a `&mut` argument; replays reproduce only changes to its arrays — keep such state outside the function or return it".into(),
+            ));
+        }
+        let mut out_ids: Vec<VarId> = t_out.found.iter().map(|f| f.id).collect();
+        out_ids.extend(after.found.iter().map(|f| f.id));
+        let pending: Vec<VarId> = out_ids
+            .iter()
+            .copied()
+            .filter(|&id| !engine::input_class(id).2 && !kiln_core::is_evaluated(id))
+            .collect();
+        kiln_core::eval(&pending)?;
+        guard.0 = false;
+        let rec = engine::finish(slots, &out_ids)?;
+        drop(extra);
+        let mut template = out.clone();
+        template.traverse_mut(&mut Assign::placeholders());
+        let entry = Entry {
+            rec,
+            literals,
+            template: Box::new(template),
+            n_returned,
+        };
+        let list = self.entries.entry(key).or_default();
+        let retrace = !list.is_empty() || overwrite.is_some();
+        match overwrite {
+            Some(i) => list[i] = entry,
+            None => list.push(entry),
+        }
+        let n = list.len();
+        self.stats.recordings += 1;
+        self.stats.record_ns += t0.elapsed().as_nanos() as u64;
+        if retrace || !reasons.is_empty() {
+            let why = if reasons.is_empty() {
+                "new input layout".to_string()
+            } else {
+                reasons.join("; ")
+            };
+            self.stats.retraces.push(why);
+        }
+        let total: usize = self.entries.values().map(|l| l.len()).sum();
+        if self.stats.recordings > self.warn_after {
+            let count = self.stats.recordings;
+            let last = self
+                .stats
+                .retraces
+                .last()
+                .cloned()
+                .unwrap_or_else(|| "new input layout".into());
+            warn_once(&mut self.warned, "warn_after".into(), || {
+                format!(
+                    "frozen function recorded {count} times ({total} kept, {n} for this layout); last reason: {last}. Make changing inputs opaque arrays, size with `x.size()`, or raise `.warn_after(n)`"
+                )
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// The values of literal slots (baked into a recording).
+fn literal_values(slots: &[VarId]) -> Vec<(u32, u64)> {
+    slots
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &id)| kiln_core::literal_value(id).map(|b| (k as u32, b)))
+        .collect()
+}
+
+/// Build the returned value and update the `&mut` arguments from a replay's outputs.
+fn finish_replay<A: ArgList, O: Traverse + Clone + 'static>(
+    e: &Entry,
+    args: &mut A,
+    outs: &[VarId],
+) -> O {
+    let template = e
+        .template
+        .downcast_ref::<O>()
+        .expect("kiln internal error: a recording's output type changed");
+    let mut out = template.clone();
+    out.traverse_mut(&mut Assign::new(outs[..e.n_returned].to_vec()));
+    args.assign_mutable(&mut Assign::new(outs[e.n_returned..].to_vec()));
+    out
+}

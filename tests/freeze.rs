@@ -1,0 +1,611 @@
+//! Function freezing from a user's point of view: the seed document's examples one to one (each
+//! asserting its counts of recordings, replays and re-traces), replays equal to unfrozen runs bit
+//! for bit, `&mut` arguments, struct inputs, leaks, and every error.
+
+mod common;
+use common::leak_checked;
+use kiln::prelude::*;
+use kiln::{ReduceOp, Size, Traverse};
+
+/// The seed's introduction: `y = x + 1; eval(y); z = x * 2`.
+#[test]
+fn records_once_then_replays() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 {
+            let y = x + 1.0;
+            y.eval();
+            x * 2.0
+        });
+        for i in 0..5 {
+            let x = Float32::arange(8) + i as f32;
+            let z = f.call(&x).unwrap();
+            let want: Vec<f32> = (0..8).map(|k| (k + i) as f32 * 2.0).collect();
+            assert_eq!(z.to_vec(), want);
+        }
+        let s = f.stats();
+        assert_eq!(
+            (s.recordings, s.replays, s.retraces.len()),
+            (1, 4, 0),
+            "{s}"
+        );
+    });
+}
+
+/// Replays run no tracing and no compilation: only launches.
+#[test]
+fn replay_does_not_compile_or_trace() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 { (x * x + 1.0).sqrt() });
+        let x = Float32::arange(100);
+        f.call(&x).unwrap();
+        let before = kiln::stats();
+        let y = f.call(&x).unwrap();
+        let after = kiln::stats();
+        assert_eq!(after.kernels_compiled, before.kernels_compiled);
+        assert_eq!(
+            after.cache_hits + after.cache_misses,
+            before.cache_hits + before.cache_misses
+        );
+        assert_eq!(after.launches, before.launches + 1);
+        assert_eq!(y.to_vec()[3], 10f32.sqrt());
+    });
+}
+
+/// Seed "Dry Run Replay": block reduce of 4 then 5 elements. kiln's `block_sum` reduces a partial
+/// last block, so the second call replays instead of re-tracing.
+#[test]
+fn block_reduce_size_4_then_5_replays() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 { x.block_sum(2) });
+        assert_eq!(
+            f.call(&Float32::arange(4)).unwrap().to_vec(),
+            vec![1.0, 5.0]
+        );
+        assert_eq!(
+            f.call(&Float32::arange(5)).unwrap().to_vec(),
+            vec![1.0, 5.0, 4.0]
+        );
+        let s = f.stats();
+        assert_eq!(
+            (s.recordings, s.replays, s.retraces.len()),
+            (1, 1, 0),
+            "{s}"
+        );
+    });
+}
+
+/// Seed: a prefix sum after a block reduction (Dr.Jit always re-traces this one).
+#[test]
+fn prefix_sum_after_block_reduce_replays() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 { x.block_sum(2).prefix_sum(false) });
+        for _ in 0..2 {
+            let y = f.call(&Float32::arange(4)).unwrap();
+            assert_eq!(y.to_vec(), vec![1.0, 6.0]);
+        }
+        let y = f.call(&Float32::arange(7)).unwrap();
+        assert_eq!(y.to_vec(), vec![1.0, 6.0, 15.0, 21.0]);
+        let s = f.stats();
+        assert_eq!(
+            (s.recordings, s.replays, s.retraces.len()),
+            (1, 2, 0),
+            "{s}"
+        );
+    });
+}
+
+/// Seed "Kernel Size Inference", written with `x.size()`: replays at any width.
+#[test]
+fn half_width_with_size_replays_at_any_width() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 {
+            kiln::gather(x, &UInt32::arange(x.size() / 2))
+        });
+        for n in [8usize, 16, 10, 6, 3, 2] {
+            let y = f.call(&Float32::arange(n)).unwrap();
+            let want: Vec<f32> = (0..n / 2).map(|k| k as f32).collect();
+            assert_eq!(y.to_vec(), want, "width {n}");
+        }
+        // even widths where the half is 1 replay: nothing in this trace depended on it
+        let s = f.stats();
+        assert_eq!((s.recordings, s.replays), (1, 5), "{s}");
+    });
+}
+
+/// The same written with `x.len()`: a plain integer is a constant of the recording, so each new
+/// width records anew (never a wrong replay), and the same width replays.
+#[test]
+fn half_width_with_len_records_per_width() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 {
+            kiln::gather(x, &UInt32::arange(x.len() / 2))
+        });
+        for n in [8usize, 16, 8, 16] {
+            let y = f.call(&Float32::arange(n)).unwrap();
+            assert_eq!(y.len(), n / 2);
+            assert_eq!(y.to_vec()[n / 2 - 1], (n / 2 - 1) as f32);
+        }
+        let s = f.stats();
+        assert_eq!(
+            (s.recordings, s.replays, s.retraces.len()),
+            (2, 2, 1),
+            "{s}"
+        );
+    });
+}
+
+/// Seed: `width - 1`, which Dr.Jit replays with an undefined result. With `x.size() - 1` kiln
+/// replays it exactly; with `x.len() - 1` it records anew.
+#[test]
+fn width_minus_one_is_exact() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 {
+            kiln::gather(x, &(UInt32::arange(x.size() - 1) + 1))
+        });
+        for n in [8usize, 16, 5, 9] {
+            let y = f.call(&Float32::arange(n)).unwrap();
+            let want: Vec<f32> = (1..n).map(|k| k as f32).collect();
+            assert_eq!(y.to_vec(), want);
+        }
+        assert_eq!((f.stats().recordings, f.stats().replays), (1, 3));
+
+        let mut g = kiln::freeze(|x: &Float32| -> Float32 {
+            kiln::gather(x, &(UInt32::arange(x.len() - 1) + 1))
+        });
+        for n in [8usize, 16] {
+            assert_eq!(g.call(&Float32::arange(n)).unwrap().len(), n - 1);
+        }
+        assert_eq!((g.stats().recordings, g.stats().replays), (2, 0));
+    });
+}
+
+/// A size expression that is invalid for new inputs (underflow) re-traces and overwrites the
+/// recording rather than adding one.
+#[test]
+fn invalid_size_retraces_and_overwrites() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 {
+            let n = x.size();
+            if n.peek() >= 4 {
+                kiln::gather(x, &UInt32::arange(n - 4))
+            } else {
+                x * 1.0
+            }
+        });
+        assert_eq!(f.call(&Float32::arange(6)).unwrap().len(), 2);
+        assert_eq!(f.call(&Float32::arange(2)).unwrap().len(), 2); // 2 - 4 underflows: re-trace
+        assert_eq!(f.call(&Float32::arange(3)).unwrap().len(), 3);
+        let s = f.stats();
+        assert_eq!((s.recordings, s.replays), (2, 1), "{s}");
+        assert!(s.retraces[0].contains("invalid"), "{s}");
+    });
+}
+
+/// Seed "Excessive Recordings": a changing literal seed is made opaque after one extra recording.
+#[test]
+fn changing_literal_is_made_opaque_after_one_extra_recording() {
+    leak_checked(|| {
+        let mut f =
+            kiln::freeze(|x: &Float32, seed: &UInt32| -> Float32 { x + seed.cast::<f32>() });
+        let x = Float32::zeros(4);
+        for i in 0..10u32 {
+            let y = f.call(&x, &UInt32::from(i)).unwrap();
+            assert_eq!(y.to_vec(), vec![i as f32; 4]);
+        }
+        let s = f.stats();
+        assert_eq!(
+            (s.recordings, s.replays, s.retraces.len()),
+            (2, 8, 1),
+            "{s}"
+        );
+        assert!(s.retraces[0].contains("arg1"), "{s}");
+    });
+}
+
+/// The same with `make_opaque` beforehand: one recording.
+#[test]
+fn opaque_seed_needs_one_recording() {
+    leak_checked(|| {
+        let mut f =
+            kiln::freeze(|x: &Float32, seed: &UInt32| -> Float32 { x + seed.cast::<f32>() });
+        let x = Float32::zeros(4);
+        for i in 0..10u32 {
+            let seed = kiln::make_opaque(&UInt32::from(i));
+            assert_eq!(f.call(&x, &seed).unwrap().to_vec(), vec![i as f32; 4]);
+        }
+        let s = f.stats();
+        assert_eq!((s.recordings, s.replays), (1, 9), "{s}");
+    });
+}
+
+/// Without auto_opaque each literal value gets its own recording.
+#[test]
+fn literal_values_key_recordings_without_auto_opaque() {
+    leak_checked(|| {
+        let mut f =
+            kiln::freeze(|x: &Float32, seed: &UInt32| -> Float32 { x + seed.cast::<f32>() })
+                .auto_opaque(false);
+        let x = Float32::zeros(2);
+        for i in [1u32, 2, 1, 2] {
+            assert_eq!(
+                f.call(&x, &UInt32::from(i)).unwrap().to_vec(),
+                vec![i as f32; 2]
+            );
+        }
+        assert_eq!((f.stats().recordings, f.stats().replays), (2, 2));
+    });
+}
+
+/// Seed "Hidden Inputs": an evaluated array captured by the closure is an error naming it and both
+/// fixes; `.with_state` makes it part of the frozen state.
+#[test]
+fn hidden_input_is_an_error_and_with_state_fixes_it() {
+    leak_checked(|| {
+        let hidden = Float32::from_slice(&[1.0, 2.0, 3.0]).label("hidden_y");
+        let h = hidden.clone();
+        let mut f = kiln::freeze(move |x: &Float32| -> Float32 { x + &h });
+        let err = f.call(&Float32::ones(3)).unwrap_err().to_string();
+        assert!(
+            err.contains("hidden_y") && err.contains("pass it as an argument"),
+            "{err}"
+        );
+        assert!(err.contains("with_state"), "{err}");
+        assert_eq!(f.stats().recordings, 0);
+        drop(f);
+
+        let h = hidden.clone();
+        let state = hidden.clone();
+        let mut g = kiln::freeze(move |x: &Float32| -> Float32 { x + &h })
+            .with_state(move |_| state.clone());
+        for _ in 0..3 {
+            assert_eq!(
+                g.call(&Float32::ones(3)).unwrap().to_vec(),
+                vec![2.0, 3.0, 4.0]
+            );
+        }
+        assert_eq!((g.stats().recordings, g.stats().replays), (1, 2));
+    });
+}
+
+/// with_state receives the arguments (the seed's `state_fn = lambda input: input.y`).
+#[test]
+fn with_state_sees_the_arguments() {
+    leak_checked(|| {
+        #[derive(Traverse)]
+        struct PartiallyHidden {
+            x: Float32,
+            #[traverse(skip)]
+            y: Float32,
+        }
+        let mut f = kiln::freeze(|p: &PartiallyHidden| -> Float32 { &p.x + &p.y })
+            .with_state(|(p,)| p.y.clone());
+        for k in 0..3 {
+            let p = PartiallyHidden {
+                x: Float32::full(k as f32, 2),
+                y: Float32::from_slice(&[10.0, 20.0]),
+            };
+            let p = PartiallyHidden {
+                x: kiln::make_opaque(&p.x),
+                y: p.y,
+            };
+            assert_eq!(
+                f.call(&p).unwrap().to_vec(),
+                vec![10.0 + k as f32, 20.0 + k as f32]
+            );
+        }
+        assert_eq!((f.stats().recordings, f.stats().replays), (1, 2));
+    });
+}
+
+/// Reading an array's contents inside is an `Err` naming it; nothing is recorded.
+#[test]
+fn reads_are_refused() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 {
+            if x.to_vec()[1] > 0.0 {
+                x + 1.0
+            } else {
+                x - 1.0
+            }
+        });
+        let x = Float32::from_slice(&[0.0, 1.0]).label("x_in");
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let err = f.call(&x).unwrap_err();
+        std::panic::set_hook(prev);
+        let msg = err.to_string();
+        assert!(
+            msg.contains("x_in") && msg.contains("frozen function"),
+            "{msg}"
+        );
+        assert_eq!(f.stats().recordings, 0);
+        // try_ variants return the error to the function itself
+        let mut g = kiln::freeze(|x: &Float32| -> Float32 {
+            match x.sum().try_item() {
+                Ok(_) => x.clone(),
+                Err(_) => x * 0.0,
+            }
+        });
+        assert_eq!(
+            g.call(&x)
+                .unwrap_err()
+                .to_string()
+                .contains("frozen function"),
+            true
+        );
+    });
+}
+
+/// A scatter into a `&mut` input happens again on replay, to the caller's array; a clone taken
+/// before the call and an unevaluated expression of the input keep their old values.
+#[test]
+fn scatter_into_mut_argument_on_replay() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|t: &mut Float32, v: &Float32| {
+            kiln::scatter(t, v, &UInt32::arange(v.size()));
+        });
+        for round in 0..3 {
+            let mut t = Float32::from_slice(&[0.0; 4]);
+            let clone = t.clone();
+            let expr = &t + 1.0;
+            let v = Float32::from_slice(&[5.0 + round as f32, 6.0]);
+            f.call(&mut t, &v).unwrap();
+            assert_eq!(t.to_vec(), vec![5.0 + round as f32, 6.0, 0.0, 0.0]);
+            assert_eq!(clone.to_vec(), vec![0.0; 4]);
+            assert_eq!(expr.to_vec(), vec![1.0; 4]);
+        }
+        // and without anyone else watching: in place
+        for _ in 0..2 {
+            let mut t = Float32::from_slice(&[0.0; 3]);
+            f.call(&mut t, &Float32::from_slice(&[9.0])).unwrap();
+            assert_eq!(t.to_vec(), vec![9.0, 0.0, 0.0]);
+        }
+        assert!(f.stats().replays >= 3, "{}", f.stats());
+    });
+}
+
+/// Scatter-reduce and gather inside a frozen function, at several sizes.
+#[test]
+fn scatter_reduce_and_gather_inside() {
+    leak_checked(|| {
+        let mut hist = kiln::freeze(|idx: &UInt32, bins: &UInt32| -> UInt32 {
+            let mut h = UInt32::zeros(bins.size());
+            kiln::scatter_reduce(ReduceOp::Add, &mut h, 1u32, idx);
+            kiln::gather(&h, &UInt32::arange(bins.size()))
+        });
+        for n in [10usize, 37, 1000] {
+            let idx = UInt32::arange(n) % 4;
+            let bins = UInt32::zeros(4);
+            let h = hist.call(&idx, &kiln::make_opaque(&bins)).unwrap().to_vec();
+            let want: Vec<u32> = (0..4)
+                .map(|b| (0..n).filter(|i| i % 4 == b).count() as u32)
+                .collect();
+            assert_eq!(h, want, "n = {n}");
+        }
+        assert_eq!(hist.stats().recordings, 1, "{}", hist.stats());
+    });
+}
+
+#[derive(Traverse, Clone)]
+struct Layer {
+    w: Float32,
+    b: Option<Float32>,
+}
+#[derive(Traverse, Clone)]
+struct Net {
+    layers: Vec<Layer>,
+    scale: f32,
+}
+
+/// A struct input with nested `Vec` and `Option`; its plain scalar is part of the key.
+#[test]
+fn struct_with_vec_and_option() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|net: &Net, x: &Float32| -> (Float32, Float32) {
+            let mut y = x.clone();
+            for l in &net.layers {
+                y = &y * &l.w;
+                if let Some(b) = &l.b {
+                    y = y + b;
+                }
+            }
+            let s = &y * net.scale;
+            (y, s)
+        });
+        let net = |scale: f32| Net {
+            layers: vec![
+                Layer {
+                    w: Float32::from_slice(&[2.0, 2.0]),
+                    b: None,
+                },
+                Layer {
+                    w: Float32::from_slice(&[1.0, 3.0]),
+                    b: Some(Float32::from_slice(&[1.0, 1.0])),
+                },
+            ],
+            scale,
+        };
+        let x = Float32::from_slice(&[1.0, 2.0]);
+        for _ in 0..3 {
+            let (y, s) = f.call(&net(2.0), &x).unwrap();
+            assert_eq!(y.to_vec(), vec![3.0, 13.0]);
+            assert_eq!(s.to_vec(), vec![6.0, 26.0]);
+        }
+        let (_, s) = f.call(&net(0.5), &x).unwrap();
+        assert_eq!(s.to_vec(), vec![1.5, 6.5]);
+        assert_eq!((f.stats().recordings, f.stats().replays), (2, 2));
+    });
+}
+
+/// Outputs that are inputs come back as the same arrays; duplicated inputs are one slot.
+#[test]
+fn outputs_that_are_inputs_are_the_same_arrays() {
+    leak_checked(|| {
+        let mut f =
+            kiln::freeze(|a: &Float32, b: &Float32| -> (Float32, Float32) { (a.clone(), a + b) });
+        let a = Float32::from_slice(&[1.0, 2.0]);
+        for _ in 0..2 {
+            let (a2, s) = f.call(&a, &a).unwrap();
+            assert_eq!(a2.id(), a.id());
+            assert_eq!(s.to_vec(), vec![2.0, 4.0]);
+        }
+        assert_eq!(f.stats().replays, 1);
+    });
+}
+
+/// Dropping the frozen function frees everything it kept.
+#[test]
+fn no_leaks_after_drop() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> (Float32, UInt32, Float32) {
+            let m = x.gt(&Float32::scalar(0.5));
+            let idx = m.compress();
+            (kiln::gather(x, &idx), idx, Float32::zeros(x.size()))
+        });
+        for n in [4usize, 9, 4] {
+            let x = Float32::linspace(0.0, 1.0, n);
+            let (g, idx, z) = f.call(&x).unwrap();
+            let want: Vec<f32> = x.to_vec().into_iter().filter(|&v| v > 0.5).collect();
+            assert_eq!(g.to_vec(), want);
+            assert_eq!(idx.len(), want.len());
+            assert_eq!(z.len(), n);
+        }
+        assert_eq!(f.stats().recordings, 1, "{}", f.stats());
+    });
+}
+
+/// `.limit`, `.enabled(false)` and nested frozen calls.
+#[test]
+fn limits_switches_and_nesting() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32, k: &u32| -> Float32 { x * *k as f32 }).limit(2);
+        let x = Float32::ones(2);
+        for k in 0..5u32 {
+            assert_eq!(f.call(&x, &k).unwrap().to_vec(), vec![k as f32; 2]);
+        }
+        assert_eq!((f.stats().recordings, f.stats().unfrozen), (2, 3));
+
+        let mut off = kiln::freeze(|x: &Float32| -> Float32 { x + 1.0 }).enabled(false);
+        off.call(&x).unwrap();
+        assert_eq!(off.stats().recordings, 0);
+
+        let mut inner = kiln::freeze(|x: &Float32| -> Float32 { x * 3.0 });
+        let mut outer =
+            kiln::freeze(move |x: &Float32| -> Float32 { inner.call(x).unwrap() + 1.0 });
+        for _ in 0..3 {
+            assert_eq!(outer.call(&x).unwrap().to_vec(), vec![4.0, 4.0]);
+        }
+        assert_eq!((outer.stats().recordings, outer.stats().replays), (1, 2));
+    });
+}
+
+/// Sizes of classes 0 and 1 trace differently (broadcasting): they are part of the key, so a
+/// size-1 input records separately and both replay correctly.
+#[test]
+fn broadcast_sizes_record_separately() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|a: &Float32, b: &Float32| -> Float32 { a + b });
+        let cases = [(4usize, 4usize), (4, 1), (7, 7), (1, 5), (5, 1)];
+        for (n, m) in cases {
+            let a = Float32::arange(n);
+            let b = Float32::arange(m) * 10.0;
+            let y = f.call(&a, &b).unwrap();
+            let len = n.max(m);
+            let want: Vec<f32> = (0..len)
+                .map(|i| {
+                    (if n == 1 { 0 } else { i }) as f32 + 10.0 * (if m == 1 { 0 } else { i }) as f32
+                })
+                .collect();
+            assert_eq!(y.to_vec(), want, "{n} {m}");
+        }
+        assert_eq!(f.stats().recordings, 3, "{}", f.stats());
+        // unequal sizes are the same error frozen or not
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let prev = std::panic::take_hook();
+            std::panic::set_hook(Box::new(|_| {}));
+            let r = f.call(&Float32::arange(3), &Float32::arange(4));
+            std::panic::set_hook(prev);
+            r
+        }));
+        assert!(err.is_err());
+    });
+}
+
+/// `Size` arithmetic is accepted by constructors.
+#[test]
+fn size_arithmetic_in_constructors() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> (Float32, UInt32, Float32) {
+            let n = x.size();
+            (
+                Float32::full(2.0, n.div_ceil(4)),
+                UInt32::arange((n * 2).min(Size::fixed(10))),
+                Float32::zeros(n + 1),
+            )
+        });
+        for n in [3usize, 8, 20] {
+            let (a, b, c) = f.call(&Float32::arange(n)).unwrap();
+            assert_eq!(a.len(), n.div_ceil(4));
+            assert_eq!(b.len(), (2 * n).min(10));
+            assert_eq!(c.len(), n + 1);
+        }
+        assert_eq!(f.stats().recordings, 1, "{}", f.stats());
+    });
+}
+
+/// The body shared by the frozen and the unfrozen run of the random-call test.
+fn mixed_body(x: &Float32, y: &Float32, seed: &UInt32) -> (Float32, Float32, UInt32, Float32) {
+    let n = x.size();
+    let z = (x * y + 1.0).sqrt() * seed.cast::<f32>();
+    z.eval();
+    let half = kiln::gather(&z, &(UInt32::arange(n / 2) * 2));
+    let blocks = z.block_sum(16).prefix_sum(true);
+    let mut hist = UInt32::zeros(Size::fixed(8));
+    kiln::scatter_reduce(ReduceOp::Add, &mut hist, 1u32, &(x.cast::<u32>() % 8));
+    let picked = kiln::gather(x, &x.gt(&Float32::scalar(50.0)).compress());
+    let total = &half.sum() + &picked.sum();
+    (blocks, total, hist, picked)
+}
+
+fn bits(v: Vec<f32>) -> Vec<u32> {
+    v.into_iter().map(f32::to_bits).collect()
+}
+
+/// 100 calls with random sizes and values: every replay equals the unfrozen run bit for bit, and
+/// at least 90 of the calls replay.
+#[test]
+fn random_calls_match_unfrozen_bit_for_bit() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32, y: &Float32, seed: &UInt32| mixed_body(x, y, seed));
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let sizes = [
+            2usize, 5, 16, 17, 31, 100, 1000, 16_383, 16_384, 16_385, 40_000,
+        ];
+        for call in 0..100 {
+            let n = match call {
+                50 => 1,
+                70 => 0,
+                _ => sizes[(next() % sizes.len() as u64) as usize],
+            };
+            let xs: Vec<f32> = (0..n).map(|_| (next() % 10_000) as f32 / 100.0).collect();
+            let ys: Vec<f32> = (0..n).map(|_| (next() % 1000) as f32 / 10.0).collect();
+            let (x, y) = (Float32::from_vec(xs), Float32::from_vec(ys));
+            let seed = UInt32::opaque((next() % 100) as u32);
+            let (a, b, c, d) = f.call(&x, &y, &seed).unwrap();
+            let (ea, eb, ec, ed) = mixed_body(&x, &y, &seed);
+            assert_eq!(bits(a.to_vec()), bits(ea.to_vec()), "call {call}, n = {n}");
+            assert_eq!(bits(b.to_vec()), bits(eb.to_vec()), "call {call}, n = {n}");
+            assert_eq!(c.to_vec(), ec.to_vec(), "call {call}, n = {n}");
+            assert_eq!(bits(d.to_vec()), bits(ed.to_vec()), "call {call}, n = {n}");
+        }
+        let s = f.stats();
+        assert!(s.replays >= 90, "{s}");
+        assert_eq!(s.recordings + s.replays, 100, "{s}");
+    });
+}
