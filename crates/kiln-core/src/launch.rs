@@ -11,6 +11,17 @@ use std::sync::OnceLock;
 
 /// Default lanes per block.
 pub const DEFAULT_BLOCK: usize = 16_384;
+/// Lanes per block for a kernel of `insts` instructions: the default for light kernels, fewer
+/// lanes for heavy ones so that their work still spreads over the cores (a block should hold
+/// roughly the same amount of work, about 16 384 lanes × 16 instructions).
+pub fn block_for(insts: usize) -> usize {
+    const WORK: usize = DEFAULT_BLOCK * 16;
+    (WORK / insts.max(1)).clamp(MIN_BLOCK, DEFAULT_BLOCK)
+}
+/// The smallest block [`block_for`] picks (below it, handing work to the pool costs more than it
+/// saves).
+pub const MIN_BLOCK: usize = 512;
+
 /// Blocks start at multiples of this many lanes (the widest vector any backend uses).
 pub const BLOCK_ALIGN: usize = 16;
 

@@ -32,6 +32,42 @@ pub(super) fn pick_unroll(tuning: Tuning, body: usize, has_scatter: bool) -> usi
     }
 }
 
+/// The most lane-dependent values alive at once in one group (64-bit ones count twice: four lanes
+/// take two registers), to judge how many groups fit in the vector registers.
+fn max_live(k: &Kernel, uniform: &[bool]) -> usize {
+    let n = k.insts.len();
+    let mut last = vec![0usize; n];
+    for (i, inst) in k.insts.iter().enumerate() {
+        for &a in inst.operands() {
+            last[a as usize] = i;
+        }
+    }
+    let weight = |r: usize| {
+        if k.insts[r].ty.size_bytes() == 8 {
+            2
+        } else {
+            1
+        }
+    };
+    let mut dies: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for r in 0..n {
+        if !uniform[r] && last[r] > r {
+            dies[last[r]].push(r);
+        }
+    }
+    let (mut live, mut most) = (0usize, 0usize);
+    for i in 0..n {
+        if !uniform[i] && last[i] > i {
+            live += weight(i);
+        }
+        most = most.max(live);
+        for &r in &dies[i] {
+            live -= weight(r);
+        }
+    }
+    most
+}
+
 /// Builds the kernel's function; returns the contents of its constant table (see `Target::pool`).
 pub(super) fn build_function(
     b: &mut FunctionBuilder<'_>,
@@ -149,7 +185,14 @@ pub(super) fn build_function(
     }
     let invariant = g.vals.clone();
     let body = g.uniform.iter().filter(|&&u| !u).count();
-    let groups = pick_unroll(tuning, body, scatter.is_some());
+    let mut groups = pick_unroll(tuning, body, scatter.is_some());
+    let mut interleave = tuning.interleave;
+    if tuning.unroll == 0 && groups == 4 && max_live(k, &g.uniform) <= 3 {
+        // A long dependency chain with few values alive (`y = y * a + c` a hundred times): eight
+        // independent groups hide each op's latency and still fit the 16 vector registers.
+        groups = 8;
+        interleave = 8;
+    }
     tracing::debug!(target: "kiln::cranelift", "kernel of {} instructions, {body} per lane: {groups} groups per iteration", k.insts.len());
     // Affine values are worth a loop of their own when some lane-dependent instruction other
     // than a counter or a cast would be replaced.
@@ -202,7 +245,7 @@ pub(super) fn build_function(
         } else {
             None
         };
-        g.emit_groups(&invariant, &lanes, active, tuning.interleave)?;
+        g.emit_groups(&invariant, &lanes, active, interleave)?;
         g.affine = Vec::new();
         let next = g.b.ins().iadd_imm(i, step);
         g.b.def_var(lane_var, next);
