@@ -80,7 +80,7 @@ impl Pcg32 {
     /// let x = rng.next_u32().to_vec();
     /// assert!(x[0] != x[1] && x[1] != x[2]);
     /// ```
-    pub fn new(size: usize) -> Self {
+    pub fn new(size: impl Into<kiln_core::Size>) -> Self {
         Self::seeded(PCG32_DEFAULT_STATE, UInt64::arange(size))
     }
 
@@ -106,9 +106,13 @@ impl Pcg32 {
         let state = &inc + &initstate;
         let state = &(&state * PCG32_MULT) + &inc;
         // a size-1 seed with per-lane streams (or vice versa) broadcasts to the larger size
-        let n = state.len().max(inc.len());
+        let n = if state.size().peek() >= inc.size().peek() {
+            state.size()
+        } else {
+            inc.size()
+        };
         let widen = |a: UInt64| {
-            if a.len() == n {
+            if a.size() == n {
                 a
             } else {
                 &a + &UInt64::zeros(n)
@@ -125,8 +129,13 @@ impl Pcg32 {
     /// ```
     /// assert_eq!(kiln::Pcg32::new(10).len(), 10);
     /// ```
+    #[track_caller]
     pub fn len(&self) -> usize {
         self.state.len()
+    }
+    /// Number of lanes as a [`kiln_core::Size`] (follows a frozen function's inputs).
+    pub fn size(&self) -> kiln_core::Size {
+        self.state.size()
     }
 
     /// Whether there are no lanes.
@@ -135,7 +144,7 @@ impl Pcg32 {
     /// assert!(kiln::Pcg32::new(0).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.size().peek() == 0
     }
 
     /// The current 64-bit LCG state of every lane.

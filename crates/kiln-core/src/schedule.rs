@@ -13,7 +13,7 @@ use crate::cache;
 use crate::device;
 use crate::error::Result;
 use crate::kernel::{Inst, Kernel, Param, ParamKind, Reg};
-use crate::launch::DEFAULT_BLOCK;
+use crate::launch::block_for;
 use crate::op::{Op, ReduceOp};
 use crate::registry::{Buffer, State, VarId, STATE};
 use parking_lot::{Mutex, ReentrantMutex};
@@ -104,7 +104,6 @@ struct Built {
 struct Builder<'a> {
     st: &'a State,
     size: usize,
-    sym: u32,
     modified: Vec<u32>,
     kernel: Kernel,
     bindings: Vec<Binding>,
@@ -198,7 +197,6 @@ fn build(st: &State, g: Group) -> Built {
     let mut b = Builder {
         st,
         size: g.size,
-        sym: g.sym,
         modified: Vec::new(),
         kernel: Kernel::default(),
         bindings: Vec::new(),
@@ -417,7 +415,7 @@ fn launch_all(built: &[Built]) -> Result<()> {
             hash,
             params: &b.kernel.params,
             modified: &b.modified,
-            block: DEFAULT_BLOCK,
+            block: block_for(b.kernel.len()),
             size_sym: b.sym,
         };
         let status = device::launch_kernel(spec, b.size, &buffers);
@@ -519,7 +517,7 @@ pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<(Buffer, u64)>> {
             hash,
             params: &built.kernel.params,
             modified: &built.modified,
-            block: DEFAULT_BLOCK,
+            block: block_for(built.kernel.len()),
             size_sym: built.sym,
         };
         let (out, bits, status) = device::launch_reduce(spec, size, &inputs, out_param, op)?;
