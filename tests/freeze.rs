@@ -326,13 +326,11 @@ fn reads_are_refused() {
                 Err(_) => x * 0.0,
             }
         });
-        assert_eq!(
-            g.call(&x)
-                .unwrap_err()
-                .to_string()
-                .contains("frozen function"),
-            true
-        );
+        assert!(g
+            .call(&x)
+            .unwrap_err()
+            .to_string()
+            .contains("frozen function"));
     });
 }
 
@@ -361,6 +359,44 @@ fn scatter_into_mut_argument_on_replay() {
             assert_eq!(t.to_vec(), vec![9.0, 0.0, 0.0]);
         }
         assert!(f.stats().replays >= 3, "{}", f.stats());
+    });
+}
+
+/// A `&mut` argument that is a literal (`zeros`) is evaluated inside the function; the replay hands
+/// the caller a new array each time, never the shared constant.
+#[test]
+fn scatter_into_literal_mut_argument() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|t: &mut UInt32, i: &UInt32| {
+            kiln::scatter_reduce(ReduceOp::Add, t, 1u32, i);
+        });
+        for round in 0..3u32 {
+            let mut t = UInt32::zeros(4);
+            let other_zeros = UInt32::zeros(4);
+            f.call(&mut t, &UInt32::from_slice(&[round % 4, 3, 3]))
+                .unwrap();
+            let mut want = vec![0u32; 4];
+            want[(round % 4) as usize] += 1;
+            want[3] += 2;
+            assert_eq!(t.to_vec(), want, "round {round}");
+            assert_eq!(other_zeros.to_vec(), vec![0; 4]);
+        }
+        assert_eq!((f.stats().recordings, f.stats().replays), (1, 2));
+    });
+}
+
+/// Changing the structure or a plain value of a `&mut` argument cannot be replayed: an error.
+#[test]
+fn mut_argument_structure_change_is_an_error() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|v: &mut Vec<Float32>| {
+            let first = v[0].clone();
+            v.push(first);
+        });
+        let mut v = vec![Float32::ones(2)];
+        let err = f.call(&mut v).unwrap_err().to_string();
+        assert!(err.contains("`&mut` argument"), "{err}");
+        assert_eq!(f.stats().recordings, 0);
     });
 }
 
@@ -406,7 +442,7 @@ fn struct_with_vec_and_option() {
             for l in &net.layers {
                 y = &y * &l.w;
                 if let Some(b) = &l.b {
-                    y = y + b;
+                    y += b;
                 }
             }
             let s = &y * net.scale;
@@ -458,7 +494,7 @@ fn outputs_that_are_inputs_are_the_same_arrays() {
 fn no_leaks_after_drop() {
     leak_checked(|| {
         let mut f = kiln::freeze(|x: &Float32| -> (Float32, UInt32, Float32) {
-            let m = x.gt(&Float32::scalar(0.5));
+            let m = x.gt(Float32::scalar(0.5));
             let idx = m.compress();
             (kiln::gather(x, &idx), idx, Float32::zeros(x.size()))
         });
@@ -562,7 +598,7 @@ fn mixed_body(x: &Float32, y: &Float32, seed: &UInt32) -> (Float32, Float32, UIn
     let blocks = z.block_sum(16).prefix_sum(true);
     let mut hist = UInt32::zeros(Size::fixed(8));
     kiln::scatter_reduce(ReduceOp::Add, &mut hist, 1u32, &(x.cast::<u32>() % 8));
-    let picked = kiln::gather(x, &x.gt(&Float32::scalar(50.0)).compress());
+    let picked = kiln::gather(x, &x.gt(Float32::scalar(50.0)).compress());
     let total = &half.sum() + &picked.sum();
     (blocks, total, hist, picked)
 }
@@ -608,4 +644,94 @@ fn random_calls_match_unfrozen_bit_for_bit() {
         assert!(s.replays >= 90, "{s}");
         assert_eq!(s.recordings + s.replays, 100, "{s}");
     });
+}
+
+mod size_expressions {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Copy, Debug)]
+    enum SizeOp {
+        Add(usize),
+        Sub(usize),
+        Mul(usize),
+        Div(usize),
+        DivCeil(usize),
+        Min(usize),
+        Max(usize),
+    }
+
+    fn op() -> impl Strategy<Value = SizeOp> {
+        (0..7u8, 1..6usize).prop_map(|(k, v)| match k {
+            0 => SizeOp::Add(v),
+            1 => SizeOp::Sub(v),
+            2 => SizeOp::Mul(v),
+            3 => SizeOp::Div(v),
+            4 => SizeOp::DivCeil(v),
+            5 => SizeOp::Min(v * 20),
+            _ => SizeOp::Max(v * 3),
+        })
+    }
+
+    fn on_size(ops: &[SizeOp], n: Size) -> Size {
+        ops.iter().fold(n, |s, op| match *op {
+            SizeOp::Add(v) => s + v,
+            SizeOp::Sub(v) => s - v,
+            SizeOp::Mul(v) => s * v,
+            SizeOp::Div(v) => s / v,
+            SizeOp::DivCeil(v) => s.div_ceil(v),
+            SizeOp::Min(v) => s.min(v),
+            SizeOp::Max(v) => s.max(v),
+        })
+    }
+
+    fn on_usize(ops: &[SizeOp], n: usize) -> Option<usize> {
+        ops.iter().try_fold(n, |s, op| match *op {
+            SizeOp::Add(v) => s.checked_add(v),
+            SizeOp::Sub(v) => s.checked_sub(v),
+            SizeOp::Mul(v) => s.checked_mul(v),
+            SizeOp::Div(v) => Some(s / v),
+            SizeOp::DivCeil(v) => Some(s.div_ceil(v)),
+            SizeOp::Min(v) => Some(s.min(v)),
+            SizeOp::Max(v) => Some(s.max(v)),
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// A size computed from `x.size()` by any chain of `Size` arithmetic replays exactly at other
+        /// widths; one that is invalid there (underflow) re-traces, and the user's code then fails
+        /// as it would unfrozen.
+        #[test]
+        fn size_arithmetic_replays_exactly(
+            ops in proptest::collection::vec(op(), 1..6),
+            n1 in 2..300usize,
+            n2 in 2..300usize,
+        ) {
+            let first = on_usize(&ops, n1);
+            prop_assume!(first.is_some());
+            leak_checked(|| {
+                let ops2 = ops.clone();
+                let mut f = kiln::freeze(move |x: &Float32| -> UInt32 {
+                    UInt32::arange(on_size(&ops2, x.size()))
+                });
+                let y = f.call(&Float32::zeros(n1)).unwrap();
+                assert_eq!(y.len(), first.unwrap());
+                match on_usize(&ops, n2) {
+                    Some(want) => {
+                        let y = f.call(&Float32::zeros(n2)).unwrap();
+                        assert_eq!(y.len(), want, "{ops:?} at {n2}");
+                        assert_eq!(y.to_vec().last().copied(), want.checked_sub(1).map(|v| v as u32));
+                        assert_eq!((f.stats().recordings, f.stats().replays), (1, 1));
+                    }
+                    None => {
+                        let msg = common::panic_message(std::panic::AssertUnwindSafe(|| {
+                            let _ = f.call(&Float32::zeros(n2));
+                        }));
+                        assert!(msg.contains("out of range"), "{msg}");
+                    }
+                }
+            });
+        }
+    }
 }

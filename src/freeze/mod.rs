@@ -207,8 +207,6 @@ impl FrozenState {
             t.argument("state", |t| s.traverse(t));
         }
         let key = t.key();
-        let mut mut_before = Traversal::new();
-        args.traverse_mutable(&mut mut_before);
 
         // literal inputs that changed value before: make them opaque now
         if let Some(mask) = self.opaque.get(&key) {
@@ -317,7 +315,6 @@ impl FrozenState {
             drop(extra);
             return Ok(run(args));
         }
-        let _ = mut_before;
         self.record(key, &slots, args, extra, run, overwrite, reasons, t0)
     }
 
@@ -356,7 +353,7 @@ impl FrozenState {
         let n_returned = t_out.found.len();
         let mut after = Traversal::new();
         args.traverse_mutable(&mut after);
-        if after.key() != before.key() {
+        if after.shape_key() != before.shape_key() {
             drop(guard);
             return Err(Error::Invalid(
                 "a frozen function changed the structure or a plain value of a `&mut` argument; replays reproduce only changes to its arrays — keep such state outside the function or return it".into(),

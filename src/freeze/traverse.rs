@@ -64,6 +64,8 @@ pub(crate) struct Found {
 /// call.
 pub struct Traversal {
     hasher: Xxh3,
+    /// The key without the arrays' literal and size classes (what a `&mut` argument may not change).
+    shape: Xxh3,
     pub(crate) found: Vec<Found>,
     /// Deduplicated variables, in order of first appearance.
     pub(crate) slots: Vec<VarId>,
@@ -83,6 +85,7 @@ impl Traversal {
     pub fn new() -> Traversal {
         Traversal {
             hasher: Xxh3::new(),
+            shape: Xxh3::new(),
             found: Vec::new(),
             slots: Vec::new(),
             track_paths: false,
@@ -110,9 +113,19 @@ impl Traversal {
         self.hasher.digest()
     }
 
+    /// The key's structure alone: plain values and layout, not what the arrays hold.
+    pub(crate) fn shape_key(&self) -> u64 {
+        self.shape.digest()
+    }
+
     /// Mix a tag word into the key.
     fn word(&mut self, w: u64) {
         self.hasher.write_u64(w);
+        self.shape.write_u64(w);
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.hasher.write(b);
+        self.shape.write(b);
     }
 
     /// An array of element type `ty`: `class` says literal/size classes (see `classify`).
@@ -120,12 +133,15 @@ impl Traversal {
         let slot = match self.slots.iter().position(|&s| s == id) {
             Some(s) => {
                 // the same array again: the key says which slot, not its contents
-                self.word(0xD0 ^ ((s as u64) << 8));
+                self.hasher.write_u64(0xD0 ^ ((s as u64) << 8));
+                self.shape.write_u64(0xA0);
                 s as u32
             }
             None => {
                 let (ty, class) = classify(id);
-                self.word(0xA0 ^ ((ty as u64) << 8) ^ ((class as u64) << 16));
+                self.hasher
+                    .write_u64(0xA0 ^ ((ty as u64) << 8) ^ ((class as u64) << 16));
+                self.shape.write_u64(0xA0);
                 self.slots.push(id);
                 (self.slots.len() - 1) as u32
             }
@@ -137,17 +153,17 @@ impl Traversal {
     }
     /// A plain value that becomes part of the key (a new value means a new recording).
     pub fn scalar(&mut self, type_tag: &'static str, bits: u64) {
-        self.hasher.write(type_tag.as_bytes());
+        self.bytes(type_tag.as_bytes());
         self.word(bits);
     }
     /// A string that becomes part of the key.
     pub fn str(&mut self, s: &str) {
         self.word(0x57 ^ ((s.len() as u64) << 8));
-        self.hasher.write(s.as_bytes());
+        self.bytes(s.as_bytes());
     }
     /// The start of a struct, enum variant or container: its name and element count.
     pub fn structure(&mut self, name: &'static str, len: usize) {
-        self.hasher.write(name.as_bytes());
+        self.bytes(name.as_bytes());
         self.word(0x5E ^ ((len as u64) << 8));
     }
     /// Visit a named field.

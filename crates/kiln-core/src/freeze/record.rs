@@ -528,11 +528,13 @@ pub fn finish(slots: &[VarId], outputs: &[VarId]) -> Result<Recording> {
         let st = STATE.lock();
         let mut outs = Vec::with_capacity(outputs.len());
         for id in outputs {
-            if let Some(k) = slots.iter().position(|s| s == id) {
+            let v = st.var(id.0);
+            let slot = slots.iter().position(|s| s == id);
+            if let (Some(k), false) = (slot, v.is_evaluated()) {
+                // an input literal handed back as it is
                 outs.push(Out::Slot(k as u32));
                 continue;
             }
-            let v = st.var(id.0);
             if v.is_literal() {
                 let e = r.expr(v.sym, v.size);
                 outs.push(Out::Literal {
@@ -541,8 +543,13 @@ pub fn finish(slots: &[VarId], outputs: &[VarId]) -> Result<Recording> {
                     size: e,
                 });
             } else if let Some(buf) = &v.data {
+                // by buffer, not by id: an input evaluated inside (a literal scattered into)
+                // keeps its id but holds a buffer an op made
                 match r.addr.get(&(buf.ptr() as usize)) {
-                    Some(&b) => outs.push(Out::Buf(b)),
+                    Some(&b) => match r.bufs[b as usize].origin {
+                        Origin::Slot(k) => outs.push(Out::Slot(k)),
+                        Origin::Op(_) => outs.push(Out::Buf(b)),
+                    },
                     None => {
                         return Err(Error::HiddenInput {
                             label: st.label_of(id.0),
