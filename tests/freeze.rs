@@ -735,3 +735,69 @@ mod size_expressions {
         }
     }
 }
+
+/// A frozen function can move to another thread, and closures of eight arguments work.
+#[test]
+fn frozen_functions_are_send_and_take_eight_arguments() {
+    leak_checked(|| {
+        fn assert_send<T: Send>(_: &T) {}
+        #[allow(clippy::too_many_arguments)]
+        fn eight(
+            a: &Float32,
+            b: &Float32,
+            c: &mut Float32,
+            d: &u32,
+            e: &Float32,
+            f: &Option<Float32>,
+            g: &Vec<Float32>,
+            h: &String,
+        ) -> Float32 {
+            *c = &*c + 1.0;
+            let extra = f.clone().unwrap_or_else(|| Float32::zeros(a.size()));
+            a + b + &*c + e + extra + g.len() as f32 + (*d as f32) + h.len() as f32
+        }
+        let mut f = kiln::freeze(eight);
+        assert_send(&f);
+        let one = Float32::ones(3);
+        let mut c = Float32::from_slice(&[0.0; 3]);
+        let name = String::from("ab");
+        let out = std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..3 {
+                    f.call(
+                        &one,
+                        &one,
+                        &mut c,
+                        &1,
+                        &one,
+                        &None,
+                        &vec![one.clone()],
+                        &name,
+                    )
+                    .unwrap();
+                }
+                f.call(
+                    &one,
+                    &one,
+                    &mut c,
+                    &1,
+                    &one,
+                    &None,
+                    &vec![one.clone()],
+                    &name,
+                )
+                .unwrap()
+            })
+            .join()
+            .unwrap()
+        });
+        // c counts the calls; 1 + 1 + 4 + 1 + 0 + 1 + 1 + 2
+        assert_eq!(out.to_vec(), vec![11.0; 3]);
+        assert_eq!(
+            (f.stats().recordings, f.stats().replays),
+            (1, 3),
+            "{}",
+            f.stats()
+        );
+    });
+}

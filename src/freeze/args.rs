@@ -121,7 +121,7 @@ macro_rules! shape {
         impl<Func, Out, $($T: Traverse + 'static),+> super::Frozen<Func, fn($($kind<$T>),+) -> Out>
         where
             Func: FnMut($(arg_ty!($kind $T)),+) -> Out,
-            Out: Traverse + Clone + 'static,
+            Out: Traverse + Clone + Send + 'static,
         {
             /// Call the function: the first call with a new input layout records, later compatible
             /// calls replay (see [`crate::freeze::freeze`]).

@@ -25,11 +25,26 @@ use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-/// A frozen function: call it with [`Frozen::call`] (same arguments as the closure).
+/// A frozen function: call it with `call` (same arguments as the closure); configure it with the
+/// builder methods below.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut f = kiln::freeze(|x: &Float32, k: &u32| -> Float32 { x * *k as f32 })
+///     .limit(2)          // at most two recordings; further layouts run unfrozen
+///     .warn_after(1);    // warn once it records more than once
+/// let x = Float32::ones(3);
+/// for k in [1u32, 2, 3, 1] {
+///     assert_eq!(f.call(&x, &k).unwrap().to_vec(), vec![k as f32; 3]);
+/// }
+/// let s = f.stats();
+/// assert_eq!((s.recordings, s.replays, s.unfrozen), (2, 1, 1));
+/// println!("{s}");
+/// ```
 pub struct Frozen<F, M: Shape> {
     f: F,
     #[allow(clippy::type_complexity)]
-    state_fn: Option<Box<dyn for<'a> FnMut(M::Args<'a>) -> Box<dyn Traverse>>>,
+    state_fn: Option<Box<dyn for<'a> FnMut(M::Args<'a>) -> Box<dyn Traverse> + Send>>,
     state: FrozenState,
     _m: PhantomData<M>,
 }
@@ -89,7 +104,7 @@ impl<F, M: Shape> Frozen<F, M> {
     /// ```
     pub fn with_state<S: Traverse + 'static>(
         mut self,
-        mut state: impl for<'a> FnMut(M::Args<'a>) -> S + 'static,
+        mut state: impl for<'a> FnMut(M::Args<'a>) -> S + Send + 'static,
     ) -> Self {
         self.state_fn = Some(Box::new(move |a| Box::new(state(a)) as Box<dyn Traverse>));
         self
@@ -130,7 +145,7 @@ struct Entry {
     /// Literal input values baked into the recording (slot, bits), for slots not made opaque.
     literals: Vec<(u32, u64)>,
     /// The returned value with placeholder arrays: a replay clones it and assigns the new arrays.
-    template: Box<dyn Any>,
+    template: Box<dyn Any + Send>,
     /// Number of array positions in the returned value (the rest are the `&mut` arguments).
     n_returned: usize,
 }
@@ -190,7 +205,7 @@ impl FrozenState {
         self.enabled && globally_enabled() && !engine::active()
     }
 
-    pub(crate) fn call<A: ArgList, O: Traverse + Clone + 'static>(
+    pub(crate) fn call<A: ArgList, O: Traverse + Clone + Send + 'static>(
         &mut self,
         args: &mut A,
         extra: Option<Box<dyn Traverse>>,
@@ -319,7 +334,7 @@ impl FrozenState {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn record<A: ArgList, O: Traverse + Clone + 'static>(
+    fn record<A: ArgList, O: Traverse + Clone + Send + 'static>(
         &mut self,
         key: u64,
         slots: &[VarId],
@@ -424,7 +439,7 @@ fn literal_values(slots: &[VarId]) -> Vec<(u32, u64)> {
 }
 
 /// Build the returned value and update the `&mut` arguments from a replay's outputs.
-fn finish_replay<A: ArgList, O: Traverse + Clone + 'static>(
+fn finish_replay<A: ArgList, O: Traverse + Clone + Send + 'static>(
     e: &Entry,
     args: &mut A,
     outs: &[VarId],

@@ -3,6 +3,17 @@
 use std::fmt;
 
 /// Counters of one frozen function (see [`crate::freeze::Frozen::stats`]).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut f = kiln::freeze(|x: &Float32| -> Float32 { x + 1.0 });
+/// f.call(&Float32::ones(4)).unwrap();
+/// f.call(&Float32::ones(4)).unwrap();
+/// let s = f.stats();
+/// assert_eq!((s.recordings, s.replays), (1, 1));
+/// assert!(s.mean_replay_us() > 0.0);
+/// assert!(s.to_string().starts_with("1 recording(s), 1 replay(s)"));
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct FreezeStats {
     /// Calls that traced and recorded the function.
