@@ -741,7 +741,8 @@ mod size_expressions {
 fn frozen_functions_are_send_and_take_eight_arguments() {
     leak_checked(|| {
         fn assert_send<T: Send>(_: &T) {}
-        #[allow(clippy::too_many_arguments)]
+        // `&Vec` and `&String`: the argument types a frozen function takes are `Traverse` types
+        #[allow(clippy::too_many_arguments, clippy::ptr_arg)]
         fn eight(
             a: &Float32,
             b: &Float32,
