@@ -158,7 +158,7 @@ impl<T: Scalar> Array<T> {
     /// assert!(kiln::Float32::zeros(0).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        core::size(self.id) == 0
+        core::freeze::observe_empty(self.id)
     }
     /// Whether the contents are evaluated (in memory).
     pub fn is_evaluated(&self) -> bool {
@@ -303,7 +303,7 @@ impl<T: Numeric> Array<T> {
     /// `n` may be a [`Size`] (`x.size()`), which inside a frozen function follows the inputs.
     pub fn arange(n: impl Into<Size>) -> Self {
         let n = n.into();
-        let idx_ty = if n.peek() > u32::MAX as usize {
+        let idx_ty = if !n.fits_u32() {
             VarType::U64
         } else {
             VarType::U32
@@ -327,8 +327,10 @@ impl<T: Float> Array<T> {
     #[track_caller]
     pub fn linspace(start: T, stop: T, n: impl Into<Size>) -> Self {
         let n = n.into();
-        let step = if n.peek() > 1 {
-            (stop.to_f64() - start.to_f64()) / (n.get() - 1) as f64
+        // the step is computed on the host from n's value: a constant of a frozen recording
+        let count = n.get();
+        let step = if count > 1 {
+            (stop.to_f64() - start.to_f64()) / (count - 1) as f64
         } else {
             0.0
         };

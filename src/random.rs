@@ -106,22 +106,17 @@ impl Pcg32 {
         let state = &inc + &initstate;
         let state = &(&state * PCG32_MULT) + &inc;
         // a size-1 seed with per-lane streams (or vice versa) broadcasts to the larger size
-        let n = if state.size().peek() >= inc.size().peek() {
-            state.size()
-        } else {
-            inc.size()
-        };
-        let widen = |a: UInt64| {
-            if a.size() == n {
-                a
-            } else {
-                &a + &UInt64::zeros(n)
+        // (sizes are equal or one is 1: the additions above checked that)
+        let (state_one, inc_one) = (state.size().is_one(), inc.size().is_one());
+        let (state, inc) = match (state_one, inc_one) {
+            (true, false) => (&state + &UInt64::zeros(inc.size()), inc),
+            (false, true) => {
+                let n = state.size();
+                (state, &inc + &UInt64::zeros(n))
             }
+            _ => (state, inc),
         };
-        Pcg32 {
-            state: widen(state),
-            inc: widen(inc),
-        }
+        Pcg32 { state, inc }
     }
 
     /// Number of lanes (independent generators).
@@ -144,7 +139,7 @@ impl Pcg32 {
     /// assert!(kiln::Pcg32::new(0).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.size().peek() == 0
+        self.size().is_zero()
     }
 
     /// The current 64-bit LCG state of every lane.

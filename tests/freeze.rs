@@ -802,3 +802,155 @@ fn frozen_functions_are_send_and_take_eight_arguments() {
         );
     });
 }
+
+/// A lazy array made before the call and computed inside would be rebound to the new inputs on
+/// replay: it is refused like any hidden input.
+#[test]
+fn captured_lazy_expression_is_a_hidden_input() {
+    leak_checked(|| {
+        let x = Float32::from_slice(&[1.0, 2.0]);
+        let lazy = (&x * 2.0).label("doubled");
+        let mut f = kiln::freeze(move |a: &Float32| -> Float32 { a + &lazy });
+        let err = f.call(&x).unwrap_err().to_string();
+        assert!(
+            err.contains("doubled") && err.contains("with_state"),
+            "{err}"
+        );
+        // an identical expression traced inside is the function's own
+        let mut g = kiln::freeze(|a: &Float32| -> Float32 { a + (a * 2.0) });
+        let _outside = &x * 2.0;
+        for _ in 0..2 {
+            assert_eq!(g.call(&x).unwrap().to_vec(), vec![3.0, 6.0]);
+        }
+        assert_eq!(g.stats().replays, 1);
+    });
+}
+
+/// Rust code that looks at a size (`len()`, `is_empty()`, `==`) makes the recording hold only for
+/// what it saw — also for lengths read back from `compress`, which are checked as the replay runs.
+#[test]
+fn sizes_seen_by_rust_code_are_guarded() {
+    leak_checked(|| {
+        let mut count = kiln::freeze(|m: &Bool| -> UInt32 { UInt32::arange(m.compress().len()) });
+        let mut empty = kiln::freeze(|m: &Bool| -> Float32 {
+            if m.compress().is_empty() {
+                Float32::full(-1.0, 1)
+            } else {
+                Float32::full(1.0, 1)
+            }
+        });
+        let mut branch = kiln::freeze(|x: &Float32| -> Float32 {
+            if x.size() == 8 {
+                x * 2.0
+            } else {
+                x * 3.0
+            }
+        });
+        let masks: [&[bool]; 5] = [
+            &[true, false, true, false],
+            &[true, true, true, false],
+            &[false; 4],
+            &[true, false, true, false],
+            &[false, false, false, true],
+        ];
+        for m in masks {
+            let mask = Bool::from_slice(m);
+            let n = m.iter().filter(|&&b| b).count();
+            assert_eq!(count.call(&mask).unwrap().len(), n, "{m:?}");
+            let e = empty.call(&mask).unwrap().item();
+            assert_eq!(e, if n == 0 { -1.0 } else { 1.0 }, "{m:?}");
+        }
+        assert!(count.stats().replays >= 1, "{}", count.stats());
+        for n in [8usize, 16, 8, 4] {
+            let y = branch.call(&Float32::ones(n)).unwrap().to_vec();
+            assert_eq!(y, vec![if n == 8 { 2.0 } else { 3.0 }; n]);
+        }
+        // `==` pins the value it saw: 8 and 16 record, 8 replays, 4 records again
+        let s = branch.stats();
+        assert_eq!((s.recordings, s.replays), (3, 1), "{s}");
+        assert!(s.retraces[0].contains("`==` at"), "{s}");
+    });
+}
+
+/// `linspace` with a `Size` computes its step on the host: the recording follows the value.
+#[test]
+fn linspace_with_size() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 {
+            Float32::linspace(0.0, 1.0, x.size() / 2) + 0.0
+        });
+        for n in [2usize, 8, 2, 10] {
+            let want = Float32::linspace(0.0, 1.0, n / 2).to_vec();
+            assert_eq!(f.call(&Float32::zeros(n)).unwrap().to_vec(), want, "{n}");
+        }
+        assert_eq!((f.stats().recordings, f.stats().replays), (3, 1));
+    });
+}
+
+/// A one-lane `arange` whose size follows the inputs broadcasts as 0, as unfrozen.
+#[test]
+fn one_lane_symbolic_counter_broadcasts_as_zero() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 { x + Float32::arange(x.size() / 4) });
+        for n in [5usize, 6, 7, 4] {
+            let x = Float32::arange(n);
+            assert_eq!(f.call(&x).unwrap().to_vec(), x.to_vec(), "{n}");
+        }
+        assert_eq!((f.stats().recordings, f.stats().replays), (1, 3));
+    });
+}
+
+/// A `&mut` argument replaced twice inside (its id freed and reused) still gets the final value.
+#[test]
+fn mut_argument_replaced_twice() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &mut Float32| {
+            *x = Float32::zeros(1);
+            *x = Float32::full(2.0, 3);
+        });
+        for _ in 0..3 {
+            let mut x = Float32::from_slice(&[5.0]);
+            f.call(&mut x).unwrap();
+            assert_eq!(x.to_vec(), vec![2.0; 3]);
+        }
+    });
+}
+
+/// A size-1 operand read as a plain input in a one-lane kernel must be re-decided when that
+/// kernel grows (it becomes a broadcast): the recording is redone, never misread.
+#[test]
+fn size_one_input_or_broadcast_is_redecided() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 { x.block_sum(256) * &x.sum() });
+        for n in [100usize, 1000, 200, 2000] {
+            let x = Float32::ones(n);
+            let want: Vec<f32> = (0..n.div_ceil(256))
+                .map(|b| (n - b * 256).min(256) as f32 * n as f32)
+                .collect();
+            assert_eq!(f.call(&x).unwrap().to_vec(), want, "{n}");
+        }
+        assert_eq!(
+            (f.stats().recordings, f.stats().replays),
+            (2, 2),
+            "{}",
+            f.stats()
+        );
+    });
+}
+
+/// The limit holds whatever the reason for recording (here a changing literal).
+#[test]
+fn limit_holds_for_changing_literals() {
+    leak_checked(|| {
+        let mut f =
+            kiln::freeze(|x: &Float32, s: &UInt32| -> Float32 { x + s.cast::<f32>() }).limit(1);
+        let x = Float32::zeros(2);
+        for i in 0..4u32 {
+            assert_eq!(
+                f.call(&x, &UInt32::from(i)).unwrap().to_vec(),
+                vec![i as f32; 2]
+            );
+        }
+        assert_eq!(f.stats().recordings, 1, "{}", f.stats());
+    });
+}

@@ -243,14 +243,17 @@ impl FrozenState {
         if let Some(list) = self.entries.get(&key) {
             for (i, e) in list.iter().enumerate() {
                 if e.literals != literals {
-                    for (a, b) in e.literals.iter().zip(&literals) {
-                        if a != b && !changed_literals.contains(&a.0) {
-                            changed_literals.push(a.0);
+                    // same slot literal in both, other value: a changing literal
+                    for &(slot, bits) in &literals {
+                        let before = e.literals.iter().find(|l| l.0 == slot);
+                        if before.is_some_and(|b| b.1 != bits) && !changed_literals.contains(&slot)
+                        {
+                            changed_literals.push(slot);
                         }
                     }
                     continue;
                 }
-                match e.rec.check(&sizes) {
+                let reject = match e.rec.check(&sizes) {
                     Ok(()) => match e.rec.replay(&slots)? {
                         Replayed::Done(outs) => {
                             let out = finish_replay(e, args, &outs);
@@ -262,28 +265,30 @@ impl FrozenState {
                             drop(extra);
                             return Ok(out);
                         }
-                        Replayed::Retrace(r) => {
-                            reasons.push(r.to_string());
-                            overwrite = Some(i);
-                            break;
-                        }
+                        // a length read back midway broke a guard: another recording may fit
+                        Replayed::Retrace(r) => r,
                     },
-                    Err(Reject::Invalid(r)) => {
+                    Err(r) => r,
+                };
+                match reject {
+                    Reject::Invalid(r) => {
                         reasons.push(r);
                         overwrite = Some(i);
                         break;
                     }
-                    Err(Reject::Mismatch(r)) => {
-                        if let Some((at, how)) = e.rec.pinned() {
-                            let site = at.to_string();
-                            warn_once(&mut self.warned, site.clone(), || {
-                                format!(
-                                    "frozen function recorded again for new input sizes: `{how}` at {site} turned a size that depends on the inputs into a plain integer; use `x.size()` (a kiln::Size) so that replays follow the inputs, or `Size::fixed(n)` for a size that does not depend on them"
-                                )
-                            });
-                        }
-                        reasons.push(r)
+                    Reject::Observed {
+                        reason,
+                        site: (at, how),
+                    } => {
+                        let site = at.to_string();
+                        warn_once(&mut self.warned, site.clone(), || {
+                            format!(
+                                "frozen function recorded again: `{how}` at {site} used a size that depends on the inputs as a plain number, so the recording holds only for that value; use `x.size()` (a kiln::Size) and its arithmetic so that replays follow the inputs, or `Size::fixed(n)` for a size that does not depend on them"
+                            )
+                        });
+                        reasons.push(reason);
                     }
+                    Reject::Mismatch(r) => reasons.push(r),
                 }
             }
         }
@@ -315,20 +320,6 @@ impl FrozenState {
                 )
             });
             reasons.push(format!("literal input(s) {list} changed value"));
-            return self.record(key, &slots, args, extra, run, None, reasons, t0);
-        }
-
-        let total: usize = self.entries.values().map(|l| l.len()).sum();
-        if overwrite.is_none() && total >= self.limit {
-            self.stats.unfrozen += 1;
-            let limit = self.limit;
-            warn_once(&mut self.warned, "limit".into(), || {
-                format!(
-                    "frozen function reached its limit of {limit} recordings; further new layouts run unfrozen"
-                )
-            });
-            drop(extra);
-            return Ok(run(args));
         }
         self.record(key, &slots, args, extra, run, overwrite, reasons, t0)
     }
@@ -345,6 +336,21 @@ impl FrozenState {
         reasons: Vec<String>,
         t0: Instant,
     ) -> Result<O> {
+        let total: usize = self.entries.values().map(|l| l.len()).sum();
+        if overwrite.is_none() && total >= self.limit {
+            self.stats.unfrozen += 1;
+            let limit = self.limit;
+            warn_once(&mut self.warned, "limit".into(), || {
+                format!(
+                    "frozen function reached its limit of {limit} recordings; further new layouts run unfrozen"
+                )
+            });
+            drop(extra);
+            return Ok(run(args));
+        }
+        // other threads' evaluations wait until the recording is done: their pending work must
+        // not run inside it, nor its pending scatters on their threads
+        let _serial = kiln_core::schedule::hold_eval_lock();
         let mut before = Traversal::new();
         args.traverse_mutable(&mut before);
         let literals = literal_values(slots);
@@ -357,7 +363,14 @@ impl FrozenState {
                 // the read as the call's error
                 drop(guard);
                 if let Some(e) = engine::take_refusal() {
-                    return Err(e);
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("");
+                    if message.contains(&e.to_string()) {
+                        return Err(e);
+                    }
                 }
                 resume_unwind(panic);
             }

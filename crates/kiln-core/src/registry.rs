@@ -124,6 +124,9 @@ pub(crate) struct Var {
     pub dirty: bool,
     /// Whether this var is registered in the CSE table.
     pub in_cse: bool,
+    /// Created while this thread was recording a frozen function (a lazy array made before the
+    /// recording and used inside it would be rebound to new inputs on replay: refused).
+    pub fresh: bool,
     /// False once freed (the slot waits in the free list).
     pub alive: bool,
 }
@@ -143,6 +146,7 @@ impl Var {
             label: None,
             dirty: false,
             in_cse: false,
+            fresh: false,
             alive: true,
         }
     }
@@ -215,10 +219,14 @@ impl State {
     pub fn insert(&mut self, v: Var) -> u32 {
         let cse_ok = v.op.is_pure() && v.data.is_none();
         let key = CseKey::of(&v);
+        let recording = crate::freeze::record::active();
         if cse_ok {
             if let Some(&id) = self.cse.get(&key) {
-                self.vars[id as usize].ext += 1;
-                return id;
+                // inside a recording, reuse only what the recording made
+                if !recording || self.vars[id as usize].fresh {
+                    self.vars[id as usize].ext += 1;
+                    return id;
+                }
             }
         }
         if self.vars.is_empty() {
@@ -233,6 +241,7 @@ impl State {
         let mut v = v;
         v.ext = 1;
         v.in_cse = cse_ok;
+        v.fresh = recording;
         let id = match self.free_ids.pop() {
             Some(id) => {
                 self.vars[id as usize] = v;
@@ -327,12 +336,14 @@ impl State {
         self.vars[id as usize].sym = sym;
     }
 
-    /// Forget every size expression (a recording ended; its expression ids mean nothing now).
-    pub fn clear_syms(&mut self) {
+    /// Forget every size expression and freshness mark (a recording ended; its expression ids mean
+    /// nothing now).
+    pub fn end_recording(&mut self) {
         for id in 1..self.vars.len() as u32 {
             if self.vars[id as usize].sym != 0 {
                 self.set_sym(id, 0);
             }
+            self.vars[id as usize].fresh = false;
         }
     }
 

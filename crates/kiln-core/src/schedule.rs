@@ -104,6 +104,7 @@ struct Built {
 struct Builder<'a> {
     st: &'a State,
     size: usize,
+    sym: u32,
     modified: Vec<u32>,
     kernel: Kernel,
     bindings: Vec<Binding>,
@@ -145,16 +146,26 @@ impl<'a> Builder<'a> {
                 } else {
                     ParamKind::Input
                 };
-                if kind == ParamKind::Broadcast && crate::freeze::record::active() {
-                    // read as a scalar: a replay must find it of size 1 again (equal non-1 sizes
-                    // are already tied by the guards of the ops that combined them)
-                    crate::freeze::record::guard_classes(&[(v.sym, v.size)]);
+                if (v.size == 1 || self.size == 1)
+                    && v.sym != self.sym
+                    && crate::freeze::record::active()
+                {
+                    // scalar or not is decided by both sizes being 1: a replay must find the same
+                    // (equal larger sizes are tied by the guards of the ops that combined them)
+                    crate::freeze::record::guard_classes(&[(v.sym, v.size), (self.sym, self.size)]);
                 }
                 let p = self.input_param(id, kind);
                 self.emit(Inst::new(Op::Load, v.ty, &[], p as u64))
             } else {
+                if !v.fresh && !v.is_literal() && crate::freeze::record::active() {
+                    crate::freeze::record::captured_expression(self.st.label_of(id));
+                }
                 match v.op {
                     Op::Literal => self.emit(Inst::new(Op::Literal, v.ty, &[], v.literal)),
+                    // a one-lane counter broadcast over a larger kernel is 0 in every lane
+                    Op::Counter if v.size == 1 && self.size != 1 => {
+                        self.emit(Inst::new(Op::Literal, v.ty, &[], 0))
+                    }
                     Op::Counter => self.emit(Inst::new(Op::Counter, v.ty, &[], 0)),
                     _ => {
                         // gather sources and scatter targets are parameters, not registers
@@ -197,6 +208,7 @@ fn build(st: &State, g: Group) -> Built {
     let mut b = Builder {
         st,
         size: g.size,
+        sym: g.sym,
         modified: Vec::new(),
         kernel: Kernel::default(),
         bindings: Vec::new(),
@@ -302,6 +314,12 @@ pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
 // ---------------------------------------------------------------------------------------------
 // Eval
 
+/// Hold the evaluation lock (reentrant): other threads' evaluations wait until the guard drops.
+/// A frozen function's recording holds it so that no other thread's work runs inside it.
+pub fn hold_eval_lock() -> parking_lot::ReentrantMutexGuard<'static, ()> {
+    EVAL_LOCK.lock()
+}
+
 /// Evaluate `ids` (and every pending side effect) now.
 pub fn eval(ids: &[VarId]) -> Result<()> {
     run(Some(ids))
@@ -331,8 +349,15 @@ fn run(ids: Option<&[VarId]>) -> Result<()> {
             }
         }
         None => {
+            // inside a frozen function's recording, only what the function made
+            let recording = crate::freeze::active();
             for (i, v) in st.vars.iter().enumerate().skip(1) {
-                if v.alive && v.ext > 0 && !v.is_evaluated() && !matches!(v.op, Op::Scatter(_)) {
+                if v.alive
+                    && v.ext > 0
+                    && !v.is_evaluated()
+                    && !matches!(v.op, Op::Scatter(_))
+                    && (v.fresh || !recording)
+                {
                     roots.push(i as u32);
                 }
             }

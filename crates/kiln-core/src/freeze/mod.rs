@@ -10,8 +10,8 @@ pub mod record;
 pub mod replay;
 pub mod size;
 
-pub use record::{abort, active, begin, finish, observe_len, size_of, take_refusal};
-pub use replay::{Recording, Reject, Replayed};
+pub use record::{abort, active, begin, finish, observe_empty, observe_len, size_of, take_refusal};
+pub use replay::{Recording, Reject, Replayed, Site};
 pub use size::Size;
 
 use crate::registry::STATE;

@@ -6,7 +6,7 @@
 //! Trace functions ask [`active`] (one thread-local read) before doing any recording work, so code
 //! outside a frozen function pays nothing.
 
-use super::replay::{Guard, Out, RecOp, Recording, ReplayKind};
+use super::replay::{Guard, Out, RecOp, Recording, ReplayKind, Site};
 use super::size::{class_of, ExprId, Size, SizeNode};
 use crate::device::{DeviceOpKind, DeviceOpRecord};
 use crate::error::{Error, Result};
@@ -66,9 +66,6 @@ pub(crate) struct Recorder {
     addr: HashMap<usize, u32>,
     pub ops: Vec<RecOp>,
     failure: Option<Failure>,
-    /// Where a symbolic size was turned into a plain integer (the recording then needs the same
-    /// input sizes), and how.
-    pub pinned: Option<(&'static Location<'static>, &'static str)>,
     /// Slots whose buffers are written in place.
     pub mutated: Vec<u32>,
     /// Number of data-dependent lengths (compress results).
@@ -106,19 +103,32 @@ impl Recorder {
             e
         }
     }
-    fn guard_class(&mut self, e: ExprId) {
-        if !self.is_const(e) {
-            let g = Guard::Class(e, class_of(self.values[e as usize]));
-            if !self.guards.contains(&g) {
-                self.guards.push(g);
-            }
+    /// The expression's value must stay within `[lo, hi]` (`site`: where Rust code observed it).
+    fn guard_range(&mut self, e: ExprId, lo: u64, hi: u64, site: Option<Site>) {
+        if self.is_const(e) {
+            return;
         }
+        let known = self.guards.iter().any(|g| {
+            matches!(*g, Guard::Range { e: ge, lo: gl, hi: gh, .. } if ge == e && gl >= lo && gh <= hi)
+        });
+        if !known {
+            self.guards.push(Guard::Range { e, lo, hi, site });
+        }
+    }
+    /// The expression's size class (0, 1, more) must stay the same.
+    fn guard_class(&mut self, e: ExprId) {
+        let (lo, hi) = class_bounds(class_of(self.values[e as usize]));
+        self.guard_range(e, lo, hi, None);
     }
     fn guard_eq(&mut self, a: ExprId, b: ExprId) {
         if a != b && !(self.is_const(a) && self.is_const(b)) {
-            let g = Guard::Eq(a.min(b), a.max(b));
-            if !self.guards.contains(&g) {
-                self.guards.push(g);
+            let (x, y) = (a.min(b), a.max(b));
+            if !self
+                .guards
+                .iter()
+                .any(|g| matches!(*g, Guard::Eq(p, q) if (p, q) == (x, y)))
+            {
+                self.guards.push(Guard::Eq(x, y));
             }
         }
     }
@@ -258,16 +268,37 @@ pub(crate) fn buffer_sym(ptr: *mut u8) -> u32 {
     .unwrap_or(0)
 }
 
-/// A symbolic size was turned into a plain integer at `at`.
-pub(crate) fn pin_sizes(at: &'static Location<'static>, how: &'static str) {
+/// Rust code saw the value of a symbolic size (`len()`, `Size::get`, `==`): a replay must find the
+/// same value (else it records anew, and the warning names `at`).
+pub(crate) fn observe_value(
+    sym: ExprId,
+    value: usize,
+    at: &'static Location<'static>,
+    how: &'static str,
+) {
     with(|r| {
-        if r.pinned.is_none() {
-            r.pinned = Some((at, how));
-        }
+        let v = value as u64;
+        r.guard_range(sym, v, v, Some((at, how)));
     });
 }
 
-/// `len()` on a variable: pins the recording if its size depends on the inputs.
+/// Rust code saw whether a symbolic size lies in `[lo, hi]` (`is_empty()`, `is_one()`, the index
+/// type of `arange`): a replay must find the same answer.
+pub(crate) fn observe_range(sym: ExprId, value: usize, lo: u64, hi: u64) {
+    with(|r| {
+        let v = value as u64;
+        let (lo, hi) = if (lo..=hi).contains(&v) {
+            (lo, hi)
+        } else if v < lo {
+            (0, lo - 1)
+        } else {
+            (hi + 1, u64::MAX)
+        };
+        r.guard_range(sym, lo, hi, None);
+    });
+}
+
+/// `len()` on a variable: a size that depends on the inputs becomes a constant of the recording.
 #[track_caller]
 pub fn observe_len(id: VarId) -> usize {
     let (size, sym) = {
@@ -276,9 +307,22 @@ pub fn observe_len(id: VarId) -> usize {
         (v.size, v.sym)
     };
     if sym != 0 {
-        pin_sizes(Location::caller(), "len()");
+        observe_value(sym, size, Location::caller(), "len()");
     }
     size
+}
+
+/// `is_empty()` on a variable: a replay must find it empty (or not) again.
+pub fn observe_empty(id: VarId) -> bool {
+    let (size, sym) = {
+        let st = STATE.lock();
+        let v = st.var(id.0);
+        (v.size, v.sym)
+    };
+    if sym != 0 {
+        observe_range(sym, size, 0, 0);
+    }
+    size == 0
 }
 
 /// The symbolic size of a variable (what `x.size()` returns).
@@ -296,6 +340,17 @@ pub fn size_of(id: VarId) -> Size {
         },
         _ => Size::fixed(size),
     }
+}
+
+/// A lazy array made before the recording is computed inside it: a replay would compute it from
+/// the new inputs, not from what it was made of.
+pub(crate) fn captured_expression(label: String) {
+    with(|r| {
+        r.fail(Failure::Error(Error::HiddenInput {
+            label,
+            during: "an unevaluated array made before the call and computed inside".into(),
+        }))
+    });
 }
 
 /// An error that the recording must report instead of producing a recording (a refused read).
@@ -442,6 +497,15 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
     });
 }
 
+/// The value bounds of a size class.
+fn class_bounds(class: u8) -> (u64, u64) {
+    match class {
+        0 => (0, 0),
+        1 => (1, 1),
+        _ => (2, u64::MAX),
+    }
+}
+
 /// The expression of input buffer `b` (or the constant `size` for an unknown one).
 fn in_expr(r: &mut Recorder, b: u32, size: usize) -> ExprId {
     if b == u32::MAX {
@@ -475,7 +539,6 @@ pub fn begin(slots: &[VarId]) -> Result<()> {
         addr: HashMap::new(),
         ops: Vec::new(),
         failure: None,
-        pinned: None,
         mutated: Vec::new(),
         n_data: 0,
     };
@@ -515,7 +578,7 @@ fn finish_state() -> Option<Recorder> {
         _ => None,
     });
     REFUSAL.with(|c| *c.borrow_mut() = refusal);
-    STATE.lock().clear_syms();
+    STATE.lock().end_recording();
     r
 }
 
@@ -529,7 +592,8 @@ pub fn finish(slots: &[VarId], outputs: &[VarId]) -> Result<Recording> {
         let mut outs = Vec::with_capacity(outputs.len());
         for id in outputs {
             let v = st.var(id.0);
-            let slot = slots.iter().position(|s| s == id);
+            // an id the function freed and reused is not the input any more
+            let slot = slots.iter().position(|s| s == id).filter(|_| !v.fresh);
             if let (Some(k), false) = (slot, v.is_evaluated()) {
                 // an input literal handed back as it is
                 outs.push(Out::Slot(k as u32));
@@ -599,7 +663,6 @@ pub(crate) struct Parts {
     pub n_slots: usize,
     pub bufs: Vec<RecBuf>,
     pub ops: Vec<RecOp>,
-    pub pinned: Option<(&'static Location<'static>, &'static str)>,
     pub mutated: Vec<u32>,
     pub n_data: u32,
 }
@@ -613,7 +676,6 @@ impl Recorder {
             n_slots: self.n_slots,
             bufs: self.bufs,
             ops: self.ops,
-            pinned: self.pinned,
             mutated: self.mutated,
             n_data: self.n_data,
         }

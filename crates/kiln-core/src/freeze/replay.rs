@@ -23,11 +23,20 @@ use std::fmt;
 use std::panic::Location;
 use std::sync::Arc;
 
-/// A decision the trace made about sizes, which a replay must find true again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where Rust code observed a size, and how (`len()` at src/main.rs:12).
+pub type Site = (&'static Location<'static>, &'static str);
+
+/// A decision the trace (or the Rust code around it) made about sizes, which a replay must find
+/// true again.
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Guard {
-    /// The expression's size class (0, 1, more) is this.
-    Class(ExprId, u8),
+    /// The expression's value lies in `[lo, hi]` (a size class, or one value Rust code saw).
+    Range {
+        e: ExprId,
+        lo: u64,
+        hi: u64,
+        site: Option<Site>,
+    },
     /// The two expressions are equal.
     Eq(ExprId, ExprId),
 }
@@ -91,11 +100,14 @@ pub(crate) struct RecOp {
 }
 
 /// Why a recording cannot be replayed for these inputs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Reject {
-    /// A size decision of the trace would come out differently (or the recording needs the sizes
-    /// it was made with): record anew, keeping this recording for inputs it fits.
+    /// A size decision of the trace would come out differently: record anew, keeping this
+    /// recording for inputs it fits.
     Mismatch(String),
+    /// Rust code used a size's value as a plain number (`len()` at `site`), and it differs now:
+    /// record anew (and tell the user where).
+    Observed { reason: String, site: Site },
     /// A size expression is invalid for these inputs (overflow, underflow, division by zero): the
     /// recording is replaced by a new one.
     Invalid(String),
@@ -105,6 +117,7 @@ impl fmt::Display for Reject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reject::Mismatch(s) | Reject::Invalid(s) => f.write_str(s),
+            Reject::Observed { reason, .. } => f.write_str(reason),
         }
     }
 }
@@ -129,7 +142,6 @@ pub struct Recording {
     /// Per op: the buffers to drop after it ran.
     frees: Vec<Vec<u32>>,
     outputs: Vec<Out>,
-    pinned: Option<(&'static Location<'static>, &'static str)>,
     mutated: Vec<u32>,
     n_data: u32,
 }
@@ -143,7 +155,6 @@ impl Recording {
             n_slots,
             bufs,
             ops,
-            pinned,
             mutated,
             n_data,
         } = parts;
@@ -175,7 +186,6 @@ impl Recording {
             ops,
             frees,
             outputs,
-            pinned,
             mutated,
             n_data,
         }
@@ -200,11 +210,6 @@ impl Recording {
                 )
             })
             .count()
-    }
-    /// Where (and how) a symbolic size became a plain integer, if it did: the recording then only
-    /// replays for the input sizes it was made with.
-    pub fn pinned(&self) -> Option<(&'static Location<'static>, &'static str)> {
-        self.pinned
     }
     /// The input sizes the recording was made with.
     pub fn recorded_sizes(&self) -> Vec<u64> {
@@ -231,16 +236,30 @@ impl Recording {
         }
         for g in &self.guards {
             match *g {
-                Guard::Class(e, c) => {
-                    if let Some(v) = vals[e as usize] {
-                        if class_of(v) != c {
-                            return Err(Reject::Mismatch(format!(
-                                "the size {} is {v} now but was {} when recorded (empty, 1 and larger sizes trace differently)",
-                                self.show(e),
-                                self.record_values[e as usize]
-                            )));
-                        }
+                Guard::Range { e, lo, hi, site } => {
+                    let Some(v) = vals[e as usize] else { continue };
+                    if (lo..=hi).contains(&v) {
+                        continue;
                     }
+                    let was = self.record_values[e as usize];
+                    return Err(match site {
+                        Some((at, how)) => Reject::Observed {
+                            reason: format!(
+                                "the size {} is {v} now but was {was} when recorded, and `{how}` at {at} used its value as a plain number",
+                                self.show(e)
+                            ),
+                            site: (at, how),
+                        },
+                        None => Reject::Mismatch(format!(
+                            "the size {} is {v} now but was {was} when recorded ({})",
+                            self.show(e),
+                            if class_of(v) != class_of(was) {
+                                "empty, 1 and larger sizes trace differently"
+                            } else {
+                                "the traced code chose by it"
+                            }
+                        )),
+                    });
                 }
                 Guard::Eq(a, b) => {
                     if let (Some(x), Some(y)) = (vals[a as usize], vals[b as usize]) {
@@ -262,14 +281,6 @@ impl Recording {
     pub fn check(&self, sizes: &[u64]) -> Result<(), Reject> {
         if sizes.len() != self.n_slots {
             return Err(Reject::Mismatch("a different number of inputs".into()));
-        }
-        if let Some((at, how)) = self.pinned {
-            let rec = self.recorded_sizes();
-            if rec != sizes[..rec.len().min(sizes.len())] {
-                return Err(Reject::Mismatch(format!(
-                    "the recording depends on the input sizes {rec:?} through `{how}` at {at}; use `x.size()` (a `kiln::Size`) instead of a plain integer so that replays follow the inputs"
-                )));
-            }
         }
         self.evaluate(sizes, &vec![None; self.n_data as usize])
             .map(|_| ())
@@ -328,20 +339,26 @@ impl Recording {
             Ok(v) => v,
             Err(r) => return Ok(Replayed::Retrace(r)),
         };
-        for k in to_copy {
-            let src = table[k].clone().expect("a mutated input is evaluated");
-            let copy = Arc::new(device::copy_buffer(&src)?);
-            let mut v = Var::new(Op::Data, src.ty, src.len);
-            v.data = Some(copy.clone());
-            let id = VarId(STATE.lock().insert(v));
-            own.push(id);
-            slot_vars[k] = id;
-            table[k] = Some(copy);
-        }
-        let result = match self.run(&mut table, vals, &sizes) {
-            Ok(Ok(vals)) => self.outputs(&table, &slot_vars, &vals).map(Replayed::Done),
-            Ok(Err(reject)) => Ok(Replayed::Retrace(reject)),
+        let mut copy_inputs = || -> Result<()> {
+            for &k in &to_copy {
+                let src = table[k].clone().expect("a mutated input is evaluated");
+                let copy = Arc::new(device::copy_buffer(&src)?);
+                let mut v = Var::new(Op::Data, src.ty, src.len);
+                v.data = Some(copy.clone());
+                let id = VarId(STATE.lock().insert(v));
+                own.push(id);
+                slot_vars[k] = id;
+                table[k] = Some(copy);
+            }
+            Ok(())
+        };
+        let result = match copy_inputs() {
             Err(e) => Err(e),
+            Ok(()) => match self.run(&mut table, vals, &sizes) {
+                Ok(Ok(vals)) => self.outputs(&table, &slot_vars, &vals).map(Replayed::Done),
+                Ok(Err(reject)) => Ok(Replayed::Retrace(reject)),
+                Err(e) => Err(e),
+            },
         };
         for id in own {
             crate::dec_ref(id);
@@ -479,6 +496,24 @@ impl Recording {
     ) -> Result<Vec<VarId>> {
         let mut made: HashMap<u32, VarId> = HashMap::new();
         let mut ids = Vec::with_capacity(self.outputs.len());
+        let result = self.collect_outputs(table, slot_vars, vals, &mut made, &mut ids);
+        if result.is_err() {
+            // hand back what was made so far
+            for id in ids.drain(..) {
+                crate::dec_ref(id);
+            }
+        }
+        result.map(|()| ids)
+    }
+
+    fn collect_outputs(
+        &self,
+        table: &[Option<Arc<Buffer>>],
+        slot_vars: &[VarId],
+        vals: &[Option<u64>],
+        made: &mut HashMap<u32, VarId>,
+        ids: &mut Vec<VarId>,
+    ) -> Result<()> {
         for o in &self.outputs {
             let id = match *o {
                 Out::Slot(k) => {
@@ -509,7 +544,7 @@ impl Recording {
             };
             ids.push(id);
         }
-        Ok(ids)
+        Ok(())
     }
 }
 

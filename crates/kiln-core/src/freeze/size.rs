@@ -119,15 +119,42 @@ impl Size {
     /// becomes a constant of the recording: replays then need the same input sizes.
     #[track_caller]
     pub fn get(self) -> usize {
-        if self.expr != 0 {
-            super::record::pin_sizes(std::panic::Location::caller(), "Size::get()");
+        let e = self.live_expr();
+        if e != 0 {
+            super::record::observe_value(
+                e,
+                self.value,
+                std::panic::Location::caller(),
+                "Size::get()",
+            );
         }
         self.value
     }
-    /// The number without pinning the recording (for messages and checks that do not change what
-    /// is computed).
+    /// The number, for messages only: nothing is recorded, so code must not decide anything by it
+    /// inside a frozen function (use [`Size::get`], [`Size::is_one`], `==`).
     pub fn peek(self) -> usize {
         self.value
+    }
+    /// Whether the size is 1 (a broadcast). Inside a recording, a replay records anew if the answer
+    /// changes.
+    pub fn is_one(self) -> bool {
+        self.observe_range(1, 1)
+    }
+    /// Whether the size is 0. Inside a recording, a replay records anew if the answer changes.
+    pub fn is_zero(self) -> bool {
+        self.observe_range(0, 0)
+    }
+    /// Whether lane indices `0..self` fit in 32 bits. Inside a recording, a replay records anew if
+    /// the answer changes.
+    pub fn fits_u32(self) -> bool {
+        self.observe_range(0, u32::MAX as u64 + 1)
+    }
+    fn observe_range(self, lo: u64, hi: u64) -> bool {
+        let e = self.live_expr();
+        if e != 0 {
+            super::record::observe_range(e, self.value, lo, hi);
+        }
+        (lo..=hi).contains(&(self.value as u64))
     }
     /// Whether the size carries an expression of the current recording's inputs.
     pub fn is_symbolic(self) -> bool {
@@ -195,14 +222,30 @@ impl fmt::Display for Size {
         write!(f, "{}", self.value)
     }
 }
+/// Comparing sizes uses their values: inside a recording each symbolic side becomes a constant of
+/// the recording (a replay with another value records anew).
 impl PartialEq for Size {
+    #[track_caller]
     fn eq(&self, other: &Size) -> bool {
+        self.observe_eq();
+        other.observe_eq();
         self.value == other.value
     }
 }
 impl PartialEq<usize> for Size {
+    #[track_caller]
     fn eq(&self, other: &usize) -> bool {
+        self.observe_eq();
         self.value == *other
+    }
+}
+impl Size {
+    #[track_caller]
+    fn observe_eq(&self) {
+        let e = self.live_expr();
+        if e != 0 {
+            super::record::observe_value(e, self.value, std::panic::Location::caller(), "==");
+        }
     }
 }
 
