@@ -111,6 +111,23 @@ fn cached_launch(c: &mut Criterion) {
     g.finish();
 }
 
+/// Function freezing: the 20 × 100-op step traced on every call vs replayed.
+fn freezing(c: &mut Criterion) {
+    let mut g = c.benchmark_group("freeze_20x100");
+    for n in [1024usize, 16_384] {
+        let x = kiln::make_opaque(&Float32::linspace(0.0, 1.0, n));
+        let a = kiln::make_opaque(&Float32::full(0.999, n));
+        g.bench_function(BenchmarkId::new("unfrozen", n), |b| {
+            b.iter(|| freeze_step(&x, &a))
+        });
+        let mut frozen = kiln::freeze(|x: &Float32, a: &Float32| -> Float32 { freeze_step(x, a) });
+        g.bench_function(BenchmarkId::new("frozen", n), |b| {
+            b.iter(|| frozen.call(&x, &a).unwrap())
+        });
+    }
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(20)
@@ -121,6 +138,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = saxpy, fused_chain, monte_carlo, cached_launch
+    targets = saxpy, fused_chain, monte_carlo, cached_launch, freezing
 }
 criterion_main!(benches);
