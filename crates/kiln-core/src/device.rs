@@ -171,6 +171,26 @@ pub struct LaunchSpec<'a> {
     pub size_sym: ExprId,
 }
 
+impl<'a> LaunchSpec<'a> {
+    /// A launch whose size is not an expression of a recording (replays, plain launches).
+    pub fn constant(
+        kernel: &'a Arc<dyn CompiledKernel>,
+        hash: KernelHash,
+        params: &'a [Param],
+        modified: &'a [u32],
+        block: usize,
+    ) -> LaunchSpec<'a> {
+        LaunchSpec {
+            kernel,
+            hash,
+            params,
+            modified,
+            block,
+            size_sym: 0,
+        }
+    }
+}
+
 /// Launch a kernel over `size` lanes with `buffers` (one per parameter, in order).
 pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64; STATUS_LEN] {
     let ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.ptr()).collect();

@@ -240,6 +240,24 @@ fn build(st: &State, g: Group) -> Built {
     }
 }
 
+impl Built {
+    /// How to launch this kernel once compiled.
+    fn spec<'a>(
+        &'a self,
+        kernel: &'a Arc<dyn crate::backend::CompiledKernel>,
+        hash: crate::kernel::KernelHash,
+    ) -> device::LaunchSpec<'a> {
+        device::LaunchSpec {
+            kernel,
+            hash,
+            params: &self.kernel.params,
+            modified: &self.modified,
+            block: block_for(self.kernel.len()),
+            size_sym: self.sym,
+        }
+    }
+}
+
 /// Allocate the output buffers of a built kernel (one per root).
 fn allocate_outputs(st: &State, b: &mut Built) -> Result<()> {
     for &r in &b.roots {
@@ -435,15 +453,7 @@ fn launch_all(built: &[Built]) -> Result<()> {
             })
             .collect();
         let t = Instant::now();
-        let spec = device::LaunchSpec {
-            kernel: &look.kernel,
-            hash,
-            params: &b.kernel.params,
-            modified: &b.modified,
-            block: block_for(b.kernel.len()),
-            size_sym: b.sym,
-        };
-        let status = device::launch_kernel(spec, b.size, &buffers);
+        let status = device::launch_kernel(b.spec(&look.kernel, hash), b.size, &buffers);
         report_launch(b, kind, &look, t, status, "eval()");
     }
     Ok(())
@@ -537,14 +547,7 @@ pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<(Buffer, u64)>> {
             .position(|b| matches!(b, Binding::Output(_)))
             .expect("one output");
         let t = Instant::now();
-        let spec = device::LaunchSpec {
-            kernel: &look.kernel,
-            hash,
-            params: &built.kernel.params,
-            modified: &built.modified,
-            block: block_for(built.kernel.len()),
-            size_sym: built.sym,
-        };
+        let spec = built.spec(&look.kernel, hash);
         let (out, bits, status) = device::launch_reduce(spec, size, &inputs, out_param, op)?;
         report_launch(&built, kind, &look, t, status, "reduce()");
         Ok(Some((out, bits)))

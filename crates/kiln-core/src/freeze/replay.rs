@@ -408,14 +408,7 @@ impl Recording {
                         }
                     }
                     let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
-                    let spec = LaunchSpec {
-                        kernel,
-                        hash: *hash,
-                        params,
-                        modified,
-                        block: *block,
-                        size_sym: 0,
-                    };
+                    let spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
                     device::launch_kernel(spec, size, &refs);
                 }
                 ReplayKind::LaunchReduce {
@@ -436,14 +429,7 @@ impl Recording {
                         held.push(buf);
                     }
                     let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
-                    let spec = LaunchSpec {
-                        kernel,
-                        hash: *hash,
-                        params,
-                        modified: &[],
-                        block: *block,
-                        size_sym: 0,
-                    };
+                    let spec = LaunchSpec::constant(kernel, *hash, params, &[], *block);
                     let (out, _, _) = device::launch_reduce(spec, size, &refs, *out_param, *rop)?;
                     outs.push((op.bufs[n - 1], out));
                 }
