@@ -105,6 +105,8 @@ struct Builder<'a> {
     st: &'a State,
     size: usize,
     sym: u32,
+    /// Whether this thread is recording a frozen function (checked once per kernel).
+    recording: bool,
     modified: Vec<u32>,
     kernel: Kernel,
     bindings: Vec<Binding>,
@@ -146,10 +148,7 @@ impl<'a> Builder<'a> {
                 } else {
                     ParamKind::Input
                 };
-                if (v.size == 1 || self.size == 1)
-                    && v.sym != self.sym
-                    && crate::freeze::record::active()
-                {
+                if self.recording && (v.size == 1 || self.size == 1) && v.sym != self.sym {
                     // scalar or not is decided by both sizes being 1: a replay must find the same
                     // (equal larger sizes are tied by the guards of the ops that combined them)
                     crate::freeze::record::guard_classes(&[(v.sym, v.size), (self.sym, self.size)]);
@@ -157,7 +156,7 @@ impl<'a> Builder<'a> {
                 let p = self.input_param(id, kind);
                 self.emit(Inst::new(Op::Load, v.ty, &[], p as u64))
             } else {
-                if !v.fresh && !v.is_literal() && crate::freeze::record::active() {
+                if self.recording && !v.fresh && !v.is_literal() {
                     crate::freeze::record::captured_expression(self.st.label_of(id));
                 }
                 match v.op {
@@ -209,6 +208,7 @@ fn build(st: &State, g: Group) -> Built {
         st,
         size: g.size,
         sym: g.sym,
+        recording: crate::freeze::record::active(),
         modified: Vec::new(),
         kernel: Kernel::default(),
         bindings: Vec::new(),
