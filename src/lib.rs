@@ -37,8 +37,8 @@ pub use kiln_core::{
 };
 pub use kiln_derive::Traverse;
 pub use memory::{
-    gather, gather_masked, scatter, scatter_masked, scatter_reduce, scatter_reduce_masked,
-    try_gather_masked, try_scatter,
+    gather, gather_masked, gather_view, scatter, scatter_masked, scatter_reduce,
+    scatter_reduce_masked, try_gather_masked, try_scatter,
 };
 pub use ops::select;
 pub use random::Pcg32;
@@ -51,7 +51,8 @@ pub mod prelude {
         Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64,
     };
     pub use crate::memory::{
-        gather, gather_masked, scatter, scatter_masked, scatter_reduce, scatter_reduce_masked,
+        gather, gather_masked, gather_view, scatter, scatter_masked, scatter_reduce,
+        scatter_reduce_masked,
     };
     pub use crate::ops::select;
     pub use crate::random::Pcg32;

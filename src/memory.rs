@@ -22,6 +22,33 @@ pub fn gather<T: Scalar, I: Integer>(source: &Array<T>, index: &Array<I>) -> Arr
     gather_masked(source, index, true)
 }
 
+/// A view: `source[index]` lane by lane (0 out of range), where an unevaluated `source` is not
+/// evaluated first but recomputed at the indices inside the kernel that uses the result, so a
+/// permutation, slice or reversal of an expression costs no intermediate array and no extra
+/// launch. Use it where each element is read about once; [`gather`] evaluates the source once,
+/// which is cheaper when elements are read many times. `KILN_LOG=kiln::schedule=debug` says which
+/// path each view took.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let x = Float32::arange(5);
+/// let y = &x * 2.0 + 1.0;                                   // lazy
+/// let reversed = gather_view(&y, &(4u32 - UInt32::arange(5)));
+/// let before = kiln::stats().launches;
+/// assert_eq!(reversed.to_vec(), vec![9.0, 7.0, 5.0, 3.0, 1.0]);
+/// assert_eq!(kiln::stats().launches - before, 1);            // one kernel, `y` never stored
+/// assert!(!y.is_evaluated());
+/// ```
+#[track_caller]
+pub fn gather_view<T: Scalar, I: Integer>(source: &Array<T>, index: &Array<I>) -> Array<T> {
+    let mask = Bool::scalar(true);
+    Array::from_id(ok(kiln_core::gather_view(
+        source.id(),
+        index.id(),
+        mask.id(),
+    )))
+}
+
 /// `mask ? source[index] : 0` lane by lane.
 ///
 /// ```

@@ -19,6 +19,8 @@ enum Node {
     Cast(usize, VarType),
     Bitcast(usize, VarType),
     Gather(usize, usize),
+    /// A view: any earlier node (lazy expressions included) gathered at an integer node.
+    View(usize, usize),
 }
 
 const SPECIAL_F32: [f32; 8] = [
@@ -100,7 +102,7 @@ fn program(n: usize, seed: u64, len: usize) -> Vec<Node> {
             let cands: Vec<usize> = (0..types.len()).filter(|&i| types[i] == want).collect();
             (!cands.is_empty()).then(|| cands[(next() as usize) % cands.len()])
         };
-        let (node, ty) = match r % 12 {
+        let (node, ty) = match r % 13 {
             0 => {
                 let ty = pick_ty(next());
                 let k = (next() % 12) as usize;
@@ -203,6 +205,14 @@ fn program(n: usize, seed: u64, len: usize) -> Vec<Node> {
                 };
                 (Node::Bitcast(a, to), to)
             }
+            12 => {
+                let ints: Vec<usize> = (0..types.len()).filter(|&i| types[i].is_int()).collect();
+                if ints.is_empty() {
+                    continue;
+                }
+                let idx = ints[(next() as usize) % ints.len()];
+                (Node::View(a, idx), ta)
+            }
             11 => match (0..3).find(|&i| types[i].is_int()) {
                 Some(idx) => {
                     let src = (next() as usize) % 3;
@@ -225,7 +235,13 @@ fn bytes_of(ty: VarType, data: &[u64]) -> Vec<u8> {
 }
 
 /// Trace the program and evaluate its last `roots` nodes together; returns (type, bytes) per root.
-fn run(nodes: &[Node], n: usize, roots: usize, backend: BackendKind) -> Vec<(VarType, Vec<u8>)> {
+fn run(
+    nodes: &[Node],
+    n: usize,
+    roots: usize,
+    backend: BackendKind,
+    views: bool,
+) -> Vec<(VarType, Vec<u8>)> {
     core::with_backend(backend, || {
         let mut ids: Vec<VarId> = Vec::new();
         for node in nodes {
@@ -246,6 +262,17 @@ fn run(nodes: &[Node], n: usize, roots: usize, backend: BackendKind) -> Vec<(Var
                     let g = core::gather(ids[*src], ids[*idx], mask).unwrap();
                     core::dec_ref(mask);
                     g
+                }
+                Node::View(src, idx) => {
+                    // the same value either way: recomputed in the consumer, or evaluated first
+                    let mask = core::literal(VarType::Bool, 1, 1);
+                    let g = if views {
+                        core::gather_view(ids[*src], ids[*idx], mask)
+                    } else {
+                        core::gather(ids[*src], ids[*idx], mask)
+                    };
+                    core::dec_ref(mask);
+                    g.unwrap()
                 }
             };
             ids.push(id);
@@ -275,7 +302,7 @@ fn same_bits(ty: VarType, a: &[u8], b: &[u8]) -> Result<(), String> {
             _ => false,
         };
         if x != y && !(nan(x) && nan(y)) {
-            return Err(format!("lane {i}: interp {x:?} vs cranelift {y:?} ({ty})"));
+            return Err(format!("lane {i}: oracle {x:?} vs {y:?} ({ty})"));
         }
     }
     Ok(())
@@ -284,13 +311,20 @@ fn same_bits(ty: VarType, a: &[u8], b: &[u8]) -> Result<(), String> {
 fn check(n: usize, seed: u64, len: usize, roots: usize) -> Result<(), TestCaseError> {
     let prog = program(n, seed, len);
     let roots = roots.min(prog.len() - 3).max(1);
-    let a = run(&prog, n, roots, BackendKind::Interp);
-    let b = run(&prog, n, roots, BackendKind::Cranelift);
-    for (k, ((ta, xa), (_, xb))) in a.iter().zip(&b).enumerate() {
-        if let Err(e) = same_bits(*ta, xa, xb) {
-            return Err(TestCaseError::fail(format!(
-                "root {k} of program {prog:?}\n(n={n}, seed={seed}): {e}"
-            )));
+    // the oracle: the interpreter with every view evaluated first
+    let a = run(&prog, n, roots, BackendKind::Interp, false);
+    for (backend, views) in [
+        (BackendKind::Cranelift, false),
+        (BackendKind::Interp, true),
+        (BackendKind::Cranelift, true),
+    ] {
+        let b = run(&prog, n, roots, backend, views);
+        for (k, ((ta, xa), (_, xb))) in a.iter().zip(&b).enumerate() {
+            if let Err(e) = same_bits(*ta, xa, xb) {
+                return Err(TestCaseError::fail(format!(
+                    "root {k} of program {prog:?}\n(n={n}, seed={seed}, {backend}, lazy views {views}): {e}"
+                )));
+            }
         }
     }
     Ok(())

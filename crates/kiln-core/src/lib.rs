@@ -39,7 +39,7 @@ pub use op::{Op, ReduceOp};
 pub use registry::{whos, Buffer, VarId, Whos};
 pub use schedule::{backend, eval, eval_all, kernels_for, with_backend};
 pub use stats::Stats;
-pub use trace::{convert, counter, gather, literal, literal_value, op, scatter};
+pub use trace::{convert, counter, gather, gather_view, literal, literal_value, op, scatter};
 pub use ty::{Scalar, VarType};
 
 use registry::{Var, STATE};

@@ -16,6 +16,7 @@ use crate::kernel::{Inst, Kernel, Param, ParamKind, Reg};
 use crate::launch::block_for;
 use crate::op::{Op, ReduceOp};
 use crate::registry::{Buffer, State, VarId, STATE};
+use crate::ty::VarType;
 use parking_lot::{Mutex, ReentrantMutex};
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -111,6 +112,8 @@ struct Builder<'a> {
     kernel: Kernel,
     bindings: Vec<Binding>,
     reg_of: HashMap<u32, Reg>,
+    /// Values of lazily viewed expressions at gathered indices: (variable, index register).
+    reg_at: HashMap<(u32, Reg), Reg>,
     param_of: HashMap<(u32, ParamKind), u32>,
 }
 
@@ -132,6 +135,124 @@ impl<'a> Builder<'a> {
         let p = (self.kernel.params.len() - 1) as u32;
         self.param_of.insert((id, kind), p);
         p
+    }
+
+    /// `source[index]` where `mask` holds, else 0. An evaluated source is read through an indexed
+    /// parameter (out-of-range lanes read 0 and are counted); an unevaluated one (a lazy view, see
+    /// `trace::gather_view`) is recomputed at the index inside this kernel, then masked the same way.
+    fn gather(&mut self, source: u32, ty: VarType, index: Reg, mask: Reg) -> Reg {
+        if self.st.var(source).is_evaluated() {
+            let p = self.input_param(source, ParamKind::Indexed);
+            return self.emit(Inst::new(Op::Gather, ty, &[index, mask], p as u64));
+        }
+        let value = self.visit_at(source, index);
+        let n = self.st.var(source).size as u64;
+        self.mask_out_of_range(value, ty, index, mask, n)
+    }
+
+    /// `select(mask && 0 <= index < n, value, 0)`.
+    fn mask_out_of_range(&mut self, value: Reg, ty: VarType, index: Reg, mask: Reg, n: u64) -> Reg {
+        let ity = self.kernel.insts[index as usize].ty;
+        let lit =
+            |b: &mut Self, t: VarType, bits: u64| b.emit(Inst::new(Op::Literal, t, &[], bits));
+        let max = match ity {
+            VarType::I32 => i32::MAX as u64,
+            VarType::U32 => u32::MAX as u64,
+            VarType::I64 => i64::MAX as u64,
+            _ => u64::MAX,
+        };
+        let mut ok = mask;
+        if n <= max {
+            let bound = lit(self, ity, n);
+            let below = self.emit(Inst::new(Op::Lt, VarType::Bool, &[index, bound], 0));
+            ok = self.emit(Inst::new(Op::And, VarType::Bool, &[ok, below], 0));
+        }
+        if matches!(ity, VarType::I32 | VarType::I64) {
+            let zero = lit(self, ity, 0);
+            let non_negative = self.emit(Inst::new(Op::Ge, VarType::Bool, &[index, zero], 0));
+            ok = self.emit(Inst::new(Op::And, VarType::Bool, &[ok, non_negative], 0));
+        }
+        let zero = lit(self, ty, 0);
+        self.emit(Inst::new(Op::Select, ty, &[ok, value, zero], 0))
+    }
+
+    /// The value of the unevaluated `root` at lane `index` (a register) instead of at this
+    /// kernel's lane: every counter becomes the index, every evaluated array is gathered at it,
+    /// nested lazy views compose their indices. Iterative, like `visit`.
+    fn visit_at(&mut self, root: u32, index: Reg) -> Reg {
+        // (variable, index register, phase): 0 = first visit, 1 = operands ready, 2 = a nested
+        // view's source value ready
+        let mut stack = vec![(root, index, 0u8)];
+        while let Some((id, at, phase)) = stack.pop() {
+            if phase == 0 && self.reg_at.contains_key(&(id, at)) {
+                continue;
+            }
+            let v = self.st.var(id);
+            if self.recording && !v.fresh && !v.is_evaluated() && !v.is_literal() {
+                crate::freeze::record::captured_expression(self.st.label_of(id));
+            }
+            let reg = if v.is_evaluated() || v.op == Op::Literal || v.size == 1 {
+                if v.is_evaluated() && v.size != 1 {
+                    let p = self.input_param(id, ParamKind::Indexed);
+                    let all = self.emit(Inst::new(Op::Literal, VarType::Bool, &[], 1));
+                    self.emit(Inst::new(Op::Gather, v.ty, &[at, all], p as u64))
+                } else {
+                    // literals and size-1 arrays (broadcast) are the same at every lane
+                    self.visit(id)
+                }
+            } else {
+                match (v.op, phase) {
+                    (Op::Counter, _) => {
+                        let ity = self.kernel.insts[at as usize].ty;
+                        if ity == v.ty {
+                            at
+                        } else {
+                            self.emit(Inst::new(Op::Cast, v.ty, &[at], 0))
+                        }
+                    }
+                    (Op::Gather, 0) => {
+                        stack.push((id, at, 1));
+                        stack.push((v.deps[1], at, 0));
+                        stack.push((v.deps[2], at, 0));
+                        continue;
+                    }
+                    (Op::Gather, 1) => {
+                        let (src, ty) = (v.deps[0], v.ty);
+                        let (inner, mask) =
+                            (self.reg_at[&(v.deps[1], at)], self.reg_at[&(v.deps[2], at)]);
+                        if self.st.var(src).is_evaluated() {
+                            self.gather(src, ty, inner, mask)
+                        } else {
+                            stack.push((id, at, 2));
+                            stack.push((src, inner, 0));
+                            continue;
+                        }
+                    }
+                    (Op::Gather, _) => {
+                        let (src, ty) = (v.deps[0], v.ty);
+                        let (inner, mask) =
+                            (self.reg_at[&(v.deps[1], at)], self.reg_at[&(v.deps[2], at)]);
+                        let value = self.reg_at[&(src, inner)];
+                        let n = self.st.var(src).size as u64;
+                        self.mask_out_of_range(value, ty, inner, mask, n)
+                    }
+                    (op, 0) => {
+                        debug_assert!(op.is_pure(), "lazy views hold pure ops only, not {op}");
+                        stack.push((id, at, 1));
+                        for d in v.dep_ids() {
+                            stack.push((d, at, 0));
+                        }
+                        continue;
+                    }
+                    (op, _) => {
+                        let args: Vec<Reg> = v.dep_ids().map(|d| self.reg_at[&(d, at)]).collect();
+                        self.emit(Inst::new(op, v.ty, &args, 0))
+                    }
+                }
+            };
+            self.reg_at.insert((id, at), reg);
+        }
+        self.reg_at[&(root, index)]
     }
 
     /// Compute `root` into a register (post-order walk without recursion: graphs can be deep).
@@ -181,10 +302,7 @@ impl<'a> Builder<'a> {
                         }
                         let args: Vec<Reg> = deps.iter().map(|d| self.reg_of[d]).collect();
                         match v.op {
-                            Op::Gather => {
-                                let p = self.input_param(v.deps[0], ParamKind::Indexed);
-                                self.emit(Inst::new(Op::Gather, v.ty, &args, p as u64))
-                            }
+                            Op::Gather => self.gather(v.deps[0], v.ty, args[0], args[1]),
                             Op::Scatter(_) => {
                                 let p = self.input_param(v.deps[0], ParamKind::Indexed);
                                 if !self.modified.contains(&p) {
@@ -213,6 +331,7 @@ fn build(st: &State, g: Group) -> Built {
         kernel: Kernel::default(),
         bindings: Vec::new(),
         reg_of: HashMap::new(),
+        reg_at: HashMap::new(),
         param_of: HashMap::new(),
     };
     for (n_out, &r) in g.roots.iter().enumerate() {

@@ -357,6 +357,33 @@ pub fn convert(op: Op, a: VarId, to: VarType) -> Result<VarId> {
 /// from an unevaluated array is not elementwise).
 pub fn gather(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
     crate::schedule::eval(&[source])?;
+    gather_traced(source, index, mask)
+}
+
+/// A *view*: like [`gather`], but an unevaluated `source` is not evaluated first: the consumer's
+/// kernel recomputes it at the gathered indices (no intermediate array). Right for permutations,
+/// slices and broadcasts, where each element is read about once; a source gathered many times over
+/// is cheaper evaluated ([`gather`]). Evaluated sources behave exactly as in `gather`. Inside a
+/// frozen function's recording, a source whose size follows the inputs is evaluated first (the
+/// recomputed bounds check would bake its size in).
+pub fn gather_view(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
+    let (lazy, sym) = {
+        let st = lock_clean(&[source.0])?;
+        let v = st.var(source.0);
+        (!v.is_evaluated(), v.sym)
+    };
+    if lazy && sym == 0 {
+        tracing::debug!(target: "kiln::schedule", "view of r{}: recomputed at the gathered indices in the consumer's kernel", source.0);
+    } else {
+        if lazy {
+            tracing::debug!(target: "kiln::schedule", "view of r{}: evaluated first (its size follows a frozen function's inputs)", source.0);
+        }
+        crate::schedule::eval(&[source])?;
+    }
+    gather_traced(source, index, mask)
+}
+
+fn gather_traced(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
     let mut st = lock_clean(&[source.0, index.0, mask.0])?;
     let (it, mt) = (st.var(index.0).ty, st.var(mask.0).ty);
     if !it.is_int() {

@@ -1,0 +1,83 @@
+//! Lazy views (`gather_view`): an unevaluated source is recomputed at the gathered indices inside
+//! the consumer's kernel. Values must equal the evaluate-first gather; the kernel count shows the
+//! fusion.
+
+mod common;
+use common::{delta, leak_checked};
+use kiln::prelude::*;
+
+#[test]
+fn view_of_lazy_expression_is_one_kernel() {
+    leak_checked(|| {
+        let x = Float32::arange(1000);
+        let y = (&x * 0.5).sin() + 1.0;
+        let idx = 999u32 - UInt32::arange(1000);
+        let (v, d) = delta(|| {
+            let v = gather_view(&y, &idx) * 2.0;
+            v.eval();
+            v
+        });
+        assert_eq!(d.launches, 1);
+        assert!(!y.is_evaluated());
+        let eager = gather(&y, &idx) * 2.0;
+        assert_eq!(v.to_vec(), eager.to_vec());
+    });
+}
+
+#[test]
+fn views_compose_and_mask_out_of_range() {
+    leak_checked(|| {
+        let x = Int32::arange(10);
+        let y = &x * 3 - 7; // lazy
+                            // negative and too-large indices read 0, whatever the expression gives there
+        let idx = Int32::from_slice(&[-1, 0, 9, 10, 5, 2_000_000_000]);
+        let v = gather_view(&y, &idx);
+        assert_eq!(v.to_vec(), vec![0, -7, 20, 0, 8, 0]);
+        // a view of a view: indices compose
+        let rev = gather_view(&y, &(9 - Int32::arange(10)));
+        let every_other = gather_view(&rev, &(UInt32::arange(5) * 2));
+        assert_eq!(every_other.to_vec(), vec![20, 14, 8, 2, -4]);
+        let (_, d) = delta(|| every_other.eval().clone());
+        assert!(d.launches <= 1);
+        // a view of a counter is the index itself; of a size-1 array, a broadcast
+        let c = UInt64::arange(100);
+        assert_eq!(
+            gather_view(&c, &UInt32::from_slice(&[7, 99, 100])).to_vec(),
+            vec![7, 99, 0]
+        );
+        let one = Float32::from(2.5) + Float32::from(1.0);
+        assert_eq!(
+            gather_view(&one, &UInt32::from_slice(&[0, 1])).to_vec(),
+            vec![3.5, 0.0]
+        );
+    });
+}
+
+#[test]
+fn view_of_evaluated_source_is_a_plain_gather() {
+    leak_checked(|| {
+        let y = Float32::from_slice(&[1.0, 2.0, 3.0]);
+        let v = gather_view(&y, &UInt32::from_slice(&[2, 2, 0, 3]));
+        assert_eq!(v.to_vec(), vec![3.0, 3.0, 1.0, 0.0]);
+    });
+}
+
+/// Inside a frozen function a view of an input-sized expression is evaluated first (so no size is
+/// baked into a kernel), and replays still follow the inputs.
+#[test]
+fn views_inside_frozen_functions() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 {
+            let y = x * 2.0 + 1.0;
+            gather_view(&y, &(UInt32::arange(x.size()) + 1))
+        });
+        for n in [4usize, 7, 4, 9] {
+            let x = Float32::arange(n);
+            let want: Vec<f32> = (1..=n)
+                .map(|i| if i < n { i as f32 * 2.0 + 1.0 } else { 0.0 })
+                .collect();
+            assert_eq!(f.call(&x).unwrap().to_vec(), want);
+        }
+        assert_eq!(f.stats().recordings, 1, "{}", f.stats());
+    });
+}
