@@ -1,6 +1,6 @@
 //! Measured ratios of kiln against hand-written Rust, against the performance targets of the issue.
 //!
-//! One run measures eight workloads and prints a table: kiln's figure, the hand-written rayon loop's
+//! One run measures ten workloads and prints a table: kiln's figure, the hand-written rayon loop's
 //! figure (and a plain parallel copy's bandwidth where relevant), the ratio, the target and whether
 //! it was met, then notes (result checks, best runs, variants of the baselines).
 //!
@@ -633,6 +633,102 @@ fn row_replay_overhead(cfg: &Config, notes: &mut Vec<String>) -> Row {
     )
 }
 
+/// Row 9: `mean_axis(1)` of a 4096 × 4096 f32 tensor vs ndarray (parallel Zip over rows) vs rayon.
+fn row_mean_axis(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let side = TENSOR_SIDE;
+    let data: Vec<f32> = (0..side * side).map(|i| (i % 1000) as f32 * 1e-3).collect();
+    let t = Tensor::from_slice(&data, &[side, side]);
+    t.eval();
+    let a = ndarray::Array2::from_shape_vec((side, side), data.clone()).unwrap();
+    let mut nd_out = ndarray::Array1::<f32>::zeros(side);
+    let mut ray_out = vec![0f32; side];
+    let reps = if cfg.quick { 5 } else { 15 };
+    let [k, nd, ray] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || time(|| drop(black_box(t.mean_axis(1).eval().clone()))),
+            &mut || {
+                time(|| {
+                    ndarray::Zip::from(&mut nd_out)
+                        .and(a.rows())
+                        .par_for_each(|o, r| *o = r.sum() / side as f32)
+                })
+            },
+            &mut || time(|| mean_rows_rayon(&data, side, &mut ray_out)),
+        ],
+    );
+    let kv = t.mean_axis(1).to_vec();
+    let same = kv
+        .iter()
+        .zip(&ray_out)
+        .all(|(x, y)| (x - y).abs() <= 1e-4 * y.abs().max(1.0));
+    notes.push(format!(
+        "mean_axis(1) {side}x{side}: kiln {}, ndarray par {}, rayon {}; results agree: {same}",
+        ms(k.median),
+        ms(nd.median),
+        ms(ray.median)
+    ));
+    let ratio = nd.median / k.median;
+    let mut row = Row::new(
+        "tensor mean_axis(1) 4096^2",
+        ms(k.median),
+        Goal::AtLeast(1.0),
+        if same { ratio } else { f64::NAN },
+        "<= ndarray par time",
+    );
+    row.rayon = ms(ray.median);
+    row.copy = format!("{} ndarray", ms(nd.median));
+    row.ratio = format!("{ratio:.2}x ndarray");
+    row
+}
+
+/// Row 10: `transpose(a) * 2 + 1` materialised, vs a tiled rayon loop and ndarray's parallel Zip.
+fn row_transpose(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let side = TENSOR_SIDE;
+    let data: Vec<f32> = (0..side * side).map(|i| (i % 1000) as f32).collect();
+    let t = Tensor::from_slice(&data, &[side, side]);
+    t.eval();
+    let a = ndarray::Array2::from_shape_vec((side, side), data.clone()).unwrap();
+    let mut nd_out = ndarray::Array2::<f32>::zeros((side, side));
+    let mut tiled = vec![0f32; side * side];
+    let reps = if cfg.quick { 5 } else { 15 };
+    let [k, nd, ray] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || time(|| drop(black_box((t.transpose() * 2.0 + 1.0).eval().clone()))),
+            &mut || {
+                time(|| {
+                    ndarray::Zip::from(&mut nd_out)
+                        .and(a.t())
+                        .par_for_each(|o, &x| *o = x * 2.0 + 1.0)
+                })
+            },
+            &mut || time(|| transpose_affine_tiled(&data, side, &mut tiled)),
+        ],
+    );
+    let same = (t.transpose() * 2.0 + 1.0).to_vec() == tiled;
+    notes.push(format!(
+        "transpose*2+1 {side}x{side}: kiln {} (one gather per lane), tiled rayon {}, ndarray par {}; results equal: {same}",
+        ms(k.median),
+        ms(ray.median),
+        ms(nd.median)
+    ));
+    let ratio = ray.median / k.median;
+    let mut row = Row::new(
+        "tensor transpose*2+1 4096^2",
+        ms(k.median),
+        Goal::AtLeast(1.0),
+        if same { ratio } else { f64::NAN },
+        "<= tiled rayon time",
+    );
+    row.rayon = ms(ray.median);
+    row.copy = format!("{} ndarray", ms(nd.median));
+    row.ratio = format!("{ratio:.2}x tiled");
+    row
+}
+
 fn print_table(rows: &[Row]) {
     let header = [
         "workload", "kiln", "rayon", "copy", "ratio", "target", "result",
@@ -739,7 +835,7 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 8] = [
+    let steps: [(&str, RowFn); 10] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
         ("monte carlo", row_monte_carlo),
@@ -748,6 +844,8 @@ fn main() {
         ("tracing", row_tracing),
         ("freezing", row_freeze),
         ("replay overhead", row_replay_overhead),
+        ("tensor mean_axis", row_mean_axis),
+        ("tensor transpose", row_transpose),
     ];
     let mut rows = Vec::new();
     for (name, step) in steps {

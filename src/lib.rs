@@ -26,6 +26,7 @@ pub mod memory;
 pub mod ops;
 pub mod random;
 pub mod reduce;
+pub mod tensor;
 pub mod types;
 pub mod vector;
 
@@ -42,6 +43,7 @@ pub use memory::{
 };
 pub use ops::select;
 pub use random::Pcg32;
+pub use tensor::Tensor;
 pub use types::{Float, Integer, Numeric, Signed};
 pub use vector::*;
 
@@ -56,6 +58,7 @@ pub mod prelude {
     };
     pub use crate::ops::select;
     pub use crate::random::Pcg32;
+    pub use crate::tensor::Tensor;
     pub use crate::types::{Float, Integer, Numeric, Signed};
     pub use crate::vector::{
         Vector, Vector2d, Vector2f, Vector2i, Vector3d, Vector3f, Vector3i, Vector4d, Vector4f,

@@ -179,3 +179,45 @@ pub fn freeze_tiny(x: &Float32) -> Float32 {
     }
     y
 }
+
+/// Side of the square matrices of the tensor rows.
+pub const TENSOR_SIDE: usize = 4096;
+
+/// Row means of a row-major `side × side` matrix, one rayon task per chunk of rows.
+pub fn mean_rows_rayon(a: &[f32], side: usize, out: &mut [f32]) {
+    out.par_chunks_mut(64).enumerate().for_each(|(c, o)| {
+        for (k, v) in o.iter_mut().enumerate() {
+            let r = c * 64 + k;
+            let row = &a[r * side..(r + 1) * side];
+            // sixteen partial sums so that LLVM can vectorise (float addition does not reassociate)
+            let mut acc = [0f32; 16];
+            let chunks = row.chunks_exact(16);
+            let rest: f32 = chunks.remainder().iter().sum();
+            for c in chunks {
+                for k in 0..16 {
+                    acc[k] += c[k];
+                }
+            }
+            *v = (acc.iter().sum::<f32>() + rest) / side as f32;
+        }
+    });
+}
+
+/// `out = transpose(a) * 2 + 1` for a row-major `side × side` matrix, in 64 × 64 tiles (each tile
+/// read row by row and written column by column while it sits in cache), rows of tiles in parallel.
+pub fn transpose_affine_tiled(a: &[f32], side: usize, out: &mut [f32]) {
+    const T: usize = 64;
+    out.par_chunks_mut(T * side)
+        .enumerate()
+        .for_each(|(bi, block)| {
+            // block holds output rows bi*T .. (bi+1)*T, i.e. input columns
+            for bj in (0..side).step_by(T) {
+                for i in 0..T.min(side - bi * T) {
+                    let orow = &mut block[i * side..(i + 1) * side];
+                    for j in bj..(bj + T).min(side) {
+                        orow[j] = a[j * side + bi * T + i] * 2.0 + 1.0;
+                    }
+                }
+            }
+        });
+}

@@ -276,6 +276,28 @@ fn simplify(
             }
         }
         Op::Sub if !ty.is_bool() && is(1, 0.0) => return keep(st, 0),
+        // unsigned division and remainder by a power of two are a shift and a mask (index math of
+        // tensor views divides by dimensions; the backends have no vector integer division)
+        Op::Div | Op::Rem if matches!(ty, VarType::U32 | VarType::U64) => {
+            if let Some(d) = lit(1).filter(|d| d.is_power_of_two()) {
+                let (op2, bits) = if op == Op::Div {
+                    (Op::Shr, d.trailing_zeros() as u64)
+                } else {
+                    (Op::And, d - 1)
+                };
+                let c = literal_locked(st, ty, bits, 1, 0);
+                let mut v = Var::new(op2, ty, size);
+                v.sym = sym;
+                v.deps[0] = ids[0];
+                v.deps[1] = c.0;
+                let id = st.insert(v);
+                // the new variable holds the constant; drop the handle `literal_locked` gave
+                let mut garbage = Vec::new();
+                st.dec_ext(c.0, &mut garbage);
+                log_append(st, id);
+                return Some(VarId(id));
+            }
+        }
         Op::Mul if !ty.is_bool() => {
             if is(1, 1.0) {
                 return keep(st, 0);

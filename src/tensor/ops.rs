@@ -1,0 +1,159 @@
+//! Elementwise operators on tensors with NumPy broadcasting (shapes aligned from the last axis;
+//! each pair of dimensions equal or one of them 1), comparisons, and scalars on either side.
+
+use super::Tensor;
+use crate::array::{ok, Array, Bool};
+use crate::types::{Numeric, Signed};
+use kiln_core::{Error, Result, Scalar};
+use std::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Rem, Sub};
+
+/// The broadcast shape of two shapes, or an error naming both and the rule.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let r = a.len().max(b.len());
+    let mut out = vec![0; r];
+    for k in 0..r {
+        let da = if k < a.len() { a[a.len() - 1 - k] } else { 1 };
+        let db = if k < b.len() { b[b.len() - 1 - k] } else { 1 };
+        out[r - 1 - k] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "shapes {a:?} and {b:?} do not broadcast: aligned from the last axis, each pair of dimensions must be equal or one of them 1 ({da} vs {db} here)"
+                )))
+            }
+        };
+    }
+    Ok(out)
+}
+
+impl<T: Scalar> Tensor<T> {
+    /// Apply `f` to the flat arrays of `self` and `other` broadcast to a common shape.
+    pub fn zip_with<U: Scalar, V: Scalar>(
+        &self,
+        other: &Tensor<U>,
+        f: impl FnOnce(&Array<T>, &Array<U>) -> Array<V>,
+    ) -> Result<Tensor<V>> {
+        let shape = broadcast_shapes(&self.shape, &other.shape)?;
+        let a = self.try_broadcast_to(&shape)?;
+        let b = other.try_broadcast_to(&shape)?;
+        Ok(Tensor {
+            array: f(&a.array, &b.array),
+            shape,
+        })
+    }
+    /// Choose `a` where `mask` is true, else `b` (all three broadcast together).
+    #[track_caller]
+    pub fn select(mask: &Tensor<bool>, a: &Tensor<T>, b: &Tensor<T>) -> Tensor<T> {
+        let shape =
+            ok(broadcast_shapes(&mask.shape, &a.shape)
+                .and_then(|s| broadcast_shapes(&s, &b.shape)));
+        let (m, a, b) = (
+            mask.broadcast_to(&shape),
+            a.broadcast_to(&shape),
+            b.broadcast_to(&shape),
+        );
+        Tensor {
+            array: crate::select(&m.array, &a.array, &b.array),
+            shape,
+        }
+    }
+}
+
+macro_rules! binary {
+    ($Trait:ident, $method:ident, $bound:path) => {
+        impl<T: $bound> $Trait<&Tensor<T>> for &Tensor<T>
+        where
+            for<'a> &'a Array<T>: $Trait<&'a Array<T>, Output = Array<T>>,
+        {
+            type Output = Tensor<T>;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor<T>) -> Tensor<T> {
+                ok(self.zip_with(rhs, |a, b| a.$method(b)))
+            }
+        }
+        impl<T: $bound> $Trait<Tensor<T>> for &Tensor<T>
+        where
+            for<'a> &'a Array<T>: $Trait<&'a Array<T>, Output = Array<T>>,
+        {
+            type Output = Tensor<T>;
+            #[track_caller]
+            fn $method(self, rhs: Tensor<T>) -> Tensor<T> {
+                self.$method(&rhs)
+            }
+        }
+        impl<T: $bound> $Trait<&Tensor<T>> for Tensor<T>
+        where
+            for<'a> &'a Array<T>: $Trait<&'a Array<T>, Output = Array<T>>,
+        {
+            type Output = Tensor<T>;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor<T>) -> Tensor<T> {
+                (&self).$method(rhs)
+            }
+        }
+        impl<T: $bound> $Trait<Tensor<T>> for Tensor<T>
+        where
+            for<'a> &'a Array<T>: $Trait<&'a Array<T>, Output = Array<T>>,
+        {
+            type Output = Tensor<T>;
+            #[track_caller]
+            fn $method(self, rhs: Tensor<T>) -> Tensor<T> {
+                (&self).$method(&rhs)
+            }
+        }
+        impl<T: $bound> $Trait<T> for &Tensor<T>
+        where
+            for<'a> &'a Array<T>: $Trait<T, Output = Array<T>>,
+        {
+            type Output = Tensor<T>;
+            fn $method(self, rhs: T) -> Tensor<T> {
+                self.map(|a| a.$method(rhs))
+            }
+        }
+        impl<T: $bound> $Trait<T> for Tensor<T>
+        where
+            for<'a> &'a Array<T>: $Trait<T, Output = Array<T>>,
+        {
+            type Output = Tensor<T>;
+            fn $method(self, rhs: T) -> Tensor<T> {
+                self.map(|a| a.$method(rhs))
+            }
+        }
+    };
+}
+binary!(Add, add, Numeric);
+binary!(Sub, sub, Numeric);
+binary!(Mul, mul, Numeric);
+binary!(Div, div, Numeric);
+binary!(Rem, rem, Numeric);
+binary!(BitAnd, bitand, Scalar);
+binary!(BitOr, bitor, Scalar);
+binary!(BitXor, bitxor, Scalar);
+
+impl<T: Signed> Neg for &Tensor<T> {
+    type Output = Tensor<T>;
+    fn neg(self) -> Tensor<T> {
+        self.map(|a| -a)
+    }
+}
+impl<T: Signed> Neg for Tensor<T> {
+    type Output = Tensor<T>;
+    fn neg(self) -> Tensor<T> {
+        -&self
+    }
+}
+
+macro_rules! comparisons {
+    ($($name:ident),*) => {
+        impl<T: Scalar> Tensor<T> {$(
+            /// Lane-by-lane comparison with broadcasting.
+            #[track_caller]
+            pub fn $name(&self, rhs: &Tensor<T>) -> Tensor<bool> {
+                ok(self.zip_with(rhs, |a, b| -> Bool { a.$name(b) }))
+            }
+        )*}
+    };
+}
+comparisons!(eq, ne, lt, le, gt, ge);
