@@ -729,6 +729,30 @@ fn row_transpose(cfg: &Config, notes: &mut Vec<String>) -> Row {
     row
 }
 
+/// `matmul` of 1024² f32: a note, not a row (its target is NumPy's OpenBLAS, measured by the peer
+/// bench of the LLVM issue).
+fn matmul_note(cfg: &Config, notes: &mut Vec<String>) {
+    let side = 1024;
+    let a = Tensor::<f32>::from_vec(
+        (0..side * side).map(|i| (i % 7) as f32).collect(),
+        &[side, side],
+    );
+    let b = Tensor::<f32>::from_vec(
+        (0..side * side).map(|i| (i % 5) as f32).collect(),
+        &[side, side],
+    );
+    kiln::eval!(a.array(), b.array());
+    let t = measure(if cfg.quick { 5 } else { 15 }, cfg.budget, || {
+        time(|| drop(black_box(a.matmul(&b))))
+    });
+    let gflops = 2.0 * (side as f64).powi(3) / t.median / 1e9;
+    notes.push(format!(
+        "matmul {side}^2 f32: {} ({gflops:.1} GFLOP/s, matrixmultiply kernels on {} threads); the target (>= 80% of NumPy/OpenBLAS) needs the peer bench (LLVM issue)",
+        ms(t.median),
+        kiln::kiln_core::launch::threads()
+    ));
+}
+
 fn print_table(rows: &[Row]) {
     let header = [
         "workload", "kiln", "rayon", "copy", "ratio", "target", "result",
@@ -853,6 +877,7 @@ fn main() {
         rows.push(step(&cfg, &mut notes));
         eprintln!("  measured {name} in {:.1} s", t.elapsed().as_secs_f64());
     }
+    matmul_note(&cfg, &mut notes);
     println!();
     print_table(&rows);
     println!();

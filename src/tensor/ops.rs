@@ -157,3 +157,34 @@ macro_rules! comparisons {
     };
 }
 comparisons!(eq, ne, lt, le, gt, ge);
+
+impl<T: crate::types::Float> Tensor<T> {
+    /// The matrix product of two 2-d tensors (`[m, k] × [k, n] → [m, n]`), f32 or f64, on all
+    /// cores (operands are evaluated first). A device operation: frozen functions record it.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let a = Tensor::<f32>::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    /// let b = Tensor::<f32>::eye(2) * 2.0;
+    /// assert_eq!(a.matmul(&b).to_vec(), vec![2.0, 4.0, 6.0, 8.0]);
+    /// ```
+    #[track_caller]
+    pub fn matmul(&self, other: &Tensor<T>) -> Tensor<T> {
+        ok(self.try_matmul(other))
+    }
+    /// As [`Tensor::matmul`], returning an error naming both shapes when they do not fit.
+    pub fn try_matmul(&self, other: &Tensor<T>) -> Result<Tensor<T>> {
+        let (a, b) = (&self.shape, &other.shape);
+        if a.len() != 2 || b.len() != 2 || a[1] != b[0] {
+            return Err(Error::Invalid(format!(
+                "matmul of shapes {a:?} and {b:?}: give 2-d tensors [m, k] and [k, n]"
+            )));
+        }
+        let (m, k, n) = (a[0], a[1], b[1]);
+        let id = kiln_core::matmul(self.array.id(), other.array.id(), m, k, n)?;
+        Ok(Tensor {
+            array: Array::from_id(id),
+            shape: vec![m, n],
+        })
+    }
+}

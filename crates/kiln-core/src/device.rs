@@ -33,6 +33,8 @@ pub enum SizeRule {
     One,
     /// `ceil(size of input i / block)`.
     Blocks { input: usize, block: usize },
+    /// Fixed by the op's own parameters (matmul: `m × n`).
+    Given(usize),
     /// Known only after the op ran (compress): the replay must read it back.
     DataDependent,
     /// No output buffer.
@@ -78,6 +80,8 @@ pub enum DeviceOpKind<'a> {
     Memcpy,
     /// Buffers: the new buffer (its contents came from the host).
     Upload,
+    /// Row-major `[m, k] × [k, n]` product of f32 or f64 matrices. Buffers: a, b, product.
+    Matmul { m: usize, k: usize, n: usize },
     /// Buffers: the buffer read to the host.
     Read,
 }
@@ -96,6 +100,7 @@ impl DeviceOpKind<'_> {
                 SizeRule::SameAs(0)
             }
             DeviceOpKind::Compress => SizeRule::DataDependent,
+            DeviceOpKind::Matmul { m, n, .. } => SizeRule::Given(m * n),
             DeviceOpKind::Read => SizeRule::None,
         }
     }
@@ -110,6 +115,7 @@ impl DeviceOpKind<'_> {
             DeviceOpKind::Compress => "compress",
             DeviceOpKind::Memcpy => "memcpy",
             DeviceOpKind::Upload => "upload",
+            DeviceOpKind::Matmul { .. } => "matmul",
             DeviceOpKind::Read => "read",
         }
     }
@@ -512,5 +518,73 @@ pub fn compress(buf: &Buffer) -> Result<Buffer> {
         }
     });
     notify(DeviceOpKind::Compress, buf.len, &[buf, &out]);
+    Ok(out)
+}
+
+/// Rows of the product per parallel task of `matmul` (each task multiplies a band of `a`'s rows
+/// by all of `b`, which stays shared in cache).
+const MATMUL_ROWS: usize = 64;
+
+/// The row-major product of `a` (`m × k`) and `b` (`k × n`), f32 or f64, on all cores. Callers
+/// check the types and that `a.len == m·k`, `b.len == k·n`.
+pub fn matmul(a: &Buffer, b: &Buffer, m: usize, k: usize, n: usize) -> Result<Buffer> {
+    let ty = a.ty;
+    assert!(
+        a.len == m * k && b.len == k * n && b.ty == ty && ty.is_float(),
+        "kiln internal error: matmul operands do not match [{m}, {k}] × [{k}, {n}]"
+    );
+    let out = Buffer::new(ty, m * n, &|| format!("a matmul product of {m} × {n} {ty}"))?;
+    if k == 0 {
+        // SAFETY: the output holds m·n elements of ty.
+        unsafe { std::ptr::write_bytes(out.ptr(), 0, out.bytes()) };
+    } else if m * n > 0 {
+        let (pa, pb, pc) = (a.ptr() as usize, b.ptr() as usize, out.ptr() as usize);
+        launch::for_blocks(m, MATMUL_ROWS, |s, e| {
+            let rows = e - s;
+            // SAFETY: rows s..e of a (k each) and of the output (n each) lie inside their buffers
+            // (a.len = m·k, out.len = m·n, checked above); b holds k·n elements; row bands of the
+            // output are disjoint between tasks.
+            unsafe {
+                if ty == VarType::F32 {
+                    let (a, b, c) = (pa as *const f32, pb as *const f32, pc as *mut f32);
+                    matrixmultiply::sgemm(
+                        rows,
+                        k,
+                        n,
+                        1.0,
+                        a.add(s * k),
+                        k as isize,
+                        1,
+                        b,
+                        n as isize,
+                        1,
+                        0.0,
+                        c.add(s * n),
+                        n as isize,
+                        1,
+                    );
+                } else {
+                    let (a, b, c) = (pa as *const f64, pb as *const f64, pc as *mut f64);
+                    matrixmultiply::dgemm(
+                        rows,
+                        k,
+                        n,
+                        1.0,
+                        a.add(s * k),
+                        k as isize,
+                        1,
+                        b,
+                        n as isize,
+                        1,
+                        0.0,
+                        c.add(s * n),
+                        n as isize,
+                        1,
+                    );
+                }
+            }
+        });
+    }
+    notify(DeviceOpKind::Matmul { m, k, n }, m * n, &[a, b, &out]);
     Ok(out)
 }

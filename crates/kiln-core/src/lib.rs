@@ -181,6 +181,30 @@ pub fn prefix_sum(id: VarId, exclusive: bool) -> Result<VarId> {
     Ok(data_var(ty, out))
 }
 
+/// The row-major product of `a` (`m × k`) and `b` (`k × n`), both f32 or both f64.
+pub fn matmul(a: VarId, b: VarId, m: usize, k: usize, n: usize) -> Result<VarId> {
+    let (ta, tb) = (var_type(a), var_type(b));
+    if ta != tb || !ta.is_float() {
+        return Err(Error::Type {
+            op: "matmul".into(),
+            ty: if ta.is_float() { tb } else { ta },
+            label: describe(if ta.is_float() { b } else { a }),
+            hint: "matmul multiplies f32 or f64 matrices of one type; cast the operands".into(),
+        });
+    }
+    let (sa, sb) = (size(a), size(b));
+    if Some(sa) != m.checked_mul(k) || Some(sb) != k.checked_mul(n) {
+        return Err(Error::Invalid(format!(
+            "matmul of [{m}, {k}] × [{k}, {n}]: {} has {sa} elements and {} has {sb}",
+            describe(a),
+            describe(b)
+        )));
+    }
+    let (ba, bb) = (evaluated_buffer(a)?, evaluated_buffer(b)?);
+    let out = device::matmul(&ba, &bb, m, k, n)?;
+    Ok(data_var(ta, out))
+}
+
 /// Indices (u32) of the true lanes of a mask.
 pub fn compress(id: VarId) -> Result<VarId> {
     let buf = evaluated_buffer(id)?;

@@ -89,6 +89,11 @@ pub(crate) enum ReplayKind {
         ty: VarType,
         bytes: Arc<[u8]>,
     },
+    Matmul {
+        m: usize,
+        k: usize,
+        n: usize,
+    },
 }
 
 pub(crate) struct RecOp {
@@ -459,6 +464,16 @@ impl Recording {
                 ReplayKind::Memcpy => {
                     let src = get(table, op.bufs[0])?;
                     outs.push((op.bufs[1], device::copy_buffer(&src)?));
+                }
+                ReplayKind::Matmul { m, k, n } => {
+                    let (a, b) = (get(table, op.bufs[0])?, get(table, op.bufs[1])?);
+                    if a.len != m * k || b.len != k * n {
+                        return Err(Error::Invalid(
+                            "kiln internal error: a replayed matmul got operands of other sizes"
+                                .into(),
+                        ));
+                    }
+                    outs.push((op.bufs[2], device::matmul(&a, &b, *m, *k, *n)?));
                 }
                 ReplayKind::Upload { ty, bytes } => {
                     outs.push((op.bufs[0], device::upload(*ty, bytes)?));
