@@ -12,6 +12,7 @@ mod ops;
 mod reduce;
 mod view;
 
+pub use ops::broadcast_shapes;
 pub use view::SliceArg;
 
 use crate::array::{ok, Array};
