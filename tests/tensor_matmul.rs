@@ -80,3 +80,20 @@ fn matmul_is_recorded_and_replayed() {
         );
     });
 }
+
+/// Tensors are cheap handles that can be shared across threads; math functions keep the shape.
+#[test]
+fn tensors_are_send_sync_and_math_keeps_shape() {
+    leak_checked(|| {
+        fn assert_send_sync<T: Send + Sync>(_: &T) {}
+        let t = Tensor::<f64>::arange(6).reshape(&[2, 3]);
+        assert_send_sync(&t);
+        let u = t.exp().log().max(&Tensor::full(1.0, &[3]));
+        assert_eq!(u.shape(), &[2, 3]);
+        let got = u.to_vec();
+        let want = [1.0, 1.0, 2.0, 3.0, 4.0, 5.0];
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-12, "{got:?}");
+        }
+    });
+}

@@ -188,3 +188,46 @@ impl<T: crate::types::Float> Tensor<T> {
         })
     }
 }
+
+macro_rules! tensor_unary {
+    ($($name:ident),*) => {
+        /// Elementwise math on float tensors: the same functions as on `Array` (shape kept).
+        ///
+        /// ```
+        /// use kiln::prelude::*;
+        /// let t = Tensor::<f32>::full(0.0, &[2, 2]).exp().sqrt();
+        /// assert_eq!(t.to_vec(), vec![1.0; 4]);
+        /// ```
+        impl<T: crate::types::Float> Tensor<T> {$(
+            #[doc = concat!("Elementwise `", stringify!($name), "` (see `Array::", stringify!($name), "`).")]
+            pub fn $name(&self) -> Tensor<T> {
+                self.map(|a| a.$name())
+            }
+        )*}
+    };
+}
+tensor_unary!(
+    exp, exp2, log, log2, sin, cos, tan, asin, acos, atan, sinh, cosh, tanh, erf, sqrt, floor,
+    ceil, round, trunc, rcp, rsqrt
+);
+
+impl<T: Signed> Tensor<T> {
+    /// Elementwise absolute value.
+    pub fn abs(&self) -> Tensor<T> {
+        self.map(|a| a.abs())
+    }
+}
+
+macro_rules! tensor_binary {
+    ($bound:path; $($name:ident),*) => {
+        impl<T: $bound> Tensor<T> {$(
+            #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting (see `Array::", stringify!($name), "`).")]
+            #[track_caller]
+            pub fn $name(&self, other: &Tensor<T>) -> Tensor<T> {
+                ok(self.zip_with(other, |a, b| a.$name(b)))
+            }
+        )*}
+    };
+}
+tensor_binary!(Numeric; min, max);
+tensor_binary!(crate::types::Float; pow, atan2, copysign);
