@@ -954,3 +954,25 @@ fn limit_holds_for_changing_literals() {
         assert_eq!(f.stats().recordings, 1, "{}", f.stats());
     });
 }
+
+/// A fused block reduction (of an unevaluated expression) is recorded and replayed at other sizes.
+#[test]
+fn fused_block_reduction_replays() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 { (x * 2.0 + 1.0).block_sum(3) });
+        for n in [10usize, 17, 3, 40_000] {
+            let x = Float32::arange(n);
+            let want = (Float32::arange(n) * 2.0 + 1.0)
+                .eval()
+                .block_sum(3)
+                .to_vec();
+            assert_eq!(f.call(&x).unwrap().to_vec(), want, "{n}");
+        }
+        assert_eq!(
+            (f.stats().recordings, f.stats().replays),
+            (1, 3),
+            "{}",
+            f.stats()
+        );
+    });
+}

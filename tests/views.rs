@@ -81,3 +81,75 @@ fn views_inside_frozen_functions() {
         assert_eq!(f.stats().recordings, 1, "{}", f.stats());
     });
 }
+
+/// A block reduction of an unevaluated array runs its kernel piece by piece into cache-sized
+/// scratch (never a full-size array) and gives the same bits as evaluating first, for every
+/// reduction, block size (tiny, unaligned, larger than a piece) and backend.
+#[test]
+fn fused_block_reductions_equal_evaluated_ones() {
+    leak_checked(|| {
+        for backend in [kiln::BackendKind::Interp, kiln::BackendKind::Cranelift] {
+            kiln::kiln_core::with_backend(backend, || {
+                for (n, block) in [
+                    (0usize, 3usize),
+                    (1, 1),
+                    (100, 7),
+                    (1000, 1),
+                    (40_000, 16_385),
+                    (70_001, 40_000),
+                    (33, 64),
+                ] {
+                    let x = (Float32::arange(n) * 0.37).sin() * 100.0;
+                    let xi = Int32::arange(n) * 7 % 13 - 6;
+                    for op in [
+                        kiln::ReduceOp::Add,
+                        kiln::ReduceOp::Mul,
+                        kiln::ReduceOp::Min,
+                        kiln::ReduceOp::Max,
+                    ] {
+                        let lazy = kiln::kiln_core::block_reduce(op, x.id(), block).unwrap();
+                        let lazy_i = kiln::kiln_core::block_reduce(op, xi.id(), block).unwrap();
+                        let (xe, xie) = (x.clone(), xi.clone());
+                        kiln::eval!(xe, xie);
+                        let eager = kiln::kiln_core::block_reduce(op, xe.id(), block).unwrap();
+                        let eager_i = kiln::kiln_core::block_reduce(op, xie.id(), block).unwrap();
+                        let bits = |id| kiln::kiln_core::read_bytes(id).unwrap();
+                        assert_eq!(
+                            bits(lazy),
+                            bits(eager),
+                            "{backend} f32 {op:?} n={n} block={block}"
+                        );
+                        assert_eq!(
+                            bits(lazy_i),
+                            bits(eager_i),
+                            "{backend} i32 {op:?} n={n} block={block}"
+                        );
+                        for id in [lazy, lazy_i, eager, eager_i] {
+                            kiln::kiln_core::dec_ref(id);
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// An axis reduction of an expression (a view of it, even) is one launch.
+#[test]
+fn axis_reduction_of_an_expression_is_fused() {
+    leak_checked(|| {
+        let t = Tensor::<f32>::arange(12).reshape(&[3, 4]);
+        let e = (&t * 2.0).exp().log(); // lazy
+        let (s, d) = delta(|| {
+            let s = e.sum_axis(0);
+            s.eval();
+            s
+        });
+        assert_eq!(d.launches, 1);
+        let got = s.to_vec();
+        let want = [24.0, 30.0, 36.0, 42.0];
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-3, "{got:?}");
+        }
+    });
+}

@@ -68,6 +68,18 @@ pub enum DeviceOpKind<'a> {
         block: usize,
         size_sym: ExprId,
     },
+    /// A launch whose single output is reduced in blocks of `block` lanes as it is produced.
+    /// Buffers: the kernel's non-output parameters in order, then the `⌈size / block⌉` results.
+    LaunchBlockReduce {
+        hash: KernelHash,
+        kernel: &'a Arc<dyn CompiledKernel>,
+        params: &'a [Param],
+        out_param: usize,
+        op: ReduceOp,
+        block: usize,
+        launch_block: usize,
+        size_sym: ExprId,
+    },
     /// Buffers: input, size-1 result.
     Reduce(ReduceOp),
     /// Buffers: input, output.
@@ -92,6 +104,10 @@ impl DeviceOpKind<'_> {
         match self {
             DeviceOpKind::Launch { .. } => SizeRule::Launch,
             DeviceOpKind::Reduce(_) | DeviceOpKind::LaunchReduce { .. } => SizeRule::One,
+            DeviceOpKind::LaunchBlockReduce { block, .. } => SizeRule::Blocks {
+                input: 0,
+                block: *block,
+            },
             DeviceOpKind::BlockReduce { block, .. } => SizeRule::Blocks {
                 input: 0,
                 block: *block,
@@ -109,6 +125,7 @@ impl DeviceOpKind<'_> {
         match self {
             DeviceOpKind::Launch { .. } => "launch",
             DeviceOpKind::LaunchReduce { .. } => "launch+reduce",
+            DeviceOpKind::LaunchBlockReduce { .. } => "launch+block_reduce",
             DeviceOpKind::Reduce(_) => "reduce",
             DeviceOpKind::BlockReduce { .. } => "block_reduce",
             DeviceOpKind::PrefixSum { .. } => "prefix_sum",
@@ -308,6 +325,135 @@ pub fn launch_reduce(
     Ok((out, bits, st))
 }
 
+/// Lanes computed per kernel call of a fused block reduction (into a scratch buffer that stays in
+/// cache; a multiple of 16 so that pieces of one block reduce to the same bits as the whole).
+const FUSED_PIECE: usize = 16_384;
+
+/// Run a kernel and reduce each block of `block` consecutive lanes of its single output as the
+/// output is produced (into per-task scratch, never a full-size array). `inputs` has one buffer per
+/// kernel parameter except the output at `out_param`. Returns the `⌈size / block⌉` results (the
+/// same bits as evaluating the output and calling [`block_reduce`]) and the launch status.
+pub fn launch_block_reduce(
+    spec: LaunchSpec,
+    size: usize,
+    inputs: &[&Buffer],
+    out_param: usize,
+    op: ReduceOp,
+    block: usize,
+) -> Result<(Buffer, [u64; STATUS_LEN])> {
+    assert!(
+        block > 0,
+        "kiln internal error: block reduction with block 0"
+    );
+    let ty = spec.params[out_param].ty;
+    let n_out = size.div_ceil(block);
+    let out = Buffer::new(ty, n_out, &|| {
+        format!("block reduction output of {n_out} × {ty}")
+    })?;
+    let n_params = inputs.len() + 1;
+    let param_buf = |i: usize| -> Option<&Buffer> {
+        match i.cmp(&out_param) {
+            std::cmp::Ordering::Less => Some(inputs[i]),
+            std::cmp::Ordering::Equal => None,
+            std::cmp::Ordering::Greater => Some(inputs[i - 1]),
+        }
+    };
+    let lens: Vec<u64> = (0..n_params)
+        .map(|i| param_buf(i).map_or(0, |b| b.len as u64))
+        .collect();
+    let status: [AtomicU64; STATUS_LEN] = Default::default();
+    // lanes [s, e) of the output into scratch[s − base ..]; runs start at a multiple of
+    // BLOCK_ALIGN (vector code writes whole vectors), the lanes before `s` are computed and ignored
+    let run = |scratch: &Buffer, s: usize, e: usize| -> usize {
+        let base = s - s % launch::BLOCK_ALIGN;
+        let ptrs: Vec<*mut u8> = (0..n_params)
+            .map(|i| match param_buf(i) {
+                Some(b) => b.ptr(),
+                None => scratch.ptr().wrapping_sub(base * ty.size_bytes()),
+            })
+            .collect();
+        let args = LaunchArgs {
+            ptrs: ptrs.as_ptr(),
+            lens: lens.as_ptr(),
+            status: status.as_ptr(),
+        };
+        // SAFETY: inputs are live buffers matching the kernel's parameters for all `size` lanes;
+        // lanes [base, e) write scratch[0, e − base) (plus vector slack), and the scratch holds
+        // FUSED_PIECE + BLOCK_ALIGN elements with e − base <= FUSED_PIECE + BLOCK_ALIGN.
+        unsafe { spec.kernel.run(&args, base as u64, e as u64) };
+        s - base
+    };
+    let t = Instant::now();
+    let outs_per_task = (4 * FUSED_PIECE / block).max(1);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    launch::for_blocks(n_out, outs_per_task, |o0, o1| {
+        let Ok(scratch) = Buffer::new(ty, FUSED_PIECE + launch::BLOCK_ALIGN, &|| {
+            "a fused block-reduction scratch buffer".into()
+        }) else {
+            failed.store(true, Relaxed);
+            return;
+        };
+        if block <= FUSED_PIECE {
+            // whole blocks per kernel call
+            let per_run = FUSED_PIECE / block;
+            let mut o = o0;
+            while o < o1 {
+                let oe = (o + per_run).min(o1);
+                let (s, e) = (o * block, (oe * block).min(size));
+                let skip = run(&scratch, s, e);
+                for k in o..oe {
+                    let bs = skip + (k - o) * block;
+                    let be = (skip + (k - o + 1) * block).min(skip + e - s);
+                    set_elem(&out, k, reduce_range(op, &scratch, bs, be));
+                }
+                o = oe;
+            }
+        } else {
+            // one block in pieces, the accumulator carried across them
+            for k in o0..o1 {
+                let (bs, be) = (k * block, ((k + 1) * block).min(size));
+                let mut acc = Accum::new(op, ty);
+                let mut s = bs;
+                while s < be {
+                    let e = (s + FUSED_PIECE).min(be);
+                    let skip = run(&scratch, s, e);
+                    acc.feed(&scratch, skip, skip + e - s);
+                    s = e;
+                }
+                set_elem(&out, k, acc.finish());
+            }
+        }
+    });
+    if failed.load(Relaxed) {
+        return Err(crate::Error::OutOfMemory {
+            bytes: ((FUSED_PIECE + launch::BLOCK_ALIGN) * ty.size_bytes()) as u128,
+            what: "a fused block-reduction scratch buffer".into(),
+        });
+    }
+    stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+    stats::LAUNCHES.fetch_add(1, Relaxed);
+    let st = [status[0].load(Relaxed), status[1].load(Relaxed)];
+    stats::OOB_READS.fetch_add(st[STATUS_OOB_READS], Relaxed);
+    stats::OOB_WRITES.fetch_add(st[STATUS_OOB_WRITES], Relaxed);
+    let mut all: Vec<&Buffer> = inputs.to_vec();
+    all.push(&out);
+    notify(
+        DeviceOpKind::LaunchBlockReduce {
+            hash: spec.hash,
+            kernel: spec.kernel,
+            params: spec.params,
+            out_param,
+            op,
+            block,
+            launch_block: spec.block,
+            size_sym: spec.size_sym,
+        },
+        size,
+        &all,
+    );
+    Ok((out, st))
+}
+
 /// A fresh buffer holding `bytes` (little-endian elements of `ty`).
 pub fn upload(ty: VarType, bytes: &[u8]) -> Result<Buffer> {
     let len = bytes.len() / ty.size_bytes();
@@ -355,50 +501,86 @@ fn set_elem(buf: &Buffer, i: usize, v: u64) {
     unsafe { crate::backend::write_bits(buf.ptr(), buf.ty, i, v) }
 }
 
+/// A reduction in progress over consecutive pieces of one range. Feeding pieces whose lengths are
+/// multiples of 16 (all but the last) gives the same bits as feeding the whole range at once, so a
+/// fused reduction that produces its input piece by piece agrees with one over an evaluated array.
 /// Typed fast paths for the hot reductions (sum of f32/f64, count of masks); others use bit-level
 /// `eval_reduce`, which defines the semantics.
-fn reduce_range(op: ReduceOp, buf: &Buffer, s: usize, e: usize) -> u64 {
-    let ty = buf.ty;
-    // SAFETY (all slices below): the buffer holds buf.len >= e initialised elements of the type.
-    match (op, ty) {
-        (ReduceOp::Add, VarType::F32) => {
-            let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const f32, buf.len) };
-            let mut acc = [0f32; 16];
-            let chunks = xs[s..e].chunks_exact(16);
-            let rest = chunks.remainder();
-            for c in chunks {
-                for k in 0..16 {
-                    acc[k] += c[k];
-                }
-            }
-            let mut t: f64 = acc.iter().map(|&v| v as f64).sum();
-            t += rest.iter().map(|&v| v as f64).sum::<f64>();
-            (t as f32).to_bits() as u64
-        }
-        (ReduceOp::Add, VarType::F64) => {
-            let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const f64, buf.len) };
-            let mut acc = [0f64; 8];
-            let chunks = xs[s..e].chunks_exact(8);
-            let rest = chunks.remainder();
-            for c in chunks {
-                for k in 0..8 {
-                    acc[k] += c[k];
-                }
-            }
-            (acc.iter().sum::<f64>() + rest.iter().sum::<f64>()).to_bits()
-        }
-        (ReduceOp::Add, VarType::Bool) => {
-            let xs = unsafe { std::slice::from_raw_parts(buf.ptr(), buf.len) };
-            xs[s..e].iter().map(|&b| (b & 1) as u64).sum()
-        }
-        _ => {
-            let mut acc = reduce_identity(op, ty);
-            for i in s..e {
-                acc = eval_reduce(op, ty, acc, elem(buf, i));
-            }
-            acc
+struct Accum {
+    op: ReduceOp,
+    ty: VarType,
+    f32s: [f32; 16],
+    f64s: [f64; 8],
+    /// Sum of the elements after the last whole group (f32/f64 sums) or the running value.
+    tail: f64,
+    bits: u64,
+}
+
+impl Accum {
+    fn new(op: ReduceOp, ty: VarType) -> Accum {
+        Accum {
+            op,
+            ty,
+            f32s: [0.0; 16],
+            f64s: [0.0; 8],
+            tail: 0.0,
+            bits: reduce_identity(op, ty),
         }
     }
+
+    /// Add elements `s..e` of `buf`.
+    fn feed(&mut self, buf: &Buffer, s: usize, e: usize) {
+        // SAFETY (all slices below): the buffer holds buf.len >= e initialised elements of the type.
+        match (self.op, self.ty) {
+            (ReduceOp::Add, VarType::F32) => {
+                let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const f32, buf.len) };
+                let chunks = xs[s..e].chunks_exact(16);
+                self.tail += chunks.remainder().iter().map(|&v| v as f64).sum::<f64>();
+                for c in chunks {
+                    for (a, v) in self.f32s.iter_mut().zip(c) {
+                        *a += v;
+                    }
+                }
+            }
+            (ReduceOp::Add, VarType::F64) => {
+                let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const f64, buf.len) };
+                let chunks = xs[s..e].chunks_exact(8);
+                self.tail += chunks.remainder().iter().sum::<f64>();
+                for c in chunks {
+                    for (a, v) in self.f64s.iter_mut().zip(c) {
+                        *a += v;
+                    }
+                }
+            }
+            (ReduceOp::Add, VarType::Bool) => {
+                let xs = unsafe { std::slice::from_raw_parts(buf.ptr(), buf.len) };
+                self.bits += xs[s..e].iter().map(|&b| (b & 1) as u64).sum::<u64>();
+            }
+            (op, ty) => {
+                for i in s..e {
+                    self.bits = eval_reduce(op, ty, self.bits, elem(buf, i));
+                }
+            }
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        match (self.op, self.ty) {
+            (ReduceOp::Add, VarType::F32) => {
+                let t: f64 = self.f32s.iter().map(|&v| v as f64).sum::<f64>() + self.tail;
+                (t as f32).to_bits() as u64
+            }
+            (ReduceOp::Add, VarType::F64) => (self.f64s.iter().sum::<f64>() + self.tail).to_bits(),
+            _ => self.bits,
+        }
+    }
+}
+
+/// Reduce elements `s..e` of `buf` to bits.
+fn reduce_range(op: ReduceOp, buf: &Buffer, s: usize, e: usize) -> u64 {
+    let mut acc = Accum::new(op, buf.ty);
+    acc.feed(buf, s, e);
+    acc.finish()
 }
 
 /// Combine per-block partial results (f32 partials were carried as f32 bits).

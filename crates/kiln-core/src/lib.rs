@@ -167,8 +167,12 @@ pub fn block_reduce(op: ReduceOp, id: VarId, block: usize) -> Result<VarId> {
             describe(id)
         )));
     }
+    let ty = var_type(id);
+    // an unevaluated input is produced and reduced piece by piece, never stored
+    if let Some(out) = schedule::block_reduce_fused(op, id, block)? {
+        return Ok(data_var(ty, out));
+    }
     let buf = evaluated_buffer(id)?;
-    let ty = buf.ty;
     let out = device::block_reduce(op, &buf, block)?;
     Ok(data_var(ty, out))
 }

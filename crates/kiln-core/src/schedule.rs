@@ -620,11 +620,25 @@ fn report_launch(
     }
 }
 
-/// Reduce an unevaluated variable without materialising it: its kernel runs block by block into a
-/// cache-sized scratch buffer that is reduced at once (one fused launch, no full-size array).
-/// Returns `None` — and does nothing — when `id` is evaluated (reduce its buffer instead). The
-/// variable itself stays unevaluated: evaluate it first if it will be read again.
-pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<(Buffer, u64)>> {
+/// A kernel computing the unevaluated `id` whose single output is consumed as it is produced
+/// (never stored): what the fused reductions launch.
+struct FusedKernel<'a> {
+    built: &'a Built,
+    look: &'a cache::Lookup,
+    kind: BackendKind,
+    hash: crate::kernel::KernelHash,
+    /// The kernel's non-output parameters, in order.
+    inputs: Vec<&'a Buffer>,
+    out_param: usize,
+}
+
+/// Build and compile the kernel of the unevaluated `id` and hand it to `run`; `None` (and nothing
+/// run) when `id` is evaluated.
+fn with_fused_kernel<R>(
+    id: VarId,
+    what: &str,
+    run: impl FnOnce(&FusedKernel) -> Result<R>,
+) -> Result<Option<R>> {
     eval_side_effects()?;
     let _serial = EVAL_LOCK.lock();
     let mut st = STATE.lock();
@@ -650,7 +664,7 @@ pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<(Buffer, u64)>> {
         let hash = built.kernel.hash();
         let look = cache::get(be.as_ref(), &built.kernel, hash)?;
         if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
-            tracing::trace!(target: "kiln::kernel", "kernel IR (fused {op:?} reduction):\n{}", built.kernel);
+            tracing::trace!(target: "kiln::kernel", "kernel IR ({what}):\n{}", built.kernel);
         }
         let inputs: Vec<&Buffer> = built
             .bindings
@@ -665,16 +679,49 @@ pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<(Buffer, u64)>> {
             .iter()
             .position(|b| matches!(b, Binding::Output(_)))
             .expect("one output");
-        let t = Instant::now();
-        let spec = built.spec(&look.kernel, hash);
-        let (out, bits, status) = device::launch_reduce(spec, size, &inputs, out_param, op)?;
-        report_launch(&built, kind, &look, t, status, "reduce()");
-        Ok(Some((out, bits)))
+        run(&FusedKernel {
+            built: &built,
+            look: &look,
+            kind,
+            hash,
+            inputs,
+            out_param,
+        })
+        .map(Some)
     })();
     let mut garbage = Vec::new();
     STATE.lock().dec_int(id.0, &mut garbage);
     drop(garbage);
     result
+}
+
+/// Reduce an unevaluated variable without materialising it: its kernel runs block by block into a
+/// cache-sized scratch buffer that is reduced at once (one fused launch, no full-size array).
+/// Returns `None` — and does nothing — when `id` is evaluated (reduce its buffer instead). The
+/// variable itself stays unevaluated: evaluate it first if it will be read again.
+pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<(Buffer, u64)>> {
+    with_fused_kernel(id, "fused reduction", |f| {
+        let t = Instant::now();
+        let spec = f.built.spec(&f.look.kernel, f.hash);
+        let (out, bits, status) =
+            device::launch_reduce(spec, f.built.size, &f.inputs, f.out_param, op)?;
+        report_launch(f.built, f.kind, f.look, t, status, "reduce()");
+        Ok((out, bits))
+    })
+}
+
+/// Reduce each block of `block` consecutive elements of an unevaluated variable without
+/// materialising it (the kernel runs into cache-sized scratch, block by block). `None` when `id`
+/// is evaluated. Gives the same bits as evaluating first and reducing.
+pub fn block_reduce_fused(op: ReduceOp, id: VarId, block: usize) -> Result<Option<Buffer>> {
+    with_fused_kernel(id, "fused block reduction", |f| {
+        let t = Instant::now();
+        let spec = f.built.spec(&f.look.kernel, f.hash);
+        let (out, status) =
+            device::launch_block_reduce(spec, f.built.size, &f.inputs, f.out_param, op, block)?;
+        report_launch(f.built, f.kind, f.look, t, status, "block_reduce()");
+        Ok(out)
+    })
 }
 
 /// Whether `KILN_DEBUG=1` is set (report out-of-range accesses as warnings).

@@ -434,6 +434,35 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
                 block,
             }
         }
+        DeviceOpKind::LaunchBlockReduce {
+            hash,
+            kernel,
+            params,
+            out_param,
+            op,
+            block,
+            launch_block,
+            size_sym,
+        } => {
+            launch_size = r.expr(size_sym, rec.size);
+            let n = rec.buffers.len();
+            for i in 0..n - 1 {
+                bufs.push(r.input_buf(addr(i), name));
+            }
+            let bl = r.expr(0, block);
+            let out_len = rec.buffers[n - 1].len as u64;
+            let e = r.node(SizeNode::DivCeil(launch_size, bl), out_len);
+            bufs.push(r.new_buf(addr(n - 1), params[out_param].ty, e, op_index));
+            ReplayKind::LaunchBlockReduce {
+                hash,
+                kernel: kernel.clone(),
+                params: params.into(),
+                out_param,
+                op,
+                block,
+                launch_block,
+            }
+        }
         DeviceOpKind::Reduce(op) => {
             bufs.push(r.input_buf(addr(0), name));
             let one = r.expr(0, 1);

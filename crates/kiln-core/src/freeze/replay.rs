@@ -73,6 +73,15 @@ pub(crate) enum ReplayKind {
         op: ReduceOp,
         block: usize,
     },
+    LaunchBlockReduce {
+        hash: KernelHash,
+        kernel: Arc<dyn CompiledKernel>,
+        params: Arc<[Param]>,
+        out_param: usize,
+        op: ReduceOp,
+        block: usize,
+        launch_block: usize,
+    },
     Reduce(ReduceOp),
     BlockReduce {
         op: ReduceOp,
@@ -211,7 +220,9 @@ impl Recording {
             .filter(|o| {
                 matches!(
                     o.kind,
-                    ReplayKind::Launch { .. } | ReplayKind::LaunchReduce { .. }
+                    ReplayKind::Launch { .. }
+                        | ReplayKind::LaunchReduce { .. }
+                        | ReplayKind::LaunchBlockReduce { .. }
                 )
             })
             .count()
@@ -436,6 +447,30 @@ impl Recording {
                     let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
                     let spec = LaunchSpec::constant(kernel, *hash, params, &[], *block);
                     let (out, _, _) = device::launch_reduce(spec, size, &refs, *out_param, *rop)?;
+                    outs.push((op.bufs[n - 1], out));
+                }
+                ReplayKind::LaunchBlockReduce {
+                    hash,
+                    kernel,
+                    params,
+                    out_param,
+                    op: rop,
+                    block,
+                    launch_block,
+                } => {
+                    let size = known(&vals, op.size)?;
+                    let n = op.bufs.len();
+                    let mut held = Vec::with_capacity(n - 1);
+                    for (j, &b) in op.bufs[..n - 1].iter().enumerate() {
+                        let p = if j < *out_param { j } else { j + 1 };
+                        let buf = get(table, b)?;
+                        check_len(params[p].kind, buf.len, size)?;
+                        held.push(buf);
+                    }
+                    let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
+                    let spec = LaunchSpec::constant(kernel, *hash, params, &[], *launch_block);
+                    let (out, _) =
+                        device::launch_block_reduce(spec, size, &refs, *out_param, *rop, *block)?;
                     outs.push((op.bufs[n - 1], out));
                 }
                 ReplayKind::Reduce(rop) => {
