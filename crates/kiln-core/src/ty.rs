@@ -103,7 +103,9 @@ impl fmt::Display for VarType {
 /// assert_eq!(<f32 as Scalar>::TYPE, VarType::F32);
 /// assert_eq!(f32::from_bits64(1.5f32.to_bits64()), 1.5);
 /// ```
-pub trait Scalar: Copy + Send + Sync + PartialEq + fmt::Debug + Default + 'static {
+pub trait Scalar:
+    Copy + Send + Sync + PartialEq + fmt::Debug + fmt::Display + Default + 'static
+{
     const TYPE: VarType;
     /// The value's bits, zero-extended into a `u64`.
     fn to_bits64(self) -> u64;
