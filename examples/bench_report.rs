@@ -746,11 +746,43 @@ fn matmul_note(cfg: &Config, notes: &mut Vec<String>) {
         time(|| drop(black_box(a.matmul(&b))))
     });
     let gflops = 2.0 * (side as f64).powi(3) / t.median / 1e9;
+    let numpy = numpy_matmul_ms(side);
+    let vs = match numpy {
+        Some(np) => {
+            format!(
+            "NumPy (OpenBLAS) {np:.2} ms in the same run: {:.0}% of its speed (target >= 80%: {})",
+            np / (t.median * 1e3) * 100.0,
+            if np / (t.median * 1e3) >= 0.8 { "MET" } else { "MISSED" }
+        )
+        }
+        None => "set KILN_NUMPY_PYTHON to a Python with NumPy to compare (target >= 80% of NumPy)"
+            .into(),
+    };
     notes.push(format!(
-        "matmul {side}^2 f32: {} ({gflops:.1} GFLOP/s, matrixmultiply kernels on {} threads); the target (>= 80% of NumPy/OpenBLAS) needs the peer bench (LLVM issue)",
+        "matmul {side}^2 f32: {} ({gflops:.1} GFLOP/s, matrixmultiply kernels on {} threads); {vs}",
         ms(t.median),
         kiln::kiln_core::launch::threads()
     ));
+}
+
+/// Median milliseconds of NumPy's `a @ b` for two `side²` f32 matrices, run by the Python named by
+/// `KILN_NUMPY_PYTHON` (none set, or it fails: `None`).
+fn numpy_matmul_ms(side: usize) -> Option<f64> {
+    let python = std::env::var("KILN_NUMPY_PYTHON").ok()?;
+    let script = format!(
+        "import numpy as np, time\n\
+         a = np.random.rand({side}, {side}).astype(np.float32)\n\
+         b = np.random.rand({side}, {side}).astype(np.float32)\n\
+         a @ b\n\
+         ts = []\n\
+         for _ in range(15):\n    t = time.perf_counter(); a @ b; ts.append(time.perf_counter() - t)\n\
+         ts.sort(); print(ts[7] * 1e3)\n"
+    );
+    let out = std::process::Command::new(python)
+        .args(["-c", &script])
+        .output()
+        .ok()?;
+    String::from_utf8(out.stdout).ok()?.trim().parse().ok()
 }
 
 fn print_table(rows: &[Row]) {

@@ -703,9 +703,9 @@ pub fn compress(buf: &Buffer) -> Result<Buffer> {
     Ok(out)
 }
 
-/// Rows of the product per parallel task of `matmul` (each task multiplies a band of `a`'s rows
-/// by all of `b`, which stays shared in cache).
-const MATMUL_ROWS: usize = 64;
+/// The fewest rows of the product per parallel task of `matmul`. Each task multiplies a band of
+/// `a`'s rows by all of `b` and packs `b` for itself, so bands are as few as there are threads.
+const MATMUL_MIN_ROWS: usize = 64;
 
 /// The row-major product of `a` (`m × k`) and `b` (`k × n`), f32 or f64, on all cores. Callers
 /// check the types and that `a.len == m·k`, `b.len == k·n`.
@@ -721,7 +721,8 @@ pub fn matmul(a: &Buffer, b: &Buffer, m: usize, k: usize, n: usize) -> Result<Bu
         unsafe { std::ptr::write_bytes(out.ptr(), 0, out.bytes()) };
     } else if m * n > 0 {
         let (pa, pb, pc) = (a.ptr() as usize, b.ptr() as usize, out.ptr() as usize);
-        launch::for_blocks(m, MATMUL_ROWS, |s, e| {
+        let band = m.div_ceil(launch::threads()).max(MATMUL_MIN_ROWS);
+        launch::for_blocks(m, band, |s, e| {
             let rows = e - s;
             // SAFETY: rows s..e of a (k each) and of the output (n each) lie inside their buffers
             // (a.len = m·k, out.len = m·n, checked above); b holds k·n elements; row bands of the
