@@ -710,7 +710,7 @@ fn row_transpose(cfg: &Config, notes: &mut Vec<String>) -> Row {
     );
     let same = (t.transpose() * 2.0 + 1.0).to_vec() == tiled;
     notes.push(format!(
-        "transpose*2+1 {side}x{side}: kiln {} (one gather per lane), tiled rayon {}, ndarray par {}; results equal: {same}",
+        "transpose*2+1 {side}x{side}: kiln {} (2-d tiles of 64 x 64 lanes, one gather per lane), tiled rayon {}, ndarray par {}; results equal: {same}",
         ms(k.median),
         ms(ray.median),
         ms(nd.median)

@@ -37,6 +37,9 @@ pub const MAX_RANK: usize = 8;
 pub struct Tensor<T: Scalar> {
     array: Array<T>,
     shape: Vec<usize>,
+    /// Unevaluated and reads a source whose last axis is not this tensor's last axis (a transpose
+    /// or permutation somewhere in its expression): evaluated in 2-d tiles.
+    transposed: bool,
 }
 
 impl<T: Scalar> Clone for Tensor<T> {
@@ -44,6 +47,7 @@ impl<T: Scalar> Clone for Tensor<T> {
         Tensor {
             array: self.array.clone(),
             shape: self.shape.clone(),
+            transposed: self.transposed,
         }
     }
 }
@@ -91,6 +95,7 @@ impl<T: Scalar> Tensor<T> {
         Ok(Tensor {
             array,
             shape: shape.to_vec(),
+            transposed: false,
         })
     }
     /// A tensor holding `data` (row-major) with shape `shape`. Panics if the element count and the
@@ -126,6 +131,7 @@ impl<T: Scalar> Tensor<T> {
         Ok(Tensor {
             array: Array::try_from_slice(data)?,
             shape: shape.to_vec(),
+            transposed: false,
         })
     }
     /// `value` everywhere (a literal: no memory until evaluated).
@@ -135,6 +141,7 @@ impl<T: Scalar> Tensor<T> {
         Tensor {
             array: Array::full(value, n),
             shape: shape.to_vec(),
+            transposed: false,
         }
     }
     /// A rank-0 tensor (one element).
@@ -169,16 +176,29 @@ impl<T: Scalar> Tensor<T> {
     /// Evaluate now.
     #[track_caller]
     pub fn eval(&self) -> &Self {
-        self.array.eval();
+        ok(self.try_eval());
         self
+    }
+    /// Evaluate now, returning errors instead of panicking. An expression that reads a transposed
+    /// source runs in 2-d tiles (rows of the last axis), so that it reads the source a tile at a
+    /// time rather than one cache line per element.
+    pub fn try_eval(&self) -> Result<&Self> {
+        if self.transposed && self.ndim() >= 2 && !self.array.is_evaluated() {
+            let cols = self.shape[self.ndim() - 1];
+            kiln_core::schedule::eval_tiled(self.array.id(), cols)?;
+        } else {
+            self.array.try_eval()?;
+        }
+        Ok(self)
     }
     /// The elements in row-major order (evaluates first).
     #[track_caller]
     pub fn to_vec(&self) -> Vec<T> {
-        self.array.to_vec()
+        ok(self.try_to_vec())
     }
     /// As [`Tensor::to_vec`], returning errors instead of panicking.
     pub fn try_to_vec(&self) -> Result<Vec<T>> {
+        self.try_eval()?;
         self.array.try_to_vec()
     }
     /// Convert each element (Rust `as` semantics).
@@ -186,6 +206,7 @@ impl<T: Scalar> Tensor<T> {
         Tensor {
             array: self.array.cast(),
             shape: self.shape.clone(),
+            transposed: self.transposed,
         }
     }
     /// Element `[i, j, …]` as a size-1 array (lazy): for absolutely indexed weights.
@@ -234,6 +255,7 @@ impl<T: Scalar> Tensor<T> {
         Tensor {
             array: f(&self.array),
             shape: self.shape.clone(),
+            transposed: self.transposed,
         }
     }
 }
@@ -252,6 +274,7 @@ impl<T: Numeric> Tensor<T> {
         Tensor {
             array: Array::arange(n),
             shape: vec![n],
+            transposed: false,
         }
     }
     /// The `n × n` identity.
@@ -266,6 +289,7 @@ impl<T: Numeric> Tensor<T> {
         Tensor {
             array: crate::select(&diag, T::one(), T::zero()),
             shape: vec![n, n],
+            transposed: false,
         }
     }
 }

@@ -41,6 +41,7 @@ impl<T: Scalar> Tensor<T> {
         Ok(Tensor {
             array: f(&a.array, &b.array),
             shape,
+            transposed: a.transposed || b.transposed,
         })
     }
     /// Choose `a` where `mask` is true, else `b` (all three broadcast together).
@@ -57,6 +58,7 @@ impl<T: Scalar> Tensor<T> {
         Tensor {
             array: crate::select(&m.array, &a.array, &b.array),
             shape,
+            transposed: m.transposed || a.transposed || b.transposed,
         }
     }
 }
@@ -185,6 +187,7 @@ impl<T: crate::types::Float> Tensor<T> {
         Ok(Tensor {
             array: Array::from_id(id),
             shape: vec![m, n],
+            transposed: false,
         })
     }
 }

@@ -49,6 +49,7 @@ impl<T: Numeric> Tensor<T> {
             return Ok(Tensor {
                 array: Array::full(id, n),
                 shape,
+                transposed: false,
             });
         }
         // the axis last, so that every output element is one contiguous block
@@ -56,7 +57,11 @@ impl<T: Numeric> Tensor<T> {
         axes.push(axis);
         let moved = self.try_permute(&axes)?;
         let array = Array::from_id(core::block_reduce(op, moved.array.id(), len)?);
-        Ok(Tensor { array, shape })
+        Ok(Tensor {
+            array,
+            shape,
+            transposed: false,
+        })
     }
 
     /// Sum along `axis` (dropped).
@@ -135,6 +140,7 @@ impl<T: Numeric> Tensor<T> {
         let coord = Tensor {
             array: super::view::coordinate::<u64>(&self.shape, axis),
             shape: self.shape.clone(),
+            transposed: false,
         };
         let candidate = Tensor::select(&is_best, &coord, &Tensor::scalar(u64::MAX));
         candidate.reduce_axis(ReduceOp::Min, axis, keepdim)

@@ -54,6 +54,8 @@ pub enum DeviceOpKind<'a> {
         /// Indexed parameters the kernel writes into (scatter targets).
         modified: &'a [u32],
         block: usize,
+        /// Run in 2-d tiles of rows of this many lanes (0: linear blocks).
+        tile_cols: usize,
         /// The launch size's expression while recording (0: constant).
         size_sym: ExprId,
     },
@@ -190,6 +192,8 @@ pub struct LaunchSpec<'a> {
     /// Indexed parameters the kernel writes into (scatter targets).
     pub modified: &'a [u32],
     pub block: usize,
+    /// Run in 2-d tiles of rows of this many lanes where possible (0: linear blocks).
+    pub tile_cols: usize,
     /// The launch size's expression while recording (0: constant).
     pub size_sym: ExprId,
 }
@@ -209,6 +213,7 @@ impl<'a> LaunchSpec<'a> {
             params,
             modified,
             block,
+            tile_cols: 0,
             size_sym: 0,
         }
     }
@@ -228,7 +233,13 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
     // SAFETY: the scheduler (or a replay, which checks the same) built `buffers` to match the
     // kernel's parameters: inputs hold `size` (or 1, broadcast) elements, outputs were allocated for
     // `size`, indexed buffers carry their length; all stay alive (borrowed) for the launch.
-    unsafe { launch::launch(spec.kernel.as_ref(), &args, size, spec.block) };
+    unsafe {
+        if spec.tile_cols > 0 && launch::can_tile(size, spec.tile_cols) {
+            launch::launch_tiled(spec.kernel.as_ref(), &args, size, spec.tile_cols)
+        } else {
+            launch::launch(spec.kernel.as_ref(), &args, size, spec.block)
+        }
+    };
     stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
     stats::LAUNCHES.fetch_add(1, Relaxed);
     let st = [status[0].load(Relaxed), status[1].load(Relaxed)];
@@ -241,6 +252,7 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
             params: spec.params,
             modified: spec.modified,
             block: spec.block,
+            tile_cols: spec.tile_cols,
             size_sym: spec.size_sym,
         },
         size,

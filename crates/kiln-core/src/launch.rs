@@ -83,6 +83,40 @@ pub unsafe fn launch(kernel: &dyn CompiledKernel, args: &LaunchArgs, n: usize, b
     });
 }
 
+/// Lanes of a tile side in a tiled launch.
+pub const TILE: usize = 64;
+
+/// Whether a launch of `n` lanes can run in 2-d tiles of rows of `cols` lanes (every segment a
+/// whole number of 4-lane vectors, so that no vector written crosses into another segment).
+pub fn can_tile(n: usize, cols: usize) -> bool {
+    cols >= TILE && cols % 4 == 0 && n % cols == 0 && n / cols >= TILE
+}
+
+/// Run a compiled kernel over `[0, n)` seen as rows of `cols` lanes, in `TILE × TILE` tiles: each
+/// task takes a band of `TILE` rows and walks it tile by tile, running the kernel on one row
+/// segment of a tile at a time. A kernel whose lanes read a transposed (strided) source then
+/// touches one tile of the source at a time instead of one cache line per lane.
+///
+/// # Safety
+/// As [`launch`]; also `can_tile(n, cols)`.
+pub unsafe fn launch_tiled(kernel: &dyn CompiledKernel, args: &LaunchArgs, n: usize, cols: usize) {
+    debug_assert!(can_tile(n, cols));
+    let rows = n / cols;
+    let band = |b: usize| {
+        for tc in (0..cols).step_by(TILE) {
+            let w = TILE.min(cols - tc);
+            for r in b * TILE..((b + 1) * TILE).min(rows) {
+                let s = r * cols + tc;
+                // SAFETY: forwarded to the caller; segments are disjoint and a whole number of
+                // vectors long (cols % 4 == 0, TILE % 4 == 0).
+                unsafe { kernel.run(args, s as u64, (s + w) as u64) };
+            }
+        }
+    };
+    let bands = rows.div_ceil(TILE);
+    pool().install(|| (0..bands).into_par_iter().for_each(band));
+}
+
 /// Map `f` over the blocks of `[0, n)` in parallel and return the per-block results in order.
 pub fn map_blocks<R: Send>(
     n: usize,

@@ -100,6 +100,8 @@ struct Built {
     sym: u32,
     /// Indexed parameters written by scatters.
     modified: Vec<u32>,
+    /// Run in 2-d tiles of rows of this many lanes (0: linear).
+    tile_cols: usize,
 }
 
 struct Builder<'a> {
@@ -356,6 +358,7 @@ fn build(st: &State, g: Group) -> Built {
         size: g.size,
         sym: g.sym,
         modified: b.modified,
+        tile_cols: 0,
     }
 }
 
@@ -372,6 +375,7 @@ impl Built {
             params: &self.kernel.params,
             modified: &self.modified,
             block: block_for(self.kernel.len()),
+            tile_cols: self.tile_cols,
             size_sym: self.sym,
         }
     }
@@ -472,7 +476,19 @@ pub fn eval_all() -> Result<()> {
     run(None)
 }
 
+/// Evaluate `id` (a row-major matrix of rows of `cols` elements, or more dimensions flattened into
+/// rows) with its kernel run in 2-d tiles: for expressions that read a transposed source, whose
+/// lanes would otherwise each touch another cache line. Falls back to a linear launch where tiles
+/// do not fit.
+pub fn eval_tiled(id: VarId, cols: usize) -> Result<()> {
+    run_with(Some(&[id]), Some((id.0, cols)))
+}
+
 fn run(ids: Option<&[VarId]>) -> Result<()> {
+    run_with(ids, None)
+}
+
+fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
     let _serial = EVAL_LOCK.lock();
     let mut st = STATE.lock();
     let mut roots: Vec<u32> = Vec::new();
@@ -511,6 +527,11 @@ fn run(ids: Option<&[VarId]>) -> Result<()> {
         .into_iter()
         .map(|g| build(&st, g))
         .collect();
+    if let Some((tid, cols)) = tile {
+        for b in built.iter_mut().filter(|b| b.roots.contains(&tid)) {
+            b.tile_cols = cols;
+        }
+    }
     let mut failure = None;
     for b in &mut built {
         if let Err(e) = allocate_outputs(&st, b) {

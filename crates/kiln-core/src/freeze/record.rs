@@ -381,8 +381,8 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
             params,
             modified,
             block,
+            tile_cols,
             size_sym,
-            ..
         } => {
             launch_size = r.expr(size_sym, rec.size);
             for (i, p) in params.iter().enumerate() {
@@ -406,6 +406,7 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
                 params: params.into(),
                 modified: modified.into(),
                 block,
+                tile_cols,
             }
         }
         DeviceOpKind::LaunchReduce {

@@ -64,6 +64,7 @@ pub(crate) enum ReplayKind {
         params: Arc<[Param]>,
         modified: Arc<[u32]>,
         block: usize,
+        tile_cols: usize,
     },
     LaunchReduce {
         hash: KernelHash,
@@ -406,6 +407,7 @@ impl Recording {
                     params,
                     modified,
                     block,
+                    tile_cols,
                 } => {
                     let size = known(&vals, op.size)?;
                     let mut held: Vec<Arc<Buffer>> = Vec::with_capacity(params.len());
@@ -424,7 +426,8 @@ impl Recording {
                         }
                     }
                     let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
-                    let spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
+                    let mut spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
+                    spec.tile_cols = *tile_cols;
                     device::launch_kernel(spec, size, &refs);
                 }
                 ReplayKind::LaunchReduce {
