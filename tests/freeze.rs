@@ -976,3 +976,31 @@ fn fused_block_reduction_replays() {
         );
     });
 }
+
+/// A shape check on an input's size (`Tensor::from_array`) holds in replays: another size
+/// records anew, where the check fails as it would unfrozen.
+#[test]
+fn shape_checks_on_input_sizes_are_not_replayed_past() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 {
+            Tensor::from_array(x.clone(), &[2, 3])
+                .sum_axis(1)
+                .into_array()
+        });
+        assert_eq!(
+            f.call(&Float32::arange(6)).unwrap().to_vec(),
+            vec![3.0, 12.0]
+        );
+        assert_eq!(
+            f.call(&Float32::arange(6)).unwrap().to_vec(),
+            vec![3.0, 12.0]
+        );
+        let msg = common::panic_message(std::panic::AssertUnwindSafe(|| {
+            let _ = f.call(&Float32::arange(8));
+        }));
+        assert!(
+            msg.contains("8 elements") && msg.contains("[2, 3]"),
+            "{msg}"
+        );
+    });
+}

@@ -133,3 +133,31 @@ fn tiled_evaluation_of_transposes() {
         }
     });
 }
+
+/// Edge cases found in review: NaN in argmax, huge slice steps, inclusive ends of -1, functions
+/// passed to `map` that are not elementwise, and concat reading no part out of range.
+#[test]
+fn review_edge_cases() {
+    leak_checked(|| {
+        let t = Tensor::<f32>::from_vec(vec![1.0, f32::NAN, 3.0, 4.0, 2.0, 1.0], &[2, 3]);
+        assert_eq!(t.argmax_axis(1).to_vec(), vec![1, 0]);
+        let r = Tensor::<i32>::arange(5);
+        assert_eq!(r.slice(kiln::s![..;isize::MAX]).to_vec(), vec![0]);
+        assert_eq!(r.slice(kiln::s![..;isize::MIN]).to_vec(), vec![4]);
+        assert_eq!(r.slice(kiln::s![..=-1]).to_vec(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(r.slice(kiln::s![1..=-2]).to_vec(), vec![1, 2, 3]);
+        assert!(r.try_slice(kiln::s![usize::MAX]).is_err());
+        let msg = common::panic_message(|| {
+            let _ = Tensor::<f32>::zeros(&[2, 3]).map(|a| a.sum());
+        });
+        assert!(msg.contains("elementwise"), "{msg}");
+        let a = Tensor::<f32>::from_slice(&[1.0, 2.0], &[1, 2]);
+        let b = Tensor::<f32>::from_slice(&[3.0, 4.0, 5.0, 6.0], &[2, 2]);
+        let before = kiln::stats().oob_reads;
+        assert_eq!(
+            Tensor::concat(&[a, b], 0).to_vec(),
+            vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        );
+        assert_eq!(kiln::stats().oob_reads, before);
+    });
+}

@@ -85,7 +85,9 @@ impl<T: Scalar> Tensor<T> {
     /// As [`Tensor::from_array`], returning an error when the sizes disagree.
     pub fn try_from_array(array: Array<T>, shape: &[usize]) -> Result<Self> {
         let n = numel(shape)?;
-        let len = array.size().peek();
+        // compared as a plain number: inside a frozen function the recording then holds for this
+        // size only (a replay with another size records anew, where the check runs again)
+        let len = array.size().get();
         if len != n {
             return Err(Error::Invalid(format!(
                 "{} has {len} elements but shape {shape:?} needs {n}; give a shape whose product is {len}",
@@ -251,9 +253,19 @@ impl<T: Scalar> Tensor<T> {
     /// let t = Tensor::<f32>::full(4.0, &[2, 2]).map(|a| a.sqrt());
     /// assert_eq!(t.to_vec(), vec![2.0; 4]);
     /// ```
+    #[track_caller]
     pub fn map<U: Scalar>(&self, f: impl FnOnce(&Array<T>) -> Array<U>) -> Tensor<U> {
+        let array = f(&self.array);
+        if array.size().get() != self.len() {
+            ok::<()>(Err(Error::Invalid(format!(
+                "Tensor::map: the function returned {} elements for a tensor of shape {:?} ({}); it must work elementwise",
+                array.size(),
+                self.shape,
+                self.len()
+            ))));
+        }
         Tensor {
-            array: f(&self.array),
+            array,
             shape: self.shape.clone(),
             transposed: self.transposed,
         }

@@ -38,8 +38,16 @@ impl<T: Scalar> Tensor<T> {
         let shape = broadcast_shapes(&self.shape, &other.shape)?;
         let a = self.try_broadcast_to(&shape)?;
         let b = other.try_broadcast_to(&shape)?;
+        let array = f(&a.array, &b.array);
+        let n = super::numel(&shape)?;
+        if array.size().get() != n {
+            return Err(Error::Invalid(format!(
+                "Tensor::zip_with: the function returned {} elements for shape {shape:?} ({n}); it must work elementwise",
+                array.size()
+            )));
+        }
         Ok(Tensor {
-            array: f(&a.array, &b.array),
+            array,
             shape,
             transposed: a.transposed || b.transposed,
         })

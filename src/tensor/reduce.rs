@@ -136,7 +136,8 @@ impl<T: Numeric> Tensor<T> {
             }
             return Ok(Tensor::zeros(&shape));
         }
-        let is_best = self.eq(&best);
+        // NaN is the maximum of a slice holding one (as in NumPy): its first NaN wins
+        let is_best = self.eq(&best) | (self.ne(self) & best.ne(&best));
         let coord = Tensor {
             array: super::view::coordinate::<u64>(&self.shape, axis),
             shape: self.shape.clone(),

@@ -9,7 +9,6 @@
 
 use super::{numel, Tensor};
 use crate::array::{ok, Array};
-use crate::memory::gather_view;
 use crate::ops::Remainder;
 use crate::types::Integer;
 use kiln_core::{Error, Result, Scalar};
@@ -62,13 +61,31 @@ fn affine_index<I: Integer + Remainder>(out: &[usize], offset: i64, mults: &[i64
 impl<T: Scalar> Tensor<T> {
     /// A view with shape `out` reading source element `offset + Σ c[d]·mult[d]` at coordinate `c`.
     pub(crate) fn affine_view(&self, out: &[usize], offset: i64, mults: &[i64]) -> Tensor<T> {
+        self.affine_view_where(out, offset, mults, &crate::Bool::scalar(true))
+    }
+
+    /// As `affine_view`, reading only where `mask` holds (0 elsewhere; nothing is read there).
+    pub(crate) fn affine_view_where(
+        &self,
+        out: &[usize],
+        offset: i64,
+        mults: &[i64],
+        mask: &crate::Bool,
+    ) -> Tensor<T> {
         let n = ok(numel(out));
+        let view = |index: kiln_core::VarId| -> Array<T> {
+            Array::from_id(ok(kiln_core::gather_view(
+                self.array.id(),
+                index,
+                mask.id(),
+            )))
+        };
         let array = if n == 0 {
             Array::full(T::from_bits64(0), 0)
         } else if n <= u32::MAX as usize && self.len() <= u32::MAX as usize {
-            gather_view(&self.array, &affine_index::<u32>(out, offset, mults))
+            view(affine_index::<u32>(out, offset, mults).id())
         } else {
-            gather_view(&self.array, &affine_index::<u64>(out, offset, mults))
+            view(affine_index::<u64>(out, offset, mults).id())
         };
         Tensor {
             array,
@@ -223,9 +240,17 @@ impl<T: Scalar> Tensor<T> {
                         start.map(|p| check(p as i64, "start")).transpose()?,
                         stop.map(|p| check(p as i64, "stop")).transpose()?,
                     );
+                    let stride_abs = step.unsigned_abs() as i64;
                     let (first, count) = if step > 0 {
                         let (a, b) = (lo.unwrap_or(0), hi.unwrap_or(d));
-                        (a, if b > a { (b - a + step - 1) / step } else { 0 })
+                        (
+                            a,
+                            if b > a {
+                                (b - a - 1) / stride_abs + 1
+                            } else {
+                                0
+                            },
+                        )
                     } else {
                         // walking down from start (default: the last element) to stop (exclusive)
                         let a = lo.map(|a| a.min(d - 1)).unwrap_or(d - 1);
@@ -233,14 +258,15 @@ impl<T: Scalar> Tensor<T> {
                         (
                             a,
                             if a > b {
-                                (a - b + (-step) - 1) / (-step)
+                                (a - b - 1) / stride_abs + 1
                             } else {
                                 0
                             },
                         )
                     };
                     out.push(count as usize);
-                    mults.push(step * stride as i64);
+                    // one element (or none): the step is never taken, and may be huge
+                    mults.push(if count <= 1 { 0 } else { step * stride as i64 });
                     if count > 0 {
                         offset += first * stride as i64;
                     }
@@ -376,8 +402,8 @@ impl<T: Scalar> Tensor<T> {
                 // the part read at (coordinate − lo) along the axis; lanes outside it are masked
                 let st = strides(&p.shape);
                 let mults: Vec<i64> = st.iter().map(|&s| s as i64).collect();
-                let view = p.affine_view(&out, -((lo * st[axis]) as i64), &mults);
                 let inside = coord.ge(lo as u64) & coord.lt((lo + len) as u64);
+                let view = p.affine_view_where(&out, -((lo * st[axis]) as i64), &mults, &inside);
                 acc = crate::select(&inside, view.array(), &acc);
                 acc_transposed |= view.transposed;
             }
@@ -428,7 +454,8 @@ macro_rules! slice_from {
     ($($t:ty),*) => {$(
         impl From<$t> for SliceArg {
             fn from(i: $t) -> SliceArg {
-                SliceArg::Index(i as isize)
+                // an index too large for isize is out of range anyway
+                SliceArg::Index(isize::try_from(i).unwrap_or(isize::MAX))
             }
         }
         impl From<Range<$t>> for SliceArg {
@@ -438,7 +465,7 @@ macro_rules! slice_from {
         }
         impl From<RangeInclusive<$t>> for SliceArg {
             fn from(r: RangeInclusive<$t>) -> SliceArg {
-                SliceArg::Range { start: Some(*r.start() as isize), stop: Some(*r.end() as isize + 1), step: 1 }
+                SliceArg::Range { start: Some(*r.start() as isize), stop: inclusive_stop(*r.end() as isize), step: 1 }
             }
         }
         impl From<RangeFrom<$t>> for SliceArg {
@@ -453,12 +480,21 @@ macro_rules! slice_from {
         }
         impl From<RangeToInclusive<$t>> for SliceArg {
             fn from(r: RangeToInclusive<$t>) -> SliceArg {
-                SliceArg::Range { start: None, stop: Some(r.end as isize + 1), step: 1 }
+                SliceArg::Range { start: None, stop: inclusive_stop(r.end as isize), step: 1 }
             }
         }
     )*};
 }
 slice_from!(i32, isize, usize);
+
+/// The exclusive stop of an inclusive end: `..=-1` runs to the end of the axis.
+fn inclusive_stop(end: isize) -> Option<isize> {
+    if end == -1 {
+        None
+    } else {
+        end.checked_add(1)
+    }
+}
 
 impl From<RangeFull> for SliceArg {
     fn from(_: RangeFull) -> SliceArg {

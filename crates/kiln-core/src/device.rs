@@ -398,7 +398,10 @@ pub fn launch_block_reduce(
     let t = Instant::now();
     let outs_per_task = (4 * FUSED_PIECE / block).max(1);
     let failed = std::sync::atomic::AtomicBool::new(false);
-    launch::for_blocks(n_out, outs_per_task, |o0, o1| {
+    // tasks split the outputs without rounding (for_blocks aligns to vectors, which scalar
+    // stores do not need), so that even a few long blocks spread over the cores
+    let outs_per_task = outs_per_task.min(n_out.div_ceil(launch::threads()).max(1));
+    launch::map_blocks(n_out, outs_per_task, |o0, o1| {
         let Ok(scratch) = Buffer::new(ty, FUSED_PIECE + launch::BLOCK_ALIGN, &|| {
             "a fused block-reduction scratch buffer".into()
         }) else {

@@ -197,6 +197,11 @@ pub fn matmul(a: VarId, b: VarId, m: usize, k: usize, n: usize) -> Result<VarId>
         });
     }
     let (sa, sb) = (size(a), size(b));
+    if m.checked_mul(n).is_none() {
+        return Err(Error::Invalid(format!(
+            "matmul of [{m}, {k}] × [{k}, {n}]: the product has more elements than fit in memory"
+        )));
+    }
     if Some(sa) != m.checked_mul(k) || Some(sb) != k.checked_mul(n) {
         return Err(Error::Invalid(format!(
             "matmul of [{m}, {k}] × [{k}, {n}]: {} has {sa} elements and {} has {sb}",
