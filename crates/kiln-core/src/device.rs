@@ -551,21 +551,26 @@ impl Accum {
                 let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const f32, buf.len) };
                 let chunks = xs[s..e].chunks_exact(16);
                 self.tail += chunks.remainder().iter().map(|&v| v as f64).sum::<f64>();
+                // a local copy stays in registers through the hot loop
+                let mut acc = self.f32s;
                 for c in chunks {
-                    for (a, v) in self.f32s.iter_mut().zip(c) {
+                    for (a, v) in acc.iter_mut().zip(c) {
                         *a += v;
                     }
                 }
+                self.f32s = acc;
             }
             (ReduceOp::Add, VarType::F64) => {
                 let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const f64, buf.len) };
                 let chunks = xs[s..e].chunks_exact(8);
                 self.tail += chunks.remainder().iter().sum::<f64>();
+                let mut acc = self.f64s;
                 for c in chunks {
-                    for (a, v) in self.f64s.iter_mut().zip(c) {
+                    for (a, v) in acc.iter_mut().zip(c) {
                         *a += v;
                     }
                 }
+                self.f64s = acc;
             }
             (ReduceOp::Add, VarType::Bool) => {
                 let xs = unsafe { std::slice::from_raw_parts(buf.ptr(), buf.len) };
