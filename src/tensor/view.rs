@@ -503,7 +503,9 @@ impl From<RangeFull> for SliceArg {
 }
 
 /// Slice arguments for [`Tensor::slice`], like ndarray's: `s![1..3, ..;2, -1]` (ranges with an
-/// optional `;step`, or an index that drops its axis).
+/// optional `;step`, or an index that drops its axis). Negative positions count from the end, so a
+/// range such as `1..-1` is not empty; clippy's `reversed_empty_ranges` lint does not know that and
+/// needs an `#[allow]` where such ranges are written.
 ///
 /// ```
 /// use kiln::prelude::*;
