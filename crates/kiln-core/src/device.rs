@@ -219,6 +219,76 @@ impl<'a> LaunchSpec<'a> {
     }
 }
 
+/// Count a finished launch in the statistics; returns its status (out-of-range reads, writes).
+fn count_launch(t: Instant, status: &[AtomicU64; STATUS_LEN]) -> [u64; STATUS_LEN] {
+    stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+    stats::LAUNCHES.fetch_add(1, Relaxed);
+    let st = [status[0].load(Relaxed), status[1].load(Relaxed)];
+    stats::OOB_READS.fetch_add(st[STATUS_OOB_READS], Relaxed);
+    stats::OOB_WRITES.fetch_add(st[STATUS_OOB_WRITES], Relaxed);
+    st
+}
+
+/// A kernel whose single output is written to scratch memory a range of lanes at a time, to be
+/// consumed at once (the fused reductions).
+struct IntoScratch<'a> {
+    kernel: &'a dyn CompiledKernel,
+    /// One per kernel parameter; `None` for the output.
+    params: Vec<Option<&'a Buffer>>,
+    lens: Vec<u64>,
+    status: [AtomicU64; STATUS_LEN],
+    ty: VarType,
+}
+
+impl<'a> IntoScratch<'a> {
+    /// `inputs`: every parameter but the output at `out_param`, in order.
+    fn new(spec: LaunchSpec<'a>, inputs: &[&'a Buffer], out_param: usize) -> IntoScratch<'a> {
+        let params: Vec<Option<&Buffer>> = (0..=inputs.len())
+            .map(|i| match i.cmp(&out_param) {
+                std::cmp::Ordering::Less => Some(inputs[i]),
+                std::cmp::Ordering::Equal => None,
+                std::cmp::Ordering::Greater => Some(inputs[i - 1]),
+            })
+            .collect();
+        let lens = params
+            .iter()
+            .map(|b| b.map_or(0, |b| b.len as u64))
+            .collect();
+        IntoScratch {
+            kernel: spec.kernel.as_ref(),
+            params,
+            lens,
+            status: Default::default(),
+            ty: spec.params[out_param].ty,
+        }
+    }
+
+    /// Run lanes `[base, e)`, output lane `base` landing at `scratch[0]`.
+    ///
+    /// # Safety
+    /// `base` is a multiple of `launch::BLOCK_ALIGN` (vector code writes whole vectors from the
+    /// start of its range) and `scratch` holds at least `e − base` elements of the output type.
+    unsafe fn run(&self, scratch: &Buffer, base: usize, e: usize) {
+        let ptrs: Vec<*mut u8> = self
+            .params
+            .iter()
+            .map(|b| match b {
+                Some(b) => b.ptr(),
+                None => scratch.ptr().wrapping_sub(base * self.ty.size_bytes()),
+            })
+            .collect();
+        let args = LaunchArgs {
+            ptrs: ptrs.as_ptr(),
+            lens: self.lens.as_ptr(),
+            status: self.status.as_ptr(),
+        };
+        // SAFETY: inputs are live buffers matching the kernel's parameters for all lanes; the
+        // output pointer is shifted so that lanes [base, e) write scratch[0, e − base) (plus the
+        // slack a partial last vector may touch), which the caller guarantees.
+        unsafe { self.kernel.run(&args, base as u64, e as u64) };
+    }
+}
+
 /// Launch a kernel over `size` lanes with `buffers` (one per parameter, in order).
 pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64; STATUS_LEN] {
     let ptrs: Vec<*mut u8> = buffers.iter().map(|b| b.ptr()).collect();
@@ -240,11 +310,7 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
             launch::launch(spec.kernel.as_ref(), &args, size, spec.block)
         }
     };
-    stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
-    stats::LAUNCHES.fetch_add(1, Relaxed);
-    let st = [status[0].load(Relaxed), status[1].load(Relaxed)];
-    stats::OOB_READS.fetch_add(st[STATUS_OOB_READS], Relaxed);
-    stats::OOB_WRITES.fetch_add(st[STATUS_OOB_WRITES], Relaxed);
+    let st = count_launch(t, &status);
     notify(
         DeviceOpKind::Launch {
             hash: spec.hash,
@@ -275,47 +341,19 @@ pub fn launch_reduce(
 ) -> Result<(Buffer, u64, [u64; STATUS_LEN])> {
     let ty = spec.params[out_param].ty;
     let block = spec.block.next_multiple_of(launch::BLOCK_ALIGN);
-    let param_buf = |i: usize| -> Option<&Buffer> {
-        match i.cmp(&out_param) {
-            std::cmp::Ordering::Less => Some(inputs[i]),
-            std::cmp::Ordering::Equal => None,
-            std::cmp::Ordering::Greater => Some(inputs[i - 1]),
-        }
-    };
-    let n_params = inputs.len() + 1;
-    let lens: Vec<u64> = (0..n_params)
-        .map(|i| param_buf(i).map_or(0, |b| b.len as u64))
-        .collect();
-    let status: [AtomicU64; STATUS_LEN] = Default::default();
+    let kernel = IntoScratch::new(spec, inputs, out_param);
     let t = Instant::now();
     let parts = launch::map_blocks(size, block, |s, e| -> Result<u64> {
         let scratch = Buffer::new(ty, block, &|| {
             format!("a reduction scratch block of {block} × {ty}")
         })?;
-        let ptrs: Vec<*mut u8> = (0..n_params)
-            .map(|i| match param_buf(i) {
-                Some(b) => b.ptr(),
-                // lane `s` of the output lands at the scratch block's first element
-                None => scratch.ptr().wrapping_sub(s * ty.size_bytes()),
-            })
-            .collect();
-        let args = LaunchArgs {
-            ptrs: ptrs.as_ptr(),
-            lens: lens.as_ptr(),
-            status: status.as_ptr(),
-        };
-        // SAFETY: inputs are live buffers matching the kernel's parameters for all `size` lanes; the
-        // output pointer is shifted so that lanes [s, e) write scratch[0, e − s) (plus the slack a
-        // partial last vector may touch), which the scratch block holds.
-        unsafe { spec.kernel.run(&args, s as u64, e as u64) };
+        // SAFETY: blocks start at multiples of `block`, itself a multiple of BLOCK_ALIGN, and the
+        // scratch holds a whole block.
+        unsafe { kernel.run(&scratch, s, e) };
         Ok(reduce_range(op, &scratch, 0, e - s))
     });
     let parts = parts.into_iter().collect::<Result<Vec<u64>>>()?;
-    stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
-    stats::LAUNCHES.fetch_add(1, Relaxed);
-    let st = [status[0].load(Relaxed), status[1].load(Relaxed)];
-    stats::OOB_READS.fetch_add(st[STATUS_OOB_READS], Relaxed);
-    stats::OOB_WRITES.fetch_add(st[STATUS_OOB_WRITES], Relaxed);
+    let st = count_launch(t, &kernel.status);
     let bits = combine(op, ty, &parts);
     let out = Buffer::new(ty, 1, &|| "a reduction result".into())?;
     set_elem(&out, 0, bits);
@@ -362,37 +400,13 @@ pub fn launch_block_reduce(
     let out = Buffer::new(ty, n_out, &|| {
         format!("block reduction output of {n_out} × {ty}")
     })?;
-    let n_params = inputs.len() + 1;
-    let param_buf = |i: usize| -> Option<&Buffer> {
-        match i.cmp(&out_param) {
-            std::cmp::Ordering::Less => Some(inputs[i]),
-            std::cmp::Ordering::Equal => None,
-            std::cmp::Ordering::Greater => Some(inputs[i - 1]),
-        }
-    };
-    let lens: Vec<u64> = (0..n_params)
-        .map(|i| param_buf(i).map_or(0, |b| b.len as u64))
-        .collect();
-    let status: [AtomicU64; STATUS_LEN] = Default::default();
+    let kernel = IntoScratch::new(spec, inputs, out_param);
     // lanes [s, e) of the output into scratch[s − base ..]; runs start at a multiple of
     // BLOCK_ALIGN (vector code writes whole vectors), the lanes before `s` are computed and ignored
     let run = |scratch: &Buffer, s: usize, e: usize| -> usize {
         let base = s - s % launch::BLOCK_ALIGN;
-        let ptrs: Vec<*mut u8> = (0..n_params)
-            .map(|i| match param_buf(i) {
-                Some(b) => b.ptr(),
-                None => scratch.ptr().wrapping_sub(base * ty.size_bytes()),
-            })
-            .collect();
-        let args = LaunchArgs {
-            ptrs: ptrs.as_ptr(),
-            lens: lens.as_ptr(),
-            status: status.as_ptr(),
-        };
-        // SAFETY: inputs are live buffers matching the kernel's parameters for all `size` lanes;
-        // lanes [base, e) write scratch[0, e − base) (plus vector slack), and the scratch holds
-        // FUSED_PIECE + BLOCK_ALIGN elements with e − base <= FUSED_PIECE + BLOCK_ALIGN.
-        unsafe { spec.kernel.run(&args, base as u64, e as u64) };
+        // SAFETY: base is aligned; e − base <= FUSED_PIECE + BLOCK_ALIGN, what the scratch holds.
+        unsafe { kernel.run(scratch, base, e) };
         s - base
     };
     let t = Instant::now();
@@ -445,11 +459,7 @@ pub fn launch_block_reduce(
             what: "a fused block-reduction scratch buffer".into(),
         });
     }
-    stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
-    stats::LAUNCHES.fetch_add(1, Relaxed);
-    let st = [status[0].load(Relaxed), status[1].load(Relaxed)];
-    stats::OOB_READS.fetch_add(st[STATUS_OOB_READS], Relaxed);
-    stats::OOB_WRITES.fetch_add(st[STATUS_OOB_WRITES], Relaxed);
+    let st = count_launch(t, &kernel.status);
     let mut all: Vec<&Buffer> = inputs.to_vec();
     all.push(&out);
     notify(
