@@ -1180,7 +1180,12 @@ fn display() {
             "[[[0, 1],\n  [2, 3]],\n\n [[4, 5],\n  [6, 7]]]"
         );
         assert_eq!(format!("{}", Tensor::<i32>::scalar(5)), "5");
-        assert_eq!(format!("{}", Tensor::<i32>::zeros(&[2, 0])), "[]");
+        // empty tensors print their nesting like ndarray
+        for shape in [vec![2usize, 0], vec![0, 3], vec![1, 0, 2], vec![0]] {
+            let t = Tensor::<i32>::zeros(&shape);
+            let a = ndarray::ArrayD::<i32>::zeros(ndarray::IxDyn(&shape));
+            assert_eq!(format!("{t}"), format!("{a}"), "shape {shape:?}");
+        }
     });
 }
 

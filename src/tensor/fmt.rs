@@ -67,7 +67,10 @@ fn write_axis<T: fmt::Display>(
 impl<T: Scalar> fmt::Display for Tensor<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.try_to_vec() {
-            Ok(v) if v.is_empty() => write!(f, "[]"),
+            // an empty tensor shows only its nesting, as ndarray prints it
+            Ok(v) if v.is_empty() => {
+                write!(f, "{}{}", "[".repeat(self.ndim()), "]".repeat(self.ndim()))
+            }
             Ok(v) => write_axis(f, &v, &self.shape, 0, v.len() > SHORTEN),
             Err(e) => write!(f, "<error: {e}>"),
         }
