@@ -309,6 +309,27 @@ fn simplify(
             if ty.is_int() && (is(0, 0.0) || is(1, 0.0)) {
                 return Some(literal_locked(st, ty, 0, size, sym));
             }
+            // integer multiplication by a power of two is a shift (the same bits, wrapping too)
+            if ty.is_int() {
+                for (k, other) in [(1usize, 0usize), (0, 1)] {
+                    let Some(d) = lit(k).filter(|d| d.is_power_of_two() && *d > 1) else {
+                        continue;
+                    };
+                    if st.var(ids[other]).size != size {
+                        break;
+                    }
+                    let c = literal_locked(st, ty, d.trailing_zeros() as u64, 1, 0);
+                    let mut v = Var::new(Op::Shl, ty, size);
+                    v.sym = sym;
+                    v.deps[0] = ids[other];
+                    v.deps[1] = c.0;
+                    let id = st.insert(v);
+                    let mut garbage = Vec::new();
+                    st.dec_ext(c.0, &mut garbage);
+                    log_append(st, id);
+                    return Some(VarId(id));
+                }
+            }
         }
         Op::And | Op::Or | Op::Xor if !ty.is_float() => {
             let zero = |k: usize| lit(k) == Some(0);
