@@ -5,6 +5,30 @@
 //! *expression* over the input sizes ([`size`]), every device op is captured with its buffers
 //! identified by slot ([`record`]), and a finished [`Recording`] can be replayed against new input
 //! buffers without tracing, code generation or hashing ([`replay`]).
+//!
+//! ```
+//! use kiln_core::{self as core, freeze, Op, VarType};
+//! // record `x * 2` for an evaluated input
+//! let bytes: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+//! let x = core::from_bytes(VarType::F32, &bytes).unwrap();
+//! freeze::prepare_inputs(&[x]).unwrap();
+//! freeze::begin(&[x]).unwrap();
+//! let two = core::literal(VarType::F32, 2.0f32.to_bits() as u64, 1);
+//! let y = core::op(Op::Mul, &[x, two]).unwrap();
+//! core::eval(&[y]).unwrap();
+//! let rec = freeze::finish(&[x], &[y]).unwrap();
+//! assert_eq!(rec.launches(), 1);
+//!
+//! // replay it on a longer input: no tracing, the kernel runs at the new size
+//! let bytes: Vec<u8> = [5.0f32, 6.0, 7.0, 8.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+//! let x2 = core::from_bytes(VarType::F32, &bytes).unwrap();
+//! rec.check(&freeze::prepare_inputs(&[x2]).unwrap()).unwrap();
+//! let freeze::Replayed::Done(outs) = rec.replay(&[x2]).unwrap() else { panic!("replay") };
+//! let out = core::read_bytes(outs[0]).unwrap();
+//! assert_eq!(out.len(), 16);
+//! assert_eq!(f32::from_le_bytes(out[12..16].try_into().unwrap()), 16.0);
+//! for id in [x, two, y, x2, outs[0]] { core::dec_ref(id); }
+//! ```
 
 pub mod record;
 pub mod replay;
