@@ -440,13 +440,7 @@ impl Recording {
                 } => {
                     let size = known(&vals, op.size)?;
                     let n = op.bufs.len();
-                    let mut held = Vec::with_capacity(n - 1);
-                    for (j, &b) in op.bufs[..n - 1].iter().enumerate() {
-                        let p = if j < *out_param { j } else { j + 1 };
-                        let buf = get(table, b)?;
-                        check_len(params[p].kind, buf.len, size)?;
-                        held.push(buf);
-                    }
+                    let held = fused_inputs(table, &op.bufs[..n - 1], params, *out_param, size)?;
                     let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
                     let spec = LaunchSpec::constant(kernel, *hash, params, &[], *block);
                     let (out, _, _) = device::launch_reduce(spec, size, &refs, *out_param, *rop)?;
@@ -463,13 +457,7 @@ impl Recording {
                 } => {
                     let size = known(&vals, op.size)?;
                     let n = op.bufs.len();
-                    let mut held = Vec::with_capacity(n - 1);
-                    for (j, &b) in op.bufs[..n - 1].iter().enumerate() {
-                        let p = if j < *out_param { j } else { j + 1 };
-                        let buf = get(table, b)?;
-                        check_len(params[p].kind, buf.len, size)?;
-                        held.push(buf);
-                    }
+                    let held = fused_inputs(table, &op.bufs[..n - 1], params, *out_param, size)?;
                     let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
                     let spec = LaunchSpec::constant(kernel, *hash, params, &[], *launch_block);
                     let (out, _) =
@@ -585,6 +573,28 @@ impl Recording {
         }
         Ok(())
     }
+}
+
+/// The input buffers of a fused reduction's kernel (every parameter but the output at
+/// `out_param`), each checked against the launch size.
+fn fused_inputs(
+    table: &[Option<Arc<Buffer>>],
+    bufs: &[u32],
+    params: &[Param],
+    out_param: usize,
+    size: usize,
+) -> Result<Vec<Arc<Buffer>>> {
+    bufs.iter()
+        .enumerate()
+        .map(|(j, &b)| {
+            let p = if j < out_param { j } else { j + 1 };
+            let buf = table[b as usize].clone().ok_or_else(|| {
+                Error::Invalid("kiln internal error: a replayed op lost its input".into())
+            })?;
+            check_len(params[p].kind, buf.len, size)?;
+            Ok(buf)
+        })
+        .collect()
 }
 
 fn known(vals: &[Option<u64>], e: ExprId) -> Result<usize> {
