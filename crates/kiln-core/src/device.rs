@@ -7,7 +7,10 @@
 //! every op as it executes. The set is open: later features add kinds.
 
 use crate::alloc::SLACK_BYTES;
-use crate::backend::{CompiledKernel, LaunchArgs, STATUS_LEN, STATUS_OOB_READS, STATUS_OOB_WRITES};
+use crate::backend::{
+    CompiledKernel, LaunchArgs, STATUS_LEN, STATUS_LOOP_TRUNCATED, STATUS_OOB_READS,
+    STATUS_OOB_WRITES,
+};
 use crate::error::Result;
 use crate::freeze::size::ExprId;
 use crate::kernel::KernelHash;
@@ -220,10 +223,22 @@ impl<'a> LaunchSpec<'a> {
 }
 
 /// Count a finished launch in the statistics; returns its status (out-of-range reads, writes).
-fn count_launch(t: Instant, status: &[AtomicU64; STATUS_LEN]) -> [u64; STATUS_LEN] {
+fn count_launch(
+    t: Instant,
+    status: &[AtomicU64; STATUS_LEN],
+    hash: crate::kernel::KernelHash,
+) -> [u64; STATUS_LEN] {
     stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
     stats::LAUNCHES.fetch_add(1, Relaxed);
-    let st = [status[0].load(Relaxed), status[1].load(Relaxed)];
+    let st = [
+        status[0].load(Relaxed),
+        status[1].load(Relaxed),
+        status[2].load(Relaxed),
+    ];
+    if st[STATUS_LOOP_TRUNCATED] > 0 {
+        stats::LOOPS_TRUNCATED.fetch_add(1, Relaxed);
+        stats::note_truncation(hash, st[STATUS_LOOP_TRUNCATED]);
+    }
     stats::OOB_READS.fetch_add(st[STATUS_OOB_READS], Relaxed);
     stats::OOB_WRITES.fetch_add(st[STATUS_OOB_WRITES], Relaxed);
     st
@@ -310,7 +325,7 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
             launch::launch(spec.kernel.as_ref(), &args, size, spec.block)
         }
     };
-    let st = count_launch(t, &status);
+    let st = count_launch(t, &status, spec.hash);
     notify(
         DeviceOpKind::Launch {
             hash: spec.hash,
@@ -340,6 +355,7 @@ pub fn launch_reduce(
     op: ReduceOp,
 ) -> Result<(Buffer, u64, [u64; STATUS_LEN])> {
     let ty = spec.params[out_param].ty;
+    let hash = spec.hash;
     let block = spec.block.next_multiple_of(launch::BLOCK_ALIGN);
     let kernel = IntoScratch::new(spec, inputs, out_param);
     let t = Instant::now();
@@ -353,7 +369,7 @@ pub fn launch_reduce(
         Ok(reduce_range(op, &scratch, 0, e - s))
     });
     let parts = parts.into_iter().collect::<Result<Vec<u64>>>()?;
-    let st = count_launch(t, &kernel.status);
+    let st = count_launch(t, &kernel.status, hash);
     let bits = combine(op, ty, &parts);
     let out = Buffer::new(ty, 1, &|| "a reduction result".into())?;
     set_elem(&out, 0, bits);
@@ -396,6 +412,7 @@ pub fn launch_block_reduce(
         "kiln internal error: block reduction with block 0"
     );
     let ty = spec.params[out_param].ty;
+    let hash = spec.hash;
     let n_out = size.div_ceil(block);
     let out = Buffer::new(ty, n_out, &|| {
         format!("block reduction output of {n_out} × {ty}")
@@ -459,7 +476,7 @@ pub fn launch_block_reduce(
             what: "a fused block-reduction scratch buffer".into(),
         });
     }
-    let st = count_launch(t, &kernel.status);
+    let st = count_launch(t, &kernel.status, hash);
     let mut all: Vec<&Buffer> = inputs.to_vec();
     all.push(&out);
     notify(

@@ -67,6 +67,30 @@ pub enum Error {
     )]
     HiddenInput { label: String, during: String },
 
+    /// A loop stopped at its iteration limit with lanes still running.
+    #[error(
+        "loop {labels} stopped at its `max_iterations` with {lanes} lane(s) still active, so their \
+         state is the state after the last iteration run, not a finished result; raise \
+         `max_iterations`, or check the loop condition for lanes that never finish"
+    )]
+    LoopTruncated { labels: String, lanes: u64 },
+
+    /// Control flow got a state or condition it cannot use (names the entry, sizes and types).
+    #[error("{0}")]
+    ControlFlow(String),
+
+    /// An array's contents were read while a symbolic loop body, branch or call target was traced.
+    #[error(
+        "{label} was read (`{how}`) while tracing a symbolic {region}: the body is traced once for \
+         all lanes and iterations, so its contents are not known yet; keep the decision on the device \
+         (`select`, masks), or run this {region} in evaluated mode (`.mode(Mode::Evaluated)`)"
+    )]
+    SymbolicRead {
+        label: String,
+        how: String,
+        region: String,
+    },
+
     /// Invalid argument (bad block size, bad length …).
     #[error("{0}")]
     Invalid(String),

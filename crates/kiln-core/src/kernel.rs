@@ -6,7 +6,22 @@
 //! other buffers, is the same kernel with the same 128-bit hash — the cache key. This module owns the
 //! IR, its text form (`Display`, used in logs and golden tests), its hash and its checker (`verify`).
 //! It knows nothing about the registry (which builds kernels: `schedule`) or machine code (`backend`).
-//! Structured regions (loops, conditionals, calls) will extend `Inst` with nested bodies later.
+//!
+//! Structured regions (loops, conditionals, indirect calls) are bracketed runs of instructions, kept
+//! in the same flat list so that registers stay positions and hashing stays a byte walk:
+//!
+//! ```text
+//! r5 = loop max=0          r9 = switch (call)
+//! r6 = phi.u32 r2            case r7        ; lanes where r7 holds (masks are defined before)
+//!   …condition…                …  yield 0, r11
+//!   while r8                 case r8
+//!   …body…                     …  yield 0, r14
+//!   next r6, r12             endswitch r9
+//! endloop r5               r16 = out.f32 r9[0]
+//! ```
+//!
+//! A loop's phis follow its `loop` and are its results after `endloop`; nothing else defined inside
+//! a region is visible after it. `verify` checks these rules.
 
 use crate::op::Op;
 use crate::ty::VarType;
@@ -63,7 +78,19 @@ impl Inst {
     }
     /// Whether the instruction defines a value (stores and scatters do not).
     pub fn has_value(&self) -> bool {
-        !matches!(self.op, Op::Store | Op::Scatter(_))
+        !matches!(
+            self.op,
+            Op::Store
+                | Op::Scatter(_)
+                | Op::LoopBegin
+                | Op::LoopCond
+                | Op::LoopNext
+                | Op::LoopEnd
+                | Op::Switch
+                | Op::Case
+                | Op::Yield
+                | Op::SwitchEnd
+        )
     }
 }
 
@@ -119,8 +146,13 @@ impl Kernel {
     /// Check the IR's invariants; returns every problem found, each naming the instruction.
     pub fn verify(&self) -> Result<(), Vec<String>> {
         let mut errs = Vec::new();
+        self.verify_regions(&mut errs);
         for (idx, inst) in self.insts.iter().enumerate() {
             let here = |msg: String| format!("kernel r{idx} ({}): {msg}", inst.op);
+            if inst.op.is_region() {
+                // operands of region markers are checked by `verify_regions`
+                continue;
+            }
             for &a in inst.operands() {
                 if a as usize >= idx {
                     errs.push(here(format!("operand r{a} is not defined before use")));
@@ -285,6 +317,297 @@ impl Kernel {
     }
 }
 
+/// One open region while checking (`verify_regions`).
+struct Open {
+    /// The instruction that opened it (`loop`, `switch` or `case`).
+    at: usize,
+    op: Op,
+    /// Loop: its phis and whether each has its `next`; whether `while` was seen.
+    phis: Vec<(Reg, bool)>,
+    cond: bool,
+    /// Loop: whether the phis are complete (another instruction came after them).
+    phis_done: bool,
+}
+
+impl Kernel {
+    /// The region rules (see the module comment): balanced, properly nested markers; phis right
+    /// after their loop with initial values from outside it; one `while` per loop and one `next` per
+    /// phi; cases directly inside a switch with masks from before it; yields inside cases; every
+    /// operand visible where it is used (defined outside every region that has closed since).
+    fn verify_regions(&self, errs: &mut Vec<String>) {
+        let n = self.insts.len();
+        // scope[r]: the innermost region open when r was defined (phis and outs: the enclosing one)
+        let mut scope: Vec<Option<usize>> = vec![None; n];
+        let mut parent: std::collections::HashMap<usize, Option<usize>> = Default::default();
+        let mut open: Vec<Open> = Vec::new();
+        // switch register -> yielded slot types
+        let mut yields: std::collections::HashMap<usize, Vec<Option<VarType>>> = Default::default();
+        let ty = |r: Reg| self.insts[r as usize].ty;
+        for (idx, inst) in self.insts.iter().enumerate() {
+            let here = |msg: String| format!("kernel r{idx} ({}): {msg}", inst.op);
+            let cur = open.last().map(|o| o.at);
+            let visible = |a: Reg, from: Option<usize>| -> bool {
+                let mut s = from;
+                let target = scope[a as usize];
+                loop {
+                    if s == target {
+                        return true;
+                    }
+                    match s {
+                        None => return false,
+                        Some(x) => s = parent[&x],
+                    }
+                }
+            };
+            for &a in inst.operands() {
+                if a as usize >= idx {
+                    errs.push(here(format!("operand r{a} is not defined before use")));
+                    return;
+                }
+            }
+            if let Some(o) = open.last_mut() {
+                if o.op == Op::LoopBegin && inst.op != Op::Phi {
+                    o.phis_done = true;
+                }
+                if o.op == Op::Switch && inst.op != Op::Case && inst.op != Op::SwitchEnd {
+                    errs.push(here("only cases may follow a switch directly".into()));
+                }
+            }
+            let needs_value = |errs: &mut Vec<String>, a: Reg| {
+                if !self.insts[a as usize].has_value() {
+                    errs.push(here(format!(
+                        "operand r{a} ({}) has no value",
+                        self.insts[a as usize].op
+                    )));
+                    false
+                } else if !visible(a, cur) {
+                    errs.push(here(format!(
+                        "operand r{a} is defined inside a region that has ended"
+                    )));
+                    false
+                } else {
+                    true
+                }
+            };
+            let mut my_scope = cur;
+            let mut new_parent: Option<Option<usize>> = None;
+            match inst.op {
+                Op::LoopBegin | Op::Switch => {
+                    new_parent = Some(cur);
+                    open.push(Open {
+                        at: idx,
+                        op: inst.op,
+                        phis: Vec::new(),
+                        cond: false,
+                        phis_done: false,
+                    });
+                }
+                Op::Phi => match open.last_mut() {
+                    Some(o) if o.op == Op::LoopBegin && !o.phis_done => {
+                        o.phis.push((idx as Reg, false));
+                        let a = inst.args[0];
+                        my_scope = parent[&o.at];
+                        if (a as usize) > o.at {
+                            errs.push(here(format!(
+                                "initial value r{a} is defined inside the loop"
+                            )));
+                        } else if needs_value(errs, a) && ty(a) != inst.ty {
+                            errs.push(here(format!(
+                                "initial value r{a} has type {}, expected {}",
+                                ty(a),
+                                inst.ty
+                            )));
+                        }
+                    }
+                    _ => errs.push(here(
+                        "a phi must directly follow its loop or another phi".into(),
+                    )),
+                },
+                Op::LoopCond => {
+                    let a = inst.args[0];
+                    if needs_value(errs, a) && ty(a) != VarType::Bool {
+                        errs.push(here(format!(
+                            "condition r{a} has type {}, expected bool",
+                            ty(a)
+                        )));
+                    }
+                    match open.last_mut() {
+                        Some(o) if o.op == Op::LoopBegin => {
+                            if o.cond {
+                                errs.push(here("a loop has one condition".into()));
+                            }
+                            o.cond = true;
+                        }
+                        _ => errs.push(here("a condition must be directly inside a loop".into())),
+                    }
+                }
+                Op::LoopNext => {
+                    let (p, v) = (inst.args[0], inst.args[1]);
+                    needs_value(errs, v);
+                    match open.last_mut() {
+                        Some(o) if o.op == Op::LoopBegin && o.cond => {
+                            match o.phis.iter_mut().find(|(r, _)| *r == p) {
+                                Some((_, seen)) if !*seen => *seen = true,
+                                Some(_) => errs.push(here(format!("phi r{p} has two next values"))),
+                                None => errs.push(here(format!("r{p} is not a phi of this loop"))),
+                            }
+                            if self.insts[p as usize].op == Op::Phi && ty(v) != ty(p) {
+                                errs.push(here(format!(
+                                    "next value r{v} has type {}, phi r{p} is {}",
+                                    ty(v),
+                                    ty(p)
+                                )));
+                            }
+                        }
+                        _ => errs.push(here(
+                            "next values go directly inside a loop, after its condition".into(),
+                        )),
+                    }
+                }
+                Op::LoopEnd => match open.pop() {
+                    Some(o) if o.op == Op::LoopBegin && o.at == inst.args[0] as usize => {
+                        if !o.cond {
+                            errs.push(here("the loop has no condition".into()));
+                        }
+                        for (r, seen) in o.phis {
+                            if !seen {
+                                errs.push(here(format!("phi r{r} has no next value")));
+                            }
+                        }
+                    }
+                    _ => {
+                        errs.push(here(format!(
+                            "r{} is not the innermost open loop",
+                            inst.args[0]
+                        )));
+                        return;
+                    }
+                },
+                Op::Case => {
+                    // close the previous case of the same switch
+                    if open.last().is_some_and(|o| o.op == Op::Case) {
+                        open.pop();
+                    }
+                    match open.last() {
+                        Some(o) if o.op == Op::Switch => {
+                            let sw = o.at;
+                            let a = inst.args[0];
+                            if (a as usize) > sw {
+                                errs.push(here(format!("mask r{a} is defined inside the switch")));
+                            } else {
+                                let outer = parent[&sw];
+                                if !self.insts[a as usize].has_value() || !visible(a, outer) {
+                                    errs.push(here(format!("mask r{a} is not visible here")));
+                                } else if ty(a) != VarType::Bool {
+                                    errs.push(here(format!(
+                                        "mask r{a} has type {}, expected bool",
+                                        ty(a)
+                                    )));
+                                }
+                            }
+                            new_parent = Some(Some(sw));
+                            open.push(Open {
+                                at: idx,
+                                op: Op::Case,
+                                phis: Vec::new(),
+                                cond: false,
+                                phis_done: true,
+                            });
+                        }
+                        _ => {
+                            errs.push(here("a case must be directly inside a switch".into()));
+                            return;
+                        }
+                    }
+                }
+                Op::Yield => {
+                    let a = inst.args[0];
+                    needs_value(errs, a);
+                    match open.last() {
+                        Some(o) if o.op == Op::Case => {
+                            let sw = parent[&o.at].expect("a case has a switch");
+                            let slots = yields.entry(sw).or_default();
+                            let j = inst.imm as usize;
+                            if j >= 1 << 16 {
+                                errs.push(here(format!("output {j} is out of range")));
+                                return;
+                            }
+                            if slots.len() <= j {
+                                slots.resize(j + 1, None);
+                            }
+                            match slots[j] {
+                                Some(t) if t != ty(a) => errs.push(here(format!(
+                                    "output {j} is {t} in another case, here {}",
+                                    ty(a)
+                                ))),
+                                _ => slots[j] = Some(ty(a)),
+                            }
+                        }
+                        _ => errs.push(here("a yield must be directly inside a case".into())),
+                    }
+                }
+                Op::SwitchEnd => {
+                    if open.last().is_some_and(|o| o.op == Op::Case) {
+                        open.pop();
+                    }
+                    match open.pop() {
+                        Some(o) if o.op == Op::Switch && o.at == inst.args[0] as usize => {}
+                        _ => {
+                            errs.push(here(format!(
+                                "r{} is not the innermost open switch",
+                                inst.args[0]
+                            )));
+                            return;
+                        }
+                    }
+                }
+                Op::Out => {
+                    let sw = inst.args[0] as usize;
+                    if self.insts[sw].op != Op::Switch || open.iter().any(|o| o.at == sw) {
+                        errs.push(here(format!("r{sw} is not a closed switch")));
+                    } else if !visible(sw as Reg, cur) {
+                        errs.push(here(format!("switch r{sw} is not visible here")));
+                    } else {
+                        match yields
+                            .get(&sw)
+                            .and_then(|s| s.get(inst.imm as usize).copied().flatten())
+                        {
+                            Some(t) if t != inst.ty => errs.push(here(format!(
+                                "output {} is {t}, read as {}",
+                                inst.imm, inst.ty
+                            ))),
+                            Some(_) => {}
+                            None => errs.push(here(format!("no case yields output {}", inst.imm))),
+                        }
+                    }
+                }
+                Op::Store if cur.is_some() => {
+                    errs.push(here("stores go outside every region".into()))
+                }
+                _ => {
+                    for &a in inst.operands() {
+                        if self.insts[a as usize].has_value() && !visible(a, cur) {
+                            errs.push(here(format!(
+                                "operand r{a} is defined inside a region that has ended"
+                            )));
+                        }
+                    }
+                }
+            }
+            scope[idx] = my_scope;
+            if let Some(p) = new_parent {
+                parent.insert(idx, p);
+            }
+        }
+        for o in open {
+            errs.push(format!(
+                "kernel r{} ({}): region is never closed",
+                o.at, o.op
+            ));
+        }
+    }
+}
+
 fn op_code(op: Op) -> u16 {
     // Stable numbering for hashing: the position in `Op::name` order plus the reduce op.
     use crate::op::ReduceOp;
@@ -338,9 +661,48 @@ impl fmt::Display for Kernel {
             };
             writeln!(f, "  p{i}: {kind} {}", p.ty)?;
         }
+        let mut depth = 0usize;
         for (i, inst) in self.insts.iter().enumerate() {
             let a = &inst.args;
+            if matches!(inst.op, Op::LoopEnd | Op::SwitchEnd) {
+                // a switch's open case closes with it
+                let case_open = inst.op == Op::SwitchEnd
+                    && self.insts[a[0] as usize + 1..i]
+                        .iter()
+                        .any(|x| x.op == Op::Case);
+                depth = depth.saturating_sub(1 + usize::from(case_open));
+            } else if inst.op == Op::Case {
+                let first = self.insts[i - 1].op == Op::Switch;
+                if !first {
+                    depth = depth.saturating_sub(1);
+                }
+            }
+            write!(f, "{}", "  ".repeat(depth))?;
             match inst.op {
+                Op::LoopBegin => {
+                    depth += 1;
+                    if inst.imm == 0 {
+                        writeln!(f, "  r{i} = loop")?
+                    } else {
+                        writeln!(f, "  r{i} = loop max={}", inst.imm)?
+                    }
+                }
+                Op::Phi => writeln!(f, "  r{i} = phi.{} r{}", inst.ty, a[0])?,
+                Op::LoopCond => writeln!(f, "  while r{}", a[0])?,
+                Op::LoopNext => writeln!(f, "  next r{}, r{}", a[0], a[1])?,
+                Op::LoopEnd => writeln!(f, "  endloop r{}", a[0])?,
+                Op::Switch => {
+                    depth += 1;
+                    let kind = if inst.imm == 0 { "if" } else { "call" };
+                    writeln!(f, "  r{i} = switch ({kind})")?
+                }
+                Op::Case => {
+                    depth += 1;
+                    writeln!(f, "  case r{}", a[0])?
+                }
+                Op::Yield => writeln!(f, "  yield {}, r{}", inst.imm, a[0])?,
+                Op::SwitchEnd => writeln!(f, "  endswitch r{}", a[0])?,
+                Op::Out => writeln!(f, "  r{i} = out.{} r{}[{}]", inst.ty, a[0], inst.imm)?,
                 Op::Literal => writeln!(
                     f,
                     "  r{i} = const.{} {}",

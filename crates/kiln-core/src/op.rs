@@ -110,6 +110,34 @@ pub enum Op {
     /// index, `arg2` mask, target buffer parameter `imm`). Out-of-range indices are dropped and
     /// counted (`oob_writes`). With a `ReduceOp` other than `None`, every duplicate index counts.
     Scatter(ReduceOp),
+
+    // --- Structured regions (kernels only; see `kernel` for their layout and invariants). Inside a
+    // region only the *active* lanes run: effects (gathers, scatters) and state updates are masked;
+    // values of inactive lanes are never observed.
+    /// Opens a loop region (no value); `imm` is the iteration limit (0: none). Lanes that are still
+    /// active when it is reached stop and are counted in the launch status (`loop_lanes_truncated`).
+    LoopBegin,
+    /// A loop-carried value: `arg0` (defined before the loop) on entry, then what `LoopNext` set.
+    /// After the loop's end it holds each lane's final value.
+    Phi,
+    /// `arg0` (`Bool`): lanes where it is false leave the loop (no value).
+    LoopCond,
+    /// Sets the next value of phi `arg0` to `arg1` for the active lanes (no value).
+    LoopNext,
+    /// Closes the loop `arg0` (no value).
+    LoopEnd,
+    /// Opens a branch region (no value): a sequence of `Case`s with disjoint masks. `imm` is only
+    /// presentation: 0 prints as a conditional (`if`), 1 as an indirect call (`call`).
+    Switch,
+    /// Starts a case: the active lanes become the enclosing ones where `arg0` (`Bool`, defined
+    /// before the switch) is true (no value).
+    Case,
+    /// Sets output `imm` of the enclosing switch to `arg0` for the case's lanes (no value).
+    Yield,
+    /// Closes the switch `arg0` (no value).
+    SwitchEnd,
+    /// Output `imm` of switch `arg0`: what the lane's case yielded, 0 where no case ran.
+    Out,
 }
 
 impl Op {
@@ -117,7 +145,9 @@ impl Op {
     pub fn arity(self) -> usize {
         use Op::*;
         match self {
-            Literal | Counter | Data | Load => 0,
+            Literal | Counter | Data | Load | LoopBegin | Switch => 0,
+            Phi | LoopCond | LoopEnd | Case | Yield | SwitchEnd | Out => 1,
+            LoopNext => 2,
             Store | Neg | Not | Abs | Sqrt | Floor | Ceil | Round | Trunc | Cast | Bitcast => 1,
             Add | Sub | Mul | Div | Rem | Min | Max | And | Or | Xor | Shl | Shr | Eq | Ne | Lt
             | Le | Gt | Ge | Gather => 2,
@@ -133,6 +163,22 @@ impl Op {
         !matches!(
             self,
             Op::Data | Op::Load | Op::Store | Op::Scatter(_) | Op::Gather
+        ) && !self.is_region()
+    }
+    /// Region markers and the values they define (`Phi`, `Out`): never folded, hoisted or shared.
+    pub fn is_region(self) -> bool {
+        matches!(
+            self,
+            Op::LoopBegin
+                | Op::Phi
+                | Op::LoopCond
+                | Op::LoopNext
+                | Op::LoopEnd
+                | Op::Switch
+                | Op::Case
+                | Op::Yield
+                | Op::SwitchEnd
+                | Op::Out
         )
     }
     /// Lower-case name used in the IR text and trace logs.
@@ -182,6 +228,16 @@ impl Op {
             Scatter(ReduceOp::Max) => "scatter.max",
             Scatter(ReduceOp::And) => "scatter.and",
             Scatter(ReduceOp::Or) => "scatter.or",
+            LoopBegin => "loop",
+            Phi => "phi",
+            LoopCond => "while",
+            LoopNext => "next",
+            LoopEnd => "endloop",
+            Switch => "switch",
+            Case => "case",
+            Yield => "yield",
+            SwitchEnd => "endswitch",
+            Out => "out",
         }
     }
 }

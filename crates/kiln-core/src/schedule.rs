@@ -606,7 +606,7 @@ fn report_launch(
     kind: BackendKind,
     look: &cache::Lookup,
     t: Instant,
-    status: [u64; 2],
+    status: [u64; crate::backend::STATUS_LEN],
     what: &str,
 ) {
     let hash = b.kernel.hash();

@@ -3,6 +3,8 @@
 //! Counters are plain atomics bumped by the layer that does the work (cache, launch, device); `stats()`
 //! snapshots them together with the allocator's figures into a `Stats` value with public fields.
 
+use crate::kernel::KernelHash;
+use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -16,6 +18,52 @@ pub(crate) static OOB_READS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static OOB_WRITES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static DEVICE_OPS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static VARS_CREATED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static LOOPS_TRUNCATED: AtomicU64 = AtomicU64::new(0);
+
+/// Launches whose loops stopped at their iteration limit, not yet reported by a `try_` read:
+/// (kernel, lanes still active).
+static TRUNCATIONS: Mutex<Vec<(KernelHash, u64)>> = Mutex::new(Vec::new());
+/// The labels of the limited loops of each kernel that has any (for the messages).
+static LOOP_LABELS: Mutex<Vec<(KernelHash, Vec<String>)>> = Mutex::new(Vec::new());
+
+pub(crate) fn note_truncation(hash: KernelHash, lanes: u64) {
+    TRUNCATIONS.lock().push((hash, lanes));
+}
+
+/// Remember the labels of the loops with an iteration limit in kernel `hash`.
+pub(crate) fn note_loop_labels(hash: KernelHash, labels: Vec<String>) {
+    let mut l = LOOP_LABELS.lock();
+    if !l.iter().any(|(h, _)| *h == hash) {
+        l.push((hash, labels));
+    }
+}
+
+/// Take the loop truncations since the last call as an error (`None`: there were none).
+pub fn take_truncation_error() -> Option<crate::Error> {
+    let t = std::mem::take(&mut *TRUNCATIONS.lock());
+    if t.is_empty() {
+        return None;
+    }
+    let labels = LOOP_LABELS.lock();
+    let mut names: Vec<String> = Vec::new();
+    let mut lanes = 0;
+    for (h, n) in t {
+        lanes += n;
+        let found = labels.iter().find(|(k, _)| *k == h);
+        for l in found
+            .map(|(_, l)| l.clone())
+            .unwrap_or_else(|| vec!["(unlabelled)".into()])
+        {
+            if !names.contains(&l) {
+                names.push(l);
+            }
+        }
+    }
+    Some(crate::Error::LoopTruncated {
+        labels: names.join(", "),
+        lanes,
+    })
+}
 
 /// A snapshot of kiln's counters (see [`crate::stats`]).
 ///
@@ -43,6 +91,8 @@ pub struct Stats {
     pub oob_reads: u64,
     /// Scatters that wrote out of range (they were dropped).
     pub oob_writes: u64,
+    /// Launches in which a loop stopped at its `max_iterations` with lanes still active.
+    pub loops_truncated: u64,
     /// Variables created since start.
     pub vars_created: u64,
     /// Variables alive now.
@@ -69,6 +119,7 @@ pub(crate) fn snapshot(vars_alive: u64) -> Stats {
         run_ns: RUN_NS.load(Relaxed),
         oob_reads: OOB_READS.load(Relaxed),
         oob_writes: OOB_WRITES.load(Relaxed),
+        loops_truncated: LOOPS_TRUNCATED.load(Relaxed),
         vars_created: VARS_CREATED.load(Relaxed),
         vars_alive,
         bytes_allocated: a.allocated,

@@ -601,6 +601,17 @@ impl KernelBuilder {
                 self.push(Inst::new(op, any, &[x, idx, mask], p as u64));
             }
             Op::Data => unreachable!(),
+            // regions have generators of their own (see the end of this file)
+            Op::LoopBegin
+            | Op::Phi
+            | Op::LoopCond
+            | Op::LoopNext
+            | Op::LoopEnd
+            | Op::Switch
+            | Op::Case
+            | Op::Yield
+            | Op::SwitchEnd
+            | Op::Out => unreachable!(),
         }
     }
 }
@@ -2095,6 +2106,115 @@ fn float_min_max_against_literals() {
                     check_variants(&k, &bufs, 0, n as u64);
                 }
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Structured regions: loops and switches.
+
+/// Collatz steps of each input (`u32`), with an iteration limit `max` (0: none).
+fn collatz_kernel(max: u64) -> Kernel {
+    use VarType::*;
+    Kernel {
+        params: vec![p(U32, ParamKind::Input), p(U32, ParamKind::Output)],
+        insts: vec![
+            Inst::new(Op::Load, U32, &[], 0),            // r0 x
+            Inst::new(Op::Literal, U32, &[], 0),         // r1 0
+            Inst::new(Op::Literal, U32, &[], 1),         // r2 1
+            Inst::new(Op::LoopBegin, U32, &[], max),     // r3
+            Inst::new(Op::Phi, U32, &[0], 0),            // r4 x
+            Inst::new(Op::Phi, U32, &[1], 0),            // r5 n
+            Inst::new(Op::Gt, Bool, &[4, 2], 0),         // r6 x > 1
+            Inst::new(Op::LoopCond, Bool, &[6], 0),      // r7
+            Inst::new(Op::And, U32, &[4, 2], 0),         // r8 x & 1
+            Inst::new(Op::Eq, Bool, &[8, 1], 0),         // r9 even
+            Inst::new(Op::Shr, U32, &[4, 2], 0),         // r10 x >> 1
+            Inst::new(Op::Literal, U32, &[], 3),         // r11 3
+            Inst::new(Op::Fma, U32, &[4, 11, 2], 0),     // r12 3x+1
+            Inst::new(Op::Select, U32, &[9, 10, 12], 0), // r13
+            Inst::new(Op::Add, U32, &[5, 2], 0),         // r14 n+1
+            Inst::new(Op::LoopNext, U32, &[4, 13], 0),   // r15
+            Inst::new(Op::LoopNext, U32, &[5, 14], 0),   // r16
+            Inst::new(Op::LoopEnd, U32, &[3], 0),        // r17
+            Inst::new(Op::Store, U32, &[5], 1),          // r18
+        ],
+    }
+}
+
+#[test]
+fn collatz_loop_agrees_and_counts_truncated_lanes() {
+    use VarType::*;
+    for max in [0u64, 5, 100] {
+        let k = collatz_kernel(max);
+        k.verify().unwrap_or_else(|e| panic!("{e:?}\n{k}"));
+        for end in [0u64, 1, 3, 4, 5, 31, 32, 33, 100] {
+            let vals: Vec<u64> = (0..end).map(|i| i + 1).collect();
+            let bufs = vec![Buf::from_bits(U32, &vals), Buf::new(U32, end as usize)];
+            check_variants(&k, &bufs, 0, end);
+            if max == 0 {
+                let mut b = bufs.iter().map(Buf::copy).collect::<Vec<_>>();
+                let st = launch(cranelift(), &k, &mut b, 0, end);
+                assert_eq!(st[2], 0);
+                if end >= 27 {
+                    assert_eq!(b[1].get(26), 111, "27 takes 111 steps");
+                }
+            }
+        }
+    }
+}
+
+/// `out = switch(idx) { 0 => a*a, 1 => a+1, _ => 0 }` with a gather in case 1 and a loop in case 0.
+fn switch_kernel(ty: VarType) -> Kernel {
+    use VarType::*;
+    Kernel {
+        params: vec![
+            p(U32, ParamKind::Input),
+            p(ty, ParamKind::Input),
+            p(ty, ParamKind::Indexed),
+            p(ty, ParamKind::Output),
+        ],
+        insts: vec![
+            Inst::new(Op::Load, U32, &[], 0),       // r0 idx
+            Inst::new(Op::Load, ty, &[], 1),        // r1 a
+            Inst::new(Op::Literal, U32, &[], 0),    // r2
+            Inst::new(Op::Literal, U32, &[], 1),    // r3
+            Inst::new(Op::Eq, Bool, &[0, 2], 0),    // r4 idx == 0
+            Inst::new(Op::Eq, Bool, &[0, 3], 0),    // r5 idx == 1
+            Inst::new(Op::Switch, U32, &[], 1),     // r6
+            Inst::new(Op::Case, U32, &[4], 0),      // r7
+            Inst::new(Op::Mul, ty, &[1, 1], 0),     // r8 a*a
+            Inst::new(Op::Yield, ty, &[8], 0),      // r9
+            Inst::new(Op::Case, U32, &[5], 0),      // r10
+            Inst::new(Op::Literal, Bool, &[], 1),   // r11
+            Inst::new(Op::Gather, ty, &[0, 11], 2), // r12 table[idx]
+            Inst::new(Op::Add, ty, &[1, 12], 0),    // r13
+            Inst::new(Op::Yield, ty, &[13], 0),     // r14
+            Inst::new(Op::SwitchEnd, U32, &[6], 0), // r15
+            Inst::new(Op::Out, ty, &[6], 0),        // r16
+            Inst::new(Op::Store, ty, &[16], 3),     // r17
+        ],
+    }
+}
+
+#[test]
+fn switch_agrees_and_masks_gathers() {
+    use VarType::*;
+    let mut rng = Rng(7);
+    for ty in [F32, I64, F64, U32] {
+        let k = switch_kernel(ty);
+        k.verify().unwrap_or_else(|e| panic!("{e:?}\n{k}"));
+        for end in [0u64, 1, 4, 7, 33, 64] {
+            let idx: Vec<u64> = (0..end).map(|_| rng.below(4)).collect();
+            let a: Vec<u64> = (0..end).map(|_| rand_bits(&mut rng, ty)).collect();
+            let table: Vec<u64> = (0..2).map(|_| rand_bits(&mut rng, ty)).collect();
+            let bufs = vec![
+                Buf::from_bits(U32, &idx),
+                Buf::from_bits(ty, &a),
+                Buf::from_bits(ty, &table),
+                Buf::new(ty, end as usize),
+            ];
+            check_variants(&k, &bufs, 0, end);
         }
     }
 }

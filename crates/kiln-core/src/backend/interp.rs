@@ -9,7 +9,7 @@
 
 use super::{
     read_bits, scatter_lane, write_bits, Backend, BackendKind, CompiledKernel, LaunchArgs,
-    STATUS_OOB_READS,
+    STATUS_LOOP_TRUNCATED, STATUS_OOB_READS,
 };
 use crate::error::Result;
 use crate::kernel::{Kernel, ParamKind};
@@ -26,14 +26,59 @@ impl Backend for Interp {
         BackendKind::Interp
     }
     fn compile(&self, kernel: &Kernel) -> Result<Arc<dyn CompiledKernel>> {
+        let (resume, end, owner) = region_marks(kernel);
         Ok(Arc::new(InterpKernel {
             kernel: kernel.clone(),
+            resume,
+            end,
+            owner,
         }))
     }
 }
 
 struct InterpKernel {
     kernel: Kernel,
+    /// See `region_marks`.
+    resume: Vec<usize>,
+    end: Vec<usize>,
+    owner: Vec<usize>,
+}
+
+/// An open region while interpreting: the lanes active when it was entered.
+enum Frame {
+    Loop { saved: Vec<bool>, iter: u64 },
+    Switch { saved: Vec<bool> },
+}
+
+/// For each region-opening instruction, where its body resumes and ends: a loop's first
+/// instruction after its phis and its `endloop`; a switch's `endswitch`. And for each `while` its
+/// loop, for each `yield` its switch.
+fn region_marks(k: &Kernel) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let n = k.insts.len();
+    let (mut resume, mut end, mut owner) = (vec![0; n], vec![0; n], vec![0; n]);
+    let mut open: Vec<usize> = Vec::new();
+    for (i, inst) in k.insts.iter().enumerate() {
+        match inst.op {
+            Op::LoopBegin | Op::Switch => open.push(i),
+            Op::LoopEnd | Op::SwitchEnd => {
+                open.pop();
+            }
+            Op::LoopCond | Op::Yield => owner[i] = *open.last().expect("verified"),
+            _ => {}
+        }
+        match inst.op {
+            Op::LoopBegin => {
+                let mut j = i + 1;
+                while j < n && k.insts[j].op == Op::Phi {
+                    j += 1;
+                }
+                resume[i] = j;
+            }
+            Op::LoopEnd | Op::SwitchEnd => end[inst.args[0] as usize] = i,
+            _ => {}
+        }
+    }
+    (resume, end, owner)
 }
 
 const CHUNK: usize = 256;
@@ -54,10 +99,142 @@ impl CompiledKernel for InterpKernel {
         let k = &self.kernel;
         let n_regs = k.insts.len();
         let mut regs = vec![0u64; n_regs * CHUNK];
+        let (resume, region_end, owner) = (&self.resume, &self.end, &self.owner);
+        // next values of phis, applied together at `endloop` (a next value may be another phi)
+        let mut pending: Vec<(usize, Vec<u64>)> = Vec::new();
+        let mut slots: std::collections::HashMap<usize, Vec<Vec<u64>>> = Default::default();
         let mut lane0 = start;
         while lane0 < end {
             let lanes = ((end - lane0) as usize).min(CHUNK);
-            for (r, inst) in k.insts.iter().enumerate() {
+            // lanes that run: the chunk's lanes below `end`, narrowed inside regions
+            let mut active = vec![false; CHUNK];
+            active[..lanes].fill(true);
+            let mut frames: Vec<Frame> = Vec::new();
+            let mut r = 0usize;
+            while r < n_regs {
+                let inst = &k.insts[r];
+                match inst.op {
+                    Op::LoopBegin => {
+                        frames.push(Frame::Loop {
+                            saved: active.clone(),
+                            iter: 0,
+                        });
+                        r += 1;
+                        continue;
+                    }
+                    Op::Phi => {
+                        let a = inst.args[0] as usize * CHUNK;
+                        regs.copy_within(a..a + CHUNK, r * CHUNK);
+                        r += 1;
+                        continue;
+                    }
+                    Op::LoopCond => {
+                        let c = inst.args[0] as usize * CHUNK;
+                        for l in 0..CHUNK {
+                            active[l] &= regs[c + l] & 1 != 0;
+                        }
+                        let Some(Frame::Loop { saved, iter }) = frames.last() else {
+                            unreachable!("verified: a condition sits in a loop")
+                        };
+                        let any = active.iter().any(|&a| a);
+                        let limit = owner[r];
+                        let max = k.insts[limit].imm;
+                        if !any || (max != 0 && *iter >= max) {
+                            if any {
+                                let still = active.iter().filter(|&&a| a).count() as u64;
+                                // SAFETY: status points at STATUS_LEN counters.
+                                unsafe {
+                                    (*args.status.add(STATUS_LOOP_TRUNCATED))
+                                        .fetch_add(still, Ordering::Relaxed)
+                                };
+                            }
+                            active = saved.clone();
+                            frames.pop();
+                            r = region_end[limit] + 1;
+                        } else {
+                            r += 1;
+                        }
+                        continue;
+                    }
+                    Op::LoopNext => {
+                        let (p, v) = (inst.args[0] as usize, inst.args[1] as usize * CHUNK);
+                        let mut next = regs[p * CHUNK..p * CHUNK + CHUNK].to_vec();
+                        for l in 0..CHUNK {
+                            if active[l] {
+                                next[l] = regs[v + l];
+                            }
+                        }
+                        pending.push((p, next));
+                        r += 1;
+                        continue;
+                    }
+                    Op::LoopEnd => {
+                        for (p, next) in pending.drain(..) {
+                            regs[p * CHUNK..p * CHUNK + CHUNK].copy_from_slice(&next);
+                        }
+                        let Some(Frame::Loop { iter, .. }) = frames.last_mut() else {
+                            unreachable!("verified: endloop closes a loop")
+                        };
+                        *iter += 1;
+                        r = resume[inst.args[0] as usize];
+                        continue;
+                    }
+                    Op::Switch => {
+                        frames.push(Frame::Switch {
+                            saved: active.clone(),
+                        });
+                        slots.insert(r, Vec::new());
+                        r += 1;
+                        continue;
+                    }
+                    Op::Case => {
+                        let Some(Frame::Switch { saved }) = frames.last() else {
+                            unreachable!("verified: a case sits in a switch")
+                        };
+                        let m = inst.args[0] as usize * CHUNK;
+                        for l in 0..CHUNK {
+                            active[l] = saved[l] && regs[m + l] & 1 != 0;
+                        }
+                        r += 1;
+                        continue;
+                    }
+                    Op::Yield => {
+                        let sw = owner[r];
+                        let v = inst.args[0] as usize * CHUNK;
+                        let out = slots.get_mut(&sw).expect("switch entered");
+                        let j = inst.imm as usize;
+                        if out.len() <= j {
+                            out.resize(j + 1, vec![0; CHUNK]);
+                        }
+                        for l in 0..CHUNK {
+                            if active[l] {
+                                out[j][l] = regs[v + l];
+                            }
+                        }
+                        r += 1;
+                        continue;
+                    }
+                    Op::SwitchEnd => {
+                        let Some(Frame::Switch { saved }) = frames.pop() else {
+                            unreachable!("verified: endswitch closes a switch")
+                        };
+                        active = saved;
+                        r += 1;
+                        continue;
+                    }
+                    Op::Out => {
+                        let col = slots
+                            .get(&(inst.args[0] as usize))
+                            .and_then(|s| s.get(inst.imm as usize));
+                        match col {
+                            Some(c) => regs[r * CHUNK..r * CHUNK + CHUNK].copy_from_slice(c),
+                            None => regs[r * CHUNK..r * CHUNK + CHUNK].fill(0),
+                        }
+                        r += 1;
+                        continue;
+                    }
+                    _ => {}
+                }
                 let (before, rest) = regs.split_at_mut(r * CHUNK);
                 let out = &mut rest[..CHUNK];
                 let arg = |j: usize| {
@@ -66,6 +243,7 @@ impl CompiledKernel for InterpKernel {
                 let p = inst.imm as usize;
                 match inst.op {
                     Op::Literal => out[..lanes].fill(inst.imm),
+                    op if op.is_region() => unreachable!("handled above"),
                     Op::Counter => {
                         for (l, o) in out[..lanes].iter_mut().enumerate() {
                             *o = (lane0 + l as u64) & inst.ty.bit_mask();
@@ -98,7 +276,7 @@ impl CompiledKernel for InterpKernel {
                         let ity = k.ty(inst.args[0]);
                         for l in 0..lanes {
                             out[l] = 0;
-                            if mask[l] & 1 == 0 {
+                            if mask[l] & 1 == 0 || !active[l] {
                                 continue;
                             }
                             let i = index_value(ity, idx[l]);
@@ -120,7 +298,7 @@ impl CompiledKernel for InterpKernel {
                         let (val, idx, mask) = (arg(0), arg(1), arg(2));
                         let ity = k.ty(inst.args[1]);
                         for l in 0..lanes {
-                            if mask[l] & 1 != 0 {
+                            if mask[l] & 1 != 0 && active[l] {
                                 let i = index_value(ity, idx[l]);
                                 // SAFETY: scatter_lane checks bounds; ptr/len describe the target.
                                 unsafe {
@@ -158,6 +336,7 @@ impl CompiledKernel for InterpKernel {
                         }
                     },
                 }
+                r += 1;
             }
             lane0 += lanes as u64;
         }

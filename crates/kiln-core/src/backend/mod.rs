@@ -43,8 +43,10 @@ impl std::fmt::Display for BackendKind {
 /// Index of each counter in a launch's status buffer.
 pub const STATUS_OOB_READS: usize = 0;
 pub const STATUS_OOB_WRITES: usize = 1;
+/// Lanes still active when a loop reached its iteration limit.
+pub const STATUS_LOOP_TRUNCATED: usize = 2;
 /// Number of counters in a launch's status buffer.
-pub const STATUS_LEN: usize = 2;
+pub const STATUS_LEN: usize = 3;
 
 /// What a compiled kernel receives for one block (C layout: compiled code reads it directly).
 ///
@@ -56,7 +58,7 @@ pub struct LaunchArgs {
     pub ptrs: *const *mut u8,
     /// Element count of each parameter's buffer.
     pub lens: *const u64,
-    /// `STATUS_LEN` atomic counters (out-of-range reads, writes).
+    /// `STATUS_LEN` atomic counters (out-of-range reads, writes, truncated loop lanes).
     pub status: *const AtomicU64,
 }
 

@@ -108,7 +108,9 @@ pub(super) fn build_function(
     }
 
     let has_gather = k.insts.iter().any(|i| i.op == Op::Gather);
-    let has_random_access = has_gather || scatter.is_some();
+    // Regions need the mask of lanes below `end` too: a loop must not run lanes past the end.
+    let has_regions = k.insts.iter().any(|i| i.op.is_region());
+    let has_random_access = has_gather || scatter.is_some() || has_regions;
     let oob = has_gather.then(|| {
         let v = b.declare_var(I64);
         let zero = b.ins().iconst(I64, 0);
@@ -146,12 +148,14 @@ pub(super) fn build_function(
         pool: Vec::new(),
         pool_index: HashMap::new(),
         pool_base,
-        const_cache_on: tuning.const_cache > 0 && scatter.is_none(),
+        // (a constant read in one branch must not be reused in another)
+        const_cache_on: tuning.const_cache > 0 && scatter.is_none() && !has_regions,
         const_cache_per_inst: tuning.const_cache == 1,
         const_cache: HashMap::new(),
-        schedule: tuning.schedule,
+        schedule: tuning.schedule && !has_regions,
         oob,
         scatter,
+        regions: Default::default(),
     };
 
     // Loop-invariant values (literals, broadcast loads and pure instructions of those), computed
@@ -197,7 +201,12 @@ pub(super) fn build_function(
     // Affine values are worth a loop of their own when some lane-dependent instruction other
     // than a counter or a cast would be replaced.
     let affine = affine_values(k);
+    if has_regions {
+        // all groups of an iteration share one control flow: lower them side by side
+        interleave = groups;
+    }
     let use_affine = tuning.affine
+        && !has_regions
         && k.insts.iter().enumerate().any(|(r, inst)| {
             affine[r].is_some() && !g.uniform[r] && !matches!(inst.op, Op::Counter | Op::Cast)
         });
@@ -330,8 +339,15 @@ impl<'f> Gen<'_, 'f> {
         };
         for (c, chunk) in lanes.chunks(per_chunk).enumerate() {
             let mut groups = vec![invariant.to_vec(); chunk.len()];
+            if let Some(a) = active {
+                self.regions.active = vec![a; chunk.len()];
+            }
             for &r in &order {
                 if invariant[r].is_some() || self.uniform[r] {
+                    continue;
+                }
+                if self.k.insts[r].op.is_region() {
+                    self.region_op(r, &mut groups)?;
                     continue;
                 }
                 if self.const_cache_per_inst {
@@ -352,6 +368,9 @@ impl<'f> Gen<'_, 'f> {
                 for (u, (vals, &lane)) in groups.iter_mut().zip(chunk).enumerate() {
                     std::mem::swap(&mut self.vals, vals);
                     self.lane = lane;
+                    if let Some(&a) = self.regions.active.get(u) {
+                        self.active = Some(a);
+                    }
                     self.group = c * per_chunk + u;
                     let v = self.lower(r);
                     std::mem::swap(&mut self.vals, vals);

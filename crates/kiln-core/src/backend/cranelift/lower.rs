@@ -79,6 +79,16 @@ impl<'f> Gen<'_, 'f> {
         let v = match inst.op {
             Op::Literal => self.literal(t, inst.imm),
             Op::Data => return Err("`data` cannot appear in a kernel".into()),
+            op @ (Op::LoopBegin
+            | Op::Phi
+            | Op::LoopCond
+            | Op::LoopNext
+            | Op::LoopEnd
+            | Op::Switch
+            | Op::Case
+            | Op::Yield
+            | Op::SwitchEnd
+            | Op::Out) => return Err(format!("`{op}` is lowered by the region code, not here")),
             Op::Counter => self.counter(t),
             Op::Load => match self.k.params[p].kind {
                 ParamKind::Broadcast => self.load_broadcast(p, t)?,
@@ -198,28 +208,7 @@ impl<'f> Gen<'_, 'f> {
                 let V::One(m) = m else {
                     return Err("select mask is not a mask".into());
                 };
-                // Mask lanes are all ones or all zeros, so `blendv` (which looks at the top bit of
-                // each lane) selects exactly like `bitselect`.
-                // (x64 lowers it for integer vectors only.)
-                let blendv = self.target.x86 && self.target.sse41;
-                let sty = if blendv { ivty(t) } else { vty(t) };
-                let (x, y) = (self.bc_v(sty, x), self.bc_v(sty, y));
-                let r = match (x, y) {
-                    (V::One(x), V::One(y)) => {
-                        let m = self.bc(sty, m);
-                        V::One(self.blend(blendv, m, x, y))
-                    }
-                    (V::Two(x0, x1), V::Two(y0, y1)) => {
-                        let (m0, m1) = self.widen_mask(m);
-                        let m0 = self.bc(sty, m0);
-                        let m1 = self.bc(sty, m1);
-                        let lo = self.blend(blendv, m0, x0, y0);
-                        let hi = self.blend(blendv, m1, x1, y1);
-                        V::Two(lo, hi)
-                    }
-                    _ => return Err("select operands differ in shape".into()),
-                };
-                self.bc_v(vty(t), r)
+                self.select_v(t, m, x, y)?
             }
             Op::Gather => {
                 let (idx, mask) = (arg(self, 0)?, arg(self, 1)?);
@@ -443,6 +432,32 @@ impl<'f> Gen<'_, 'f> {
                 V::Two(lo, hi)
             }
         }
+    }
+
+    /// `m ? x : y` per lane of values of type `t`, for an `I32X4` mask `m`.
+    pub(super) fn select_v(&mut self, t: VarType, m: Value, x: V, y: V) -> Result<V, String> {
+        // Mask lanes are all ones or all zeros, so `blendv` (which looks at the top bit of
+        // each lane) selects exactly like `bitselect`.
+        // (x64 lowers it for integer vectors only.)
+        let blendv = self.target.x86 && self.target.sse41;
+        let sty = if blendv { ivty(t) } else { vty(t) };
+        let (x, y) = (self.bc_v(sty, x), self.bc_v(sty, y));
+        let r = match (x, y) {
+            (V::One(x), V::One(y)) => {
+                let m = self.bc(sty, m);
+                V::One(self.blend(blendv, m, x, y))
+            }
+            (V::Two(x0, x1), V::Two(y0, y1)) => {
+                let (m0, m1) = self.widen_mask(m);
+                let m0 = self.bc(sty, m0);
+                let m1 = self.bc(sty, m1);
+                let lo = self.blend(blendv, m0, x0, y0);
+                let hi = self.blend(blendv, m1, x1, y1);
+                V::Two(lo, hi)
+            }
+            _ => return Err("select operands differ in shape".into()),
+        };
+        Ok(self.bc_v(vty(t), r))
     }
 
     /// `m ? x : y` per lane for a mask `m` whose lanes are all ones or all zeros (`blendv`: with

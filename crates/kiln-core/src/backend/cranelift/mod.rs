@@ -11,6 +11,7 @@ mod jit;
 mod lower;
 mod memory;
 mod opt;
+mod region;
 mod shift;
 mod vector;
 
@@ -156,4 +157,6 @@ struct Gen<'a, 'f> {
     schedule: bool,
     oob: Option<Variable>,
     scatter: Option<FuncRef>,
+    /// Open loops and switches, and the active lanes of each group inside them.
+    regions: region::Regions,
 }
