@@ -18,6 +18,7 @@
 extern crate self as kiln;
 
 pub mod array;
+pub mod control;
 pub mod freeze;
 #[cfg(feature = "ndarray")]
 mod interop;
@@ -31,6 +32,7 @@ pub mod types;
 pub mod vector;
 
 pub use array::{Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64};
+pub use control::{dispatch, if_then_else, switch, while_loop, Mode, Registry};
 pub use freeze::{freeze, Frozen, Traverse};
 pub use kiln_core;
 pub use kiln_core::{
@@ -52,6 +54,7 @@ pub mod prelude {
     pub use crate::array::{
         Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64,
     };
+    pub use crate::control::{dispatch, if_then_else, switch, while_loop, Mode};
     pub use crate::memory::{
         gather, gather_masked, gather_view, scatter, scatter_masked, scatter_reduce,
         scatter_reduce_masked,

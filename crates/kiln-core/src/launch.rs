@@ -18,6 +18,15 @@ pub fn block_for(insts: usize) -> usize {
     const WORK: usize = DEFAULT_BLOCK * 16;
     (WORK / insts.max(1)).clamp(MIN_BLOCK, DEFAULT_BLOCK)
 }
+/// The block size of a kernel with loops: each lane may do much work, so even a few thousand
+/// lanes are split so that every core gets several blocks.
+pub fn loop_block(n: usize) -> usize {
+    let threads = pool().current_num_threads().max(1);
+    (n / (threads * 4))
+        .next_multiple_of(BLOCK_ALIGN)
+        .clamp(64, DEFAULT_BLOCK)
+}
+
 /// The smallest block [`block_for`] picks (below it, handing work to the pool costs more than it
 /// saves).
 pub const MIN_BLOCK: usize = 512;

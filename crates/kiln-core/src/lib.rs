@@ -18,6 +18,7 @@
 pub mod alloc;
 pub mod backend;
 pub mod cache;
+pub mod control;
 pub mod device;
 pub mod error;
 pub mod freeze;
@@ -104,6 +105,12 @@ pub fn from_bytes(ty: VarType, bytes: &[u8]) -> Result<VarId> {
     Ok(data_var(ty, buf))
 }
 
+/// Inside a symbolic body: refuse a cross-lane request (see `control`) and return the placeholder
+/// result `zeros` (a literal 0 of `ty` and `n` lanes) so that tracing goes on.
+fn refuse_symbolic(id: VarId, how: &str, ty: VarType, n: usize) -> Option<VarId> {
+    control::refuse(|| describe(id), how).then(|| literal(ty, 0, n))
+}
+
 /// Refuse a host read inside a frozen function's recording.
 fn refuse_read(id: VarId, how: &str) -> Result<()> {
     if freeze::active() {
@@ -118,10 +125,18 @@ fn refuse_read(id: VarId, how: &str) -> Result<()> {
 /// Evaluate (if needed) and copy the contents out as little-endian bytes.
 pub fn read_bytes(id: VarId) -> Result<Vec<u8>> {
     log::init_from_env();
+    if control::refuse(|| describe(id), "reading its contents") {
+        return Ok(vec![0; size(id) * var_type(id).size_bytes()]);
+    }
     refuse_read(id, "reading its contents")?;
     eval(&[id])?;
     let buf = evaluated_buffer(id)?;
-    Ok(device::read(&buf))
+    let bytes = device::read(&buf);
+    // a loop that stopped at its iteration limit since the last read reports here
+    if let Some(e) = stats::take_truncation_error() {
+        return Err(e);
+    }
+    Ok(bytes)
 }
 
 fn evaluated_buffer(id: VarId) -> Result<Arc<Buffer>> {
@@ -138,6 +153,9 @@ fn evaluated_buffer(id: VarId) -> Result<Arc<Buffer>> {
 /// An unevaluated `id` is reduced as its kernel produces it (one fused launch; the full-size array is
 /// never written) and stays unevaluated; an evaluated one is reduced from its buffer.
 pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
+    if let Some(z) = refuse_symbolic(id, "a reduction", var_type(id), 1) {
+        return Ok(z);
+    }
     if let Some((out, _)) = schedule::reduce_fused(op, id)? {
         let ty = var_type(id);
         return Ok(data_var(ty, out));
@@ -151,6 +169,9 @@ pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
 /// Evaluate `id` and reduce it, returning the result's bits on the host (for `Bool` + `Add`: the
 /// number of true lanes).
 pub fn reduce_to_host(op: ReduceOp, id: VarId) -> Result<u64> {
+    if control::refuse(|| describe(id), "reducing it to a host value") {
+        return Ok(0);
+    }
     refuse_read(id, "reducing it to a host value")?;
     if let Some((_, bits)) = schedule::reduce_fused(op, id)? {
         return Ok(bits);
@@ -168,6 +189,9 @@ pub fn block_reduce(op: ReduceOp, id: VarId, block: usize) -> Result<VarId> {
         )));
     }
     let ty = var_type(id);
+    if let Some(z) = refuse_symbolic(id, "a block reduction", ty, size(id).div_ceil(block)) {
+        return Ok(z);
+    }
     // an unevaluated input is produced and reduced piece by piece, never stored
     if let Some(out) = schedule::block_reduce_fused(op, id, block)? {
         return Ok(data_var(ty, out));
@@ -179,6 +203,9 @@ pub fn block_reduce(op: ReduceOp, id: VarId, block: usize) -> Result<VarId> {
 
 /// Inclusive or exclusive prefix sum.
 pub fn prefix_sum(id: VarId, exclusive: bool) -> Result<VarId> {
+    if let Some(z) = refuse_symbolic(id, "a prefix sum", var_type(id), size(id)) {
+        return Ok(z);
+    }
     let buf = evaluated_buffer(id)?;
     let ty = buf.ty;
     let out = device::prefix_sum(&buf, exclusive)?;
@@ -209,6 +236,9 @@ pub fn matmul(a: VarId, b: VarId, m: usize, k: usize, n: usize) -> Result<VarId>
             describe(b)
         )));
     }
+    if let Some(z) = refuse_symbolic(a, "a matrix product", ta, m * n) {
+        return Ok(z);
+    }
     let (ba, bb) = (evaluated_buffer(a)?, evaluated_buffer(b)?);
     let out = device::matmul(&ba, &bb, m, k, n)?;
     Ok(data_var(ta, out))
@@ -216,6 +246,9 @@ pub fn matmul(a: VarId, b: VarId, m: usize, k: usize, n: usize) -> Result<VarId>
 
 /// Indices (u32) of the true lanes of a mask.
 pub fn compress(id: VarId) -> Result<VarId> {
+    if let Some(z) = refuse_symbolic(id, "compress", VarType::U32, 0) {
+        return Ok(z);
+    }
     let buf = evaluated_buffer(id)?;
     let out = device::compress(&buf)?;
     Ok(data_var(VarType::U32, out))
@@ -226,6 +259,10 @@ pub fn compress(id: VarId) -> Result<VarId> {
 /// the same constant); returns a new reference to the evaluated variable.
 pub fn make_opaque(id: VarId) -> Result<VarId> {
     // a literal's value is baked into kernels: take it out of the CSE table and give it a buffer
+    if control::refuse(|| describe(id), "make_opaque") {
+        inc_ref(id);
+        return Ok(id);
+    }
     STATE.lock().uncse(id.0);
     eval(&[id])?;
     inc_ref(id);

@@ -129,6 +129,65 @@ pub(crate) struct Var {
     pub fresh: bool,
     /// False once freed (the slot waits in the free list).
     pub alive: bool,
+    /// A loop or switch node (`op` is `LoopBegin` or `Switch`): its parts, each an operand.
+    pub region: Option<Box<Region>>,
+}
+
+/// The parts of a control-flow node in the traced graph (see `control`).
+#[derive(Clone, Debug)]
+pub(crate) enum Region {
+    Loop {
+        /// Initial values, the placeholders (`Phi` variables) the body was traced with, the
+        /// condition, the next values and the body's side effects, in order.
+        inits: Vec<u32>,
+        phis: Vec<u32>,
+        cond: u32,
+        nexts: Vec<u32>,
+        effects: Vec<u32>,
+        max_iterations: u64,
+    },
+    Switch {
+        /// 0: a conditional, 1: an indirect call (presentation only).
+        kind: u64,
+        /// Per case: its mask, its outputs and its side effects.
+        masks: Vec<u32>,
+        yields: Vec<Vec<u32>>,
+        effects: Vec<Vec<u32>>,
+    },
+}
+
+impl Region {
+    /// Every variable the node refers to.
+    pub fn ids(&self) -> Vec<u32> {
+        match self {
+            Region::Loop {
+                inits,
+                phis,
+                cond,
+                nexts,
+                effects,
+                ..
+            } => inits
+                .iter()
+                .chain(phis)
+                .chain(std::iter::once(cond))
+                .chain(nexts)
+                .chain(effects)
+                .copied()
+                .collect(),
+            Region::Switch {
+                masks,
+                yields,
+                effects,
+                ..
+            } => masks
+                .iter()
+                .chain(yields.iter().flatten())
+                .chain(effects.iter().flatten())
+                .copied()
+                .collect(),
+        }
+    }
 }
 
 impl Var {
@@ -148,6 +207,7 @@ impl Var {
             in_cse: false,
             fresh: false,
             alive: true,
+            region: None,
         }
     }
     pub fn is_evaluated(&self) -> bool {
@@ -157,7 +217,8 @@ impl Var {
         self.op == Op::Literal
     }
     pub fn dep_ids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.deps.iter().copied().filter(|&d| d != 0)
+        let region = self.region.as_ref().map(|r| r.ids()).unwrap_or_default();
+        self.deps.iter().copied().filter(|&d| d != 0).chain(region)
     }
 }
 
@@ -292,7 +353,10 @@ impl State {
             if let Some(b) = v.data.take() {
                 garbage.push(b);
             }
-            let deps = v.deps;
+            let mut deps: Vec<u32> = v.deps.to_vec();
+            if let Some(r) = v.region.take() {
+                deps.extend(r.ids());
+            }
             v.label = None;
             self.uncse(id);
             self.free_ids.push(id);

@@ -102,6 +102,8 @@ struct Built {
     modified: Vec<u32>,
     /// Run in 2-d tiles of rows of this many lanes (0: linear).
     tile_cols: usize,
+    /// Labels of the kernel's loops with an iteration limit.
+    loop_labels: Vec<String>,
 }
 
 struct Builder<'a> {
@@ -117,9 +119,167 @@ struct Builder<'a> {
     /// Values of lazily viewed expressions at gathered indices: (variable, index register).
     reg_at: HashMap<(u32, Reg), Reg>,
     param_of: HashMap<(u32, ParamKind), u32>,
+    /// Emitted region nodes: their opening register and their result registers (a loop's phis,
+    /// a switch's own register).
+    region_regs: HashMap<u32, (Reg, Vec<Reg>)>,
+    /// Labels of the loops with an iteration limit (for truncation messages).
+    loop_labels: Vec<String>,
 }
 
 impl<'a> Builder<'a> {
+    /// Forget the values defined at or after register `begin` (inside a region that has ended):
+    /// later uses compute them again outside.
+    fn close_scope(&mut self, begin: Reg) {
+        self.reg_of.retain(|_, r| *r < begin);
+        self.reg_at.retain(|_, r| *r < begin);
+        self.region_regs.retain(|_, (b, _)| *b < begin);
+    }
+
+    /// Compute, before a loop opens, what its body needs that does not change from one iteration
+    /// to the next: pure values that depend on none of the loop's placeholders (nor on any other
+    /// region, gather or side effect, to stay simple and safe).
+    fn hoist(&mut self, roots: &[u32], phis: &[u32]) {
+        // dependent[id]: whether id must stay in the loop
+        let mut dependent: HashMap<u32, bool> = HashMap::new();
+        let mut stack: Vec<(u32, bool)> = roots.iter().map(|&r| (r, false)).collect();
+        while let Some((id, expanded)) = stack.pop() {
+            if dependent.contains_key(&id) && !expanded {
+                continue;
+            }
+            let v = self.st.var(id);
+            if self.reg_of.contains_key(&id) || v.is_evaluated() || v.op == Op::Literal {
+                dependent.insert(id, false);
+                continue;
+            }
+            if phis.contains(&id) || !v.op.is_pure() || v.size != self.size && v.size != 1 {
+                dependent.insert(id, true);
+                if !expanded && !phis.contains(&id) && v.region.is_none() && v.op != Op::Out {
+                    // still look below for independent parts (e.g. the index of a gather)
+                    for d in v.dep_ids() {
+                        if !dependent.contains_key(&d) {
+                            stack.push((d, false));
+                        }
+                    }
+                }
+                continue;
+            }
+            if !expanded {
+                stack.push((id, true));
+                for d in v.dep_ids() {
+                    if !dependent.contains_key(&d) {
+                        stack.push((d, false));
+                    }
+                }
+                continue;
+            }
+            let dep = v
+                .dep_ids()
+                .any(|d| dependent.get(&d).copied().unwrap_or(true));
+            dependent.insert(id, dep);
+        }
+        // hoist the independent operands of dependent values
+        let mut wanted: Vec<u32> = Vec::new();
+        for (&id, &dep) in &dependent {
+            if !dep {
+                continue;
+            }
+            let v = self.st.var(id);
+            if v.region.is_some() || phis.contains(&id) {
+                continue;
+            }
+            let skip = usize::from(matches!(v.op, Op::Gather | Op::Scatter(_)));
+            for d in v.dep_ids().skip(skip) {
+                if dependent.get(&d) == Some(&false) && !self.reg_of.contains_key(&d) {
+                    wanted.push(d);
+                }
+            }
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        for d in wanted {
+            self.visit(d);
+        }
+    }
+
+    /// Emit the region of node `id` (a loop or a switch) and return its opening register.
+    fn emit_region(&mut self, id: u32) -> Reg {
+        if let Some((b, _)) = self.region_regs.get(&id) {
+            return *b;
+        }
+        let v = self.st.var(id);
+        let region = v
+            .region
+            .as_ref()
+            .expect("a region node has its parts")
+            .clone();
+        match *region {
+            crate::registry::Region::Loop {
+                inits,
+                phis,
+                cond,
+                nexts,
+                effects,
+                max_iterations,
+            } => {
+                let init_regs: Vec<Reg> = inits.iter().map(|&i| self.visit(i)).collect();
+                let mut roots = vec![cond];
+                roots.extend(&nexts);
+                roots.extend(&effects);
+                self.hoist(&roots, &phis);
+                if max_iterations > 0 {
+                    self.loop_labels.push(self.st.label_of(id));
+                }
+                let begin = self.emit(Inst::new(Op::LoopBegin, VarType::Bool, &[], max_iterations));
+                let mut phi_regs = Vec::with_capacity(phis.len());
+                for (&p, &init) in phis.iter().zip(&init_regs) {
+                    let ty = self.st.var(p).ty;
+                    let r = self.emit(Inst::new(Op::Phi, ty, &[init], 0));
+                    self.reg_of.insert(p, r);
+                    phi_regs.push(r);
+                }
+                let c = self.visit(cond);
+                self.emit(Inst::new(Op::LoopCond, VarType::Bool, &[c], 0));
+                for &e in &effects {
+                    self.visit(e);
+                }
+                let next_regs: Vec<Reg> = nexts.iter().map(|&n| self.visit(n)).collect();
+                for (&p, &n) in phi_regs.iter().zip(&next_regs) {
+                    let ty = self.kernel.insts[p as usize].ty;
+                    self.emit(Inst::new(Op::LoopNext, ty, &[p, n], 0));
+                }
+                self.emit(Inst::new(Op::LoopEnd, VarType::Bool, &[begin], 0));
+                self.close_scope(begin);
+                self.region_regs.insert(id, (begin, phi_regs));
+                begin
+            }
+            crate::registry::Region::Switch {
+                kind,
+                masks,
+                yields,
+                effects,
+            } => {
+                let mask_regs: Vec<Reg> = masks.iter().map(|&m| self.visit(m)).collect();
+                let sw = self.emit(Inst::new(Op::Switch, VarType::Bool, &[], kind));
+                for (c, &m) in mask_regs.iter().enumerate() {
+                    let case = self.emit(Inst::new(Op::Case, VarType::Bool, &[m], 0));
+                    for &e in &effects[c] {
+                        self.visit(e);
+                    }
+                    for (j, &y) in yields[c].iter().enumerate() {
+                        let r = self.visit(y);
+                        let ty = self.kernel.insts[r as usize].ty;
+                        self.emit(Inst::new(Op::Yield, ty, &[r], j as u64));
+                    }
+                    self.close_scope(case);
+                }
+                self.emit(Inst::new(Op::SwitchEnd, VarType::Bool, &[sw], 0));
+                self.close_scope(sw);
+                self.region_regs.insert(id, (sw, vec![sw]));
+                sw
+            }
+        }
+    }
+
     fn emit(&mut self, inst: Inst) -> Reg {
         self.kernel.insts.push(inst);
         (self.kernel.insts.len() - 1) as Reg
@@ -283,6 +443,20 @@ impl<'a> Builder<'a> {
                     crate::freeze::record::captured_expression(self.st.label_of(id));
                 }
                 match v.op {
+                    Op::LoopBegin | Op::Switch => self.emit_region(id),
+                    Op::Phi => panic!(
+                        "kiln internal error: the placeholder of a loop's state is used outside its loop"
+                    ),
+                    Op::Out => {
+                        let node = v.deps[0];
+                        self.emit_region(node);
+                        let (begin, regs) = self.region_regs[&node].clone();
+                        if self.st.var(node).op == Op::LoopBegin {
+                            regs[v.literal as usize]
+                        } else {
+                            self.emit(Inst::new(Op::Out, v.ty, &[begin], v.literal))
+                        }
+                    }
                     Op::Literal => self.emit(Inst::new(Op::Literal, v.ty, &[], v.literal)),
                     // a one-lane counter broadcast over a larger kernel is 0 in every lane
                     Op::Counter if v.size == 1 && self.size != 1 => {
@@ -335,6 +509,8 @@ fn build(st: &State, g: Group) -> Built {
         reg_of: HashMap::new(),
         reg_at: HashMap::new(),
         param_of: HashMap::new(),
+        region_regs: HashMap::new(),
+        loop_labels: Vec::new(),
     };
     for (n_out, &r) in g.roots.iter().enumerate() {
         let reg = b.visit(r);
@@ -359,6 +535,7 @@ fn build(st: &State, g: Group) -> Built {
         sym: g.sym,
         modified: b.modified,
         tile_cols: 0,
+        loop_labels: b.loop_labels,
     }
 }
 
@@ -374,7 +551,11 @@ impl Built {
             hash,
             params: &self.kernel.params,
             modified: &self.modified,
-            block: block_for(self.kernel.len()),
+            block: if self.kernel.insts.iter().any(|i| i.op == Op::LoopBegin) {
+                crate::launch::loop_block(self.size)
+            } else {
+                block_for(self.kernel.len())
+            },
             tile_cols: self.tile_cols,
             size_sym: self.sym,
         }
@@ -516,6 +697,15 @@ fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
             }
         }
     }
+    if crate::control::symbolic() {
+        // a symbolic body's values are not known yet: nothing runs (the body's own side effects
+        // stay pending; they become part of its region)
+        if let Some(&r) = roots.first() {
+            let label = st.label_of(r);
+            crate::control::refuse(|| label, "evaluating it");
+        }
+        return Ok(());
+    }
     let side = std::mem::take(&mut st.side_effects);
     if roots.is_empty() && side.is_empty() {
         return Ok(());
@@ -581,6 +771,9 @@ fn launch_all(built: &[Built]) -> Result<()> {
         }
         let hash = b.kernel.hash();
         let look = cache::get(be.as_ref(), &b.kernel, hash)?;
+        if !b.loop_labels.is_empty() {
+            crate::stats::note_loop_labels(hash, b.loop_labels.clone());
+        }
         if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
             tracing::trace!(target: "kiln::kernel", "kernel IR:\n{}", b.kernel);
         }

@@ -20,14 +20,31 @@ pub(crate) static DEVICE_OPS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static VARS_CREATED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static LOOPS_TRUNCATED: AtomicU64 = AtomicU64::new(0);
 
-/// Launches whose loops stopped at their iteration limit, not yet reported by a `try_` read:
-/// (kernel, lanes still active).
-static TRUNCATIONS: Mutex<Vec<(KernelHash, u64)>> = Mutex::new(Vec::new());
+/// Launches whose loops stopped at their iteration limit, not yet reported by a `try_` read on
+/// this thread: (where, lanes still active).
+thread_local! {
+    // per thread: a launch runs on the thread that asked for it, whose next read reports it
+    static TRUNCATIONS: std::cell::RefCell<Vec<(Truncated, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Where a truncated loop ran.
+enum Truncated {
+    /// In a kernel (its loops' labels are looked up when the error is made).
+    Kernel(KernelHash),
+    /// Driven from the host (evaluated mode).
+    Host(String),
+}
 /// The labels of the limited loops of each kernel that has any (for the messages).
 static LOOP_LABELS: Mutex<Vec<(KernelHash, Vec<String>)>> = Mutex::new(Vec::new());
 
 pub(crate) fn note_truncation(hash: KernelHash, lanes: u64) {
-    TRUNCATIONS.lock().push((hash, lanes));
+    TRUNCATIONS.with(|t| t.borrow_mut().push((Truncated::Kernel(hash), lanes)));
+}
+
+/// A host-driven loop (`label`) stopped at its iteration limit with `lanes` still active.
+pub fn note_truncated_loop(label: &str, lanes: u64) {
+    LOOPS_TRUNCATED.fetch_add(1, Relaxed);
+    TRUNCATIONS.with(|t| t.borrow_mut().push((Truncated::Host(label.into()), lanes)));
 }
 
 /// Remember the labels of the loops with an iteration limit in kernel `hash`.
@@ -40,20 +57,24 @@ pub(crate) fn note_loop_labels(hash: KernelHash, labels: Vec<String>) {
 
 /// Take the loop truncations since the last call as an error (`None`: there were none).
 pub fn take_truncation_error() -> Option<crate::Error> {
-    let t = std::mem::take(&mut *TRUNCATIONS.lock());
+    let t = TRUNCATIONS.with(|t| std::mem::take(&mut *t.borrow_mut()));
     if t.is_empty() {
         return None;
     }
     let labels = LOOP_LABELS.lock();
     let mut names: Vec<String> = Vec::new();
     let mut lanes = 0;
-    for (h, n) in t {
+    for (src, n) in t {
         lanes += n;
-        let found = labels.iter().find(|(k, _)| *k == h);
-        for l in found
-            .map(|(_, l)| l.clone())
-            .unwrap_or_else(|| vec!["(unlabelled)".into()])
-        {
+        let these = match src {
+            Truncated::Host(l) => vec![l],
+            Truncated::Kernel(h) => labels
+                .iter()
+                .find(|(k, _)| *k == h)
+                .map(|(_, l)| l.clone())
+                .unwrap_or_else(|| vec!["(unlabelled)".into()]),
+        };
+        for l in these {
             if !names.contains(&l) {
                 names.push(l);
             }

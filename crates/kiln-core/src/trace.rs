@@ -35,6 +35,12 @@ pub(crate) fn lock_clean(ids: &[u32]) -> Result<MutexGuard<'static, State>> {
         if !ids.iter().any(|&i| i != 0 && st.var(i).dirty) {
             return Ok(st);
         }
+        if crate::control::refuse(
+            || "an array scattered to in the same body".into(),
+            "reading an array that the body also writes",
+        ) {
+            return Ok(st);
+        }
         drop(st);
         crate::schedule::eval_side_effects()?;
     }

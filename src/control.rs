@@ -1,0 +1,860 @@
+//! Control flow on arrays: per-lane loops ([`while_loop`], [`Loop`]), branches ([`if_then_else`])
+//! and indirect calls ([`switch`], [`dispatch`], [`Registry`]).
+//!
+//! In the default *symbolic* mode a loop body, a branch or a call target is traced once, with
+//! placeholders standing for the loop state, and becomes a region of one fused kernel in which each
+//! lane runs only what it needs (see `kiln_core::control`). When a body needs the values of other
+//! lanes — a reduction, a read, an eval, a gather from what the body computes — tracing it
+//! symbolically cannot work; in [`Mode::Auto`] kiln then runs it in *evaluated* mode, where the
+//! host drives the iterations (each one a replay of the body frozen once) or computes each branch
+//! on its own lanes. [`Mode::Symbolic`] turns that fallback into an error instead.
+
+use crate::array::{Bool, UInt32};
+use crate::freeze::traverse::{Assign, Traversal, Traverse};
+use kiln_core::{control as cc, Error, Op, ReduceOp, Result, VarId, VarType};
+
+/// How a loop, branch or call runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Symbolic, falling back to evaluated when the body needs other lanes' values.
+    #[default]
+    Auto,
+    /// Traced once into one kernel; a body that needs other lanes' values is an error.
+    Symbolic,
+    /// Driven from the host: one launch per iteration (loops), or each branch computed on its own.
+    Evaluated,
+}
+
+// ---------------------------------------------------------------------------------------------
+// State as a list of arrays
+
+/// The arrays of `s` by position (duplicates kept: each position is its own state entry) and
+/// their paths.
+fn positions<S: Traverse>(s: &S) -> (Vec<VarId>, Vec<String>) {
+    let mut t = Traversal::with_paths();
+    s.traverse(&mut t);
+    (t.found.iter().map(|f| f.id).collect(), t.paths)
+}
+
+/// `template` with its arrays replaced, position by position, by `ids` (borrowed).
+fn rebuild<S: Traverse + Clone>(template: &S, ids: &[VarId]) -> S {
+    let mut s = template.clone();
+    s.traverse_mut(&mut Assign::new(ids.to_vec()));
+    s
+}
+
+fn release(ids: &[VarId]) {
+    for &i in ids {
+        kiln_core::dec_ref(i);
+    }
+}
+
+fn entry_name(path: &str, k: usize) -> String {
+    if path.is_empty() {
+        format!("#{k}")
+    } else {
+        format!("`{path}`")
+    }
+}
+
+/// The common size of `ids` (each equal to it or 1), or an error naming the odd one.
+fn common_size(what: &str, ids: &[VarId], paths: &[String]) -> Result<usize> {
+    let mut n = 1usize;
+    let mut first = None;
+    for (k, &id) in ids.iter().enumerate() {
+        let s = kiln_core::size(id);
+        if s == 1 {
+            continue;
+        }
+        match first {
+            None => {
+                n = s;
+                first = Some(k);
+            }
+            Some(f) if s != n => {
+                return Err(Error::ControlFlow(format!(
+                    "{what}: entry {} has {s} elements but entry {} has {n}; all entries must have one size (or size 1, broadcast) — slice or broadcast them first",
+                    entry_name(&paths[k], k),
+                    entry_name(&paths[f], f)
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(n)
+}
+
+fn mask_size_error(what: &str, mask: VarId, n: usize) -> Error {
+    Error::ControlFlow(format!(
+        "{what}: the condition {} has {} elements but the state has {n}; it must be a Bool of the state's size (or size 1)",
+        kiln_core::describe(mask),
+        kiln_core::size(mask)
+    ))
+}
+
+/// Drop the references that side effects taken from a discarded trace hold.
+fn discard_effects(effects: Vec<u32>) {
+    cc::discard_effects(effects);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loops
+
+/// A loop over lanes with a per-lane condition; see [`while_loop`] for the short form.
+///
+/// ```
+/// use kiln::prelude::*;
+/// use kiln::control::{Loop, Mode};
+/// // halve until below 1, counting steps; lanes finish at different iterations
+/// let x = Float32::from_slice(&[0.5, 3.0, 100.0]);
+/// let (_, n) = Loop::new((x, UInt32::zeros(3)))
+///     .label("halving")
+///     .max_iterations(1000)
+///     .run(|(x, _)| x.ge(1.0), |(x, n)| (x * 0.5, n + 1u32))
+///     .unwrap();
+/// assert_eq!(n.to_vec(), vec![0, 2, 7]);
+/// ```
+pub struct Loop<S> {
+    state: S,
+    label: String,
+    max_iterations: u64,
+    mode: Mode,
+    compress: bool,
+}
+
+impl<S: Traverse + Clone + 'static> Loop<S> {
+    /// A loop starting from `state` (any [`Traverse`] value: arrays, tuples, structs, …).
+    pub fn new(state: S) -> Self {
+        Loop {
+            state,
+            label: "while_loop".into(),
+            max_iterations: 0,
+            mode: Mode::Auto,
+            compress: false,
+        }
+    }
+    /// A name for messages and logs.
+    pub fn label(mut self, label: &str) -> Self {
+        self.label = label.into();
+        self
+    }
+    /// Stop after `n` iterations even if lanes are still active (0: no limit). The next read
+    /// (`try_to_vec`, `try_item`) then returns [`Error::LoopTruncated`] naming the loop and the
+    /// number of lanes still active, and `stats().loops_truncated` counts it.
+    pub fn max_iterations(mut self, n: u64) -> Self {
+        self.max_iterations = n;
+        self
+    }
+    /// Symbolic, evaluated or automatic (the default).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+    /// Evaluated mode only: drop finished lanes from the wavefront (worth it when few lanes run long).
+    pub fn compress(mut self, on: bool) -> Self {
+        self.compress = on;
+        self
+    }
+
+    /// Run the loop: while `cond(state)` holds for a lane, `state = body(state)` for that lane.
+    pub fn run(self, mut cond: impl FnMut(&S) -> Bool, mut body: impl FnMut(&S) -> S) -> Result<S> {
+        let (ids, paths) = positions(&self.state);
+        let what = format!("loop {}", self.label);
+        if ids.is_empty() {
+            return Err(Error::ControlFlow(format!(
+                "{what}: the state holds no arrays, so there are no lanes to loop over; pass the arrays the loop changes as its state"
+            )));
+        }
+        let n = common_size(&what, &ids, &paths)?;
+        if n == 0 {
+            return Ok(self.state);
+        }
+        if self.mode != Mode::Evaluated {
+            match self.symbolic(&ids, &paths, n, &mut cond, &mut body)? {
+                Ok(s) => return Ok(s),
+                Err((label, how)) if self.mode == Mode::Symbolic => {
+                    return Err(cc::refusal_error(label, how, "loop body"));
+                }
+                Err((label, how)) => {
+                    tracing::debug!(target: "kiln::control", "{what}: {how} of {label} needs other lanes' values: running it in evaluated mode");
+                }
+            }
+        }
+        self.evaluated(n, &mut cond, &mut body)
+    }
+
+    /// Trace the body once into a loop region. `Ok(Err(refusal))`: the body needs evaluated mode.
+    #[allow(clippy::type_complexity)]
+    fn symbolic(
+        &self,
+        ids: &[VarId],
+        paths: &[String],
+        n: usize,
+        cond: &mut impl FnMut(&S) -> Bool,
+        body: &mut impl FnMut(&S) -> S,
+    ) -> Result<std::result::Result<S, (String, String)>> {
+        let what = format!("loop {}", self.label);
+        let like = *ids
+            .iter()
+            .find(|&&i| kiln_core::size(i) == n)
+            .unwrap_or(&ids[0]);
+        let placeholders: Vec<VarId> = ids
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| cc::placeholder(kiln_core::var_type(i), n, k, like))
+            .collect();
+        // entries found unchanged by the body are not carried: traced again with their values
+        let mut carried = vec![true; ids.len()];
+        let mut attempt = 0;
+        let result = loop {
+            attempt += 1;
+            let inputs: Vec<VarId> = (0..ids.len())
+                .map(|k| if carried[k] { placeholders[k] } else { ids[k] })
+                .collect();
+            let traced_state = rebuild(&self.state, &inputs);
+            let scope = cc::enter_symbolic()?;
+            let c = cond(&traced_state);
+            let next = body(&traced_state);
+            let effects = scope.take_effects();
+            drop(scope);
+            drop(traced_state);
+            if let Some(refusal) = cc::take_refusal() {
+                discard_effects(effects);
+                break Ok(Err(refusal));
+            }
+            let csize = kiln_core::size(c.id());
+            if csize != n && csize != 1 {
+                discard_effects(effects);
+                break Err(mask_size_error(&what, c.id(), n));
+            }
+            let (next_ids, _) = positions(&next);
+            if let Err(e) = check_same_layout(&what, ids, paths, &next_ids, n) {
+                discard_effects(effects);
+                break Err(e);
+            }
+            let unchanged: Vec<bool> = (0..ids.len())
+                .map(|k| carried[k] && next_ids[k] == placeholders[k])
+                .collect();
+            if attempt == 1 && unchanged.iter().any(|&u| u) {
+                tracing::debug!(target: "kiln::control", "{what}: {} state entries never change: traced again without them", unchanged.iter().filter(|&&u| u).count());
+                for (k, u) in unchanged.iter().enumerate() {
+                    if *u {
+                        carried[k] = false;
+                    }
+                }
+                discard_effects(effects);
+                continue;
+            }
+            if kiln_core::literal_value(c.id()) == Some(0) {
+                // the loop never runs
+                discard_effects(effects);
+                break Ok(Ok(self.state.clone()));
+            }
+            // entries still equal to their input are loop-invariant: they keep their value
+            let keep: Vec<usize> = (0..ids.len())
+                .filter(|&k| carried[k] && next_ids[k] != placeholders[k])
+                .collect();
+            let outs = cc::make_loop(
+                &self.label,
+                n,
+                like,
+                &keep.iter().map(|&k| ids[k]).collect::<Vec<_>>(),
+                &keep.iter().map(|&k| placeholders[k]).collect::<Vec<_>>(),
+                c.id(),
+                &keep.iter().map(|&k| next_ids[k]).collect::<Vec<_>>(),
+                effects,
+                self.max_iterations,
+            );
+            let mut final_ids = ids.to_vec();
+            for (o, &k) in outs.iter().zip(&keep) {
+                final_ids[k] = *o;
+            }
+            let s = rebuild(&self.state, &final_ids);
+            release(&outs);
+            break Ok(Ok(s));
+        };
+        release(&placeholders);
+        result
+    }
+
+    /// The host drives the iterations: the step (condition, body, masked update) is frozen once
+    /// and replayed per iteration, until no lane is active.
+    fn evaluated(
+        self,
+        n: usize,
+        cond: &mut impl FnMut(&S) -> Bool,
+        body: &mut impl FnMut(&S) -> S,
+    ) -> Result<S> {
+        let what = format!("loop {}", self.label);
+        let mut state = self.state.clone();
+        let mut active = Bool::full(true, n);
+        let failure: std::cell::RefCell<Option<Error>> = Default::default();
+        let mut step = crate::freeze::freeze(|s: &mut S, active: &mut Bool| {
+            let c = cond(s);
+            let csize = kiln_core::size(c.id());
+            if csize != n && csize != 1 {
+                *failure.borrow_mut() = Some(mask_size_error(&what, c.id(), n));
+                return;
+            }
+            let c = &c & &*active;
+            let next = body(s);
+            let (old, paths) = positions(s);
+            let (new, _) = positions(&next);
+            if let Err(e) = check_same_layout(&what, &old, &paths, &new, n) {
+                *failure.borrow_mut() = Some(e);
+                return;
+            }
+            let merged: Vec<VarId> = old
+                .iter()
+                .zip(&new)
+                .map(|(&o, &x)| {
+                    kiln_core::op(Op::Select, &[c.id(), x, o]).expect("select of equal types")
+                })
+                .collect();
+            *s = rebuild(s, &merged);
+            release(&merged);
+            *active = c;
+        })
+        .auto_opaque(false);
+        let mut iterations = 0u64;
+        loop {
+            if self.max_iterations > 0 && iterations >= self.max_iterations {
+                let still = active.count();
+                if still > 0 {
+                    kiln_core::stats::note_truncated_loop(&self.label, still);
+                }
+                break;
+            }
+            step.call(&mut state, &mut active)?;
+            if let Some(e) = failure.borrow_mut().take() {
+                return Err(e);
+            }
+            if kiln_core::reduce_to_host(ReduceOp::Or, active.id())? & 1 == 0 {
+                break;
+            }
+            iterations += 1;
+        }
+        tracing::debug!(target: "kiln::control", "{what}: evaluated mode ran {iterations} iterations");
+        Ok(state)
+    }
+}
+
+/// `next` must have the state's layout: as many arrays, each of the same type, of size n or 1.
+fn check_same_layout(
+    what: &str,
+    old: &[VarId],
+    paths: &[String],
+    new: &[VarId],
+    n: usize,
+) -> Result<()> {
+    if old.len() != new.len() {
+        return Err(Error::ControlFlow(format!(
+            "{what}: the body returned a state with {} arrays, but the loop state has {}; return the state with the same structure",
+            new.len(),
+            old.len()
+        )));
+    }
+    for (k, (&o, &x)) in old.iter().zip(new).enumerate() {
+        let (to, tx) = (kiln_core::var_type(o), kiln_core::var_type(x));
+        let (so, sx) = (kiln_core::size(o), kiln_core::size(x));
+        if to != tx {
+            return Err(Error::ControlFlow(format!(
+                "{what}: state entry {} changes type in the body, from {to} to {tx}; cast it back (`.cast()`) or make it {tx} before the loop",
+                entry_name(&paths[k], k)
+            )));
+        }
+        if sx != n && sx != 1 {
+            return Err(Error::ControlFlow(format!(
+                "{what}: state entry {} changes size in the body, from {so} to {sx}; a loop keeps one size ({n} lanes) — reduce or gather outside the loop",
+                entry_name(&paths[k], k)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Per-lane `while`: while `cond(state)` holds for a lane, `state = body(state)` for that lane.
+/// The body is traced once (never per iteration) and the whole loop runs in one kernel; lanes
+/// that finish keep their state. See [`Loop`] for labels, limits and modes.
+///
+/// ```
+/// use kiln::prelude::*;
+/// // Collatz steps per lane: a trip count that differs per lane, all in one kernel.
+/// let x = UInt32::arange(10) + 1u32;
+/// let (_, steps) = kiln::while_loop(
+///     (x, UInt32::zeros(10)),
+///     |(x, _)| x.ne(1u32),
+///     |(x, n)| (select(&(x & 1u32).eq(0u32), &(x >> 1u32), &(x * 3u32 + 1u32)), n + 1u32),
+/// ).unwrap();
+/// assert_eq!(steps.to_vec(), vec![0, 1, 7, 2, 5, 8, 16, 3, 19, 6]);
+/// ```
+pub fn while_loop<S: Traverse + Clone + 'static>(
+    state: S,
+    cond: impl FnMut(&S) -> Bool,
+    body: impl FnMut(&S) -> S,
+) -> Result<S> {
+    Loop::new(state).run(cond, body)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Branches and calls
+
+/// What one traced target produced.
+struct Traced {
+    outs: Vec<VarId>,
+    effects: Vec<u32>,
+}
+
+/// Trace `f(args)` symbolically. `Err(refusal)` when it needs evaluated mode.
+fn trace_target<A, O: Traverse>(
+    f: &dyn Fn(&A) -> O,
+    args: &A,
+) -> Result<(O, std::result::Result<Traced, (String, String)>)> {
+    let scope = cc::enter_symbolic()?;
+    let out = f(args);
+    let effects = scope.take_effects();
+    drop(scope);
+    if let Some(r) = cc::take_refusal() {
+        discard_effects(effects);
+        return Ok((out, Err(r)));
+    }
+    let (outs, _) = positions(&out);
+    Ok((out, Ok(Traced { outs, effects })))
+}
+
+/// Check that every target's outputs have the first one's types.
+fn check_outputs(what: &str, first: &[VarId], other: &[VarId], k: usize) -> Result<()> {
+    if first.len() != other.len() {
+        return Err(Error::ControlFlow(format!(
+            "{what}: target {k} returned {} arrays but the first target returned {}; every target must return the same structure",
+            other.len(),
+            first.len()
+        )));
+    }
+    for (j, (&a, &b)) in first.iter().zip(other).enumerate() {
+        let (ta, tb) = (kiln_core::var_type(a), kiln_core::var_type(b));
+        if ta != tb {
+            return Err(Error::ControlFlow(format!(
+                "{what}: output #{j} of target {k} is {tb} but the first target's is {ta}; every target must return the same types"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The lane count of a call: the index's and the arguments' common size.
+fn call_size<A: Traverse>(what: &str, index: VarId, args: &A) -> Result<usize> {
+    let (mut ids, mut paths) = positions(args);
+    ids.insert(0, index);
+    paths.insert(0, "index".into());
+    common_size(what, &ids, &paths)
+}
+
+/// Run `targets[k]` on the lanes where `masks[k]` holds (masks disjoint), 0 elsewhere.
+fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
+    what: &str,
+    kind: u64,
+    mode: Mode,
+    masks: &[VarId],
+    targets: &[Option<&dyn Fn(&A) -> O>],
+    args: &A,
+    n: usize,
+) -> Result<O> {
+    if mode != Mode::Evaluated {
+        let mut traced: Vec<Option<Traced>> = Vec::new();
+        // the targets' results stay alive until the switch node holds their arrays
+        let mut alive: Vec<O> = Vec::new();
+        let mut template: Option<O> = None;
+        let mut refused = None;
+        for t in targets {
+            match t {
+                None => traced.push(None),
+                Some(f) => {
+                    let (out, r) = trace_target(*f, args)?;
+                    match r {
+                        Ok(tr) => {
+                            if template.is_none() {
+                                template = Some(out.clone());
+                            }
+                            alive.push(out);
+                            traced.push(Some(tr));
+                        }
+                        Err(r) => {
+                            refused = Some(r);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some((label, how)) = refused {
+            for t in traced.into_iter().flatten() {
+                discard_effects(t.effects);
+            }
+            if mode == Mode::Symbolic {
+                return Err(cc::refusal_error(label, how, what));
+            }
+            tracing::debug!(target: "kiln::control", "{what}: {how} of {label} needs other lanes' values: running it in evaluated mode");
+        } else {
+            let Some(template) = template else {
+                return Err(no_target(what));
+            };
+            let first: Vec<VarId> = traced
+                .iter()
+                .flatten()
+                .next()
+                .map(|t| t.outs.clone())
+                .unwrap_or_default();
+            for (k, t) in traced.iter().enumerate() {
+                if let Some(t) = t {
+                    if let Err(e) = check_outputs(what, &first, &t.outs, k) {
+                        for t in traced.into_iter().flatten() {
+                            discard_effects(t.effects);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            // identical targets (same outputs, no side effects) run once, on all their lanes
+            let mut case_masks: Vec<VarId> = Vec::new();
+            let mut yields: Vec<Vec<VarId>> = Vec::new();
+            let mut effects: Vec<Vec<u32>> = Vec::new();
+            let mut owned: Vec<VarId> = Vec::new();
+            for (k, t) in traced.into_iter().enumerate() {
+                let Some(t) = t else { continue };
+                let same = (t.effects.is_empty())
+                    .then(|| {
+                        yields
+                            .iter()
+                            .zip(&effects)
+                            .position(|(y, e)| *y == t.outs && e.is_empty())
+                    })
+                    .flatten();
+                match same {
+                    Some(c) => {
+                        let m = kiln_core::op(Op::Or, &[case_masks[c], masks[k]])?;
+                        owned.push(m);
+                        case_masks[c] = m;
+                    }
+                    None => {
+                        case_masks.push(masks[k]);
+                        yields.push(t.outs);
+                        effects.push(t.effects);
+                    }
+                }
+            }
+            let like = masks[0];
+            let outs = cc::make_switch(kind, n, like, &case_masks, &yields, effects);
+            drop(alive);
+            let result = rebuild(&template, &outs);
+            release(&outs);
+            release(&owned);
+            return Ok(result);
+        }
+    }
+    evaluated_call(what, masks, targets, args, n)
+}
+
+fn no_target(what: &str) -> Error {
+    Error::ControlFlow(format!(
+        "{what}: there is no target to call (every entry is `None`), so the result's type is unknown; give at least one target"
+    ))
+}
+
+/// Evaluated form: each target runs on its own lanes only (compacted), and its results are
+/// scattered back into arrays of zeros.
+fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
+    what: &str,
+    masks: &[VarId],
+    targets: &[Option<&dyn Fn(&A) -> O>],
+    args: &A,
+    n: usize,
+) -> Result<O> {
+    let (arg_ids, _) = positions(args);
+    let mut result: Option<(O, Vec<VarId>)> = None;
+    let all = kiln_core::literal(VarType::Bool, 1, 1);
+    for (k, t) in targets.iter().enumerate() {
+        let Some(f) = t else { continue };
+        let mask = if kiln_core::size(masks[k]) == n {
+            masks[k]
+        } else {
+            // a broadcast mask: all lanes or none
+            kiln_core::op(
+                Op::Select,
+                &[
+                    masks[k],
+                    kiln_core::literal(VarType::Bool, 1, n),
+                    kiln_core::literal(VarType::Bool, 0, n),
+                ],
+            )?
+        };
+        let lanes = kiln_core::compress(mask)?;
+        let count = kiln_core::size(lanes);
+        if count == 0 && result.is_some() {
+            kiln_core::dec_ref(lanes);
+            continue;
+        }
+        let compact: Vec<VarId> = arg_ids
+            .iter()
+            .map(|&a| {
+                if kiln_core::size(a) == 1 {
+                    kiln_core::inc_ref(a);
+                    Ok(a)
+                } else {
+                    kiln_core::gather(a, lanes, all)
+                }
+            })
+            .collect::<Result<_>>()?;
+        let local = rebuild(args, &compact);
+        release(&compact);
+        let out = f(&local);
+        let (out_ids, _) = positions(&out);
+        if result.is_none() {
+            let zeros: Vec<VarId> = out_ids
+                .iter()
+                .map(|&o| {
+                    let z = kiln_core::literal(kiln_core::var_type(o), 0, n);
+                    let e = kiln_core::make_opaque(z);
+                    kiln_core::dec_ref(z);
+                    e
+                })
+                .collect::<Result<_>>()?;
+            result = Some((out.clone(), zeros));
+        }
+        let (template, acc) = result.as_mut().expect("set above");
+        let (first, _) = positions(template);
+        check_outputs(what, &first, &out_ids, k)?;
+        for (dst, &src) in acc.iter_mut().zip(&out_ids) {
+            kiln_core::scatter(dst, src, lanes, all, ReduceOp::None)?;
+        }
+        kiln_core::dec_ref(lanes);
+    }
+    kiln_core::dec_ref(all);
+    let Some((template, acc)) = result else {
+        return Err(no_target(what));
+    };
+    let out = rebuild(&template, &acc);
+    release(&acc);
+    Ok(out)
+}
+
+/// Per-lane branch: lanes where `cond` holds get `then_f(args)`, the others `else_f(args)`. Both
+/// sides are traced once; in the kernel each lane runs only its side (a side no lane of a vector
+/// takes is skipped), and side effects in a side happen only on its lanes.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let x = UInt32::arange(6);
+/// let y = kiln::if_then_else(&x.lt(3u32), |x: &UInt32| x * 2u32, |x: &UInt32| x + 100u32, &x).unwrap();
+/// assert_eq!(y.to_vec(), vec![0, 2, 4, 103, 104, 105]);
+/// ```
+pub fn if_then_else<A: Traverse + Clone, O: Traverse + Clone>(
+    cond: &Bool,
+    then_f: impl Fn(&A) -> O,
+    else_f: impl Fn(&A) -> O,
+    args: &A,
+) -> Result<O> {
+    Branch::new().run(cond, then_f, else_f, args)
+}
+
+/// [`if_then_else`] with a mode.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Branch {
+    mode: Mode,
+}
+
+impl Branch {
+    pub fn new() -> Branch {
+        Branch::default()
+    }
+    pub fn mode(mut self, mode: Mode) -> Branch {
+        self.mode = mode;
+        self
+    }
+    /// See [`if_then_else`].
+    pub fn run<A: Traverse + Clone, O: Traverse + Clone>(
+        self,
+        cond: &Bool,
+        then_f: impl Fn(&A) -> O,
+        else_f: impl Fn(&A) -> O,
+        args: &A,
+    ) -> Result<O> {
+        let what = "if_then_else";
+        let n = call_size(what, cond.id(), args)?;
+        if let Some(bits) = kiln_core::literal_value(cond.id()) {
+            // a literal condition picks one side for every lane
+            return Ok(if bits & 1 != 0 {
+                then_f(args)
+            } else {
+                else_f(args)
+            });
+        }
+        let not = !cond;
+        let masks = [cond.id(), not.id()];
+        let (t, e): (&dyn Fn(&A) -> O, &dyn Fn(&A) -> O) = (&then_f, &else_f);
+        masked_call(what, 0, self.mode, &masks, &[Some(t), Some(e)], args, n)
+    }
+}
+
+/// Indirect call: lane `i` runs `targets[index[i]](args)` (like Dr.Jit's `switch`, or a virtual
+/// call). Each target is traced once; in the kernel each vector runs only the targets its lanes
+/// need; identical targets run once. An index out of range gives 0 in every output.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let id = UInt32::from_slice(&[0, 1, 1, 7]);
+/// let p = Vector2f::new(Float32::from_slice(&[1.0, 2.0, 3.0, 4.0]), Float32::full(2.0, 4));
+/// let area = kiln::switch(&id, &[&|p: &Vector2f| p.x() * p.y(), &|p: &Vector2f| p.x() * p.x() * 3.0], &p).unwrap();
+/// assert_eq!(area.to_vec(), vec![2.0, 12.0, 27.0, 0.0]);
+/// ```
+///
+/// Targets must return one type; anything else does not compile:
+///
+/// ```compile_fail
+/// use kiln::prelude::*;
+/// let id = UInt32::zeros(2);
+/// let x = Float32::zeros(2);
+/// let _ = kiln::switch(&id, &[&|x: &Float32| x * 2.0, &|x: &Float32| x.lt(1.0)], &x);
+/// ```
+pub fn switch<A: Traverse + Clone, O: Traverse + Clone>(
+    index: &UInt32,
+    targets: &[&dyn Fn(&A) -> O],
+    args: &A,
+) -> Result<O> {
+    let t: Vec<Option<&dyn Fn(&A) -> O>> = targets.iter().map(|&f| Some(f)).collect();
+    Switch::new().run(index, &t, args)
+}
+
+/// [`switch`] with `None` targets (their lanes get 0) and a mode.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Switch {
+    mode: Mode,
+}
+
+impl Switch {
+    pub fn new() -> Switch {
+        Switch::default()
+    }
+    pub fn mode(mut self, mode: Mode) -> Switch {
+        self.mode = mode;
+        self
+    }
+    /// See [`switch`]; a `None` target masks its lanes off (outputs 0).
+    pub fn run<A: Traverse + Clone, O: Traverse + Clone>(
+        self,
+        index: &UInt32,
+        targets: &[Option<&dyn Fn(&A) -> O>],
+        args: &A,
+    ) -> Result<O> {
+        let what = "switch";
+        let n = call_size(what, index.id(), args)?;
+        let masks: Vec<Bool> = (0..targets.len()).map(|k| index.eq(k as u32)).collect();
+        let ids: Vec<VarId> = masks.iter().map(|m| m.id()).collect();
+        masked_call(what, 1, self.mode, &ids, targets, args, n)
+    }
+}
+
+/// Indirect call over trait objects: lane `i` runs `call(instances[index[i]], args)`.
+///
+/// ```
+/// use kiln::prelude::*;
+/// trait Shape { fn area(&self, scale: &Float32) -> Float32; }
+/// struct Square(f32);
+/// struct Circle(f32);
+/// impl Shape for Square { fn area(&self, s: &Float32) -> Float32 { s * s * (self.0 * self.0) } }
+/// impl Shape for Circle { fn area(&self, s: &Float32) -> Float32 { s * s * (3.0 * self.0 * self.0) } }
+/// let shapes: [&dyn Shape; 2] = [&Square(2.0), &Circle(1.0)];
+/// let id = UInt32::from_slice(&[0, 1, 0]);
+/// let a = kiln::dispatch(&id, &shapes, &Float32::full(1.0, 3), |s, x| s.area(x)).unwrap();
+/// assert_eq!(a.to_vec(), vec![4.0, 3.0, 4.0]);
+/// ```
+pub fn dispatch<T: ?Sized, A: Traverse + Clone, O: Traverse + Clone>(
+    index: &UInt32,
+    instances: &[&T],
+    args: &A,
+    call: impl Fn(&T, &A) -> O,
+) -> Result<O> {
+    let closures: Vec<Box<dyn Fn(&A) -> O + '_>> = instances
+        .iter()
+        .map(|&inst| {
+            let call = &call;
+            Box::new(move |a: &A| call(inst, a)) as Box<dyn Fn(&A) -> O + '_>
+        })
+        .collect();
+    let targets: Vec<Option<&dyn Fn(&A) -> O>> =
+        closures.iter().map(|c| Some(c.as_ref())).collect();
+    Switch::new().run(index, &targets, args)
+}
+
+/// Instances of a trait registered under ids (their position), for [`dispatch`]. It implements
+/// [`Traverse`] when the trait has `Traverse` as a supertrait, so a frozen function that takes a
+/// registry sees the arrays its instances hold.
+///
+/// ```
+/// use kiln::prelude::*;
+/// use kiln::Traverse;
+/// trait Shape: Traverse { fn area(&self) -> Float32; }
+/// #[derive(Traverse)]
+/// struct Disc { r: Float32 }
+/// impl Shape for Disc { fn area(&self) -> Float32 { &self.r * &self.r * 3.0 } }
+/// let mut reg: kiln::Registry<dyn Shape> = kiln::Registry::new();
+/// let small = reg.register(Box::new(Disc { r: Float32::full(1.0, 2) }));
+/// let big = reg.register(Box::new(Disc { r: Float32::full(2.0, 2) }));
+/// let id = UInt32::from_slice(&[big, small]);
+/// let a = reg.dispatch(&id, &(), |s, _| s.area()).unwrap();
+/// assert_eq!(a.to_vec(), vec![12.0, 3.0]);
+/// ```
+pub struct Registry<T: ?Sized> {
+    items: Vec<Box<T>>,
+}
+
+impl<T: ?Sized> Default for Registry<T> {
+    fn default() -> Self {
+        Registry { items: Vec::new() }
+    }
+}
+
+impl<T: ?Sized> Registry<T> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Add an instance; returns its id.
+    pub fn register(&mut self, item: Box<T>) -> u32 {
+        self.items.push(item);
+        (self.items.len() - 1) as u32
+    }
+    /// The instance with id `id`.
+    pub fn get(&self, id: u32) -> Option<&T> {
+        self.items.get(id as usize).map(|b| b.as_ref())
+    }
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    /// [`dispatch`] over the registered instances.
+    pub fn dispatch<A: Traverse + Clone, O: Traverse + Clone>(
+        &self,
+        index: &UInt32,
+        args: &A,
+        call: impl Fn(&T, &A) -> O,
+    ) -> Result<O> {
+        let refs: Vec<&T> = self.items.iter().map(|b| b.as_ref()).collect();
+        dispatch(index, &refs, args, call)
+    }
+}
+
+impl<T: ?Sized + Traverse> Traverse for Registry<T> {
+    fn traverse(&self, t: &mut Traversal) {
+        t.structure("Registry", self.items.len());
+        for (i, item) in self.items.iter().enumerate() {
+            t.index(i, |t| item.traverse(t));
+        }
+    }
+    fn traverse_mut(&mut self, a: &mut Assign) {
+        for item in &mut self.items {
+            item.traverse_mut(a);
+        }
+    }
+}

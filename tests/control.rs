@@ -1,0 +1,222 @@
+//! Control flow from a user's point of view: loops, branches, calls, modes, errors.
+
+use kiln::control::{Branch, Loop, Mode, Switch};
+use kiln::prelude::*;
+use std::cell::Cell;
+
+fn collatz_steps(x0: u32) -> u32 {
+    let (mut x, mut n) = (x0, 0);
+    while x != 1 {
+        x = if x % 2 == 0 {
+            x / 2
+        } else {
+            x.wrapping_mul(3).wrapping_add(1)
+        };
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn collatz_in_one_kernel_traced_once() {
+    let traced = Cell::new(0);
+    let n = 1000u32;
+    let x = UInt32::arange(n as usize) + 1u32;
+    let (_, steps) = kiln::while_loop(
+        (x, UInt32::zeros(n as usize)),
+        |(x, _)| x.ne(1u32),
+        |(x, n)| {
+            traced.set(traced.get() + 1);
+            (
+                select(&(x & 1u32).eq(0u32), &(x >> 1u32), &(x * 3u32 + 1u32)),
+                n + 1u32,
+            )
+        },
+    )
+    .unwrap();
+    let kernels = kiln::kiln_core::kernels_for(&[steps.id()]);
+    assert_eq!(kernels.len(), 1, "one kernel");
+    assert!(kernels[0].to_string().contains("loop"), "{}", kernels[0]);
+    let got = steps.to_vec();
+    assert_eq!(traced.get(), 1, "the body is traced once");
+    for (i, &g) in got.iter().enumerate() {
+        assert_eq!(g, collatz_steps(i as u32 + 1), "lane {i}");
+    }
+}
+
+#[test]
+fn invariant_state_is_not_carried_and_traced_once_more() {
+    let traced = Cell::new(0);
+    let x = Float32::arange(8);
+    let k = Float32::full(2.0, 8);
+    let (y, k2, i) = kiln::while_loop(
+        (x, k, UInt32::zeros(8)),
+        |(_, _, i)| i.lt(3u32),
+        |(x, k, i)| {
+            traced.set(traced.get() + 1);
+            (x * k, k.clone(), i + 1u32)
+        },
+    )
+    .unwrap();
+    assert_eq!(traced.get(), 2);
+    assert_eq!(
+        y.to_vec(),
+        (0..8).map(|v| v as f32 * 8.0).collect::<Vec<_>>()
+    );
+    assert_eq!(k2.to_vec(), vec![2.0; 8]);
+    assert_eq!(i.to_vec(), vec![3; 8]);
+}
+
+#[test]
+fn literal_false_condition_removes_the_loop() {
+    let x = Float32::arange(4);
+    let y = kiln::while_loop(x.clone(), |_| Bool::from(false), |x| x + 1.0).unwrap();
+    assert_eq!(y.to_vec(), vec![0.0, 1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn max_iterations_truncates_and_reports_at_the_next_read() {
+    let before = kiln::kiln_core::stats().loops_truncated;
+    let x = UInt32::arange(10);
+    let y = Loop::new(x)
+        .label("forever")
+        .max_iterations(5)
+        .run(|x| x.ge(3u32), |x| x + 1u32)
+        .unwrap();
+    let err = y.try_to_vec().unwrap_err().to_string();
+    assert!(err.contains("forever") && err.contains("7 lane"), "{err}");
+    assert!(kiln::kiln_core::stats().loops_truncated > before);
+    // the values are the state after 5 iterations
+    assert_eq!(y.to_vec(), vec![0, 1, 2, 8, 9, 10, 11, 12, 13, 14]);
+}
+
+#[test]
+fn evaluated_mode_matches_symbolic() {
+    let x = Float32::linspace(0.0, 1.0, 100);
+    let body = |(x, i): &(Float32, UInt32)| (x * 0.5 + 0.25, i + 1u32);
+    let cond = |(x, i): &(Float32, UInt32)| x.gt(0.5001) | i.lt(2u32);
+    let a = Loop::new((x.clone(), UInt32::zeros(100)))
+        .run(cond, body)
+        .unwrap();
+    let b = Loop::new((x, UInt32::zeros(100)))
+        .mode(Mode::Evaluated)
+        .run(cond, body)
+        .unwrap();
+    assert_eq!(a.0.to_vec(), b.0.to_vec());
+    assert_eq!(a.1.to_vec(), b.1.to_vec());
+}
+
+#[test]
+fn reduction_in_body_falls_back_to_evaluated_or_errs_in_symbolic_mode() {
+    let x = Float32::arange(4);
+    let body = |x: &Float32| x - x.sum() * 0.0 + 1.0;
+    let y = kiln::while_loop(x.clone(), |x| x.lt(5.0), body).unwrap();
+    assert_eq!(y.to_vec(), vec![5.0, 5.0, 5.0, 5.0]);
+    let e = Loop::new(x)
+        .mode(Mode::Symbolic)
+        .run(|x| x.lt(5.0), body)
+        .err()
+        .expect("symbolic mode refuses");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("symbolic") && msg.contains("Evaluated"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn state_changing_type_or_size_is_an_error() {
+    let x = Float32::arange(4);
+    let e = kiln::while_loop(
+        (x.clone(), Float32::zeros(4)),
+        |(x, _)| x.lt(2.0),
+        |(x, y)| (x + 1.0, Float32::zeros(3) + y.sum()),
+    );
+    assert!(e.is_err());
+    let e = kiln::while_loop(x.clone(), |_| Float32::arange(3).lt(1.0), |x| x + 1.0);
+    let msg = e.err().unwrap().to_string();
+    assert!(msg.contains("3 elements") && msg.contains('4'), "{msg}");
+}
+
+#[test]
+fn branches_and_calls() {
+    let x = UInt32::arange(20);
+    let y = kiln::if_then_else(&x.lt(10u32), |x| x * 2u32, |x| x + 1u32, &x).unwrap();
+    let want: Vec<u32> = (0..20)
+        .map(|i| if i < 10 { i * 2 } else { i + 1 })
+        .collect();
+    assert_eq!(y.to_vec(), want);
+    let z = Branch::new()
+        .mode(Mode::Evaluated)
+        .run(
+            &x.lt(10u32),
+            |x: &UInt32| x * 2u32,
+            |x: &UInt32| x + 1u32,
+            &x,
+        )
+        .unwrap();
+    assert_eq!(z.to_vec(), want);
+
+    let id = UInt32::arange(20) % 5u32; // 4 is out of range of 4 targets → 0
+    let f0 = |x: &Float32| x * 2.0;
+    let f1 = |x: &Float32| x + 1.0;
+    let f2 = |x: &Float32| x * x;
+    let xs = Float32::arange(20);
+    let targets: [&dyn Fn(&Float32) -> Float32; 4] = [&f0, &f1, &f2, &f0];
+    let a = kiln::switch(&id, &targets, &xs).unwrap();
+    let want: Vec<f32> = (0..20)
+        .map(|i| {
+            let v = i as f32;
+            match i % 5 {
+                0 | 3 => v * 2.0,
+                1 => v + 1.0,
+                2 => v * v,
+                _ => 0.0,
+            }
+        })
+        .collect();
+    assert_eq!(a.to_vec(), want);
+    let opt: Vec<Option<&dyn Fn(&Float32) -> Float32>> =
+        vec![Some(&f0), Some(&f1), Some(&f2), Some(&f0)];
+    let b = Switch::new()
+        .mode(Mode::Evaluated)
+        .run(&id, &opt, &xs)
+        .unwrap();
+    assert_eq!(b.to_vec(), want);
+}
+
+#[test]
+fn loop_inside_branch_inside_loop() {
+    let x = UInt32::arange(16);
+    let (y, _) = kiln::while_loop(
+        (x, UInt32::zeros(16)),
+        |(_, i)| i.lt(3u32),
+        |(x, i)| {
+            let x2 = kiln::if_then_else(
+                &(x & 1u32).eq(0u32),
+                |x: &UInt32| kiln::while_loop(x.clone(), |v| v.lt(100u32), |v| v + 7u32).unwrap(),
+                |x: &UInt32| x + 1u32,
+                x,
+            )
+            .unwrap();
+            (x2, i + 1u32)
+        },
+    )
+    .unwrap();
+    let want: Vec<u32> = (0..16u32)
+        .map(|mut v| {
+            for _ in 0..3 {
+                v = if v % 2 == 0 {
+                    while v < 100 {
+                        v += 7
+                    }
+                    v
+                } else {
+                    v + 1
+                };
+            }
+            v
+        })
+        .collect();
+    assert_eq!(y.to_vec(), want);
+}
