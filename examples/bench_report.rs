@@ -1,6 +1,6 @@
 //! Measured ratios of kiln against hand-written Rust, against the performance targets of the issue.
 //!
-//! One run measures ten workloads and prints a table: kiln's figure, the hand-written rayon loop's
+//! One run measures fourteen workloads and prints a table: kiln's figure, the hand-written rayon loop's
 //! figure (and a plain parallel copy's bandwidth where relevant), the ratio, the target and whether
 //! it was met, then notes (result checks, best runs, variants of the baselines).
 //!
@@ -729,6 +729,141 @@ fn row_transpose(cfg: &Config, notes: &mut Vec<String>) -> Row {
     row
 }
 
+/// Row 11: Collatz steps for 1M lanes (a symbolic loop whose trip count differs per lane).
+fn row_collatz(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = 1_000_000;
+    let mut out = vec![0u32; n];
+    let reps = if cfg.quick { 5 } else { 11 };
+    let [k, r] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || time(|| drop(black_box(collatz_kiln(n).eval().clone()))),
+            &mut || time(|| collatz_rayon(&mut out)),
+        ],
+    );
+    let same = collatz_kiln(n).to_vec() == out;
+    notes.push(format!(
+        "collatz 1M: kiln {} (one kernel, lanes leave the loop as they finish), rayon one lane at a time {}; results equal: {same}",
+        ms(k.median),
+        ms(r.median)
+    ));
+    loop_row("collatz 1M (while_loop)", k, r, same)
+}
+
+/// A row whose target is at most twice the rayon loop's time.
+fn loop_row(name: &str, k: Timing, r: Timing, same: bool) -> Row {
+    let ratio = k.median / r.median;
+    let mut row = Row::new(
+        name,
+        ms(k.median),
+        Goal::AtMost(2.0),
+        if same { ratio } else { f64::NAN },
+        "<= 2x rayon time",
+    );
+    row.rayon = ms(r.median);
+    row.ratio = format!("{ratio:.2}x rayon");
+    row
+}
+
+/// Row 12: 1000 steps of `x = x * 0.999 + 0.001` on 10 000 lanes (final state only) vs a rayon
+/// loop stepping 64 lanes at a time.
+fn row_long_loop(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let x0: Vec<f32> = (0..LOOP_LANES)
+        .map(|i| i as f32 / LOOP_LANES as f32)
+        .collect();
+    let x = kiln::make_opaque(&Float32::from_slice(&x0));
+    let mut buf = x0.clone();
+    let reps = if cfg.quick { 9 } else { 41 };
+    let [k, r] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || time(|| drop(black_box(long_loop_kiln(&x).eval().clone()))),
+            &mut || {
+                buf.copy_from_slice(&x0);
+                time(|| long_loop_rayon(&mut buf))
+            },
+        ],
+    );
+    let got = long_loop_kiln(&x).to_vec();
+    let mut want = x0.clone();
+    long_loop_rayon(&mut want);
+    let same = got
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0));
+    notes.push(format!(
+        "loop 1000x10000: kiln {} (best {}), rayon 64 lanes at a time {} (best {}); results agree: {same}; issue's figures on its machine: JAX lax.scan 1.04 ms, Dr.Jit while_loop 3.5 ms",
+        ms(k.median),
+        ms(k.min),
+        ms(r.median),
+        ms(r.min)
+    ));
+    loop_row("loop 1000x10000 (while_loop)", k, r, same)
+}
+
+/// Row 13: a `switch` over 4 targets on 1M lanes vs a rayon `match` per lane.
+fn row_switch(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = 1_000_000;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32 / n as f32).collect();
+    let ys: Vec<f32> = xs.iter().map(|x| 1.0 - x).collect();
+    let p = Vector2f::new(Float32::from_slice(&xs), Float32::from_slice(&ys));
+    let id = UInt32::arange(n) % 4u32;
+    kiln::eval!(p.x(), p.y(), id);
+    let mut out = vec![0f32; n];
+    let reps = if cfg.quick { 7 } else { 21 };
+    let [k, r] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || time(|| drop(black_box(switch_kiln(&id, &p).eval().clone()))),
+            &mut || time(|| switch_rayon(&xs, &ys, &mut out)),
+        ],
+    );
+    let got = switch_kiln(&id, &p).to_vec();
+    let same = got
+        .iter()
+        .zip(&out)
+        .all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0));
+    notes.push(format!(
+        "switch 4 targets 1M: kiln {} (one kernel, each vector runs the targets its lanes need), rayon match per lane {}; results agree: {same}",
+        ms(k.median),
+        ms(r.median)
+    ));
+    loop_row("switch 4 targets 1M", k, r, same)
+}
+
+/// Row 14: evaluated mode's cost per iteration (one replayed step + one host test) at n = 1024.
+fn row_evaluated_loop(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    use kiln::control::{Loop, Mode};
+    const ITERS: u32 = 200;
+    let x = kiln::make_opaque(&Float32::zeros(1024));
+    let run = || {
+        Loop::new((x.clone(), UInt32::zeros(1024)))
+            .mode(Mode::Evaluated)
+            .run(|(_, i)| i.lt(ITERS), |(x, i)| (x + 1.0, i + 1u32))
+            .expect("evaluated loop")
+    };
+    let t = measure(if cfg.quick { 5 } else { 15 }, cfg.budget, || {
+        time(|| drop(black_box(run().0.eval().clone())))
+    });
+    let per = t.median / ITERS as f64 * 1e6;
+    let ok = run().0.to_vec() == vec![ITERS as f32; 1024];
+    notes.push(format!(
+        "evaluated loop: {ITERS} iterations at n=1024 in {} ({per:.2} us/iteration, best {:.2}); the step is frozen once and replayed; result correct: {ok}",
+        ms(t.median),
+        t.min / ITERS as f64 * 1e6
+    ));
+    Row::new(
+        "evaluated loop overhead n=1024",
+        format!("{per:.2} us/iter"),
+        Goal::AtMost(5.0),
+        if ok { per } else { f64::NAN },
+        "<= 5 us/iteration",
+    )
+}
+
 /// `matmul` of 1024² f32: a note, not a row (its target is NumPy's OpenBLAS, measured by the peer
 /// bench of the LLVM issue).
 fn matmul_note(cfg: &Config, notes: &mut Vec<String>) {
@@ -891,7 +1026,7 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 10] = [
+    let steps: [(&str, RowFn); 14] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
         ("monte carlo", row_monte_carlo),
@@ -902,6 +1037,10 @@ fn main() {
         ("replay overhead", row_replay_overhead),
         ("tensor mean_axis", row_mean_axis),
         ("tensor transpose", row_transpose),
+        ("collatz", row_collatz),
+        ("long loop", row_long_loop),
+        ("switch", row_switch),
+        ("evaluated loop", row_evaluated_loop),
     ];
     let mut rows = Vec::new();
     for (name, step) in steps {

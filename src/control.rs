@@ -286,8 +286,16 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         body: &mut impl FnMut(&S) -> S,
     ) -> Result<S> {
         let what = format!("loop {}", self.label);
-        let mut state = self.state.clone();
-        let mut active = Bool::full(true, n);
+        // the step is frozen: its inputs are evaluated buffers from the start (a literal input
+        // would be baked into the recording, and change at every iteration)
+        let (ids, _) = positions(&self.state);
+        let opaque: Vec<VarId> = ids
+            .iter()
+            .map(|&i| kiln_core::make_opaque(i))
+            .collect::<Result<_>>()?;
+        let mut state = rebuild(&self.state, &opaque);
+        release(&opaque);
+        let mut active = crate::make_opaque(&Bool::full(true, n));
         let failure: std::cell::RefCell<Option<Error>> = Default::default();
         let mut step = crate::freeze::freeze(|s: &mut S, active: &mut Bool| {
             let c = cond(s);
@@ -334,7 +342,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             }
             iterations += 1;
         }
-        tracing::debug!(target: "kiln::control", "{what}: evaluated mode ran {iterations} iterations");
+        tracing::debug!(target: "kiln::control", "{what}: evaluated mode ran {iterations} iterations; step: {}", step.stats());
         Ok(state)
     }
 }

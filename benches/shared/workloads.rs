@@ -221,3 +221,107 @@ pub fn transpose_affine_tiled(a: &[f32], side: usize, out: &mut [f32]) {
             }
         });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Control flow (issue: symbolic loops, conditionals and calls)
+
+/// Lanes and steps of the long-loop workload (`x = x * 0.999 + 0.001`).
+pub const LOOP_LANES: usize = 10_000;
+pub const LOOP_STEPS: u32 = 1000;
+
+/// Collatz steps of `x` (wrapping u32 arithmetic, like the kiln kernel).
+pub fn collatz_scalar(mut x: u32) -> u32 {
+    let mut n = 0;
+    while x != 1 {
+        x = if x & 1 == 0 {
+            x >> 1
+        } else {
+            x.wrapping_mul(3).wrapping_add(1)
+        };
+        n += 1;
+    }
+    n
+}
+
+/// Collatz steps of `1..=n`, one lane at a time on every core.
+pub fn collatz_rayon(out: &mut [u32]) {
+    use rayon::prelude::*;
+    out.par_chunks_mut(4096).enumerate().for_each(|(c, o)| {
+        for (i, v) in o.iter_mut().enumerate() {
+            *v = collatz_scalar((c * 4096 + i) as u32 + 1);
+        }
+    });
+}
+
+/// Collatz steps in kiln: one symbolic loop.
+pub fn collatz_kiln(n: usize) -> UInt32 {
+    let x = UInt32::arange(n) + 1u32;
+    let (_, steps) = kiln::while_loop(
+        (x, UInt32::zeros(n)),
+        |(x, _)| x.ne(1u32),
+        |(x, n)| {
+            (
+                select(&(x & 1u32).eq(0u32), &(x >> 1u32), &(x * 3u32 + 1u32)),
+                n + 1u32,
+            )
+        },
+    )
+    .expect("collatz loop");
+    steps
+}
+
+/// `LOOP_STEPS` steps of `x = x * 0.999 + 0.001`, 64 lanes at a time (so LLVM vectorises the
+/// lanes and several vectors hide the chain's latency), on every core.
+pub fn long_loop_rayon(x: &mut [f32]) {
+    use rayon::prelude::*;
+    x.par_chunks_mut(64).for_each(|c| {
+        for _ in 0..LOOP_STEPS {
+            for v in c.iter_mut() {
+                *v = *v * 0.999 + 0.001;
+            }
+        }
+    });
+}
+
+/// The same loop in kiln: a counter in the state, one kernel.
+pub fn long_loop_kiln(x: &Float32) -> Float32 {
+    let n = x.len();
+    let (y, _) = kiln::while_loop(
+        (x.clone(), UInt32::zeros(n)),
+        |(_, i)| i.lt(LOOP_STEPS),
+        |(x, i)| (x * 0.999 + 0.001, i + 1u32),
+    )
+    .expect("long loop");
+    y
+}
+
+/// The four targets of the switch workload, on `(x, y)`.
+pub fn switch_scalar(id: u32, x: f32, y: f32) -> f32 {
+    match id {
+        0 => x * y,
+        1 => x * x * 3.14,
+        2 => x + y,
+        _ => (x * x + y * y).sqrt(),
+    }
+}
+
+/// The switch workload by hand: `out[i] = target[i % 4](x[i], y[i])`.
+pub fn switch_rayon(x: &[f32], y: &[f32], out: &mut [f32]) {
+    use rayon::prelude::*;
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+        let b = c * CHUNK;
+        for (i, v) in o.iter_mut().enumerate() {
+            let j = b + i;
+            *v = switch_scalar(j as u32 % 4, x[j], y[j]);
+        }
+    });
+}
+
+/// The switch workload in kiln: four targets, lanes picking theirs by `id`.
+pub fn switch_kiln(id: &UInt32, p: &Vector2f) -> Float32 {
+    let f0 = |p: &Vector2f| p.x() * p.y();
+    let f1 = |p: &Vector2f| p.x() * p.x() * 3.14;
+    let f2 = |p: &Vector2f| p.x() + p.y();
+    let f3 = |p: &Vector2f| (p.x() * p.x() + p.y() * p.y()).sqrt();
+    kiln::switch(id, &[&f0, &f1, &f2, &f3], p).expect("switch")
+}

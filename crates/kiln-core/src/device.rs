@@ -603,6 +603,15 @@ impl Accum {
                 let xs = unsafe { std::slice::from_raw_parts(buf.ptr(), buf.len) };
                 self.bits += xs[s..e].iter().map(|&b| (b & 1) as u64).sum::<u64>();
             }
+            (ReduceOp::Or | ReduceOp::Max, VarType::Bool) => {
+                // masks hold 0 or 1: "any" is "some byte is not 0" (vectorises)
+                let xs = unsafe { std::slice::from_raw_parts(buf.ptr(), buf.len) };
+                self.bits |= u64::from(xs[s..e].iter().fold(0u8, |a, &b| a | b) & 1);
+            }
+            (ReduceOp::And | ReduceOp::Min, VarType::Bool) => {
+                let xs = unsafe { std::slice::from_raw_parts(buf.ptr(), buf.len) };
+                self.bits &= u64::from(xs[s..e].iter().fold(1u8, |a, &b| a & b) & 1);
+            }
             (op, ty) => {
                 for i in s..e {
                     self.bits = eval_reduce(op, ty, self.bits, elem(buf, i));

@@ -22,8 +22,10 @@ pub fn block_for(insts: usize) -> usize {
 /// lanes are split so that every core gets several blocks.
 pub fn loop_block(n: usize) -> usize {
     let threads = pool().current_num_threads().max(1);
+    // a multiple of 64 lanes: whole unrolled iterations (up to 16 vectors of four), so that only
+    // the launch's last block runs the one-vector remainder loop
     (n / (threads * 4))
-        .next_multiple_of(BLOCK_ALIGN)
+        .next_multiple_of(64)
         .clamp(64, DEFAULT_BLOCK)
 }
 

@@ -20,8 +20,8 @@ pub(crate) static DEVICE_OPS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static VARS_CREATED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static LOOPS_TRUNCATED: AtomicU64 = AtomicU64::new(0);
 
-/// Launches whose loops stopped at their iteration limit, not yet reported by a `try_` read on
-/// this thread: (where, lanes still active).
+// Launches whose loops stopped at their iteration limit, not yet reported by a `try_` read on
+// this thread: (where, lanes still active).
 thread_local! {
     // per thread: a launch runs on the thread that asked for it, whose next read reports it
     static TRUNCATIONS: std::cell::RefCell<Vec<(Truncated, u64)>> = const { std::cell::RefCell::new(Vec::new()) };

@@ -187,6 +187,11 @@ pub(super) fn build_function(
             }
         }
     }
+    if has_regions {
+        let (u, cond_of) = super::region::uniform_in_loops(k, &g.uniform);
+        g.regions.uniform = u;
+        g.regions.cond_of = cond_of;
+    }
     let invariant = g.vals.clone();
     let body = g.uniform.iter().filter(|&&u| !u).count();
     let mut groups = pick_unroll(tuning, body, scatter.is_some());
@@ -348,6 +353,22 @@ impl<'f> Gen<'_, 'f> {
                 }
                 if self.k.insts[r].op.is_region() {
                     self.region_op(r, &mut groups)?;
+                    continue;
+                }
+                if self.regions.uniform.get(r) == Some(&true) && groups.len() > 1 {
+                    // the same in every group: lower once, share
+                    std::mem::swap(&mut self.vals, &mut groups[0]);
+                    self.lane = chunk[0];
+                    self.group = c * per_chunk;
+                    if let Some(&a) = self.regions.active.first() {
+                        self.active = Some(a);
+                    }
+                    let v = self.lower(r);
+                    std::mem::swap(&mut self.vals, &mut groups[0]);
+                    let v = v?;
+                    for vals in groups.iter_mut() {
+                        vals[r] = v;
+                    }
                     continue;
                 }
                 if self.const_cache_per_inst {

@@ -7,7 +7,7 @@
 
 use super::{vty, Gen, V};
 use crate::backend::STATUS_LOOP_TRUNCATED;
-use crate::kernel::Reg;
+use crate::kernel::{Kernel, Reg};
 use crate::op::Op;
 use crate::ty::VarType;
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -31,6 +31,8 @@ pub(super) enum Frame {
         masks: Vec<Variable>,
         iter: Option<Variable>,
         saved: Vec<Value>,
+        /// The condition is the same in every lane: lanes never diverge, no masking needed.
+        uniform_cond: bool,
     },
     Switch {
         at: usize,
@@ -48,6 +50,72 @@ pub(super) struct Regions {
     pub active: Vec<Value>,
     /// Switch outputs: (switch, slot) → variables per group.
     pub slots: HashMap<(usize, u32), Vec<VarPair>>,
+    /// Registers with one value for every lane of every group inside loops too (see
+    /// `uniform_in_loops`): computed once per iteration, not once per group.
+    pub uniform: Vec<bool>,
+    /// Each loop's condition instruction.
+    pub cond_of: HashMap<usize, usize>,
+}
+
+/// Which registers hold the same value in every lane, counting loop state: a phi whose initial
+/// and next values are uniform, in a loop whose condition is uniform (so that every lane runs the
+/// same iterations), and pure values of uniform operands. `entry` marks the values the entry block
+/// computes (uniform everywhere). Found by shrinking from "every candidate phi is uniform".
+pub(super) fn uniform_in_loops(k: &Kernel, entry: &[bool]) -> (Vec<bool>, HashMap<usize, usize>) {
+    let mut cond_of = HashMap::new();
+    let mut loop_of_phi: HashMap<usize, usize> = HashMap::new();
+    let mut next_of: HashMap<usize, Reg> = HashMap::new();
+    let mut open: Vec<usize> = Vec::new();
+    for (i, inst) in k.insts.iter().enumerate() {
+        match inst.op {
+            Op::LoopBegin | Op::Switch => open.push(i),
+            Op::LoopEnd | Op::SwitchEnd => {
+                open.pop();
+            }
+            Op::Phi => {
+                loop_of_phi.insert(i, *open.last().expect("verified"));
+            }
+            Op::LoopCond => {
+                cond_of.insert(*open.last().expect("verified"), i);
+            }
+            Op::LoopNext => {
+                next_of.insert(inst.args[0] as usize, inst.args[1]);
+            }
+            _ => {}
+        }
+    }
+    let mut phi_ok: HashMap<usize, bool> = loop_of_phi.keys().map(|&p| (p, true)).collect();
+    loop {
+        let mut u = entry.to_vec();
+        for (i, inst) in k.insts.iter().enumerate() {
+            if u[i] {
+                continue;
+            }
+            u[i] = match inst.op {
+                Op::Phi => phi_ok[&i] && u[inst.args[0] as usize],
+                op if op.is_region() => false,
+                op => {
+                    op.is_pure()
+                        && op != Op::Counter
+                        && inst.has_value()
+                        && inst.operands().iter().all(|&a| u[a as usize])
+                }
+            };
+        }
+        let mut changed = false;
+        for (&p, ok) in phi_ok.iter_mut() {
+            let lp = loop_of_phi[&p];
+            let cond = k.insts[cond_of[&lp]].args[0] as usize;
+            let good = u[p] && next_of.get(&p).is_some_and(|&x| u[x as usize]) && u[cond];
+            if *ok && !good {
+                *ok = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            return (u, cond_of);
+        }
+    }
 }
 
 impl<'f> Gen<'_, 'f> {
@@ -101,15 +169,28 @@ impl<'f> Gen<'_, 'f> {
                     let init = self.k.insts[p].args[0];
                     let t = self.k.insts[p].ty;
                     let mut vars = Vec::with_capacity(n);
-                    for u in 0..n {
-                        let x = self.group_val(groups, u, init)?;
+                    if self.regions.uniform[p] {
+                        // one variable shared by every group
+                        let x = self.group_val(groups, 0, init)?;
                         let v = self.declare(t);
                         self.def(v, x)?;
-                        vars.push(v);
+                        vars.resize(n, v);
+                    } else {
+                        for u in 0..n {
+                            let x = self.group_val(groups, u, init)?;
+                            let v = self.declare(t);
+                            self.def(v, x)?;
+                            vars.push(v);
+                        }
                     }
                     phis.push((p, vars));
                     p += 1;
                 }
+                let uniform_cond = self
+                    .regions
+                    .cond_of
+                    .get(&r)
+                    .is_some_and(|&c| self.regions.uniform[self.k.insts[c].args[0] as usize]);
                 let saved = self.regions.active.clone();
                 let mut masks = Vec::with_capacity(n);
                 for &m in &saved {
@@ -133,6 +214,7 @@ impl<'f> Gen<'_, 'f> {
                     masks,
                     iter,
                     saved,
+                    uniform_cond,
                 });
             }
             Op::Phi => {
@@ -149,21 +231,38 @@ impl<'f> Gen<'_, 'f> {
                 }
             }
             Op::LoopCond => {
-                let Some(Frame::Loop { masks, iter, .. }) = self.regions.frames.last() else {
+                let Some(Frame::Loop {
+                    masks,
+                    iter,
+                    uniform_cond,
+                    ..
+                }) = self.regions.frames.last()
+                else {
                     return Err("condition outside a loop".into());
                 };
-                let (masks, iter) = (masks.clone(), *iter);
+                let (masks, iter, uniform_cond) = (masks.clone(), *iter, *uniform_cond);
                 let mut now = Vec::with_capacity(n);
-                for (u, &mv) in masks.iter().enumerate() {
-                    let V::One(c) = get(groups, u, inst.args[0])? else {
+                let any = if uniform_cond {
+                    // every lane agrees: the lanes stay as they entered, lane 0 decides
+                    for &mv in &masks {
+                        now.push(self.b.use_var(mv));
+                    }
+                    let V::One(c) = get(groups, 0, inst.args[0])? else {
                         return Err("loop condition is not a mask".into());
                     };
-                    let m = self.b.use_var(mv);
-                    let m = self.b.ins().band(m, c);
-                    self.b.def_var(mv, m);
-                    now.push(m);
-                }
-                let any = self.any_active(&now);
+                    self.b.ins().extractlane(c, 0)
+                } else {
+                    for (u, &mv) in masks.iter().enumerate() {
+                        let V::One(c) = get(groups, u, inst.args[0])? else {
+                            return Err("loop condition is not a mask".into());
+                        };
+                        let m = self.b.use_var(mv);
+                        let m = self.b.ins().band(m, c);
+                        self.b.def_var(mv, m);
+                        now.push(m);
+                    }
+                    self.any_active(&now)
+                };
                 let body = self.b.create_block();
                 let exit = self.b.create_block();
                 match iter {
@@ -219,15 +318,32 @@ impl<'f> Gen<'_, 'f> {
             }
             Op::LoopNext => {
                 let (p, x) = (inst.args[0] as usize, inst.args[1]);
-                let Some(Frame::Loop { phis, .. }) = self.regions.frames.last() else {
+                let Some(Frame::Loop {
+                    phis, uniform_cond, ..
+                }) = self.regions.frames.last()
+                else {
                     return Err("next value outside a loop".into());
                 };
+                let uniform_cond = *uniform_cond;
                 let vars = phis
                     .iter()
                     .find(|(q, _)| *q == p)
                     .map(|(_, v)| v.clone())
                     .ok_or("next value of an unknown phi")?;
                 let t = self.k.insts[p].ty;
+                if self.regions.uniform[p] {
+                    let new = self.group_val(groups, 0, x)?;
+                    self.def(vars[0], new)?;
+                    return Ok(());
+                }
+                if uniform_cond {
+                    // every lane that entered runs every iteration: nothing to keep
+                    for (u, v) in vars.into_iter().enumerate() {
+                        let new = self.group_val(groups, u, x)?;
+                        self.def(v, new)?;
+                    }
+                    return Ok(());
+                }
                 for (u, v) in vars.into_iter().enumerate() {
                     let new = self.group_val(groups, u, x)?;
                     let old = get(groups, u, p as Reg)?;

@@ -1,0 +1,823 @@
+#!/usr/bin/env python3
+"""Side-by-side peer timings for kiln's workloads: NumPy, Numba, JAX (CPU) and Dr.Jit (LLVM).
+
+Every peer runs the same workloads on the same inputs (built once with NumPy and copied into each
+peer's arrays) with the same f32/u32 arithmetic. Each workload is timed as the best of N calls
+after one warm-up call (which includes compilation); a call counts as finished only when its result
+is computed (JAX: ``block_until_ready``; Dr.Jit: ``dr.eval`` + ``dr.sync_thread`` or reading a
+value back; Numba and NumPy return NumPy arrays).
+
+Each peer runs in a child process of its own, so that one peer's thread pool does not load the
+machine while another is timed and so that a peer that crashes cannot take the others with it. A
+peer that cannot be imported, or a workload that fails, is reported as ``peer X: skipped (...)``
+and the run carries on.
+
+    python peers.py [--json PATH] [--reps N] [--peers numpy,jax] [--workloads collatz,switch]
+
+prints a table of milliseconds (workload x peer) and writes ``{workload: {peer: ms}}`` to PATH.
+
+    python peers.py --merge KILN_OUTPUT --json PATH
+
+prints the merged table: kiln's figures parsed (best effort) from a saved ``bench_report`` output,
+each peer's figure from PATH, and the ratio peer/kiln (> 1: kiln faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+PEERS = ["numpy", "numba", "jax", "drjit"]
+
+# -------------------------------------------------------------------------------------------------
+# Workloads (names as in the table and the JSON)
+
+SAXPY = "saxpy 10M f32"
+CHAIN = "fused chain 10M"
+MONTE = "monte carlo 10M"
+LAUNCH = "cached launch n=1024 x1000"
+STENCIL = "5-point stencil 4096^2"
+COLLATZ = "collatz 1M"
+LOOP = "loop 1000x10000"
+SWITCH = "switch 4 targets 1M"
+WORKLOADS = [SAXPY, CHAIN, MONTE, LAUNCH, STENCIL, COLLATZ, LOOP, SWITCH]
+# Workloads of a few milliseconds or less: timed at least SMALL_REPS times (noise matters more).
+SMALL = {LAUNCH, LOOP, SWITCH}
+SMALL_REPS = 10
+
+N_BIG = 10_000_000  # saxpy, fused chain, monte carlo
+N_LAUNCH = 1024  # cached launch: lanes per call
+LAUNCHES = 1000  # cached launch: calls per timed run (the figure is their total)
+SIDE = 4096  # stencil
+N_COLLATZ = 1_000_000
+LOOP_LANES = 10_000
+LOOP_STEPS = 1000
+N_SWITCH = 1_000_000
+SAXPY_A = 2.0
+
+# Expected values for the checks printed after the table.
+COLLATZ_STEP_SUM = 131_435_239  # sum of steps with u32 wrap-around (109 lanes overflow u32)
+SPHERE = 4.0 * math.pi / 3.0
+
+
+def inputs():
+    """The inputs shared by every peer, as NumPy arrays (f32 / u32)."""
+    import numpy as np
+
+    i = np.arange(N_BIG, dtype=np.int64)
+    sx = ((i % 1000) * 0.001).astype(np.float32)
+    sy = ((i % 777) * 0.5).astype(np.float32)
+    del i
+    k = np.arange(SIDE * SIDE, dtype=np.int64)
+    grid = ((k % 1000) * 1e-3).astype(np.float32).reshape(SIDE, SIDE)
+    del k
+    wx = np.linspace(0.0, 1.0, N_SWITCH, dtype=np.float32)
+    return {
+        "saxpy_x": sx,
+        "saxpy_y": sy,
+        "chain_x": np.linspace(-2.0, 2.0, N_BIG, dtype=np.float32),
+        "launch_x": np.arange(N_LAUNCH, dtype=np.float32),
+        "grid": grid,
+        "collatz_x": np.arange(1, N_COLLATZ + 1, dtype=np.uint32),
+        "loop_x": np.linspace(0.0, 1.0, LOOP_LANES, dtype=np.float32),
+        "switch_idx": (np.arange(N_SWITCH, dtype=np.uint32) % np.uint32(4)).astype(np.uint32),
+        "switch_x": wx,
+        "switch_y": (np.float32(1.0) - wx).astype(np.float32),
+    }
+
+
+# -------------------------------------------------------------------------------------------------
+# Peers. Each returns {workload: factory}; a factory sets up (untimed) and returns (run, to_numpy):
+# run() performs one complete call, to_numpy(result) gives a NumPy array or a float for the checks.
+
+
+def peer_numpy(d):
+    import numpy as np
+
+    a = np.float32(SAXPY_A)
+    ident = lambda r: r  # noqa: E731
+
+    def saxpy():
+        x, y = d["saxpy_x"], d["saxpy_y"]
+        return (lambda: a * x + y), ident
+
+    def chain():
+        x = d["chain_x"]
+        return (lambda: np.tanh(x * x + 1) * np.exp(-x) + np.sqrt(np.abs(x))), ident
+
+    def monte():
+        rng = np.random.default_rng(1)
+
+        def run():
+            u = rng.random((3, N_BIG), dtype=np.float32) * np.float32(2) - np.float32(1)
+            inside = np.count_nonzero(u[0] * u[0] + u[1] * u[1] + u[2] * u[2] < 1)
+            return 8.0 * inside / N_BIG
+
+        return run, ident
+
+    def launch():
+        x = d["launch_x"]
+
+        def run():
+            y = None
+            for _ in range(LAUNCHES):
+                y = x * 2 + 1
+            return y
+
+        return run, ident
+
+    def stencil():
+        g = d["grid"]
+
+        def run():
+            out = np.zeros_like(g)
+            out[1:-1, 1:-1] = (
+                g[:-2, 1:-1] + g[2:, 1:-1] + g[1:-1, :-2] + g[1:-1, 2:] - 4 * g[1:-1, 1:-1]
+            )
+            return out
+
+        return run, ident
+
+    def collatz():
+        x0 = d["collatz_x"]
+        one, three = np.uint32(1), np.uint32(3)
+
+        def run():
+            # masked vector loop over the lanes still running (compacted each step)
+            x = x0.copy()
+            n = np.zeros_like(x)
+            live = np.nonzero(x != one)[0]
+            while live.size:
+                v = x[live]
+                v = np.where((v & one) == 0, v >> one, three * v + one)
+                x[live] = v
+                n[live] += one
+                live = live[v != one]
+            return n
+
+        return run, ident
+
+    def loop():
+        x0 = d["loop_x"]
+
+        def run():
+            x = x0
+            for _ in range(LOOP_STEPS):
+                x = x * np.float32(0.999) + np.float32(0.001)
+            return x
+
+        return run, ident
+
+    def switch():
+        idx, x, y = d["switch_idx"], d["switch_x"], d["switch_y"]
+
+        def run():
+            return np.choose(idx, [x * y, x * x * 3.14, x + y, np.sqrt(x * x + y * y)])
+
+        return run, ident
+
+    return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
+            COLLATZ: collatz, LOOP: loop, SWITCH: switch}
+
+
+def peer_numba(d):
+    import numba
+    import numpy as np
+    from numba import njit, prange
+
+    # Numba promotes Python float literals to f64 and small integers to 64 bits: the constants are
+    # NumPy scalars (frozen as typed globals) and u32 results are cast back, so that the arithmetic
+    # is f32 / u32 (with wrap-around) as in the other peers.
+    F0, F1, F2, F4 = np.float32(0), np.float32(1), np.float32(2), np.float32(4)
+    FA = np.float32(SAXPY_A)
+    F314 = np.float32(3.14)
+    DECAY, OFFSET = np.float32(0.999), np.float32(0.001)
+    U0, U1, U2, U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
+    ident = lambda r: r  # noqa: E731
+
+    @njit(parallel=True)
+    def saxpy_k(x, y):
+        out = np.empty_like(x)
+        for i in prange(x.size):
+            out[i] = FA * x[i] + y[i]
+        return out
+
+    @njit(parallel=True, error_model="numpy")
+    def chain_k(x):
+        out = np.empty_like(x)
+        for i in prange(x.size):
+            v = x[i]
+            out[i] = np.tanh(v * v + F1) * np.exp(-v) + np.sqrt(np.abs(v))
+        return out
+
+    @njit(parallel=True)
+    def monte_k(n):
+        inside = 0
+        for _ in prange(n):
+            a = np.float32(np.random.random()) * F2 - F1
+            b = np.float32(np.random.random()) * F2 - F1
+            c = np.float32(np.random.random()) * F2 - F1
+            if a * a + b * b + c * c < F1:
+                inside += 1
+        return 8.0 * inside / n
+
+    # a small kernel called 1000 times: serial (a parallel region for 1024 lanes only adds the
+    # thread pool's wake-up to every call)
+    @njit
+    def launch_k(x):
+        out = np.empty_like(x)
+        for i in range(x.size):
+            out[i] = x[i] * F2 + F1
+        return out
+
+    @njit(parallel=True)
+    def stencil_k(g):
+        h, w = g.shape
+        out = np.empty_like(g)
+        for i in prange(h):
+            if i == 0 or i == h - 1:
+                for j in range(w):
+                    out[i, j] = F0
+            else:
+                out[i, 0] = F0
+                for j in range(1, w - 1):
+                    out[i, j] = (g[i - 1, j] + g[i + 1, j] + g[i, j - 1] + g[i, j + 1]
+                                 - F4 * g[i, j])
+                out[i, w - 1] = F0
+        return out
+
+    @njit(parallel=True)
+    def collatz_k(x):
+        out = np.empty_like(x)
+        for i in prange(x.size):
+            v = x[i]
+            n = U0
+            while v != U1:
+                if (v & U1) == U0:
+                    v = np.uint32(v >> U1)
+                else:
+                    v = np.uint32(U3 * v + U1)
+                n = np.uint32(n + U1)
+            out[i] = n
+        return out
+
+    @njit(parallel=True)
+    def loop_k(x0, steps):
+        out = np.empty_like(x0)
+        for i in prange(x0.size):
+            v = x0[i]
+            for _ in range(steps):
+                v = v * DECAY + OFFSET
+            out[i] = v
+        return out
+
+    @njit(parallel=True)
+    def switch_k(idx, x, y):
+        out = np.empty_like(x)
+        for i in prange(x.size):
+            k = idx[i]
+            a, b = x[i], y[i]
+            if k == U0:
+                out[i] = a * b
+            elif k == U1:
+                out[i] = a * a * F314
+            elif k == U2:
+                out[i] = a + b
+            else:
+                out[i] = np.sqrt(a * a + b * b)
+        return out
+
+    def launch_run(x):
+        def run():
+            y = None
+            for _ in range(LAUNCHES):
+                y = launch_k(x)
+            return y
+
+        return run
+
+    print(f"  numba {numba.__version__}: {numba.get_num_threads()} threads", flush=True)
+    return {
+        SAXPY: lambda: ((lambda: saxpy_k(d["saxpy_x"], d["saxpy_y"])), ident),
+        CHAIN: lambda: ((lambda: chain_k(d["chain_x"])), ident),
+        MONTE: lambda: ((lambda: monte_k(N_BIG)), ident),
+        LAUNCH: lambda: (launch_run(d["launch_x"]), ident),
+        STENCIL: lambda: ((lambda: stencil_k(d["grid"])), ident),
+        COLLATZ: lambda: ((lambda: collatz_k(d["collatz_x"])), ident),
+        LOOP: lambda: ((lambda: loop_k(d["loop_x"], LOOP_STEPS)), ident),
+        SWITCH: lambda: ((lambda: switch_k(d["switch_idx"], d["switch_x"], d["switch_y"])), ident),
+    }
+
+
+def peer_jax(d):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+
+    print(f"  jax {jax.__version__}: devices {jax.devices()}", flush=True)
+    to_np = lambda r: np.asarray(r)  # noqa: E731
+
+    def put(name):
+        return jax.device_put(d[name]).block_until_ready()
+
+    def saxpy():
+        x, y = put("saxpy_x"), put("saxpy_y")
+        f = jax.jit(lambda x, y: SAXPY_A * x + y)
+        return (lambda: f(x, y).block_until_ready()), to_np
+
+    def chain():
+        x = put("chain_x")
+        f = jax.jit(lambda x: jnp.tanh(x * x + 1) * jnp.exp(-x) + jnp.sqrt(jnp.abs(x)))
+        return (lambda: f(x).block_until_ready()), to_np
+
+    def monte():
+        @jax.jit
+        def f(key):
+            u = jax.random.uniform(key, (3, N_BIG), jnp.float32, -1.0, 1.0)
+            inside = jnp.sum((u[0] * u[0] + u[1] * u[1] + u[2] * u[2] < 1).astype(jnp.int32))
+            return 8.0 * inside / N_BIG
+
+        key = jax.random.PRNGKey(1)
+        return (lambda: f(key).block_until_ready()), float
+
+    def launch():
+        x = put("launch_x")
+        f = jax.jit(lambda x: x * 2 + 1)
+
+        def run():
+            y = None
+            for _ in range(LAUNCHES):
+                y = f(x).block_until_ready()
+            return y
+
+        return run, to_np
+
+    def stencil():
+        g = put("grid")
+
+        @jax.jit
+        def f(a):
+            inner = a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:] - 4 * a[1:-1, 1:-1]
+            return jnp.pad(inner, 1)
+
+        return (lambda: f(g).block_until_ready()), to_np
+
+    def collatz():
+        x = put("collatz_x")
+
+        @jax.jit
+        def f(x):
+            # one while loop over the whole vector: runs until every lane has reached 1, lanes that
+            # are done are masked (keep their value and their count)
+            def cond(s):
+                return jnp.any(s[0] != 1)
+
+            def body(s):
+                v, n = s
+                live = v != 1
+                nv = jnp.where((v & 1) == 0, v >> 1, 3 * v + 1)
+                return jnp.where(live, nv, v), n + live.astype(jnp.uint32)
+
+            return lax.while_loop(cond, body, (x, jnp.zeros_like(x)))[1]
+
+        return (lambda: f(x).block_until_ready()), to_np
+
+    def loop():
+        x = put("loop_x")
+        f = jax.jit(lambda x: lax.fori_loop(0, LOOP_STEPS, lambda i, v: v * 0.999 + 0.001, x))
+        return (lambda: f(x).block_until_ready()), to_np
+
+    def switch():
+        idx, x, y = put("switch_idx"), put("switch_x"), put("switch_y")
+
+        # lax.switch takes a scalar index (under vmap it becomes a select over every branch), so
+        # the per-lane switch is written as that select directly: all four targets are computed
+        # for every lane and jnp.select picks one.
+        @jax.jit
+        def f(idx, x, y):
+            return jnp.select(
+                [idx == 0, idx == 1, idx == 2],
+                [x * y, x * x * 3.14, x + y],
+                jnp.sqrt(x * x + y * y),
+            )
+
+        return (lambda: f(idx, x, y).block_until_ready()), to_np
+
+    return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
+            COLLATZ: collatz, LOOP: loop, SWITCH: switch}
+
+
+def peer_drjit(d):
+    import drjit as dr
+    import numpy as np
+    from drjit.llvm import PCG32, Float, UInt32
+
+    if not dr.has_backend(dr.JitBackend.LLVM):
+        raise RuntimeError("Dr.Jit's LLVM backend is unavailable (no libLLVM found: install "
+                           "libllvm or set DRJIT_LIBLLVM_PATH)")
+    threads = dr.thread_count() if hasattr(dr, "thread_count") else "?"
+    print(f"  drjit {dr.__version__}: LLVM backend, {threads} threads", flush=True)
+
+    def arr(cls, name):
+        a = cls(d[name].ravel())
+        dr.eval(a)
+        dr.sync_thread()
+        return a
+
+    def done(r):
+        dr.eval(r)
+        dr.sync_thread()
+        return r
+
+    to_np = lambda r: np.array(r)  # noqa: E731
+
+    def saxpy():
+        x, y = arr(Float, "saxpy_x"), arr(Float, "saxpy_y")
+        return (lambda: done(SAXPY_A * x + y)), to_np
+
+    def chain():
+        x = arr(Float, "chain_x")
+        return (lambda: done(dr.tanh(x * x + 1) * dr.exp(-x) + dr.sqrt(dr.abs(x)))), to_np
+
+    def monte():
+        def run():
+            rng = PCG32(N_BIG)
+            a = rng.next_float32() * 2 - 1
+            b = rng.next_float32() * 2 - 1
+            c = rng.next_float32() * 2 - 1
+            inside = dr.count(a * a + b * b + c * c < 1)
+            return 8.0 * int(inside[0]) / N_BIG  # reading the count waits for the kernel
+
+        return run, float
+
+    def launch():
+        x = arr(Float, "launch_x")
+
+        def run():
+            y = None
+            for _ in range(LAUNCHES):
+                y = done(x * 2 + 1)
+            return y
+
+        return run, to_np
+
+    def stencil():
+        g = arr(Float, "grid")
+        w = SIDE
+
+        def run():
+            k = dr.arange(UInt32, w * w)
+            i = k // w
+            j = k - i * w
+            inner = (i > 0) & (i < w - 1) & (j > 0) & (j < w - 1)
+
+            def at(index):
+                return dr.gather(Float, g, index, inner)
+
+            lap = at(k - w) + at(k + w) + at(k - 1) + at(k + 1) - 4 * at(k)
+            return done(dr.select(inner, lap, 0))
+
+        return run, lambda r: np.array(r).reshape(w, w)
+
+    def collatz():
+        x0 = arr(UInt32, "collatz_x")
+
+        def run():
+            # note the parentheses: `x & 1 == 0` would parse as `x & (1 == 0)`
+            _, n = dr.while_loop(
+                state=(x0, dr.zeros(UInt32, N_COLLATZ)),
+                cond=lambda x, n: x != 1,
+                body=lambda x, n: (dr.select((x & 1) == 0, x >> 1, 3 * x + 1), n + 1),
+            )
+            return done(n)
+
+        return run, to_np
+
+    def loop():
+        x0 = arr(Float, "loop_x")
+
+        def run():
+            x, _ = dr.while_loop(
+                state=(x0, UInt32(0)),
+                cond=lambda x, i: i < LOOP_STEPS,
+                body=lambda x, i: (x * 0.999 + 0.001, i + 1),
+            )
+            return done(x)
+
+        return run, to_np
+
+    def switch():
+        idx, x, y = arr(UInt32, "switch_idx"), arr(Float, "switch_x"), arr(Float, "switch_y")
+        targets = [
+            lambda x, y: x * y,
+            lambda x, y: x * x * 3.14,
+            lambda x, y: x + y,
+            lambda x, y: dr.sqrt(x * x + y * y),
+        ]
+        return (lambda: done(dr.switch(idx, targets, x, y))), to_np
+
+    return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
+            COLLATZ: collatz, LOOP: loop, SWITCH: switch}
+
+
+PEER_FNS = {"numpy": peer_numpy, "numba": peer_numba, "jax": peer_jax, "drjit": peer_drjit}
+
+
+# -------------------------------------------------------------------------------------------------
+# The worker: one peer, every workload, results to a JSON file after each workload.
+
+
+def checksum(workload, value):
+    import numpy as np
+
+    if isinstance(value, float):
+        return value
+    a = np.asarray(value)
+    if workload == COLLATZ:
+        return int(a.astype(np.uint64).sum())
+    return float(np.abs(a.astype(np.float64)).sum())
+
+
+def run_worker(peer, out_path, reps, workloads):
+    results = {"ms": {}, "first_ms": {}, "check": {}, "skipped": {}}
+
+    def save():
+        with open(out_path, "w") as f:
+            json.dump(results, f)
+
+    save()
+    try:
+        data = inputs()
+        table = PEER_FNS[peer](data)
+    except Exception as e:  # noqa: BLE001
+        reason = f"{type(e).__name__}: {e}".splitlines()[0]
+        results["skipped"]["*"] = reason
+        save()
+        print(f"peer {peer}: skipped ({reason})", flush=True)
+        return
+    for w in workloads:
+        try:
+            run, to_numpy = table[w]()
+            t0 = time.perf_counter()
+            r = run()
+            first = time.perf_counter() - t0
+            best = math.inf
+            for _ in range(max(reps, SMALL_REPS) if w in SMALL else reps):
+                t0 = time.perf_counter()
+                r = run()
+                best = min(best, time.perf_counter() - t0)
+            results["ms"][w] = best * 1e3
+            results["first_ms"][w] = first * 1e3
+            results["check"][w] = checksum(w, to_numpy(r))
+            print(f"  {peer:<6} {w:<28} {best * 1e3:10.2f} ms   (first call {first * 1e3:.1f} ms)",
+                  flush=True)
+        except Exception as e:  # noqa: BLE001
+            if os.environ.get("KILN_PEERS_TRACEBACK"):
+                traceback.print_exc()
+            reason = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
+            results["skipped"][w] = reason
+            print(f"peer {peer}: skipped ({w}: {reason})", flush=True)
+        save()
+
+
+# -------------------------------------------------------------------------------------------------
+# The parent: one child process per peer, then the table, the checks and the JSON.
+
+
+def fmt_ms(v):
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if v < 1 else f"{v:.2f}"
+
+
+def print_table(header, rows):
+    w = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "  ".join(  # noqa: E731
+        (str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i])) for i, c in enumerate(r)
+    ).rstrip()
+    print(line(header))
+    print("-" * (sum(w) + 2 * (len(w) - 1)))
+    for r in rows:
+        print(line(r))
+
+
+def check_notes(per_peer, workloads):
+    notes = []
+    for w in workloads:
+        ref = None
+        if w == COLLATZ:
+            ref = COLLATZ_STEP_SUM
+        elif w != MONTE:
+            ref = per_peer.get("numpy", {}).get("check", {}).get(w)
+        for p, res in per_peer.items():
+            c = res.get("check", {}).get(w)
+            if c is None:
+                continue
+            if w == MONTE:
+                ok = abs(c - SPHERE) < 0.01
+                what = f"estimate {c:.5f} (4pi/3 = {SPHERE:.5f})"
+            elif w == COLLATZ:
+                ok = c == ref
+                what = f"step sum {c} (expected {ref})"
+            elif ref is None:
+                continue
+            else:
+                ok = abs(c - ref) <= 1e-3 * max(abs(ref), 1e-9)
+                what = f"sum|r| {c:.6g} (numpy {ref:.6g})"
+            if not ok:
+                notes.append(f"  CHECK FAILED {p} {w}: {what}")
+    return notes
+
+
+def run_parent(args):
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    workloads = [w for w in WORKLOADS
+                 if not args.workloads
+                 or any(s.strip() and s.strip().lower() in w.lower()
+                        for s in args.workloads.split(","))]
+    print(f"kiln peers: {', '.join(peers)}; best of {args.reps} (of {max(args.reps, SMALL_REPS)} "
+          f"for the small workloads) after one warm-up call (which compiles); "
+          f"{os.cpu_count()} CPUs; python {sys.version.split()[0]}", flush=True)
+    start = time.perf_counter()
+    per_peer = {}
+    for p in peers:
+        if p not in PEER_FNS:
+            print(f"peer {p}: skipped (unknown peer; known: {', '.join(PEERS)})", flush=True)
+            continue
+        fd, tmp = tempfile.mkstemp(prefix=f"kiln-peer-{p}-", suffix=".json")
+        os.close(fd)
+        t = time.perf_counter()
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", p, "--out", tmp,
+               "--reps", str(args.reps), "--workloads", ",".join(workloads) or "-"]
+        try:
+            rc = subprocess.run(cmd, timeout=args.peer_timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = f"timed out after {args.peer_timeout} s"
+        try:
+            with open(tmp) as f:
+                res = json.load(f)
+        except (OSError, ValueError):
+            res = {"ms": {}, "skipped": {}}
+        finally:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if rc != 0:
+            left = [w for w in workloads if w not in res.get("ms", {})
+                    and w not in res.get("skipped", {})]
+            why = rc if isinstance(rc, str) else f"worker exited with status {rc}"
+            print(f"peer {p}: skipped ({why}; not measured: {', '.join(left) or 'none'})",
+                  flush=True)
+        per_peer[p] = res
+        print(f"  {p}: {time.perf_counter() - t:.1f} s", flush=True)
+
+    out = {w: {p: per_peer[p]["ms"][w] for p in per_peer if w in per_peer[p].get("ms", {})}
+           for w in workloads}
+    shown = [p for p in peers if p in per_peer]
+    print()
+    print("peer timings (ms, best run; lower is better)")
+    print_table(["workload"] + shown,
+                [[w] + [fmt_ms(out[w].get(p)) for p in shown] for w in workloads])
+    print()
+    print("first call incl. compilation (ms)")
+    print_table(["workload"] + shown,
+                [[w] + [fmt_ms(per_peer[p].get("first_ms", {}).get(w)) for p in shown]
+                 for w in workloads])
+    notes = check_notes(per_peer, workloads)
+    print()
+    if notes:
+        print("checks:")
+        print("\n".join(notes))
+    else:
+        print("checks: every measured result agrees (numpy's sums, the collatz step sum, 4pi/3)")
+    for p in shown:
+        for w, why in per_peer[p].get("skipped", {}).items():
+            print(f"  {p}: {'import' if w == '*' else w} skipped: {why}")
+    print(f"total {time.perf_counter() - start:.1f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+        print(f"wrote {args.json}")
+
+
+# -------------------------------------------------------------------------------------------------
+# --merge: kiln's figures from a bench_report output next to the peers'.
+
+ALIASES = {
+    SAXPY: ["saxpy"],
+    CHAIN: ["fused chain"],
+    MONTE: ["monte carlo"],
+    LAUNCH: ["cached launch"],
+    STENCIL: ["stencil"],
+    COLLATZ: ["collatz"],
+    LOOP: ["loop 1000x10000", "loop 1000", "while_loop", "while loop"],
+    SWITCH: ["switch"],
+}
+NUM = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
+
+
+def kiln_ms(workload, lines):
+    """kiln's ms for `workload` from bench_report's output, or (None, None): first a line naming
+    the workload with `kiln <X> ms`, then a table row starting with its name (kiln's cell in ms,
+    us/launch or GB/s, converted)."""
+    keys = [workload.lower()] + ALIASES.get(workload, [])
+    for key in keys:
+        for ln in lines:
+            low = ln.lower()
+            if key not in low or "kiln" not in low:
+                continue
+            m = re.search(r"\bkiln\b\D*?" + NUM + r" ms\b", ln[low.index("kiln"):])
+            if m:
+                return float(m.group(1)), None
+    for key in keys:
+        for ln in lines:
+            if not ln.strip().lower().startswith(key):
+                continue
+            m = re.search(NUM + r" ?(ms|us/launch|GB/s)\b", ln[len(ln) - len(ln.lstrip()) + len(key):])
+            if not m:
+                continue
+            v, unit = float(m.group(1)), m.group(2)
+            if unit == "ms":
+                return v, None
+            if unit == "us/launch" and workload == LAUNCH:
+                return v * LAUNCHES / 1000.0, f"{workload}: kiln's {v} us/launch x {LAUNCHES}"
+            if unit == "GB/s" and workload == SAXPY and v > 0:
+                n = re.search(r"saxpy ([0-9]+)M", ln, re.I)
+                n = int(n.group(1)) * 1_000_000 if n else N_BIG
+                return 12.0 * n / (v * 1e9) * 1e3, \
+                    f"{workload}: kiln's {v} GB/s at 12 B/element over {n} elements"
+    return None, None
+
+
+def run_merge(args):
+    try:
+        with open(args.merge) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        print(f"merge: no kiln output ({e}); kiln column left empty")
+        lines = []
+    try:
+        with open(args.json) as f:
+            peers_ms = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"merge: no peer timings ({e})")
+        peers_ms = {}
+    shown = [p for p in PEERS if any(p in v for v in peers_ms.values())]
+    header = ["workload", "kiln"] + [h for p in shown for h in (p, f"{p}/kiln")]
+    rows, notes = [], []
+    for w in WORKLOADS:
+        k, note = kiln_ms(w, lines)
+        if note:
+            notes.append(note)
+        row = [w, fmt_ms(k)]
+        for p in shown:
+            v = peers_ms.get(w, {}).get(p)
+            row.append(fmt_ms(v))
+            row.append(f"{v / k:.2f}x" if v is not None and k else "-")
+        rows.append(row)
+    print("kiln vs peers (ms; ratio peer/kiln > 1 means kiln is faster)")
+    print_table(header, rows)
+    for n in notes:
+        print(f"  derived: {n}")
+    print("  kiln figures are parsed best effort from bench_report (its 'kiln <X> ms' notes, "
+          "which give best runs, else its table's median); '-' where none was found")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", help="write {workload: {peer: ms}} here (with --merge: read it)")
+    ap.add_argument("--reps", type=int, default=3, help="timed calls per workload (best is kept)")
+    ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of peers")
+    ap.add_argument("--workloads", default="",
+                    help="comma-separated substrings selecting workloads (default: all)")
+    ap.add_argument("--peer-timeout", type=int, default=900, help="seconds per peer process")
+    ap.add_argument("--merge", metavar="KILN_OUTPUT",
+                    help="print the merged table from a saved bench_report output and --json")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        ws = [w for w in args.workloads.split(",") if w in WORKLOADS]
+        run_worker(args.worker, args.out, max(1, args.reps), ws)
+    elif args.merge:
+        if not args.json:
+            ap.error("--merge needs --json (the peer timings)")
+        run_merge(args)
+    else:
+        args.reps = max(1, args.reps)
+        run_parent(args)
+
+
+if __name__ == "__main__":
+    main()
