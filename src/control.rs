@@ -286,16 +286,31 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         body: &mut impl FnMut(&S) -> S,
     ) -> Result<S> {
         let what = format!("loop {}", self.label);
+        // inside a frozen function's recording the loop is recorded as a driver: its first
+        // iteration's launches, replayed until no lane is active (see `driver_finish`)
+        let recording = kiln_core::freeze::driver_mark().is_some();
         // the step is frozen: its inputs are evaluated buffers from the start (a literal input
-        // would be baked into the recording, and change at every iteration)
+        // would be baked into the recording, and change at every iteration); in a recording they
+        // are copies, which the driver may rebind between iterations without touching an input
         let (ids, _) = positions(&self.state);
         let opaque: Vec<VarId> = ids
             .iter()
-            .map(|&i| kiln_core::make_opaque(i))
+            .map(|&i| {
+                if recording {
+                    cc::copy(i)
+                } else {
+                    kiln_core::make_opaque(i)
+                }
+            })
             .collect::<Result<_>>()?;
         let mut state = rebuild(&self.state, &opaque);
         release(&opaque);
-        let mut active = crate::make_opaque(&Bool::full(true, n));
+        // sized like the state (symbolically, inside a frozen function)
+        let like = *ids
+            .iter()
+            .find(|&&i| kiln_core::size(i) == n)
+            .unwrap_or(&ids[0]);
+        let mut active = crate::make_opaque(&Bool::full(true, kiln_core::freeze::size_of(like)));
         let failure: std::cell::RefCell<Option<Error>> = Default::default();
         let mut step = crate::freeze::freeze(|s: &mut S, active: &mut Bool| {
             let c = cond(s);
@@ -325,6 +340,18 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         })
         .auto_opaque(false);
         let mut iterations = 0u64;
+        // the recorded iteration's ops start here
+        let mark = kiln_core::freeze::driver_mark();
+        let mut first: Option<(Vec<VarId>, Vec<VarId>)> = None;
+        // references held for the driver, released however this function returns
+        struct Held(Vec<VarId>);
+        impl Drop for Held {
+            fn drop(&mut self) {
+                release(&self.0);
+            }
+        }
+        let mut held = Held(Vec::new());
+        let mut paused = None;
         loop {
             if self.max_iterations > 0 && iterations >= self.max_iterations {
                 let still = active.count();
@@ -333,18 +360,61 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 }
                 break;
             }
+            let before: Vec<VarId> = if mark.is_some() && first.is_none() {
+                // held until the driver is made: it needs their buffers
+                let ids = state_ids(&state, &active);
+                ids.iter().for_each(|&i| kiln_core::inc_ref(i));
+                held.0.extend(&ids);
+                ids
+            } else {
+                Vec::new()
+            };
             step.call(&mut state, &mut active)?;
             if let Some(e) = failure.borrow_mut().take() {
                 return Err(e);
+            }
+            if mark.is_some() && first.is_none() {
+                // the recorded iteration: remember its buffers, then run the rest unrecorded
+                let after = state_ids(&state, &active);
+                kiln_core::eval(&after)?;
+                after.iter().for_each(|&i| kiln_core::inc_ref(i));
+                held.0.extend(&after);
+                first = Some((before, after));
+                paused = Some(kiln_core::freeze::pause());
             }
             if kiln_core::reduce_to_host(ReduceOp::Or, active.id())? & 1 == 0 {
                 break;
             }
             iterations += 1;
         }
+        if let (Some(mark), Some((ins, outs))) = (mark, first) {
+            let finals = state_ids(&state, &active);
+            kiln_core::eval(&finals)?;
+            drop(paused);
+            let k = outs.len() - 1;
+            let indexed: Vec<(VarId, usize)> = finals[..k].iter().copied().zip(0..).collect();
+            kiln_core::freeze::driver_finish(
+                mark,
+                &ins,
+                &outs,
+                outs[k],
+                &indexed,
+                self.max_iterations,
+                &self.label,
+            );
+        }
+        drop(held);
         tracing::debug!(target: "kiln::control", "{what}: evaluated mode ran {iterations} iterations; step: {}", step.stats());
         Ok(state)
     }
+}
+
+/// The arrays of `state` by position, then `active` (new handles kept alive by the caller's
+/// values: only ids).
+fn state_ids<S: Traverse>(state: &S, active: &Bool) -> Vec<VarId> {
+    let (mut ids, _) = positions(state);
+    ids.push(active.id());
+    ids
 }
 
 /// `next` must have the state's layout: as many arrays, each of the same type, of size n or 1.

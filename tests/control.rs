@@ -220,3 +220,50 @@ fn loop_inside_branch_inside_loop() {
         .collect();
     assert_eq!(y.to_vec(), want);
 }
+
+#[test]
+fn evaluated_loop_inside_a_frozen_function_replays_as_a_driver() {
+    // halve until below 1: the number of iterations depends on the data of each call
+    let mut f = kiln::freeze(|x: &Float32| -> (Float32, UInt32) {
+        Loop::new((x.clone(), UInt32::zeros(x.size())))
+            .label("halving")
+            .mode(Mode::Evaluated)
+            .run(|(x, _)| x.ge(1.0), |(x, n)| (x * 0.5, n + 1u32))
+            .unwrap()
+    });
+    let model = |v: f32| {
+        let (mut x, mut n) = (v, 0u32);
+        while x >= 1.0 {
+            x *= 0.5;
+            n += 1;
+        }
+        (x, n)
+    };
+    for (k, data) in [
+        vec![0.5f32, 3.0, 100.0],
+        vec![1000.0, 2.0, 0.1],
+        vec![7.0, 1e6, 4.0],
+        vec![0.25, 0.5, 0.75],
+        vec![5.0, 9.0, 17.0, 33.0, 65.0],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = kiln::make_opaque(&Float32::from_slice(&data));
+        let (y, n) = f.call(&x).unwrap();
+        let want: Vec<(f32, u32)> = data.iter().map(|&v| model(v)).collect();
+        assert_eq!(
+            y.to_vec(),
+            want.iter().map(|w| w.0).collect::<Vec<_>>(),
+            "call {k}"
+        );
+        assert_eq!(
+            n.to_vec(),
+            want.iter().map(|w| w.1).collect::<Vec<_>>(),
+            "call {k}"
+        );
+    }
+    let s = f.stats();
+    assert_eq!(s.recordings, 1, "{s}");
+    assert!(s.replays >= 4, "{s}");
+}

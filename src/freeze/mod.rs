@@ -202,7 +202,7 @@ impl FrozenState {
 
     /// Whether a call will record or replay (so extra state is worth computing).
     pub(crate) fn wants_state(&self) -> bool {
-        self.enabled && globally_enabled() && !engine::active()
+        self.enabled && globally_enabled() && !engine::in_recording()
     }
 
     pub(crate) fn call<A: ArgList, O: Traverse + Clone + Send + 'static>(

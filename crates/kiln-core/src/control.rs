@@ -215,6 +215,17 @@ pub fn make_switch(
     outs
 }
 
+/// A copy of `id` in a buffer of its own (a recorded `Memcpy` inside a frozen function).
+pub fn copy(id: VarId) -> Result<VarId> {
+    crate::eval(&[id])?;
+    let buf =
+        STATE.lock().var(id.0).data.clone().ok_or_else(|| {
+            Error::Invalid(format!("{} could not be evaluated", crate::describe(id)))
+        })?;
+    let out = crate::device::copy_buffer(&buf)?;
+    Ok(crate::data_var(out.ty, out))
+}
+
 /// Drop side effects taken from a trace that is thrown away (they never run).
 pub fn discard_effects(effects: Vec<u32>) {
     release(&effects);

@@ -90,7 +90,7 @@ pub fn describe(id: VarId) -> String {
     STATE.lock().label_of(id.0)
 }
 
-fn data_var(ty: VarType, buf: Buffer) -> VarId {
+pub(crate) fn data_var(ty: VarType, buf: Buffer) -> VarId {
     log::init_from_env();
     let mut v = Var::new(Op::Data, ty, buf.len);
     // while recording, the buffer's size follows from the op that made it

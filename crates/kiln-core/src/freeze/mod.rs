@@ -34,7 +34,10 @@ pub mod record;
 pub mod replay;
 pub mod size;
 
-pub use record::{abort, active, begin, finish, observe_empty, observe_len, size_of, take_refusal};
+pub use record::{
+    abort, active, begin, driver_finish, driver_mark, finish, in_recording, observe_empty,
+    observe_len, pause, size_of, take_refusal, Paused,
+};
 pub use replay::{Recording, Reject, Replayed, Site};
 pub use size::Size;
 

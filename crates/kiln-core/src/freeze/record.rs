@@ -169,6 +169,12 @@ pub fn active() -> bool {
     EPOCH.with(|e| e.get() != 0)
 }
 
+/// Whether a recording is in progress on this thread, paused or not (see [`pause`]): frozen
+/// calls inside it run inlined.
+pub fn in_recording() -> bool {
+    REC.with(|r| r.borrow().is_some())
+}
+
 /// The epoch of the recording in progress on this thread.
 pub fn current_epoch() -> Option<u64> {
     let e = EPOCH.with(|e| e.get());
@@ -558,7 +564,7 @@ fn in_expr(r: &mut Recorder, b: u32, size: usize) -> ExprId {
 /// Start recording on this thread with `slots` as the inputs (deduplicated; every non-literal one
 /// must be evaluated). Fails if a recording is already in progress here.
 pub fn begin(slots: &[VarId]) -> Result<()> {
-    if active() {
+    if in_recording() {
         return Err(Error::Invalid(
             "kiln internal error: nested recordings (frozen calls inside a recording run inlined)"
                 .into(),
@@ -717,4 +723,120 @@ impl Recorder {
             n_data: self.n_data,
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evaluated loops inside a recording
+
+/// Where the ops of an evaluated loop's first iteration begin (`None`: not recording).
+pub fn driver_mark() -> Option<usize> {
+    if !active() {
+        return None;
+    }
+    with(|r| r.ops.len())
+}
+
+/// While alive, this thread's recording ignores what happens (the later iterations of an
+/// evaluated loop, which the loop driver replays instead of recording them).
+pub struct Paused {
+    epoch: u64,
+}
+
+/// Pause the recording in progress (if any) until the guard drops.
+pub fn pause() -> Paused {
+    let epoch = EPOCH.with(|e| e.replace(0));
+    Paused { epoch }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        EPOCH.with(|e| e.set(self.epoch));
+    }
+}
+
+/// Turn the ops recorded since `mark` (an evaluated loop's first iteration) into a loop driver.
+/// `ins`/`outs`: the state's buffers before and after that iteration (`ins` made inside the
+/// recording, so that rebinding them between iterations touches no input); `active`: the Bool
+/// buffer of lanes still running after it; `finals`: the variables holding the final state (made
+/// by later iterations, which were not recorded) with the index of their state entry — they are
+/// known to the recording as the driver's outputs from now on.
+#[allow(clippy::too_many_arguments)]
+pub fn driver_finish(
+    mark: usize,
+    ins: &[VarId],
+    outs: &[VarId],
+    active: VarId,
+    finals: &[(VarId, usize)],
+    max_iterations: u64,
+    label: &str,
+) {
+    let ptr = |id: VarId| -> Option<usize> {
+        STATE
+            .lock()
+            .var(id.0)
+            .data
+            .as_ref()
+            .map(|b| b.ptr() as usize)
+    };
+    let ins: Vec<Option<usize>> = ins.iter().map(|&i| ptr(i)).collect();
+    let outs: Vec<Option<usize>> = outs.iter().map(|&i| ptr(i)).collect();
+    let active_ptr = ptr(active);
+    let finals: Vec<(VarId, Option<usize>, usize)> =
+        finals.iter().map(|&(id, k)| (id, ptr(id), k)).collect();
+    with(|r| {
+        let body = r.ops.split_off(mark.min(r.ops.len()));
+        if body
+            .iter()
+            .any(|o| matches!(o.kind, ReplayKind::Compress { .. }))
+        {
+            r.fail(Failure::Error(Error::Invalid(format!(
+                "evaluated loop {label} inside a frozen function compacts lanes (compress), whose counts change from one iteration to the next and cannot be replayed; run it in symbolic mode, or without `.compress(true)`"
+            ))));
+            return;
+        }
+        let mut lookup = |p: Option<usize>, what: &'static str| -> u32 {
+            match p {
+                Some(a) => r.input_buf(a, what),
+                None => {
+                    r.fail(Failure::Error(Error::Invalid(format!(
+                        "kiln internal error: evaluated loop {label}: {what} is not evaluated"
+                    ))));
+                    u32::MAX
+                }
+            }
+        };
+        let in_bufs: Vec<u32> = ins.iter().map(|&p| lookup(p, "loop state")).collect();
+        let out_bufs: Vec<u32> = outs.iter().map(|&p| lookup(p, "loop state")).collect();
+        let active_buf = lookup(active_ptr, "loop mask");
+        if r.failure.is_some() {
+            return;
+        }
+        let mut all: Vec<u32> = body.iter().flat_map(|o| o.bufs.iter().copied()).collect();
+        all.extend(&in_bufs);
+        all.extend(&out_bufs);
+        all.push(active_buf);
+        all.sort_unstable();
+        all.dedup();
+        let mut st = STATE.lock();
+        for (id, p, k) in finals {
+            let (Some(p), Some(&b)) = (p, out_bufs.get(k)) else {
+                continue;
+            };
+            r.addr.insert(p, b);
+            let e = r.sym(r.bufs[b as usize].size);
+            st.set_sym(id.0, e);
+        }
+        drop(st);
+        r.ops.push(RecOp {
+            kind: ReplayKind::LoopDriver {
+                body,
+                carried: in_bufs.into_iter().zip(out_bufs).collect(),
+                active: active_buf,
+                max_iterations,
+                label: label.into(),
+            },
+            bufs: all,
+            size: 0,
+        });
+    });
 }

@@ -104,6 +104,16 @@ pub(crate) enum ReplayKind {
         k: usize,
         n: usize,
     },
+    /// An evaluated loop: `body` (one iteration's ops, recorded once) runs until no lane of the
+    /// Bool buffer `active` is true; between iterations each `carried` pair's output buffer
+    /// becomes its input. The final state is in the outputs.
+    LoopDriver {
+        body: Vec<RecOp>,
+        carried: Vec<(u32, u32)>,
+        active: u32,
+        max_iterations: u64,
+        label: Arc<str>,
+    },
 }
 
 pub(crate) struct RecOp {
@@ -392,127 +402,170 @@ impl Recording {
         sizes: &[u64],
     ) -> Result<Result<Vec<Option<u64>>, Reject>> {
         let mut data: Vec<Option<u64>> = vec![None; self.n_data as usize];
-        let get = |table: &[Option<Arc<Buffer>>], b: u32| -> Result<Arc<Buffer>> {
-            table[b as usize].clone().ok_or_else(|| {
-                Error::Invalid("kiln internal error: a replayed op lost its input".into())
-            })
-        };
         for (i, op) in self.ops.iter().enumerate() {
-            let mut outs: Vec<(u32, Buffer)> = Vec::new();
-            // every recorded kind must say how it runs again: no wildcard arm
-            match &op.kind {
-                ReplayKind::Launch {
-                    hash,
-                    kernel,
-                    params,
-                    modified,
-                    block,
-                    tile_cols,
-                } => {
-                    let size = known(&vals, op.size)?;
-                    let mut held: Vec<Arc<Buffer>> = Vec::with_capacity(params.len());
-                    for (j, p) in params.iter().enumerate() {
-                        let b = op.bufs[j];
-                        if p.kind == ParamKind::Output {
-                            let buf = Arc::new(Buffer::new(p.ty, size, &|| {
-                                format!("a replayed kernel output of {size} × {}", p.ty)
-                            })?);
-                            table[b as usize] = Some(buf.clone());
-                            held.push(buf);
-                        } else {
-                            let buf = get(table, b)?;
-                            check_len(p.kind, buf.len, size)?;
-                            held.push(buf);
-                        }
-                    }
-                    let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
-                    let mut spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
-                    spec.tile_cols = *tile_cols;
-                    device::launch_kernel(spec, size, &refs);
-                }
-                ReplayKind::LaunchReduce {
-                    hash,
-                    kernel,
-                    params,
-                    out_param,
-                    op: rop,
-                    block,
-                } => {
-                    let size = known(&vals, op.size)?;
-                    let n = op.bufs.len();
-                    let held = fused_inputs(table, &op.bufs[..n - 1], params, *out_param, size)?;
-                    let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
-                    let spec = LaunchSpec::constant(kernel, *hash, params, &[], *block);
-                    let (out, _, _) = device::launch_reduce(spec, size, &refs, *out_param, *rop)?;
-                    outs.push((op.bufs[n - 1], out));
-                }
-                ReplayKind::LaunchBlockReduce {
-                    hash,
-                    kernel,
-                    params,
-                    out_param,
-                    op: rop,
-                    block,
-                    launch_block,
-                } => {
-                    let size = known(&vals, op.size)?;
-                    let n = op.bufs.len();
-                    let held = fused_inputs(table, &op.bufs[..n - 1], params, *out_param, size)?;
-                    let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
-                    let spec = LaunchSpec::constant(kernel, *hash, params, &[], *launch_block);
-                    let (out, _) =
-                        device::launch_block_reduce(spec, size, &refs, *out_param, *rop, *block)?;
-                    outs.push((op.bufs[n - 1], out));
-                }
-                ReplayKind::Reduce(rop) => {
-                    let src = get(table, op.bufs[0])?;
-                    outs.push((op.bufs[1], device::reduce(*rop, &src)?));
-                }
-                ReplayKind::BlockReduce { op: rop, block } => {
-                    let src = get(table, op.bufs[0])?;
-                    outs.push((op.bufs[1], device::block_reduce(*rop, &src, *block)?));
-                }
-                ReplayKind::PrefixSum { exclusive } => {
-                    let src = get(table, op.bufs[0])?;
-                    outs.push((op.bufs[1], device::prefix_sum(&src, *exclusive)?));
-                }
-                ReplayKind::Compress { data: k } => {
-                    let src = get(table, op.bufs[0])?;
-                    let out = device::compress(&src)?;
-                    data[*k as usize] = Some(out.len as u64);
-                    outs.push((op.bufs[1], out));
-                    // lengths that follow from this count are known now
-                    vals = match self.evaluate(sizes, &data) {
-                        Ok(v) => v,
-                        Err(r) => return Ok(Err(r)),
-                    };
-                }
-                ReplayKind::Memcpy => {
-                    let src = get(table, op.bufs[0])?;
-                    outs.push((op.bufs[1], device::copy_buffer(&src)?));
-                }
-                ReplayKind::Matmul { m, k, n } => {
-                    let (a, b) = (get(table, op.bufs[0])?, get(table, op.bufs[1])?);
-                    if a.len != m * k || b.len != k * n {
-                        return Err(Error::Invalid(
-                            "kiln internal error: a replayed matmul got operands of other sizes"
-                                .into(),
-                        ));
-                    }
-                    outs.push((op.bufs[2], device::matmul(&a, &b, *m, *k, *n)?));
-                }
-                ReplayKind::Upload { ty, bytes } => {
-                    outs.push((op.bufs[0], device::upload(*ty, bytes)?));
-                }
-            }
-            for (b, buf) in outs {
-                table[b as usize] = Some(Arc::new(buf));
+            if let Err(r) = self.run_op(op, table, &mut vals, &mut data, sizes)? {
+                return Ok(Err(r));
             }
             for &b in &self.frees[i] {
                 table[b as usize] = None;
             }
         }
         Ok(Ok(vals))
+    }
+
+    /// Run one recorded op. `Ok(Err(_))`: a data-dependent guard failed.
+    fn run_op(
+        &self,
+        op: &RecOp,
+        table: &mut [Option<Arc<Buffer>>],
+        vals: &mut Vec<Option<u64>>,
+        data: &mut [Option<u64>],
+        sizes: &[u64],
+    ) -> Result<Result<(), Reject>> {
+        let get = |table: &[Option<Arc<Buffer>>], b: u32| -> Result<Arc<Buffer>> {
+            table[b as usize].clone().ok_or_else(|| {
+                Error::Invalid("kiln internal error: a replayed op lost its input".into())
+            })
+        };
+        let mut outs: Vec<(u32, Buffer)> = Vec::new();
+        // every recorded kind must say how it runs again: no wildcard arm
+        match &op.kind {
+            ReplayKind::Launch {
+                hash,
+                kernel,
+                params,
+                modified,
+                block,
+                tile_cols,
+            } => {
+                let size = known(vals, op.size)?;
+                let mut held: Vec<Arc<Buffer>> = Vec::with_capacity(params.len());
+                for (j, p) in params.iter().enumerate() {
+                    let b = op.bufs[j];
+                    if p.kind == ParamKind::Output {
+                        let buf = Arc::new(Buffer::new(p.ty, size, &|| {
+                            format!("a replayed kernel output of {size} × {}", p.ty)
+                        })?);
+                        table[b as usize] = Some(buf.clone());
+                        held.push(buf);
+                    } else {
+                        let buf = get(table, b)?;
+                        check_len(p.kind, buf.len, size)?;
+                        held.push(buf);
+                    }
+                }
+                let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
+                let mut spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
+                spec.tile_cols = *tile_cols;
+                device::launch_kernel(spec, size, &refs);
+            }
+            ReplayKind::LaunchReduce {
+                hash,
+                kernel,
+                params,
+                out_param,
+                op: rop,
+                block,
+            } => {
+                let size = known(vals, op.size)?;
+                let n = op.bufs.len();
+                let held = fused_inputs(table, &op.bufs[..n - 1], params, *out_param, size)?;
+                let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
+                let spec = LaunchSpec::constant(kernel, *hash, params, &[], *block);
+                let (out, _, _) = device::launch_reduce(spec, size, &refs, *out_param, *rop)?;
+                outs.push((op.bufs[n - 1], out));
+            }
+            ReplayKind::LaunchBlockReduce {
+                hash,
+                kernel,
+                params,
+                out_param,
+                op: rop,
+                block,
+                launch_block,
+            } => {
+                let size = known(vals, op.size)?;
+                let n = op.bufs.len();
+                let held = fused_inputs(table, &op.bufs[..n - 1], params, *out_param, size)?;
+                let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
+                let spec = LaunchSpec::constant(kernel, *hash, params, &[], *launch_block);
+                let (out, _) =
+                    device::launch_block_reduce(spec, size, &refs, *out_param, *rop, *block)?;
+                outs.push((op.bufs[n - 1], out));
+            }
+            ReplayKind::Reduce(rop) => {
+                let src = get(table, op.bufs[0])?;
+                outs.push((op.bufs[1], device::reduce(*rop, &src)?));
+            }
+            ReplayKind::BlockReduce { op: rop, block } => {
+                let src = get(table, op.bufs[0])?;
+                outs.push((op.bufs[1], device::block_reduce(*rop, &src, *block)?));
+            }
+            ReplayKind::PrefixSum { exclusive } => {
+                let src = get(table, op.bufs[0])?;
+                outs.push((op.bufs[1], device::prefix_sum(&src, *exclusive)?));
+            }
+            ReplayKind::Compress { data: k } => {
+                let src = get(table, op.bufs[0])?;
+                let out = device::compress(&src)?;
+                data[*k as usize] = Some(out.len as u64);
+                outs.push((op.bufs[1], out));
+                // lengths that follow from this count are known now
+                *vals = match self.evaluate(sizes, data) {
+                    Ok(v) => v,
+                    Err(r) => return Ok(Err(r)),
+                };
+            }
+            ReplayKind::Memcpy => {
+                let src = get(table, op.bufs[0])?;
+                outs.push((op.bufs[1], device::copy_buffer(&src)?));
+            }
+            ReplayKind::Matmul { m, k, n } => {
+                let (a, b) = (get(table, op.bufs[0])?, get(table, op.bufs[1])?);
+                if a.len != m * k || b.len != k * n {
+                    return Err(Error::Invalid(
+                        "kiln internal error: a replayed matmul got operands of other sizes".into(),
+                    ));
+                }
+                outs.push((op.bufs[2], device::matmul(&a, &b, *m, *k, *n)?));
+            }
+            ReplayKind::Upload { ty, bytes } => {
+                outs.push((op.bufs[0], device::upload(*ty, bytes)?));
+            }
+            ReplayKind::LoopDriver {
+                body,
+                carried,
+                active,
+                max_iterations,
+                label,
+            } => {
+                let mut iterations = 0u64;
+                loop {
+                    for b in body {
+                        if let Err(r) = self.run_op(b, table, vals, data, sizes)? {
+                            return Ok(Err(r));
+                        }
+                    }
+                    let mask = get(table, *active)?;
+                    if device::reduce_bits(ReduceOp::Or, &mask) & 1 == 0 {
+                        break;
+                    }
+                    iterations += 1;
+                    if *max_iterations > 0 && iterations >= *max_iterations {
+                        let still = device::reduce_bits(ReduceOp::Add, &mask);
+                        crate::stats::note_truncated_loop(label, still);
+                        break;
+                    }
+                    for &(input, output) in carried {
+                        table[input as usize] = table[output as usize].clone();
+                    }
+                }
+            }
+        }
+        for (b, buf) in outs {
+            table[b as usize] = Some(Arc::new(buf));
+        }
+        Ok(Ok(()))
     }
 
     fn outputs(
