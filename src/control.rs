@@ -180,7 +180,104 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 }
             }
         }
+        if self.compress && kiln_core::freeze::driver_mark().is_none() {
+            return self.evaluated_compressed(n, &mut cond, &mut body);
+        }
         self.evaluated(n, &mut cond, &mut body)
+    }
+
+    /// Evaluated mode on a shrinking wavefront: each iteration gathers the running lanes, drops
+    /// those whose condition fails (`compress`), runs the body on the rest and scatters their new
+    /// state back. The step is frozen once and replayed (its sizes follow the lane count).
+    fn evaluated_compressed(
+        self,
+        n: usize,
+        cond: &mut impl FnMut(&S) -> Bool,
+        body: &mut impl FnMut(&S) -> S,
+    ) -> Result<S> {
+        let what = format!("loop {}", self.label);
+        let (ids, _) = positions(&self.state);
+        let everywhere = Bool::full(true, n);
+        // each entry in a buffer of its own, of n lanes (the step scatters into them)
+        let own: Vec<VarId> = ids
+            .iter()
+            .map(|&i| {
+                let wide = kiln_core::op(Op::Select, &[everywhere.id(), i, i])?;
+                let c = cc::copy(wide);
+                kiln_core::dec_ref(wide);
+                c
+            })
+            .collect::<Result<_>>()?;
+        let mut state = rebuild(&self.state, &own);
+        release(&own);
+        let mut lanes = crate::make_opaque(&UInt32::arange(n));
+        let failure: std::cell::RefCell<Option<Error>> = Default::default();
+        let all = kiln_core::literal(VarType::Bool, 1, 1);
+        let mut step = crate::freeze::freeze(|s: &mut S, lanes: &mut UInt32| {
+            let r = (|| -> Result<()> {
+                let (full, paths) = positions(s);
+                let at = |src: &[VarId], idx: VarId| -> Result<Vec<VarId>> {
+                    src.iter()
+                        .map(|&a| kiln_core::gather(a, idx, all))
+                        .collect()
+                };
+                let running = at(&full, lanes.id())?;
+                let view = rebuild(s, &running);
+                let c = cond(&view);
+                let m = kiln_core::size(lanes.id());
+                let csize = kiln_core::size(c.id());
+                if csize != m && csize != 1 {
+                    return Err(mask_size_error(&what, c.id(), n));
+                }
+                let c = &c & &Bool::full(true, kiln_core::freeze::size_of(lanes.id()));
+                let keep = kiln_core::compress(c.id())?;
+                let next_lanes = kiln_core::gather(lanes.id(), keep, all)?;
+                let kept = at(&running, keep)?;
+                release(&running);
+                let k = kiln_core::size(keep);
+                kiln_core::dec_ref(keep);
+                let next = body(&rebuild(s, &kept));
+                release(&kept);
+                let (new, _) = positions(&next);
+                check_same_layout(&what, &full, &paths, &new, k)?;
+                let mut targets = full.clone();
+                targets.iter().for_each(|&t| kiln_core::inc_ref(t));
+                for (t, &v) in targets.iter_mut().zip(&new) {
+                    kiln_core::scatter(t, v, next_lanes, all, ReduceOp::None)?;
+                }
+                *s = rebuild(s, &targets);
+                release(&targets);
+                *lanes = UInt32::from_id(next_lanes);
+                Ok(())
+            })();
+            if let Err(e) = r {
+                *failure.borrow_mut() = Some(e);
+            }
+        })
+        .auto_opaque(false);
+        let mut iterations = 0u64;
+        loop {
+            let running = kiln_core::size(lanes.id()) as u64;
+            if self.max_iterations > 0 && iterations >= self.max_iterations {
+                // the lanes still running passed the condition at the last step
+                if running > 0 {
+                    kiln_core::stats::note_truncated_loop(&self.label, running);
+                }
+                break;
+            }
+            if running == 0 {
+                break;
+            }
+            step.call(&mut state, &mut lanes)?;
+            if let Some(e) = failure.borrow_mut().take() {
+                kiln_core::dec_ref(all);
+                return Err(e);
+            }
+            iterations += 1;
+        }
+        kiln_core::dec_ref(all);
+        tracing::debug!(target: "kiln::control", "{what}: evaluated mode with compression ran {iterations} iterations; step: {}", step.stats());
+        Ok(state)
     }
 
     /// Trace the body once into a loop region. `Ok(Err(refusal))`: the body needs evaluated mode.

@@ -267,3 +267,45 @@ fn evaluated_loop_inside_a_frozen_function_replays_as_a_driver() {
     assert_eq!(s.recordings, 1, "{s}");
     assert!(s.replays >= 4, "{s}");
 }
+
+#[test]
+fn compressed_evaluated_loop_matches_symbolic() {
+    let x = UInt32::arange(300) + 1u32;
+    let cond = |(x, _): &(UInt32, UInt32)| x.ne(1u32);
+    let body = |(x, n): &(UInt32, UInt32)| {
+        (
+            select(&(x & 1u32).eq(0u32), &(x >> 1u32), &(x * 3u32 + 1u32)),
+            n + 1u32,
+        )
+    };
+    let a = Loop::new((x.clone(), UInt32::zeros(300)))
+        .run(cond, body)
+        .unwrap();
+    let b = Loop::new((x.clone(), UInt32::zeros(300)))
+        .mode(Mode::Evaluated)
+        .compress(true)
+        .run(cond, body)
+        .unwrap();
+    assert_eq!(a.1.to_vec(), b.1.to_vec());
+    assert_eq!(b.0.to_vec(), vec![1; 300]);
+    // the caller's arrays are untouched
+    assert_eq!(x.to_vec(), (1..=300).collect::<Vec<u32>>());
+    // truncated: the lanes still running are reported
+    let c = Loop::new((x, UInt32::zeros(300)))
+        .label("collatz-short")
+        .mode(Mode::Evaluated)
+        .compress(true)
+        .max_iterations(10)
+        .run(cond, body)
+        .unwrap();
+    let err = c.1.try_to_vec().unwrap_err().to_string();
+    assert!(err.contains("collatz-short"), "{err}");
+    let d = Loop::new((UInt32::arange(300) + 1u32, UInt32::zeros(300)))
+        .max_iterations(10)
+        .run(cond, body)
+        .unwrap();
+    let want = d.1.try_to_vec();
+    assert!(want.is_err());
+    assert_eq!(c.1.to_vec(), d.1.to_vec());
+    assert_eq!(c.0.to_vec(), d.0.to_vec());
+}

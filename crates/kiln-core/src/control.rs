@@ -117,11 +117,13 @@ fn output(st: &mut crate::registry::State, node: u32, k: usize, ty: VarType) -> 
 fn finish_node(node: Var, tys: &[VarType], has_effects: bool) -> Vec<VarId> {
     let mut st = STATE.lock();
     let id = st.insert(node);
-    let outs = tys
+    let outs: Vec<VarId> = tys
         .iter()
         .enumerate()
         .map(|(k, &t)| output(&mut st, id, k, t))
         .collect();
+    st.region_outs
+        .insert(id, outs.iter().map(|o| o.0).collect());
     if has_effects {
         st.inc_int(id);
         st.side_effects.push(id);

@@ -252,6 +252,9 @@ pub(crate) struct State {
     cse: HashMap<CseKey, u32, BuildHasherDefault<FxHasher>>,
     /// Pending side effects (scatters), in creation order; each holds an internal reference.
     pub side_effects: Vec<u32>,
+    /// The outputs of each loop or switch node (no references: an evaluation of one output
+    /// evaluates the others a user still holds with it, so the region runs once).
+    pub region_outs: HashMap<u32, Vec<u32>, BuildHasherDefault<FxHasher>>,
     pub alive: usize,
 }
 
@@ -264,6 +267,7 @@ impl State {
             free_ids: Vec::new(),
             cse: HashMap::with_hasher(BuildHasherDefault::new()),
             side_effects: Vec::new(),
+            region_outs: HashMap::with_hasher(BuildHasherDefault::new()),
             alive: 0,
         }
     }
@@ -354,10 +358,14 @@ impl State {
                 garbage.push(b);
             }
             let mut deps: Vec<u32> = v.deps.to_vec();
-            if let Some(r) = v.region.take() {
+            let region = v.region.take();
+            if let Some(r) = &region {
                 deps.extend(r.ids());
             }
             v.label = None;
+            if region.is_some() {
+                self.region_outs.remove(&id);
+            }
             self.uncse(id);
             self.free_ids.push(id);
             self.alive -= 1;

@@ -697,6 +697,30 @@ fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
             }
         }
     }
+    // the other outputs of a region that a user still holds are evaluated with it: the region
+    // runs once, not once per output
+    let mut k = 0;
+    while k < roots.len() {
+        let v = st.var(roots[k]);
+        if v.op == Op::Out {
+            let node = v.deps[0];
+            if let Some(outs) = st.region_outs.get(&node) {
+                for &o in outs {
+                    let ov = st.var(o);
+                    if ov.alive
+                        && ov.op == Op::Out
+                        && ov.deps[0] == node
+                        && ov.ext > 0
+                        && !ov.is_evaluated()
+                        && !roots.contains(&o)
+                    {
+                        roots.push(o);
+                    }
+                }
+            }
+        }
+        k += 1;
+    }
     if crate::control::symbolic() {
         // a symbolic body's values are not known yet: nothing runs (the body's own side effects
         // stay pending; they become part of its region)
