@@ -25,6 +25,15 @@ pub enum Mode {
     Evaluated,
 }
 
+/// One call target: a function of the arguments, or `None` (its lanes get 0).
+pub type Target<'a, A, O> = Option<&'a dyn Fn(&A) -> O>;
+
+/// A request refused while tracing symbolically: the array's label and what was asked.
+type Refusal = (String, String);
+
+/// A boxed target made from a trait object and the method to call on it.
+type BoxedTarget<'a, A, O> = Box<dyn Fn(&A) -> O + 'a>;
+
 // ---------------------------------------------------------------------------------------------
 // State as a list of arrays
 
@@ -289,7 +298,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         n: usize,
         cond: &mut impl FnMut(&S) -> Bool,
         body: &mut impl FnMut(&S) -> S,
-    ) -> Result<std::result::Result<S, (String, String)>> {
+    ) -> Result<std::result::Result<S, Refusal>> {
         let what = format!("loop {}", self.label);
         let like = *ids
             .iter()
@@ -584,7 +593,7 @@ struct Traced {
 fn trace_target<A, O: Traverse>(
     f: &dyn Fn(&A) -> O,
     args: &A,
-) -> Result<(O, std::result::Result<Traced, (String, String)>)> {
+) -> Result<(O, std::result::Result<Traced, Refusal>)> {
     let scope = cc::enter_symbolic()?;
     let out = f(args);
     let effects = scope.take_effects();
@@ -631,7 +640,7 @@ fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
     kind: u64,
     mode: Mode,
     masks: &[VarId],
-    targets: &[Option<&dyn Fn(&A) -> O>],
+    targets: &[Target<'_, A, O>],
     args: &A,
     n: usize,
 ) -> Result<O> {
@@ -741,7 +750,7 @@ fn no_target(what: &str) -> Error {
 fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
     what: &str,
     masks: &[VarId],
-    targets: &[Option<&dyn Fn(&A) -> O>],
+    targets: &[Target<'_, A, O>],
     args: &A,
     n: usize,
 ) -> Result<O> {
@@ -866,8 +875,8 @@ impl Branch {
         }
         let not = !cond;
         let masks = [cond.id(), not.id()];
-        let (t, e): (&dyn Fn(&A) -> O, &dyn Fn(&A) -> O) = (&then_f, &else_f);
-        masked_call(what, 0, self.mode, &masks, &[Some(t), Some(e)], args, n)
+        let targets: [Target<'_, A, O>; 2] = [Some(&then_f), Some(&else_f)];
+        masked_call(what, 0, self.mode, &masks, &targets, args, n)
     }
 }
 
@@ -896,7 +905,7 @@ pub fn switch<A: Traverse + Clone, O: Traverse + Clone>(
     targets: &[&dyn Fn(&A) -> O],
     args: &A,
 ) -> Result<O> {
-    let t: Vec<Option<&dyn Fn(&A) -> O>> = targets.iter().map(|&f| Some(f)).collect();
+    let t: Vec<Target<'_, A, O>> = targets.iter().map(|&f| Some(f)).collect();
     Switch::new().run(index, &t, args)
 }
 
@@ -918,7 +927,7 @@ impl Switch {
     pub fn run<A: Traverse + Clone, O: Traverse + Clone>(
         self,
         index: &UInt32,
-        targets: &[Option<&dyn Fn(&A) -> O>],
+        targets: &[Target<'_, A, O>],
         args: &A,
     ) -> Result<O> {
         let what = "switch";
@@ -949,15 +958,14 @@ pub fn dispatch<T: ?Sized, A: Traverse + Clone, O: Traverse + Clone>(
     args: &A,
     call: impl Fn(&T, &A) -> O,
 ) -> Result<O> {
-    let closures: Vec<Box<dyn Fn(&A) -> O + '_>> = instances
+    let closures: Vec<BoxedTarget<'_, A, O>> = instances
         .iter()
         .map(|&inst| {
             let call = &call;
-            Box::new(move |a: &A| call(inst, a)) as Box<dyn Fn(&A) -> O + '_>
+            Box::new(move |a: &A| call(inst, a)) as BoxedTarget<'_, A, O>
         })
         .collect();
-    let targets: Vec<Option<&dyn Fn(&A) -> O>> =
-        closures.iter().map(|c| Some(c.as_ref())).collect();
+    let targets: Vec<Target<'_, A, O>> = closures.iter().map(|c| Some(c.as_ref())).collect();
     Switch::new().run(index, &targets, args)
 }
 

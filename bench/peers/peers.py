@@ -180,7 +180,7 @@ def peer_numpy(d):
         idx, x, y = d["switch_idx"], d["switch_x"], d["switch_y"]
 
         def run():
-            return np.choose(idx, [x * y, x * x * 3.14, x + y, np.sqrt(x * x + y * y)])
+            return np.choose(idx, [x * y, x * x * 3.25, x + y, np.sqrt(x * x + y * y)])
 
         return run, ident
 
@@ -198,7 +198,7 @@ def peer_numba(d):
     # is f32 / u32 (with wrap-around) as in the other peers.
     F0, F1, F2, F4 = np.float32(0), np.float32(1), np.float32(2), np.float32(4)
     FA = np.float32(SAXPY_A)
-    F314 = np.float32(3.14)
+    F325 = np.float32(3.25)
     DECAY, OFFSET = np.float32(0.999), np.float32(0.001)
     U0, U1, U2, U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
     ident = lambda r: r  # noqa: E731
@@ -288,7 +288,7 @@ def peer_numba(d):
             if k == U0:
                 out[i] = a * b
             elif k == U1:
-                out[i] = a * a * F314
+                out[i] = a * a * F325
             elif k == U2:
                 out[i] = a + b
             else:
@@ -407,7 +407,7 @@ def peer_jax(d):
         def f(idx, x, y):
             return jnp.select(
                 [idx == 0, idx == 1, idx == 2],
-                [x * y, x * x * 3.14, x + y],
+                [x * y, x * x * 3.25, x + y],
                 jnp.sqrt(x * x + y * y),
             )
 
@@ -520,7 +520,7 @@ def peer_drjit(d):
         idx, x, y = arr(UInt32, "switch_idx"), arr(Float, "switch_x"), arr(Float, "switch_y")
         targets = [
             lambda x, y: x * y,
-            lambda x, y: x * x * 3.14,
+            lambda x, y: x * x * 3.25,
             lambda x, y: x + y,
             lambda x, y: dr.sqrt(x * x + y * y),
         ]

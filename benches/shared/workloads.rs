@@ -299,7 +299,7 @@ pub fn long_loop_kiln(x: &Float32) -> Float32 {
 pub fn switch_scalar(id: u32, x: f32, y: f32) -> f32 {
     match id {
         0 => x * y,
-        1 => x * x * 3.14,
+        1 => x * x * 3.25,
         2 => x + y,
         _ => (x * x + y * y).sqrt(),
     }
@@ -320,7 +320,7 @@ pub fn switch_rayon(x: &[f32], y: &[f32], out: &mut [f32]) {
 /// The switch workload in kiln: four targets, lanes picking theirs by `id`.
 pub fn switch_kiln(id: &UInt32, p: &Vector2f) -> Float32 {
     let f0 = |p: &Vector2f| p.x() * p.y();
-    let f1 = |p: &Vector2f| p.x() * p.x() * 3.14;
+    let f1 = |p: &Vector2f| p.x() * p.x() * 3.25;
     let f2 = |p: &Vector2f| p.x() + p.y();
     let f3 = |p: &Vector2f| (p.x() * p.x() + p.y() * p.y()).sqrt();
     kiln::switch(id, &[&f0, &f1, &f2, &f3], p).expect("switch")
