@@ -46,8 +46,16 @@ struct InterpKernel {
 
 /// An open region while interpreting: the lanes active when it was entered.
 enum Frame {
-    Loop { saved: Vec<bool>, iter: u64 },
-    Switch { saved: Vec<bool> },
+    /// `pending`: next values of its phis, applied together at its `endloop` (a next value may
+    /// be another phi, and a nested loop's end must not apply them early).
+    Loop {
+        saved: Vec<bool>,
+        iter: u64,
+        pending: Vec<(usize, Vec<u64>)>,
+    },
+    Switch {
+        saved: Vec<bool>,
+    },
 }
 
 /// For each region-opening instruction, where its body resumes and ends: a loop's first
@@ -100,8 +108,6 @@ impl CompiledKernel for InterpKernel {
         let n_regs = k.insts.len();
         let mut regs = vec![0u64; n_regs * CHUNK];
         let (resume, region_end, owner) = (&self.resume, &self.end, &self.owner);
-        // next values of phis, applied together at `endloop` (a next value may be another phi)
-        let mut pending: Vec<(usize, Vec<u64>)> = Vec::new();
         let mut slots: std::collections::HashMap<usize, Vec<Vec<u64>>> = Default::default();
         let mut lane0 = start;
         while lane0 < end {
@@ -118,6 +124,7 @@ impl CompiledKernel for InterpKernel {
                         frames.push(Frame::Loop {
                             saved: active.clone(),
                             iter: 0,
+                            pending: Vec::new(),
                         });
                         r += 1;
                         continue;
@@ -133,7 +140,7 @@ impl CompiledKernel for InterpKernel {
                         for l in 0..CHUNK {
                             active[l] &= regs[c + l] & 1 != 0;
                         }
-                        let Some(Frame::Loop { saved, iter }) = frames.last() else {
+                        let Some(Frame::Loop { saved, iter, .. }) = frames.last() else {
                             unreachable!("verified: a condition sits in a loop")
                         };
                         let any = active.iter().any(|&a| a);
@@ -164,17 +171,20 @@ impl CompiledKernel for InterpKernel {
                                 next[l] = regs[v + l];
                             }
                         }
+                        let Some(Frame::Loop { pending, .. }) = frames.last_mut() else {
+                            unreachable!("verified: next values sit in a loop")
+                        };
                         pending.push((p, next));
                         r += 1;
                         continue;
                     }
                     Op::LoopEnd => {
+                        let Some(Frame::Loop { iter, pending, .. }) = frames.last_mut() else {
+                            unreachable!("verified: endloop closes a loop")
+                        };
                         for (p, next) in pending.drain(..) {
                             regs[p * CHUNK..p * CHUNK + CHUNK].copy_from_slice(&next);
                         }
-                        let Some(Frame::Loop { iter, .. }) = frames.last_mut() else {
-                            unreachable!("verified: endloop closes a loop")
-                        };
                         *iter += 1;
                         r = resume[inst.args[0] as usize];
                         continue;

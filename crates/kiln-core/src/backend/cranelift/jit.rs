@@ -113,6 +113,7 @@ impl CraneliftBackend {
         Target {
             x86: self.isa.name() == "x64",
             sse41: flag("has_sse41"),
+            sse_only: self.isa.name() == "x64" && !flag("has_avx"),
             egraph: self.isa.flags().opt_level() != settings::OptLevel::None,
             pool: self.isa.name() == "x64"
                 && flag("has_avx")

@@ -484,6 +484,28 @@ impl<'f> Gen<'_, 'f> {
             };
         }
         let r = if t.is_float() {
+            let (a, b) = if self.target.sse_only {
+                // through the integer domain and back: a lone load then lands in a register
+                // instead of being folded, unaligned, into `cmpps` (see `Target::sse_only`)
+                let flags = MemFlags::new().with_endianness(Endianness::Little);
+                let mut round_trip = |v: V| {
+                    let mut f = |x: Value| {
+                        let fty = self.b.func.dfg.value_type(x);
+                        let i = self.b.ins().bitcast(ivty(t), flags, x);
+                        self.b.ins().bitcast(fty, flags, i)
+                    };
+                    match v {
+                        V::One(x) => V::One(f(x)),
+                        V::Two(x, y) => {
+                            let x = f(x);
+                            V::Two(x, f(y))
+                        }
+                    }
+                };
+                (round_trip(a), round_trip(b))
+            } else {
+                (a, b)
+            };
             let cc = match op {
                 Op::Eq => FloatCC::Equal,
                 Op::Ne => FloatCC::NotEqual,

@@ -109,6 +109,10 @@ struct Target {
     x86: bool,
     /// SSE4.1 (`blendv`, `pmulld`).
     sse41: bool,
+    /// x86 without AVX: SSE `cmpps`/`cmppd` need 16-byte aligned memory operands, but Cranelift
+    /// 0.123 folds an unaligned load into them (its instruction table omits the alignment
+    /// requirement), so float comparisons keep their operands in registers there.
+    sse_only: bool,
     /// Whether Cranelift's e-graph pass runs (opt_level other than none): without it, literals are
     /// materialised where they are used rather than kept in registers across the loop.
     egraph: bool,

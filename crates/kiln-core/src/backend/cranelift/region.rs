@@ -207,6 +207,8 @@ impl<'f> Gen<'_, 'f> {
                 let header = self.b.create_block();
                 self.b.ins().jump(header, &[]);
                 self.b.switch_to_block(header);
+                // the condition code runs for the lanes still in the loop
+                self.regions.active = masks.iter().map(|&m| self.b.use_var(m)).collect();
                 self.regions.frames.push(Frame::Loop {
                     header,
                     exit: None,
