@@ -178,7 +178,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         if n == 0 {
             return Ok(self.state);
         }
-        if self.mode != Mode::Evaluated {
+        let refusal = if self.mode != Mode::Evaluated {
             match self.symbolic(&ids, &paths, n, &mut cond, &mut body)? {
                 Ok(s) => return Ok(s),
                 Err((label, how)) if self.mode == Mode::Symbolic => {
@@ -186,13 +186,44 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 }
                 Err((label, how)) => {
                     tracing::debug!(target: "kiln::control", "{what}: {how} of {label} needs other lanes' values: running it in evaluated mode");
+                    Some(how)
                 }
             }
-        }
+        } else {
+            self.probe(&ids, n, &mut cond, &mut body)?
+        };
+        // a body that reads data on the host decides by it in Rust: it is traced at every
+        // iteration (a frozen step could not replay that decision)
+        let frozen = !refusal.is_some_and(|how| cc::is_host_read(&how));
         if self.compress && kiln_core::freeze::driver_mark().is_none() {
-            return self.evaluated_compressed(n, &mut cond, &mut body);
+            return self.evaluated_compressed(n, &mut cond, &mut body, frozen);
         }
-        self.evaluated(n, &mut cond, &mut body)
+        self.evaluated(n, &mut cond, &mut body, frozen)
+    }
+
+    /// Trace the body once symbolically and throw the trace away: what it refused, if anything
+    /// (the mode was chosen by the user; this only decides whether the step can be frozen).
+    fn probe(
+        &self,
+        ids: &[VarId],
+        n: usize,
+        cond: &mut impl FnMut(&S) -> Bool,
+        body: &mut impl FnMut(&S) -> S,
+    ) -> Result<Option<String>> {
+        let placeholders: Vec<VarId> = ids
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| cc::placeholder(kiln_core::var_type(i), n, k, i))
+            .collect();
+        let traced_state = rebuild(&self.state, &placeholders);
+        let scope = cc::enter_symbolic()?;
+        drop(cond(&traced_state));
+        drop(body(&traced_state));
+        discard_effects(scope.take_effects());
+        drop(scope);
+        drop(traced_state);
+        release(&placeholders);
+        Ok(cc::take_refusal().map(|(_, how)| how))
     }
 
     /// Evaluated mode on a shrinking wavefront: each iteration gathers the running lanes, drops
@@ -203,6 +234,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         n: usize,
         cond: &mut impl FnMut(&S) -> Bool,
         body: &mut impl FnMut(&S) -> S,
+        frozen: bool,
     ) -> Result<S> {
         let what = format!("loop {}", self.label);
         let (ids, _) = positions(&self.state);
@@ -263,7 +295,8 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 *failure.borrow_mut() = Some(e);
             }
         })
-        .auto_opaque(false);
+        .auto_opaque(false)
+        .enabled(frozen);
         let mut iterations = 0u64;
         loop {
             let running = kiln_core::size(lanes.id()) as u64;
@@ -390,6 +423,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         n: usize,
         cond: &mut impl FnMut(&S) -> Bool,
         body: &mut impl FnMut(&S) -> S,
+        frozen: bool,
     ) -> Result<S> {
         let what = format!("loop {}", self.label);
         // inside a frozen function's recording the loop is recorded as a driver: its first
@@ -444,7 +478,8 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             release(&merged);
             *active = c;
         })
-        .auto_opaque(false);
+        .auto_opaque(false)
+        .enabled(frozen);
         let mut iterations = 0u64;
         // the recorded iteration's ops start here
         let mark = kiln_core::freeze::driver_mark();

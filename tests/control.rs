@@ -309,3 +309,24 @@ fn compressed_evaluated_loop_matches_symbolic() {
     assert_eq!(c.1.to_vec(), d.1.to_vec());
     assert_eq!(c.0.to_vec(), d.0.to_vec());
 }
+
+#[test]
+fn a_body_that_reads_on_the_host_runs_evaluated_and_traced_per_iteration() {
+    // the step size is decided in Rust from the data: 1 while the largest value is below 10
+    let x = Float32::arange(4);
+    let body = |x: &Float32| {
+        let biggest = x.reduce_max().item();
+        if biggest < 10.0 {
+            x + 1.0
+        } else {
+            x + 0.5
+        }
+    };
+    let y = kiln::while_loop(x.clone(), |x| x.lt(12.0), body).unwrap();
+    assert_eq!(y.to_vec(), vec![12.0, 12.0, 12.0, 12.0]);
+    let z = Loop::new(x)
+        .mode(Mode::Evaluated)
+        .run(|x| x.lt(12.0), body)
+        .unwrap();
+    assert_eq!(z.to_vec(), y.to_vec());
+}

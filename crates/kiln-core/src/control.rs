@@ -66,7 +66,13 @@ pub(crate) fn refuse(label: impl FnOnce() -> String, how: &str) -> bool {
     }
     REFUSED.with(|r| {
         let mut r = r.borrow_mut();
-        if r.is_none() {
+        // the first refusal is reported, except that a read to the host outranks device work
+        // (it decides whether evaluated mode can freeze its step)
+        let replace = match &*r {
+            None => true,
+            Some((_, h)) => is_host_read(how) && !is_host_read(h),
+        };
+        if replace {
             *r = Some((label(), how.to_string()));
         }
     });
@@ -76,6 +82,12 @@ pub(crate) fn refuse(label: impl FnOnce() -> String, how: &str) -> bool {
 /// The first refused request since the last call: `(label, how)`.
 pub fn take_refusal() -> Option<(String, String)> {
     REFUSED.with(|r| r.borrow_mut().take())
+}
+
+/// Whether a refused request (its `how`) was a read of data to the host (as opposed to work on
+/// the device: an eval, a reduction to an array, …).
+pub fn is_host_read(how: &str) -> bool {
+    matches!(how, "reading its contents" | "reducing it to a host value")
 }
 
 /// The error for a refused request in a symbolic `region` ("loop body", "branch", …).

@@ -512,6 +512,15 @@ fn clear_slack(buf: &Buffer) {
     unsafe { std::ptr::write_bytes(buf.ptr().add(buf.bytes()), 0, SLACK_BYTES) };
 }
 
+/// A zero-filled buffer that stands in for the result of a request refused while a symbolic body
+/// is traced (never read for real: the trace is thrown away). Not a device op: nothing records it.
+pub(crate) fn placeholder_zeros(ty: VarType, len: usize) -> Result<Buffer> {
+    let buf = Buffer::new(ty, len, &|| format!("a placeholder of {len} × {ty}"))?;
+    // SAFETY: the buffer holds bytes() + SLACK_BYTES writable bytes.
+    unsafe { std::ptr::write_bytes(buf.ptr(), 0, buf.bytes() + SLACK_BYTES) };
+    Ok(buf)
+}
+
 /// A copy of `src` in a new buffer.
 pub fn copy_buffer(src: &Buffer) -> Result<Buffer> {
     let buf = Buffer::new(src.ty, src.len, &|| {

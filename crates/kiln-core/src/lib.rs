@@ -108,7 +108,11 @@ pub fn from_bytes(ty: VarType, bytes: &[u8]) -> Result<VarId> {
 /// Inside a symbolic body: refuse a cross-lane request (see `control`) and return the placeholder
 /// result `zeros` (a literal 0 of `ty` and `n` lanes) so that tracing goes on.
 fn refuse_symbolic(id: VarId, how: &str, ty: VarType, n: usize) -> Option<VarId> {
-    control::refuse(|| describe(id), how).then(|| literal(ty, 0, n))
+    // an evaluated placeholder, not a literal: reading it later is refused too (and noted)
+    control::refuse(|| describe(id), how).then(|| match device::placeholder_zeros(ty, n) {
+        Ok(buf) => data_var(ty, buf),
+        Err(_) => literal(ty, 0, n),
+    })
 }
 
 /// Refuse a host read inside a frozen function's recording.
