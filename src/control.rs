@@ -14,6 +14,18 @@ use crate::freeze::traverse::{Assign, Traversal, Traverse};
 use kiln_core::{control as cc, Error, Op, ReduceOp, Result, VarId, VarType};
 
 /// How a loop, branch or call runs.
+///
+/// ```
+/// use kiln::prelude::*;
+/// use kiln::control::Loop;
+/// // a body with a reduction needs every lane's value: it cannot be one kernel
+/// let x = Float32::arange(4);
+/// let body = |x: &Float32| x + x.sum() * 0.0 + 1.0;
+/// let auto = kiln::while_loop(x.clone(), |x| x.lt(3.0), body).unwrap(); // falls back
+/// assert_eq!(auto.to_vec(), vec![3.0, 3.0, 3.0, 3.0]);
+/// let strict = Loop::new(x).mode(Mode::Symbolic).run(|x| x.lt(3.0), body);
+/// assert!(strict.is_err()); // says why, and how to switch to evaluated mode
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
     /// Symbolic, falling back to evaluated when the body needs other lanes' values.
@@ -26,6 +38,15 @@ pub enum Mode {
 }
 
 /// One call target: a function of the arguments, or `None` (its lanes get 0).
+///
+/// ```
+/// use kiln::prelude::*;
+/// use kiln::control::{Switch, Target};
+/// let double = |x: &Float32| x * 2.0;
+/// let targets: [Target<'_, Float32, Float32>; 2] = [None, Some(&double)];
+/// let y = Switch::new().run(&UInt32::from_slice(&[0, 1]), &targets, &Float32::full(3.0, 2)).unwrap();
+/// assert_eq!(y.to_vec(), vec![0.0, 6.0]);
+/// ```
 pub type Target<'a, A, O> = Option<&'a dyn Fn(&A) -> O>;
 
 /// A request refused while tracing symbolically: the array's label and what was asked.
@@ -877,15 +898,26 @@ pub fn if_then_else<A: Traverse + Clone, O: Traverse + Clone>(
 }
 
 /// [`if_then_else`] with a mode.
+///
+/// ```
+/// use kiln::prelude::*;
+/// use kiln::control::Branch;
+/// let x = Int32::arange(4) - 2;
+/// // evaluated: both sides computed for every lane, then selected
+/// let a = Branch::new().mode(Mode::Evaluated).run(&x.lt(0), |x: &Int32| -x, |x: &Int32| x.clone(), &x).unwrap();
+/// assert_eq!(a.to_vec(), vec![2, 1, 0, 1]);
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Branch {
     mode: Mode,
 }
 
 impl Branch {
+    /// A branch in the default mode ([`Mode::Auto`]).
     pub fn new() -> Branch {
         Branch::default()
     }
+    /// Symbolic (one kernel, masked), evaluated (both sides, then `select`) or automatic.
     pub fn mode(mut self, mode: Mode) -> Branch {
         self.mode = mode;
         self
@@ -945,15 +977,32 @@ pub fn switch<A: Traverse + Clone, O: Traverse + Clone>(
 }
 
 /// [`switch`] with `None` targets (their lanes get 0) and a mode.
+///
+/// ```
+/// use kiln::prelude::*;
+/// use kiln::control::Switch;
+/// let square = |x: &Int32| x * x;
+/// let negate = |x: &Int32| -x;
+/// let id = UInt32::from_slice(&[1, 0, 1, 5]);
+/// // evaluated: each target runs once on its own lanes, gathered and scattered back
+/// let y = Switch::new()
+///     .mode(Mode::Evaluated)
+///     .run(&id, &[Some(&square), Some(&negate)], &Int32::arange(4))
+///     .unwrap();
+/// assert_eq!(y.to_vec(), vec![0, 1, -2, 0]);
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Switch {
     mode: Mode,
 }
 
 impl Switch {
+    /// A switch in the default mode ([`Mode::Auto`]).
     pub fn new() -> Switch {
         Switch::default()
     }
+    /// Symbolic (one kernel, each vector runs the targets its lanes need), evaluated (each
+    /// target on its compacted lanes) or automatic.
     pub fn mode(mut self, mode: Mode) -> Switch {
         self.mode = mode;
         self
@@ -1033,6 +1082,7 @@ impl<T: ?Sized> Default for Registry<T> {
 }
 
 impl<T: ?Sized> Registry<T> {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -1045,9 +1095,11 @@ impl<T: ?Sized> Registry<T> {
     pub fn get(&self, id: u32) -> Option<&T> {
         self.items.get(id as usize).map(|b| b.as_ref())
     }
+    /// Number of registered instances.
     pub fn len(&self) -> usize {
         self.items.len()
     }
+    /// Whether nothing is registered.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

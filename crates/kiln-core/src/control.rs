@@ -9,6 +9,24 @@
 //! requests are *refused* — they do nothing, return placeholder results so that tracing goes on,
 //! and are reported by [`take_refusal`], after which the front end switches to evaluated mode or
 //! returns the error.
+//!
+//! ```
+//! use kiln_core::{self as core, control, Op, VarType};
+//! // x = 0..4; while x < 3 { x = x + 1 } — one kernel with a loop region
+//! let x = core::counter(VarType::U32, 4).unwrap();
+//! let p = control::placeholder(VarType::U32, 4, 0, x);
+//! let scope = control::enter_symbolic().unwrap();
+//! let three = core::literal(VarType::U32, 3, 1);
+//! let one = core::literal(VarType::U32, 1, 1);
+//! let cond = core::op(Op::Lt, &[p, three]).unwrap();
+//! let next = core::op(Op::Add, &[p, one]).unwrap();
+//! let effects = scope.take_effects();
+//! drop(scope);
+//! let out = control::make_loop("count", 4, x, &[x], &[p], cond, &[next], effects, 0);
+//! assert!(core::kernels_for(&out)[0].to_string().contains("loop"));
+//! assert_eq!(core::read_bytes(out[0]).unwrap(), [3u32, 3, 3, 3].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+//! for v in [x, p, three, one, cond, next, out[0]] { core::dec_ref(v); }
+//! ```
 
 use crate::error::{Error, Result};
 use crate::op::Op;
