@@ -94,9 +94,10 @@ fn walk_kiln(n: usize, materials: &[&dyn Material]) -> Photon {
             |(z, mu, s, w, steps, _)| {
                 let layer = layer_of(z);
                 let mu_t = kiln::dispatch(&layer, materials, z, |m, z| m.mu_t(z)).unwrap();
-                let albedo =
-                    kiln::dispatch(&layer, materials, z, |m, z| Float32::full(m.albedo(), z.size()))
-                        .unwrap();
+                let albedo = kiln::dispatch(&layer, materials, z, |m, z| {
+                    Float32::full(m.albedo(), z.size())
+                })
+                .unwrap();
                 let (s, u1) = next_random(s);
                 let (s, u2) = next_random(&s);
                 let (s, u3) = next_random(&s);
@@ -107,7 +108,7 @@ fn walk_kiln(n: usize, materials: &[&dyn Material]) -> Photon {
                 let mu = kiln::if_then_else(
                     &inside,
                     |u3: &Float32| u3 * 2.0 - 1.0, // a new direction cosine
-                    |_| mu.clone(),                 // left the slab: keep it (sign says where)
+                    |_| mu.clone(),                // left the slab: keep it (sign says where)
                     &u3,
                 )
                 .unwrap();
@@ -130,7 +131,13 @@ fn walk_scalar(i: usize, materials: &[(f32, f32, f32)]) -> (f32, u32, f32) {
     };
     let (mut z, mut mu, mut w, mut steps) = (0.0f32, 1.0f32, 1.0f32, 0u32);
     loop {
-        let layer = if z < SKIN { 0 } else if z < FAT { 1 } else { 2 };
+        let layer = if z < SKIN {
+            0
+        } else if z < FAT {
+            1
+        } else {
+            2
+        };
         let (base, per_mm, albedo) = materials[layer];
         let mu_t = z * per_mm + base;
         let (u1, u2, u3) = (rnd(), rnd(), rnd());
@@ -154,9 +161,19 @@ fn walk_scalar(i: usize, materials: &[(f32, f32, f32)]) -> (f32, u32, f32) {
 
 fn main() {
     let n = 1_000_000;
-    let skin = Uniform { mu_t: 2.0, albedo: 0.9 };
-    let fat = Uniform { mu_t: 1.2, albedo: 0.97 };
-    let muscle = Graded { base: 1.0, per_mm: 0.2, albedo: 0.95 };
+    let skin = Uniform {
+        mu_t: 2.0,
+        albedo: 0.9,
+    };
+    let fat = Uniform {
+        mu_t: 1.2,
+        albedo: 0.97,
+    };
+    let muscle = Graded {
+        base: 1.0,
+        per_mm: 0.2,
+        albedo: 0.95,
+    };
     let materials: [&dyn Material; 3] = [&skin, &fat, &muscle];
 
     // warm-up (compiles the kernel), then the timed run
@@ -187,7 +204,10 @@ fn main() {
         .count() as f64
         / n as f64;
 
-    println!("photon walk through a 3-layer slab, {n} photons, {} backend", kiln::backend());
+    println!(
+        "photon walk through a 3-layer slab, {n} photons, {} backend",
+        kiln::backend()
+    );
     println!("  reflected   {:.4}", reflected);
     println!("  transmitted {:.4}", transmitted);
     println!("  absorbed    {:.4}", absorbed);
