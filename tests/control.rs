@@ -112,11 +112,9 @@ fn reduction_in_body_falls_back_to_evaluated_or_errs_in_symbolic_mode() {
     let body = |x: &Float32| x - x.sum() * 0.0 + 1.0;
     let y = kiln::while_loop(x.clone(), |x| x.lt(5.0), body).unwrap();
     assert_eq!(y.to_vec(), vec![5.0, 5.0, 5.0, 5.0]);
-    let e = Loop::new(x)
-        .mode(Mode::Symbolic)
-        .run(|x| x.lt(5.0), body)
-        .err()
-        .expect("symbolic mode refuses");
+    let Err(e) = Loop::new(x).mode(Mode::Symbolic).run(|x| x.lt(5.0), body) else {
+        panic!("symbolic mode refuses a reduction in the body");
+    };
     let msg = e.to_string();
     assert!(
         msg.contains("symbolic") && msg.contains("Evaluated"),
@@ -176,7 +174,7 @@ fn branches_and_calls() {
         })
         .collect();
     assert_eq!(a.to_vec(), want);
-    let opt: Vec<Option<&dyn Fn(&Float32) -> Float32>> =
+    let opt: Vec<kiln::control::Target<'_, Float32, Float32>> =
         vec![Some(&f0), Some(&f1), Some(&f2), Some(&f0)];
     let b = Switch::new()
         .mode(Mode::Evaluated)
