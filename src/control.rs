@@ -837,7 +837,8 @@ fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
         let compact: Vec<VarId> = arg_ids
             .iter()
             .map(|&a| {
-                if kiln_core::size(a) == 1 {
+                // size-1 arguments broadcast (unless the call has one lane: then it is that lane)
+                if kiln_core::size(a) == 1 && n > 1 {
                     kiln_core::inc_ref(a);
                     Ok(a)
                 } else {

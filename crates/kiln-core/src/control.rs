@@ -258,8 +258,18 @@ pub fn copy(id: VarId) -> Result<VarId> {
     Ok(crate::data_var(out.ty, out))
 }
 
-/// Drop side effects taken from a trace that is thrown away (they never run).
+/// Drop side effects taken from a trace that is thrown away (they never run, so their targets
+/// have nothing pending any more).
 pub fn discard_effects(effects: Vec<u32>) {
+    {
+        let mut st = STATE.lock();
+        for &e in &effects {
+            if matches!(st.var(e).op, Op::Scatter(_)) {
+                let t = st.var(e).deps[0];
+                st.var_mut(t).dirty = false;
+            }
+        }
+    }
     release(&effects);
 }
 

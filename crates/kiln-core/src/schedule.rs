@@ -774,8 +774,20 @@ fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
         }
     }
     for &s in &side {
-        let target = st.var(s).deps[0];
-        st.var_mut(target).dirty = false;
+        // a scatter's target, or the targets of the scatters inside a region node
+        let mut targets = vec![st.var(s).deps[0]];
+        if let Some(r) = &st.var(s).region {
+            let effects: Vec<u32> = match &**r {
+                crate::registry::Region::Loop { effects, .. } => effects.clone(),
+                crate::registry::Region::Switch { effects, .. } => {
+                    effects.iter().flatten().copied().collect()
+                }
+            };
+            targets.extend(effects.iter().map(|&e| st.var(e).deps[0]));
+        }
+        for t in targets {
+            st.var_mut(t).dirty = false;
+        }
         st.dec_int(s, &mut garbage);
     }
     for &r in &roots {

@@ -31,8 +31,15 @@ fn log_append(st: &State, id: u32) {
 pub(crate) fn lock_clean(ids: &[u32]) -> Result<MutexGuard<'static, State>> {
     crate::log::init_from_env();
     loop {
-        let st = STATE.lock();
+        let mut st = STATE.lock();
         if !ids.iter().any(|&i| i != 0 && st.var(i).dirty) {
+            return Ok(st);
+        }
+        if st.side_effects.is_empty() && !crate::control::symbolic() {
+            // nothing pending can write these any more (a discarded trace's scatters)
+            for &i in ids.iter().filter(|&&i| i != 0) {
+                st.var_mut(i).dirty = false;
+            }
             return Ok(st);
         }
         if crate::control::refuse(
@@ -474,8 +481,21 @@ pub fn scatter(
     mask: VarId,
     rop: ReduceOp,
 ) -> Result<()> {
+    let symbolic = crate::control::symbolic();
+    if symbolic && !crate::is_evaluated(*target) {
+        // a symbolic body cannot scatter into an array it computes: evaluated mode can
+        let label = STATE.lock().label_of(target.0);
+        crate::control::refuse(|| label, "scattering into an array the body computes");
+        return Ok(());
+    }
     crate::schedule::eval(&[*target])?;
-    let mut st = lock_clean(&[target.0, value.0, index.0, mask.0])?;
+    // in a symbolic body, earlier scatters of the same body into the target stay pending: they
+    // run before this one, in order, inside the region
+    let mut st = if symbolic {
+        lock_clean(&[value.0, index.0, mask.0])?
+    } else {
+        lock_clean(&[target.0, value.0, index.0, mask.0])?
+    };
     let (tt, vt, it, mt) = (
         st.var(target.0).ty,
         st.var(value.0).ty,
