@@ -1328,7 +1328,7 @@ fn scatter_after_a_loop_that_scattered_into_the_same_array() {
 /// `scatter_after_a_loop_that_scattered_into_the_same_array`). Evaluated mode alone gives the
 /// right answer. Two scatters into one array in a loop body behave the same.
 #[test]
-#[ignore = "known limitation: symbolic branches refuse scatters into an array held elsewhere (SymbolicRead) instead of falling back to evaluated mode for if_then_else"]
+#[ignore = "known limitation: two scatters into one array in one symbolic trace are refused; Auto falls back to evaluated mode and is right, but Mode::Symbolic returns SymbolicRead instead of ordering them in the region"]
 fn both_sides_of_a_branch_scatter_into_one_array() {
     let run = |mode: Mode| {
         within(20, move || {
@@ -1369,7 +1369,7 @@ fn both_sides_of_a_branch_scatter_into_one_array() {
 /// `tv.data.clone().expect("scatter target was evaluated")` (kiln-core `trace.rs`) instead of
 /// returning the refusal (`SymbolicRead`) or falling back to evaluated mode.
 #[test]
-#[ignore = "known limitation: two scatters into an unevaluated target in a symbolic body: the second sees the first's lanes"]
+#[ignore = "known limitation: in evaluated mode a loop body runs for every lane, and scatters in it are not masked by the active lanes (finished lanes scatter too)"]
 fn two_scatters_into_an_unevaluated_target_in_a_symbolic_body() {
     leak_checked(|| {
         let mut t = UInt32::zeros(4); // a literal: not evaluated

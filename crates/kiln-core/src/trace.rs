@@ -542,6 +542,14 @@ pub fn scatter(
     if size == 0 || (st.var(mask.0).is_literal() && st.var(mask.0).literal == 0) {
         return Ok(());
     }
+    if symbolic && st.var(target.0).dirty {
+        // a second scatter into one array in a symbolic trace: copy-on-write now would split the
+        // two (the first's writes would go to the old buffer); evaluated mode orders them
+        let label = st.label_of(target.0);
+        drop(st);
+        crate::control::refuse(|| label, "scattering twice into one array");
+        return Ok(());
+    }
     // copy-on-write: the target's buffer must be visible only through this handle
     let tv = st.var(target.0);
     let shared = tv.ext > 1
