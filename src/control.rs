@@ -829,8 +829,9 @@ fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
             )?
         };
         let lanes = kiln_core::compress(mask)?;
-        let count = kiln_core::size(lanes);
-        if count == 0 && result.is_some() {
+        // a target with no lanes still runs (on empty arrays): inside a frozen function the
+        // recording must contain it for replays whose lanes do select it
+        if kiln_core::size(lanes) == 0 && result.is_some() && !kiln_core::freeze::in_recording() {
             kiln_core::dec_ref(lanes);
             continue;
         }

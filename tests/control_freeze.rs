@@ -5,7 +5,7 @@
 
 mod common;
 use common::leak_checked;
-use kiln::control::{Loop, Mode, Switch};
+use kiln::control::{Branch, Loop, Mode, Switch};
 use kiln::prelude::*;
 use kiln::{Registry, Traverse};
 
@@ -408,40 +408,171 @@ fn dispatch_registry_with_more_instances_records_anew() {
 // ---------------------------------------------------------------------------------------------
 // Evaluated mode inside a frozen function
 
+/// Doubling plus one until at least 100, counting steps, host-driven.
+fn doubling(x: &UInt32) -> (UInt32, UInt32) {
+    Loop::new((x.clone(), UInt32::zeros(x.size())))
+        .label("host-driven")
+        .mode(Mode::Evaluated)
+        .run(|(x, _)| x.lt(100u32), |(x, i)| (x * 2u32 + 1u32, i + 1u32))
+        .unwrap()
+}
+
+fn doubling_model(mut x: u32) -> (u32, u32) {
+    let mut i = 0;
+    while x < 100 {
+        x = x * 2 + 1;
+        i += 1;
+    }
+    (x, i)
+}
+
+/// An evaluated loop inside a frozen function is recorded as its first iteration and a driver
+/// that replays it until no lane is active: replays with inputs that need more iterations than
+/// the recorded call, fewer, or none at all are right, and other widths replay too.
 #[test]
-fn evaluated_loop_inside_a_frozen_function() {
+fn evaluated_loop_inside_a_frozen_function_replays() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(doubling);
+        let calls: Vec<Vec<u32>> = vec![
+            vec![50, 99, 100, 7],   // recorded: at most 4 iterations
+            vec![0, 0, 0, 0],       // 7 iterations
+            vec![100, 200, 300, 1], // one lane, 6 iterations
+            vec![500, 600, 700, 800],
+            vec![3, 1, 4, 1, 5, 9, 2, 6],
+            (0..1000).map(|i| i % 130).collect(),
+        ];
+        for (c, v) in calls.iter().enumerate() {
+            let x = UInt32::from_vec(v.clone());
+            let (a, b) = f.call(&x).unwrap();
+            let (a, b) = (a.to_vec(), b.to_vec());
+            let (ua, ub) = doubling(&x);
+            assert_eq!(
+                (&a, &b),
+                (&ua.to_vec(), &ub.to_vec()),
+                "call {c}: frozen vs unfrozen"
+            );
+            let want: (Vec<u32>, Vec<u32>) = v.iter().map(|&x| doubling_model(x)).unzip();
+            assert_eq!((a, b), want, "call {c}");
+        }
+        let s = f.stats();
+        assert_eq!((s.recordings, s.replays), (1, calls.len() - 1), "{s}");
+    });
+}
+
+/// `max_iterations` of an evaluated loop holds in replays, and the truncation is reported.
+#[test]
+fn truncated_evaluated_loop_inside_a_frozen_function() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|x: &UInt32| -> UInt32 {
+            Loop::new(x.clone())
+                .label("frozen-evaluated-endless")
+                .max_iterations(3)
+                .mode(Mode::Evaluated)
+                .run(|x| x.ge(10u32), |x| x + 1u32)
+                .unwrap()
+        });
+        for (c, start) in [vec![0u32, 10, 20, 5], vec![11, 12, 0, 1], vec![1, 2, 3, 40]]
+            .into_iter()
+            .enumerate()
+        {
+            let active = start.iter().filter(|&&v| v >= 10).count();
+            let y = f.call(&UInt32::from_vec(start.clone())).unwrap();
+            let err = y
+                .try_to_vec()
+                .expect_err("lanes are still active after 3 iterations")
+                .to_string();
+            assert!(
+                err.contains("frozen-evaluated-endless") && err.contains(&format!("{active} lane")),
+                "call {c}: {err}"
+            );
+            let want: Vec<u32> = start
+                .iter()
+                .map(|&v| if v >= 10 { v + 3 } else { v })
+                .collect();
+            assert_eq!(y.to_vec(), want, "call {c}");
+        }
+        assert_eq!((f.stats().recordings, f.stats().replays), (1, 2));
+    });
+}
+
+/// Found while testing evaluated mode in frozen functions: an evaluated loop whose body has an
+/// evaluated branch fails inside a frozen function with `HiddenInput { label: "r31 (u32 × 4)",
+/// during: "returned from the function" }`, whose advice (pass the array as an argument) does
+/// not apply: the function captures nothing. The evaluated branch compacts lanes (`compress`),
+/// which a loop driver cannot replay (`freeze/record.rs` has an error for that, "compacts lanes
+/// (compress) ... run it in symbolic mode", which is not what comes out). Unfrozen, the same
+/// function gives `[11, 10, 10, 10]`. Expected: the right result, or an error that names the
+/// loop and says to run it (or the branch) in symbolic mode.
+#[test]
+#[ignore = "bug: evaluated branch in an evaluated loop in a frozen function gives a misleading HiddenInput error"]
+fn evaluated_branch_in_an_evaluated_loop_inside_a_frozen_function() {
     leak_checked(|| {
         let body = |x: &UInt32| -> UInt32 {
             Loop::new(x.clone())
-                .label("host-driven")
+                .label("host-driven-branchy")
                 .mode(Mode::Evaluated)
-                .run(|x| x.lt(10u32), |x| x + 3u32)
+                .run(
+                    |x| x.lt(10u32),
+                    |x| {
+                        Branch::new()
+                            .mode(Mode::Evaluated)
+                            .run(
+                                &(x & 1u32).eq(0u32),
+                                |x: &UInt32| x + 3u32,
+                                |x: &UInt32| x + 1u32,
+                                x,
+                            )
+                            .unwrap()
+                    },
+                )
                 .unwrap()
         };
+        let x = UInt32::from_vec(vec![0, 5, 9, 10]);
+        assert_eq!(body(&x).to_vec(), vec![11, 10, 10, 10]);
         let mut f = kiln::freeze(body);
-        let x = UInt32::from_vec(vec![0, 5, 9, 10, 20]);
-        let want = vec![12, 11, 12, 10, 20];
-        // the same loop unfrozen works
-        assert_eq!(body(&x).to_vec(), want);
-        let prev = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.call(&x)));
-        std::panic::set_hook(prev);
-        match r {
-            Ok(Ok(y)) => {
-                assert_eq!(y.to_vec(), want);
-                let y2 = f.call(&UInt32::from_vec(vec![1, 2, 30])).unwrap();
-                assert_eq!(y2.to_vec(), vec![10, 11, 30]);
-            }
-            Ok(Err(e)) => panic!("frozen evaluated loop: {e}"),
-            Err(p) => {
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                panic!("frozen evaluated loop panicked: {msg}");
+        match f.call(&x) {
+            Ok(y) => assert_eq!(y.to_vec(), vec![11, 10, 10, 10]),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("host-driven-branchy") && msg.contains("symbolic"),
+                    "{msg}"
+                );
             }
         }
     });
+}
+
+/// Found by control_diff's `random_programs_agree` (minimised there as
+/// `evaluated_call_target_empty_when_recorded`): an evaluated switch in a frozen function,
+/// recorded with indices `[0, 1, 1, 1]` (target 2 has no lanes, so `evaluated_call` skips it and
+/// records nothing for it), replayed with `[0, 1, 1, 2]`: lane 3 gets 0 instead of 108. Nothing
+/// guards that target 2's lane count stays 0 (the counts of targets 0 and 1 stay in their size
+/// classes, so the replay is accepted). Symbolic mode is right.
+#[test]
+fn evaluated_switch_in_a_frozen_function_with_a_target_empty_when_recorded() {
+    for mode in [Mode::Symbolic, Mode::Evaluated] {
+        let (a, b) = leak_checked(|| {
+            let mut f = kiln::freeze(move |k: &UInt32, v: &UInt32| -> UInt32 {
+                let t0 = |v: &UInt32| v + 1u32;
+                let t1 = |v: &UInt32| v + 10u32;
+                let t2 = |v: &UInt32| v + 100u32;
+                let targets: [kiln::control::Target<UInt32, UInt32>; 3] =
+                    [Some(&t0), Some(&t1), Some(&t2)];
+                Switch::new().mode(mode).run(k, &targets, v).unwrap()
+            });
+            let v = UInt32::from_slice(&[5, 6, 7, 8]);
+            let a = f
+                .call(&UInt32::from_slice(&[0, 1, 1, 1]), &v)
+                .unwrap()
+                .to_vec();
+            let b = f
+                .call(&UInt32::from_slice(&[0, 1, 1, 2]), &v)
+                .unwrap()
+                .to_vec();
+            (a, b)
+        });
+        assert_eq!(a, vec![6, 16, 17, 18], "{mode:?}");
+        assert_eq!(b, vec![6, 16, 17, 108], "{mode:?}");
+    }
 }
