@@ -12,7 +12,8 @@
 //! assert!((s.item() - 1147.8).abs() < 1.0);
 //! ```
 //!
-//! Backends: Cranelift (default, embedded) and the reference interpreter (`KILN_BACKEND=interp`).
+//! Backends: LLVM (loaded at run time when a libLLVM ≥ 15 is installed), Cranelift (embedded, the
+//! fallback) and the reference interpreter (`KILN_BACKEND=interp|cranelift|llvm` picks one).
 //! Logging: `KILN_LOG=info`, `KILN_LOG=kiln::kernel=trace` (prints kernel IR), or [`set_log_level`].
 
 extern crate self as kiln;
@@ -140,7 +141,8 @@ pub fn trim() {
     kiln_core::trim()
 }
 
-/// The active backend (`KILN_BACKEND=interp|cranelift`, default Cranelift).
+/// The active backend: `KILN_BACKEND=interp|cranelift|llvm`, else LLVM when a libLLVM ≥ 15 is
+/// found, else Cranelift.
 ///
 /// ```
 /// println!("{}", kiln::backend());

@@ -20,6 +20,7 @@ pub mod backend;
 pub mod cache;
 pub mod control;
 pub mod device;
+pub mod diskcache;
 pub mod error;
 pub mod freeze;
 pub mod kernel;

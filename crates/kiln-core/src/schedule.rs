@@ -34,16 +34,31 @@ thread_local! {
     static OVERRIDE: Cell<Option<BackendKind>> = const { Cell::new(None) };
 }
 
-/// Parse `KILN_BACKEND`, defaulting to Cranelift.
+/// Parse `KILN_BACKEND`; without it, LLVM when a usable libLLVM is found, else Cranelift (with one
+/// `info` line saying why). Asking for `llvm` where it is missing keeps `Llvm`: every evaluation then
+/// fails with `BackendUnavailable`, which names the reason and the fix.
 fn default_backend() -> BackendKind {
     *DEFAULT_BACKEND.get_or_init(|| match std::env::var("KILN_BACKEND").as_deref() {
         Ok("interp") => BackendKind::Interp,
-        Ok("cranelift") | Ok("") | Err(_) => BackendKind::Cranelift,
+        Ok("cranelift") => BackendKind::Cranelift,
+        Ok("llvm") => BackendKind::Llvm,
+        Ok("") | Err(_) => auto_backend(),
         Ok(other) => {
-            tracing::warn!(target: "kiln::kernel", "KILN_BACKEND={other} is not a known backend (interp, cranelift); using cranelift");
-            BackendKind::Cranelift
+            let pick = auto_backend();
+            tracing::warn!(target: "kiln::kernel", "KILN_BACKEND={other} is not a known backend (interp, cranelift, llvm); using {pick}");
+            pick
         }
     })
+}
+
+fn auto_backend() -> BackendKind {
+    match crate::backend::llvm::shared() {
+        Ok(_) => BackendKind::Llvm,
+        Err(reason) => {
+            tracing::info!(target: "kiln::kernel", "using the Cranelift backend: {reason}");
+            BackendKind::Cranelift
+        }
+    }
 }
 
 /// The backend evaluations on this thread use.

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub(crate) static KERNELS_COMPILED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CACHE_HITS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CACHE_MISSES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static DISK_HITS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static COMPILE_NS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static RUN_NS: AtomicU64 = AtomicU64::new(0);
@@ -98,8 +99,11 @@ pub struct Stats {
     pub kernels_compiled: u64,
     /// Launches whose kernel was already in the cache.
     pub cache_hits: u64,
-    /// Launches whose kernel had to be compiled.
+    /// Launches whose kernel had to be compiled (neither in memory nor in the disk cache).
     pub cache_misses: u64,
+    /// Kernels not in memory that were loaded from the disk cache instead of compiled (LLVM
+    /// backend; see `KILN_CACHE_DIR`).
+    pub disk_hits: u64,
     /// Kernel launches.
     pub launches: u64,
     /// Device operations of any kind (launches, reductions, copies, …).
@@ -134,6 +138,7 @@ pub(crate) fn snapshot(vars_alive: u64) -> Stats {
         kernels_compiled: KERNELS_COMPILED.load(Relaxed),
         cache_hits: CACHE_HITS.load(Relaxed),
         cache_misses: CACHE_MISSES.load(Relaxed),
+        disk_hits: DISK_HITS.load(Relaxed),
         launches: LAUNCHES.load(Relaxed),
         device_ops: DEVICE_OPS.load(Relaxed),
         compile_ns: COMPILE_NS.load(Relaxed),

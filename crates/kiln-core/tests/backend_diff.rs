@@ -11,6 +11,7 @@
 use kiln_core::alloc::{self, Block};
 use kiln_core::backend::cranelift::CraneliftBackend;
 use kiln_core::backend::interp::Interp;
+use kiln_core::backend::llvm::LlvmBackend;
 use kiln_core::backend::{
     Backend, CompiledKernel, LaunchArgs, STATUS_LEN, STATUS_OOB_READS, STATUS_OOB_WRITES,
 };
@@ -179,7 +180,29 @@ fn check(
     let compiled = backend
         .compile(kernel)
         .map_err(|e| format!("{e}\n{kernel}"))?;
-    check_compiled(kernel, &*compiled, bufs, start, end)
+    check_compiled(kernel, &*compiled, bufs, start, end)?;
+    // every hand-written case runs through LLVM too, when this machine has it
+    if let Some(l) = llvm() {
+        let compiled = l
+            .compile(kernel)
+            .map_err(|e| format!("llvm: {e}\n{kernel}"))?;
+        check_compiled(kernel, &*compiled, bufs, start, end).map_err(|e| format!("llvm: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The LLVM backend (without the disk cache), or None with one line saying why its tests are
+/// skipped on this machine.
+fn llvm() -> Option<&'static LlvmBackend> {
+    static BE: OnceLock<Option<LlvmBackend>> = OnceLock::new();
+    BE.get_or_init(|| match LlvmBackend::create(false) {
+        Ok(b) => Some(b.strict()),
+        Err(reason) => {
+            eprintln!("LLVM backend tests SKIPPED: {reason}");
+            None
+        }
+    })
+    .as_ref()
 }
 
 /// As `check`, with the kernel already compiled by the backend under test.
@@ -199,7 +222,7 @@ fn check_compiled(
             let (x, y) = (w.get(i), g.get(i));
             if !same_bits(w.ty, x, y) {
                 return Err(format!(
-                    "p{p} ({:?} {}) element {i} of {}: interpreter {} vs cranelift {} (range {start}..{end})\n{kernel}",
+                    "p{p} ({:?} {}) element {i} of {}: interpreter {} vs compiled {} (range {start}..{end})\n{kernel}",
                     kernel.params[p].kind,
                     w.ty,
                     w.len,
@@ -210,7 +233,9 @@ fn check_compiled(
         }
     }
     if s_want != s_got {
-        return Err(format!("status: interpreter {s_want:?} vs cranelift {s_got:?} (range {start}..{end})\n{kernel}"));
+        return Err(format!(
+            "status: interpreter {s_want:?} vs compiled {s_got:?} (range {start}..{end})\n{kernel}"
+        ));
     }
     Ok(())
 }
@@ -3113,6 +3138,92 @@ const EDGE_RANGES: [(u64, u64); 9] = [
 /// Checks `k` on every code-generation variant against the interpreter (buffers and status), and
 /// returns the interpreter's buffers and status after asserting that the default Cranelift
 /// backend reports the same status.
+/// LLVM backends at 4, 8 and 16 lanes per vector (None where this machine has no libLLVM).
+fn llvm_widths() -> Option<&'static [(usize, LlvmBackend)]> {
+    static BE: OnceLock<Option<Vec<(usize, LlvmBackend)>>> = OnceLock::new();
+    llvm()?;
+    BE.get_or_init(|| {
+        [4usize, 8, 16]
+            .into_iter()
+            .map(|w| {
+                LlvmBackend::create_with(false, w)
+                    .map(|b| (w, b.strict()))
+                    .ok()
+            })
+            .collect()
+    })
+    .as_deref()
+}
+
+proptest! {
+    #![proptest_config(config(1200))]
+    /// Random straight-line kernels through LLVM at every vector width, against the interpreter.
+    #[test]
+    fn llvm_random_kernels_small_ranges(
+        choices in prop::collection::vec(choice(), 1..20),
+        r1 in small_range(),
+        r2 in small_range(),
+        width in 0usize..3,
+        seed in any::<u64>(),
+    ) {
+        if let Some(bes) = llvm_widths() {
+            diff_case(&choices, &[r1, r2], seed, &bes[width].1)?;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(200))]
+    /// As above over ranges around the launcher's block size.
+    #[test]
+    fn llvm_random_kernels_block_ranges(
+        choices in prop::collection::vec(choice(), 1..12),
+        r in block_range(),
+        seed in any::<u64>(),
+    ) {
+        if let Some(be) = llvm() {
+            diff_case(&choices, &[r], seed, be)?;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(300))]
+    /// Random region kernels (nested loops and switches) through LLVM at every width.
+    #[test]
+    fn llvm_random_region_kernels_agree(
+        tape in prop::collection::vec(any::<u64>(), 0..200),
+        r in region_range(),
+        width in 0usize..3,
+        seed in any::<u64>(),
+    ) {
+        if let Some(bes) = llvm_widths() {
+            let (w, be) = &bes[width];
+            let kernel = build_region_kernel(&tape, true, true);
+            let compiled = be
+                .compile(&kernel)
+                .map_err(|e| TestCaseError::fail(format!("llvm w{w}: {e}\n{kernel}")))?;
+            for (j, &(start, end)) in [r, (5, 23)].iter().enumerate() {
+                let bufs = make_buffers(&kernel, end, seed.wrapping_add(j as u64));
+                check_compiled(&kernel, &*compiled, &bufs, start, end)
+                    .map_err(|e| TestCaseError::fail(format!("llvm w{w}: {e}")))?;
+            }
+        }
+    }
+}
+
+#[test]
+fn llvm_is_tested_here_or_says_why_not() {
+    match llvm() {
+        Some(be) => eprintln!(
+            "LLVM backend under test: {} ({} lanes)",
+            be.library_path().display(),
+            be.width()
+        ),
+        None => eprintln!("LLVM backend tests SKIPPED on this machine (see the reason above)"),
+    }
+}
+
 fn run_regions(k: &Kernel, bufs: &[Buf], start: u64, end: u64) -> (Vec<Buf>, [u64; STATUS_LEN]) {
     k.verify().unwrap_or_else(|e| panic!("{e:?}\n{k}"));
     check_variants(k, bufs, start, end);

@@ -8,8 +8,9 @@
 
 pub mod cranelift;
 pub mod interp;
+pub mod llvm;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::op::ReduceOp;
 use crate::ty::VarType;
@@ -21,8 +22,10 @@ use std::sync::Arc;
 pub enum BackendKind {
     /// The reference interpreter.
     Interp,
-    /// Cranelift JIT (embedded default).
+    /// Cranelift JIT (embedded; the default when no libLLVM ≥ 15 is found).
     Cranelift,
+    /// LLVM, loaded at run time (the default when a libLLVM ≥ 15 is found).
+    Llvm,
 }
 
 impl BackendKind {
@@ -30,6 +33,7 @@ impl BackendKind {
         match self {
             BackendKind::Interp => "interp",
             BackendKind::Cranelift => "cranelift",
+            BackendKind::Llvm => "llvm",
         }
     }
 }
@@ -76,6 +80,10 @@ pub trait CompiledKernel: Send + Sync {
     /// `args` must describe live buffers matching the kernel's parameters (types and lengths), with
     /// outputs of at least `end` elements, as the launcher guarantees.
     unsafe fn run(&self, args: &LaunchArgs, start: u64, end: u64);
+    /// Whether this kernel was loaded from the disk cache rather than compiled.
+    fn loaded_from_disk(&self) -> bool {
+        false
+    }
 }
 
 /// A code generator.
@@ -89,6 +97,10 @@ pub fn create(kind: BackendKind) -> Result<Arc<dyn Backend>> {
     Ok(match kind {
         BackendKind::Interp => Arc::new(interp::Interp),
         BackendKind::Cranelift => Arc::new(cranelift::CraneliftBackend::new()?),
+        BackendKind::Llvm => llvm::shared().map_err(|reason| Error::BackendUnavailable {
+            name: "llvm".into(),
+            reason,
+        })?,
     })
 }
 

@@ -1,0 +1,1171 @@
+//! Kernel IR → LLVM IR text, vectorised by hand.
+//!
+//! A kernel becomes `void @name(ptr %args, i64 %start, i64 %end)` (the launch ABI shared with
+//! Cranelift) that runs `W` lanes per iteration as `<W x T>` vectors, `W` chosen from the CPU. The
+//! body is emitted twice: once for full vectors, once for the last partial vector, where loads and
+//! stores are masked, so no lane outside `[start, end)` is ever written. Every op follows the
+//! scalar semantics in `op` exactly (integer division by zero, saturating casts, NaN-propagating
+//! min/max with −0 < +0), checked against the interpreter by the differential tests.
+//!
+//! Regions use stack slots (`alloca`) for loop-carried values, switch outputs and active-lane masks;
+//! LLVM's SROA turns them into SSA, which keeps this generator free of φ bookkeeping. Masks are
+//! `<W x i1>` in registers and bytes in memory. Gathers are `llvm.masked.gather` on the lanes that
+//! are active and in range; scatters call the shared `scatter_lane_extern` for each active lane,
+//! so their semantics exist once.
+
+use crate::backend::encode_reduce;
+use crate::kernel::{Kernel, ParamKind, Reg};
+use crate::op::Op;
+use crate::ty::VarType;
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// Symbol under which generated code calls `scatter_lane_extern`.
+pub const SCATTER_SYMBOL: &str = "kiln_scatter_lane";
+
+/// The LLVM module text for `k`, defining `name`, `w` lanes per iteration.
+pub fn module(k: &Kernel, name: &str, w: usize) -> String {
+    let mut g = Gen {
+        k,
+        w,
+        decls: BTreeSet::new(),
+        allocas: String::new(),
+        out: String::new(),
+        pfx: 'a',
+        tmp: 0,
+        active: None,
+        regions: Vec::new(),
+        block: String::new(),
+        tail: None,
+    };
+    let body = g.function(name);
+    let mut m = String::new();
+    for d in &g.decls {
+        m.push_str(d);
+        m.push('\n');
+    }
+    m.push_str(&body);
+    m.push_str("\nattributes #0 = { nounwind }\n");
+    m
+}
+
+fn sty(t: VarType) -> &'static str {
+    match t {
+        VarType::Bool => "i1",
+        VarType::I32 | VarType::U32 => "i32",
+        VarType::I64 | VarType::U64 => "i64",
+        VarType::F32 => "float",
+        VarType::F64 => "double",
+    }
+}
+/// Integer type of the same width (masks stay i1).
+fn ity(t: VarType) -> &'static str {
+    match t {
+        VarType::F32 => "i32",
+        VarType::F64 => "i64",
+        t => sty(t),
+    }
+}
+/// Element type in memory (masks are bytes).
+fn mty(t: VarType) -> &'static str {
+    if t == VarType::Bool {
+        "i8"
+    } else {
+        sty(t)
+    }
+}
+/// Intrinsic mangling of a scalar type name.
+fn mangle(s: &str) -> &'static str {
+    match s {
+        "i1" => "i1",
+        "i8" => "i8",
+        "i32" => "i32",
+        "i64" => "i64",
+        "float" => "f32",
+        "double" => "f64",
+        _ => unreachable!("no such element type {s}"),
+    }
+}
+fn bits(t: VarType) -> u32 {
+    match t {
+        VarType::Bool => 1,
+        t => t.size_bytes() as u32 * 8,
+    }
+}
+fn type_index(t: VarType) -> u32 {
+    VarType::ALL
+        .iter()
+        .position(|&x| x == t)
+        .expect("every type is in ALL") as u32
+}
+
+/// An open region while emitting.
+enum Region {
+    Loop {
+        reg: Reg,
+        /// Active lanes on entry (restored after the loop).
+        saved: Option<String>,
+        /// Active lanes in the body (after the condition).
+        body_active: Option<String>,
+    },
+    Switch {
+        reg: Reg,
+        saved: Option<String>,
+        cases: usize,
+    },
+}
+
+struct Gen<'a> {
+    k: &'a Kernel,
+    w: usize,
+    decls: BTreeSet<String>,
+    allocas: String,
+    out: String,
+    /// Prefix of every name in the pass being emitted ('a': full vectors, 'b': the tail).
+    pfx: char,
+    tmp: usize,
+    /// The lanes that run here; None: all of them.
+    active: Option<String>,
+    regions: Vec<Region>,
+    /// Label of the block being emitted into (for φ nodes of the lane loop).
+    block: String,
+    /// The tail pass's mask of lanes inside `[start, end)`; None in the full-vector pass.
+    tail: Option<String>,
+}
+
+impl Gen<'_> {
+    fn v(&self, t: &str) -> String {
+        format!("<{} x {t}>", self.w)
+    }
+    fn vt(&self, t: VarType) -> String {
+        self.v(sty(t))
+    }
+    fn r(&self, r: Reg) -> String {
+        format!("%{}{r}", self.pfx)
+    }
+    fn fresh(&mut self) -> String {
+        self.tmp += 1;
+        format!("%{}t{}", self.pfx, self.tmp)
+    }
+    fn line(&mut self, s: impl AsRef<str>) {
+        self.out.push_str("  ");
+        self.out.push_str(s.as_ref());
+        self.out.push('\n');
+    }
+    fn label(&mut self, l: &str) {
+        let _ = writeln!(self.out, "{l}:");
+        self.block = l.to_string();
+    }
+    fn declare(&mut self, d: String) {
+        self.decls.insert(d);
+    }
+    /// `<W x t> <t c, t c, …>`'s element list.
+    fn splat_const(&self, t: &str, c: &str) -> String {
+        let items: Vec<String> = (0..self.w).map(|_| format!("{t} {c}")).collect();
+        format!("<{}>", items.join(", "))
+    }
+    fn all_true(&self) -> String {
+        self.splat_const("i1", "true")
+    }
+    fn lane_offsets(&self) -> String {
+        let items: Vec<String> = (0..self.w).map(|i| format!("i64 {i}")).collect();
+        format!("<{}>", items.join(", "))
+    }
+    /// Broadcast scalar `x` of type `t`.
+    fn splat(&mut self, t: &str, x: &str) -> String {
+        let ins = self.fresh();
+        let out = self.fresh();
+        let vt = self.v(t);
+        self.line(format!("{ins} = insertelement {vt} poison, {t} {x}, i64 0"));
+        self.line(format!(
+            "{out} = shufflevector {vt} {ins}, {vt} poison, <{} x i32> zeroinitializer",
+            self.w
+        ));
+        out
+    }
+    /// `a & b` of two optional masks.
+    fn and_mask(&mut self, a: Option<&str>, b: &str) -> String {
+        match a {
+            None => b.to_string(),
+            Some(a) => {
+                let t = self.fresh();
+                let vt = self.v("i1");
+                self.line(format!("{t} = and {vt} {a}, {b}"));
+                t
+            }
+        }
+    }
+    /// `i1`: whether any lane of mask `m` is set.
+    fn any(&mut self, m: &str) -> String {
+        let bitsv = self.fresh();
+        let r = self.fresh();
+        let vt = self.v("i1");
+        self.line(format!("{bitsv} = bitcast {vt} {m} to i{}", self.w));
+        self.line(format!("{r} = icmp ne i{} {bitsv}, 0", self.w));
+        r
+    }
+    /// `i64`: number of set lanes of mask `m`.
+    fn count(&mut self, m: &str) -> String {
+        let w = self.w;
+        self.declare(format!("declare i{w} @llvm.ctpop.i{w}(i{w})"));
+        let bitsv = self.fresh();
+        let c = self.fresh();
+        let r = self.fresh();
+        let vt = self.v("i1");
+        self.line(format!("{bitsv} = bitcast {vt} {m} to i{w}"));
+        self.line(format!("{c} = call i{w} @llvm.ctpop.i{w}(i{w} {bitsv})"));
+        self.line(format!("{r} = zext i{w} {c} to i64"));
+        r
+    }
+    fn call1(&mut self, dst: &str, name: &str, t: VarType, a: &str) {
+        let vt = self.vt(t);
+        let full = format!("llvm.{name}.v{}{}", self.w, mangle(sty(t)));
+        self.declare(format!("declare {vt} @{full}({vt})"));
+        self.line(format!("{dst} = call {vt} @{full}({vt} {a})"));
+    }
+
+    fn function(&mut self, name: &str) -> String {
+        let k = self.k;
+        let w = self.w;
+        let mut entry = String::new();
+        let _ = writeln!(
+            entry,
+            "define void @{name}(ptr noalias nocapture readonly %args, i64 %start, i64 %end) #0 {{"
+        );
+        entry.push_str("entry:\n");
+        let mut setup = String::new();
+        let _ = writeln!(setup, "  %ptrs = load ptr, ptr %args, align 8");
+        let _ = writeln!(
+            setup,
+            "  %lensp = getelementptr inbounds ptr, ptr %args, i64 1"
+        );
+        let _ = writeln!(setup, "  %lens = load ptr, ptr %lensp, align 8");
+        let _ = writeln!(
+            setup,
+            "  %statusp = getelementptr inbounds ptr, ptr %args, i64 2"
+        );
+        let _ = writeln!(setup, "  %status = load ptr, ptr %statusp, align 8");
+        for (p, param) in k.params.iter().enumerate() {
+            let _ = writeln!(
+                setup,
+                "  %pp{p} = getelementptr inbounds ptr, ptr %ptrs, i64 {p}"
+            );
+            let _ = writeln!(setup, "  %base{p} = load ptr, ptr %pp{p}, align 8");
+            let _ = writeln!(
+                setup,
+                "  %lp{p} = getelementptr inbounds i64, ptr %lens, i64 {p}"
+            );
+            let _ = writeln!(setup, "  %len{p} = load i64, ptr %lp{p}, align 8");
+            if param.kind == ParamKind::Broadcast {
+                let t = param.ty;
+                let _ = writeln!(
+                    setup,
+                    "  %bcm{p} = load {}, ptr %base{p}, align {}",
+                    mty(t),
+                    t.size_bytes()
+                );
+                if t == VarType::Bool {
+                    let _ = writeln!(setup, "  %bc{p} = trunc i8 %bcm{p} to i1");
+                } else {
+                    let _ = writeln!(setup, "  %bc{p} = bitcast {} %bcm{p} to {}", sty(t), sty(t));
+                }
+            }
+        }
+        let _ = writeln!(setup, "  store i64 0, ptr %oob, align 8");
+        let _ = writeln!(setup, "  br label %head");
+        self.allocas.push_str("  %oob = alloca i64, align 8\n");
+
+        // the lane loop: full vectors
+        self.out.clear();
+        self.label("head");
+        self.line("%i = phi i64 [ %start, %entry ], [ %inext, %latch ]");
+        self.line(format!("%inext = add i64 %i, {w}"));
+        self.line("%full = icmp ule i64 %inext, %end");
+        self.line("br i1 %full, label %a_body, label %tailcheck");
+        self.label("a_body");
+        self.pfx = 'a';
+        self.active = None;
+        self.body();
+        self.line("br label %latch");
+        self.label("latch");
+        self.line("br label %head");
+        // the last partial vector
+        self.label("tailcheck");
+        self.line("%more = icmp ult i64 %i, %end");
+        self.line("br i1 %more, label %b_body, label %exit");
+        self.label("b_body");
+        self.pfx = 'b';
+        let iv = self.splat("i64", "%i");
+        let lanes = self.fresh();
+        let lo = self.lane_offsets();
+        self.line(format!("{lanes} = add <{w} x i64> {iv}, {lo}"));
+        let endv = self.splat("i64", "%end");
+        let tm = self.fresh();
+        self.line(format!("{tm} = icmp ult <{w} x i64> {lanes}, {endv}"));
+        self.active = Some(tm.clone());
+        self.tail = Some(tm);
+        self.body();
+        self.line("br label %exit");
+        self.label("exit");
+        self.line("%oobn = load i64, ptr %oob, align 8");
+        self.line("%anyoob = icmp ne i64 %oobn, 0");
+        self.line("br i1 %anyoob, label %flush, label %done");
+        self.label("flush");
+        self.line("%st0 = getelementptr inbounds i64, ptr %status, i64 0");
+        self.line("%oobold = atomicrmw add ptr %st0, i64 %oobn monotonic");
+        self.line("br label %done");
+        self.label("done");
+        self.line("ret void");
+        let mut f = entry;
+        f.push_str(&self.allocas);
+        f.push_str(&setup);
+        f.push_str(&self.out);
+        f.push_str("}\n");
+        f
+    }
+
+    /// Lane indices of this iteration as `<W x i64>`.
+    fn lane_index(&mut self) -> String {
+        let iv = self.splat("i64", "%i");
+        let lanes = self.fresh();
+        let lo = self.lane_offsets();
+        self.line(format!("{lanes} = add <{} x i64> {iv}, {lo}", self.w));
+        lanes
+    }
+
+    fn body(&mut self) {
+        let k = self.k;
+        for (idx, inst) in k.insts.iter().enumerate() {
+            self.inst(idx as Reg, inst);
+        }
+        debug_assert!(self.regions.is_empty(), "verified: regions are balanced");
+    }
+
+    fn inst(&mut self, idx: Reg, inst: &crate::kernel::Inst) {
+        let k = self.k;
+        let w = self.w;
+        let t = inst.ty;
+        let vt = self.vt(t);
+        let dst = self.r(idx);
+        let pf = self.pfx;
+        let a = |j: usize| format!("%{pf}{}", inst.args[j]);
+        let aty = |j: usize| k.ty(inst.args[j]);
+        match inst.op {
+            Op::Literal => {
+                let bits_v = inst.imm & t.bit_mask();
+                match t {
+                    VarType::F32 | VarType::F64 => {
+                        let it = self.v(ity(t));
+                        let c = self.splat_const(ity(t), &bits_v.to_string());
+                        self.line(format!("{dst} = bitcast {it} {c} to {vt}"));
+                    }
+                    VarType::Bool => {
+                        let c = self.splat_const("i1", if bits_v != 0 { "true" } else { "false" });
+                        self.line(format!("{dst} = or {vt} {c}, zeroinitializer"));
+                    }
+                    _ => {
+                        let c = self.splat_const(sty(t), &(bits_v as i64).to_string());
+                        self.line(format!("{dst} = or {vt} {c}, zeroinitializer"));
+                    }
+                }
+            }
+            Op::Counter => {
+                let lanes = self.lane_index();
+                let it = self.v(ity(t));
+                match ity(t) {
+                    "i64" => {
+                        self.line(format!("{dst}.i = or {it} {lanes}, zeroinitializer"));
+                    }
+                    _ => self.line(format!("{dst}.i = trunc <{w} x i64> {lanes} to {it}")),
+                }
+                if t.is_float() {
+                    self.line(format!("{dst} = bitcast {it} {dst}.i to {vt}"));
+                } else {
+                    self.line(format!("{dst} = or {vt} {dst}.i, zeroinitializer"));
+                }
+            }
+            Op::Data => unreachable!("Data never appears in kernels"),
+            Op::Load => {
+                let p = inst.imm as usize;
+                if k.params[p].kind == ParamKind::Broadcast {
+                    let s = self.splat(sty(t), &format!("%bc{p}"));
+                    self.copy(&dst, t, &s);
+                    return;
+                }
+                let m = mty(t);
+                let mv = self.v(m);
+                let addr = self.fresh();
+                self.line(format!(
+                    "{addr} = getelementptr inbounds {m}, ptr %base{p}, i64 %i"
+                ));
+                let loaded = if t == VarType::Bool {
+                    self.fresh()
+                } else {
+                    dst.clone()
+                };
+                let align = t.size_bytes();
+                match self.tail_mask() {
+                    None => self.line(format!("{loaded} = load {mv}, ptr {addr}, align {align}")),
+                    Some(tm) => {
+                        let f = format!("llvm.masked.load.v{w}{}.p0", mangle(m));
+                        self.declare(format!("declare {mv} @{f}(ptr, i32, <{w} x i1>, {mv})"));
+                        self.line(format!(
+                            "{loaded} = call {mv} @{f}(ptr {addr}, i32 {align}, <{w} x i1> {tm}, {mv} zeroinitializer)"
+                        ));
+                    }
+                }
+                if t == VarType::Bool {
+                    self.line(format!("{dst} = trunc {mv} {loaded} to {vt}"));
+                }
+            }
+            Op::Store => {
+                let p = inst.imm as usize;
+                let m = mty(t);
+                let mv = self.v(m);
+                let val = if t == VarType::Bool {
+                    let z = self.fresh();
+                    self.line(format!("{z} = zext {vt} {} to {mv}", a(0)));
+                    z
+                } else {
+                    a(0)
+                };
+                let addr = self.fresh();
+                self.line(format!(
+                    "{addr} = getelementptr inbounds {m}, ptr %base{p}, i64 %i"
+                ));
+                let align = t.size_bytes();
+                match self.tail_mask() {
+                    None => self.line(format!("store {mv} {val}, ptr {addr}, align {align}")),
+                    Some(tm) => {
+                        let f = format!("llvm.masked.store.v{w}{}.p0", mangle(m));
+                        self.declare(format!("declare void @{f}({mv}, ptr, i32, <{w} x i1>)"));
+                        self.line(format!(
+                            "call void @{f}({mv} {val}, ptr {addr}, i32 {align}, <{w} x i1> {tm})"
+                        ));
+                    }
+                }
+            }
+            Op::Neg => match t {
+                VarType::F32 | VarType::F64 => self.line(format!("{dst} = fneg {vt} {}", a(0))),
+                VarType::Bool => self.line(format!("{dst} = or {vt} {}, zeroinitializer", a(0))),
+                _ => self.line(format!("{dst} = sub {vt} zeroinitializer, {}", a(0))),
+            },
+            Op::Not => {
+                let it = self.v(ity(t));
+                let ones = self.splat_const(ity(t), if t == VarType::Bool { "true" } else { "-1" });
+                if t.is_float() {
+                    let x = self.fresh();
+                    let y = self.fresh();
+                    self.line(format!("{x} = bitcast {vt} {} to {it}", a(0)));
+                    self.line(format!("{y} = xor {it} {x}, {ones}"));
+                    self.line(format!("{dst} = bitcast {it} {y} to {vt}"));
+                } else {
+                    self.line(format!("{dst} = xor {vt} {}, {ones}", a(0)));
+                }
+            }
+            Op::Abs => match t {
+                VarType::F32 | VarType::F64 => self.call1(&dst, "fabs", t, &a(0)),
+                VarType::I32 | VarType::I64 => {
+                    let f = format!("llvm.abs.v{w}{}", mangle(sty(t)));
+                    self.declare(format!("declare {vt} @{f}({vt}, i1)"));
+                    self.line(format!("{dst} = call {vt} @{f}({vt} {}, i1 false)", a(0)));
+                }
+                _ => self.copy(&dst, t, &a(0)),
+            },
+            Op::Sqrt | Op::Floor | Op::Ceil | Op::Round | Op::Trunc => {
+                if t.is_float() {
+                    let name = match inst.op {
+                        Op::Sqrt => "sqrt",
+                        Op::Floor => "floor",
+                        Op::Ceil => "ceil",
+                        Op::Round => "roundeven",
+                        _ => "trunc",
+                    };
+                    self.call1(&dst, name, t, &a(0));
+                } else {
+                    self.copy(&dst, t, &a(0));
+                }
+            }
+            Op::Cast => self.cast(&dst, aty(0), t, &a(0)),
+            Op::Bitcast => {
+                if sty(aty(0)) == sty(t) {
+                    self.copy(&dst, t, &a(0));
+                } else {
+                    let from = self.vt(aty(0));
+                    self.line(format!("{dst} = bitcast {from} {} to {vt}", a(0)));
+                }
+            }
+            Op::Add
+            | Op::Sub
+            | Op::Mul
+            | Op::Div
+            | Op::Rem
+            | Op::Min
+            | Op::Max
+            | Op::And
+            | Op::Or
+            | Op::Xor
+            | Op::Shl
+            | Op::Shr => self.binary(inst.op, &dst, t, &a(0), &a(1)),
+            Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge => {
+                let ot = aty(0);
+                let ovt = self.vt(ot);
+                let (x, y) = (a(0), a(1));
+                let cc = if ot.is_float() {
+                    match inst.op {
+                        Op::Eq => "fcmp oeq",
+                        Op::Ne => "fcmp une",
+                        Op::Lt => "fcmp olt",
+                        Op::Le => "fcmp ole",
+                        Op::Gt => "fcmp ogt",
+                        _ => "fcmp oge",
+                    }
+                } else {
+                    let s = ot.is_signed();
+                    match inst.op {
+                        Op::Eq => "icmp eq",
+                        Op::Ne => "icmp ne",
+                        Op::Lt if s => "icmp slt",
+                        Op::Le if s => "icmp sle",
+                        Op::Gt if s => "icmp sgt",
+                        Op::Ge if s => "icmp sge",
+                        Op::Lt => "icmp ult",
+                        Op::Le => "icmp ule",
+                        Op::Gt => "icmp ugt",
+                        _ => "icmp uge",
+                    }
+                };
+                self.line(format!("{dst} = {cc} {ovt} {x}, {y}"));
+            }
+            Op::Fma => {
+                let (x, y, z) = (a(0), a(1), a(2));
+                match t {
+                    VarType::F32 | VarType::F64 => {
+                        let f = format!("llvm.fma.v{w}{}", mangle(sty(t)));
+                        self.declare(format!("declare {vt} @{f}({vt}, {vt}, {vt})"));
+                        self.line(format!(
+                            "{dst} = call {vt} @{f}({vt} {x}, {vt} {y}, {vt} {z})"
+                        ));
+                    }
+                    VarType::Bool => {
+                        let p = self.fresh();
+                        self.line(format!("{p} = and {vt} {x}, {y}"));
+                        self.line(format!("{dst} = or {vt} {p}, {z}"));
+                    }
+                    _ => {
+                        let p = self.fresh();
+                        self.line(format!("{p} = mul {vt} {x}, {y}"));
+                        self.line(format!("{dst} = add {vt} {p}, {z}"));
+                    }
+                }
+            }
+            Op::Select => {
+                let mv = self.v("i1");
+                self.line(format!(
+                    "{dst} = select {mv} {}, {vt} {}, {vt} {}",
+                    a(0),
+                    a(1),
+                    a(2)
+                ));
+            }
+            Op::Gather => self.gather(idx, inst),
+            Op::Scatter(_) => self.scatter(inst),
+            Op::LoopBegin => self.loop_begin(idx, inst),
+            Op::Phi => {
+                self.line(format!("{dst} = load {vt}, ptr %{}phi{idx}", self.pfx));
+            }
+            Op::LoopCond => self.loop_cond(inst),
+            Op::LoopNext => {
+                let phi = inst.args[0];
+                let pt = k.ty(phi);
+                let pvt = self.vt(pt);
+                let body_active = self.regions.iter().rev().find_map(|r| match r {
+                    Region::Loop { body_active, .. } => Some(body_active.clone()),
+                    _ => None,
+                });
+                let next = match body_active.flatten() {
+                    None => a(1),
+                    Some(m) => {
+                        let s = self.fresh();
+                        self.line(format!(
+                            "{s} = select <{w} x i1> {m}, {pvt} {}, {pvt} {}",
+                            a(1),
+                            self.r(phi)
+                        ));
+                        s
+                    }
+                };
+                self.line(format!("store {pvt} {next}, ptr %{}phi{phi}", self.pfx));
+            }
+            Op::LoopEnd => self.loop_end(),
+            Op::Switch => {
+                self.switch_begin(idx);
+            }
+            Op::Case => self.case(inst),
+            Op::Yield => {
+                let sw = match self.regions.last() {
+                    Some(Region::Switch { reg, .. }) => *reg,
+                    _ => unreachable!("verified: yields sit in a switch"),
+                };
+                let yt = aty(0);
+                let yvt = self.vt(yt);
+                let slot = format!("%{}sw{sw}_{}", self.pfx, inst.imm);
+                let old = self.fresh();
+                self.line(format!("{old} = load {yvt}, ptr {slot}"));
+                let new = match self.active.clone() {
+                    None => a(0),
+                    Some(m) => {
+                        let s = self.fresh();
+                        self.line(format!(
+                            "{s} = select <{w} x i1> {m}, {yvt} {}, {yvt} {old}",
+                            a(0)
+                        ));
+                        s
+                    }
+                };
+                self.line(format!("store {yvt} {new}, ptr {slot}"));
+            }
+            Op::SwitchEnd => self.switch_end(),
+            Op::Out => {
+                let sw = inst.args[0];
+                let slot = format!("%{}sw{sw}_{}", self.pfx, inst.imm);
+                if self.switch_slots(sw).iter().any(|&(j, _)| j == inst.imm) {
+                    self.line(format!("{dst} = load {vt}, ptr {slot}"));
+                } else {
+                    self.line(format!(
+                        "{dst} = select i1 true, {vt} zeroinitializer, {vt} zeroinitializer"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// The mask of lanes inside `[start, end)` in the tail pass (None in the full-vector pass).
+    fn tail_mask(&self) -> Option<String> {
+        self.tail.clone()
+    }
+
+    fn copy(&mut self, dst: &str, t: VarType, x: &str) {
+        let vt = self.vt(t);
+        self.line(format!("{dst} = select i1 true, {vt} {x}, {vt} {x}"));
+    }
+
+    fn cast(&mut self, dst: &str, from: VarType, to: VarType, x: &str) {
+        use VarType::*;
+        let fv = self.vt(from);
+        let tv = self.vt(to);
+        let w = self.w;
+        if from == to || (sty(from) == sty(to) && !from.is_float() && from != Bool) {
+            // same bits: integers of one width reinterpret (Rust `as` wraps)
+            self.copy(dst, to, x);
+            return;
+        }
+        if to == Bool {
+            let z = if from.is_float() {
+                format!("fcmp une {fv} {x}, zeroinitializer")
+            } else {
+                format!("icmp ne {fv} {x}, zeroinitializer")
+            };
+            self.line(format!("{dst} = {z}"));
+            return;
+        }
+        let op = match (from, to) {
+            (Bool, F32 | F64) => "uitofp",
+            (Bool, _) => "zext",
+            (F32, F64) => "fpext",
+            (F64, F32) => "fptrunc",
+            (F32 | F64, _) => {
+                let f = format!(
+                    "llvm.{}.sat.v{w}{}.v{w}{}",
+                    if to.is_signed() { "fptosi" } else { "fptoui" },
+                    mangle(sty(to)),
+                    mangle(sty(from))
+                );
+                self.declare(format!("declare {tv} @{f}({fv})"));
+                self.line(format!("{dst} = call {tv} @{f}({fv} {x})"));
+                return;
+            }
+            (I32 | I64, F32 | F64) => "sitofp",
+            (_, F32 | F64) => "uitofp",
+            _ => {
+                if bits(from) > bits(to) {
+                    "trunc"
+                } else if from.is_signed() {
+                    "sext"
+                } else {
+                    "zext"
+                }
+            }
+        };
+        self.line(format!("{dst} = {op} {fv} {x} to {tv}"));
+    }
+
+    fn binary(&mut self, op: Op, dst: &str, t: VarType, x: &str, y: &str) {
+        let vt = self.vt(t);
+        let w = self.w;
+        if t == VarType::Bool {
+            let o = match op {
+                Op::And | Op::Mul | Op::Min => "and",
+                Op::Or | Op::Add | Op::Max => "or",
+                _ => "xor",
+            };
+            self.line(format!("{dst} = {o} {vt} {x}, {y}"));
+            return;
+        }
+        if t.is_float() {
+            match op {
+                Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Rem => {
+                    let o = match op {
+                        Op::Add => "fadd",
+                        Op::Sub => "fsub",
+                        Op::Mul => "fmul",
+                        Op::Div => "fdiv",
+                        _ => "frem",
+                    };
+                    self.line(format!("{dst} = {o} {vt} {x}, {y}"));
+                }
+                Op::And | Op::Or | Op::Xor | Op::Shl | Op::Shr => {
+                    let it = self.v(ity(t));
+                    let (xi, yi, r) = (self.fresh(), self.fresh(), self.fresh());
+                    self.line(format!("{xi} = bitcast {vt} {x} to {it}"));
+                    self.line(format!("{yi} = bitcast {vt} {y} to {it}"));
+                    let o = match op {
+                        Op::And => "and",
+                        Op::Or => "or",
+                        _ => "xor",
+                    };
+                    self.line(format!("{r} = {o} {it} {xi}, {yi}"));
+                    self.line(format!("{dst} = bitcast {it} {r} to {vt}"));
+                }
+                _ => {
+                    // IEEE 754-2019 minimum/maximum: NaN if either is NaN, −0 < +0
+                    let min = op == Op::Min;
+                    let it = self.v(ity(t));
+                    let (lt, pick, eq, xi, yi, sb, sbf, tie, nan, nanv) = (
+                        self.fresh(),
+                        self.fresh(),
+                        self.fresh(),
+                        self.fresh(),
+                        self.fresh(),
+                        self.fresh(),
+                        self.fresh(),
+                        self.fresh(),
+                        self.fresh(),
+                        self.fresh(),
+                    );
+                    let cmp = if min { "olt" } else { "ogt" };
+                    self.line(format!("{lt} = fcmp {cmp} {vt} {x}, {y}"));
+                    self.line(format!(
+                        "{pick} = select <{w} x i1> {lt}, {vt} {x}, {vt} {y}"
+                    ));
+                    self.line(format!("{eq} = fcmp oeq {vt} {x}, {y}"));
+                    self.line(format!("{xi} = bitcast {vt} {x} to {it}"));
+                    self.line(format!("{yi} = bitcast {vt} {y} to {it}"));
+                    // equal values differ at most in the sign of zero: or (min) / and (max) the bits
+                    self.line(format!(
+                        "{sb} = {} {it} {xi}, {yi}",
+                        if min { "or" } else { "and" }
+                    ));
+                    self.line(format!("{sbf} = bitcast {it} {sb} to {vt}"));
+                    self.line(format!(
+                        "{tie} = select <{w} x i1> {eq}, {vt} {sbf}, {vt} {pick}"
+                    ));
+                    self.line(format!("{nan} = fcmp uno {vt} {x}, {y}"));
+                    let qnan = if t == VarType::F32 {
+                        f32::NAN.to_bits() as u64
+                    } else {
+                        f64::NAN.to_bits()
+                    };
+                    let c = self.splat_const(ity(t), &(qnan as i64).to_string());
+                    self.line(format!("{nanv} = bitcast {it} {c} to {vt}"));
+                    self.line(format!(
+                        "{dst} = select <{w} x i1> {nan}, {vt} {nanv}, {vt} {tie}"
+                    ));
+                }
+            }
+            return;
+        }
+        // integers
+        let s = t.is_signed();
+        let simple = match op {
+            Op::Add => Some("add"),
+            Op::Sub => Some("sub"),
+            Op::Mul => Some("mul"),
+            Op::And => Some("and"),
+            Op::Or => Some("or"),
+            Op::Xor => Some("xor"),
+            _ => None,
+        };
+        if let Some(o) = simple {
+            self.line(format!("{dst} = {o} {vt} {x}, {y}"));
+            return;
+        }
+        match op {
+            Op::Min | Op::Max => {
+                let name = match (op, s) {
+                    (Op::Min, true) => "smin",
+                    (Op::Min, false) => "umin",
+                    (_, true) => "smax",
+                    _ => "umax",
+                };
+                let f = format!("llvm.{name}.v{w}{}", mangle(sty(t)));
+                self.declare(format!("declare {vt} @{f}({vt}, {vt})"));
+                self.line(format!("{dst} = call {vt} @{f}({vt} {x}, {vt} {y})"));
+            }
+            Op::Shl | Op::Shr => {
+                let m = self.splat_const(sty(t), &(bits(t) - 1).to_string());
+                let amt = self.fresh();
+                self.line(format!("{amt} = and {vt} {y}, {m}"));
+                let o = match (op, s) {
+                    (Op::Shl, _) => "shl",
+                    (_, true) => "ashr",
+                    _ => "lshr",
+                };
+                self.line(format!("{dst} = {o} {vt} {x}, {amt}"));
+            }
+            Op::Div | Op::Rem => {
+                let one = self.splat_const(sty(t), "1");
+                let minus1 = self.splat_const(sty(t), "-1");
+                let (z, bad, d, q) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+                self.line(format!("{z} = icmp eq {vt} {y}, zeroinitializer"));
+                if s {
+                    let (m1, zm) = (self.fresh(), self.fresh());
+                    self.line(format!("{m1} = icmp eq {vt} {y}, {minus1}"));
+                    self.line(format!("{zm} = or <{w} x i1> {z}, {m1}"));
+                    self.line(format!("{bad} = or <{w} x i1> {zm}, zeroinitializer"));
+                    self.line(format!(
+                        "{d} = select <{w} x i1> {bad}, {vt} {one}, {vt} {y}"
+                    ));
+                    if op == Op::Div {
+                        let (qq, neg) = (self.fresh(), self.fresh());
+                        self.line(format!("{qq} = sdiv {vt} {x}, {d}"));
+                        self.line(format!("{neg} = sub {vt} zeroinitializer, {x}"));
+                        self.line(format!(
+                            "{q} = select <{w} x i1> {m1}, {vt} {neg}, {vt} {qq}"
+                        ));
+                        self.line(format!(
+                            "{dst} = select <{w} x i1> {z}, {vt} zeroinitializer, {vt} {q}"
+                        ));
+                    } else {
+                        // y == -1 → srem by 1 gives 0, as required
+                        self.line(format!("{q} = srem {vt} {x}, {d}"));
+                        self.line(format!("{dst} = select <{w} x i1> {z}, {vt} {x}, {vt} {q}"));
+                    }
+                } else {
+                    self.line(format!("{bad} = or <{w} x i1> {z}, zeroinitializer"));
+                    self.line(format!(
+                        "{d} = select <{w} x i1> {bad}, {vt} {one}, {vt} {y}"
+                    ));
+                    if op == Op::Div {
+                        self.line(format!("{q} = udiv {vt} {x}, {d}"));
+                        self.line(format!(
+                            "{dst} = select <{w} x i1> {z}, {vt} zeroinitializer, {vt} {q}"
+                        ));
+                    } else {
+                        self.line(format!("{q} = urem {vt} {x}, {d}"));
+                        self.line(format!("{dst} = select <{w} x i1> {z}, {vt} {x}, {vt} {q}"));
+                    }
+                }
+            }
+            _ => unreachable!("{op:?} is not an integer binary op"),
+        }
+    }
+
+    /// An index vector of type `t` widened to i64 (signed types sign-extend, so negative indices
+    /// become huge unsigned ones and fail the bounds check).
+    fn index64(&mut self, t: VarType, x: &str) -> String {
+        let w = self.w;
+        let vt = self.vt(t);
+        if sty(t) == "i64" {
+            return x.to_string();
+        }
+        let r = self.fresh();
+        let op = if t.is_signed() { "sext" } else { "zext" };
+        self.line(format!("{r} = {op} {vt} {x} to <{w} x i64>"));
+        r
+    }
+
+    fn gather(&mut self, idx: Reg, inst: &crate::kernel::Inst) {
+        let k = self.k;
+        let w = self.w;
+        let t = inst.ty;
+        let p = inst.imm as usize;
+        let dst = self.r(idx);
+        let (ix, mk) = (self.r(inst.args[0]), self.r(inst.args[1]));
+        let ix64 = self.index64(k.ty(inst.args[0]), &ix);
+        let active = self.active.clone();
+        let m = self.and_mask(active.as_deref(), &mk);
+        let lenv = self.splat("i64", &format!("%len{p}"));
+        let (inb, valid, bad, badn) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+        self.line(format!("{inb} = icmp ult <{w} x i64> {ix64}, {lenv}"));
+        self.line(format!("{valid} = and <{w} x i1> {m}, {inb}"));
+        let all = self.all_true();
+        self.line(format!("{badn} = xor <{w} x i1> {inb}, {all}"));
+        self.line(format!("{bad} = and <{w} x i1> {m}, {badn}"));
+        let c = self.count(&bad);
+        let (old, new) = (self.fresh(), self.fresh());
+        self.line(format!("{old} = load i64, ptr %oob, align 8"));
+        self.line(format!("{new} = add i64 {old}, {c}"));
+        self.line(format!("store i64 {new}, ptr %oob, align 8"));
+        let me = mty(t);
+        let mv = self.v(me);
+        let ptrs = self.fresh();
+        self.line(format!(
+            "{ptrs} = getelementptr {me}, ptr %base{p}, <{w} x i64> {ix64}"
+        ));
+        let f = format!("llvm.masked.gather.v{w}{}.v{w}p0", mangle(me));
+        self.declare(format!(
+            "declare {mv} @{f}(<{w} x ptr>, i32, <{w} x i1>, {mv})"
+        ));
+        let loaded = if t == VarType::Bool {
+            self.fresh()
+        } else {
+            dst.clone()
+        };
+        self.line(format!(
+            "{loaded} = call {mv} @{f}(<{w} x ptr> {ptrs}, i32 {}, <{w} x i1> {valid}, {mv} zeroinitializer)",
+            t.size_bytes()
+        ));
+        if t == VarType::Bool {
+            let vt = self.vt(t);
+            self.line(format!("{dst} = trunc {mv} {loaded} to {vt}"));
+        }
+    }
+
+    fn scatter(&mut self, inst: &crate::kernel::Inst) {
+        let k = self.k;
+        let w = self.w;
+        let t = inst.ty;
+        let Op::Scatter(rop) = inst.op else {
+            unreachable!()
+        };
+        let p = inst.imm as usize;
+        let (val, ix, mk) = (
+            self.r(inst.args[0]),
+            self.r(inst.args[1]),
+            self.r(inst.args[2]),
+        );
+        let ixt = k.ty(inst.args[1]);
+        let active = self.active.clone();
+        let m = self.and_mask(active.as_deref(), &mk);
+        let ix64 = self.index64(ixt, &ix);
+        // the value's bits, zero-extended to 64 (the helper's ABI)
+        let vt = self.vt(t);
+        let it = self.v(ity(t));
+        let asint = if t.is_float() {
+            let b = self.fresh();
+            self.line(format!("{b} = bitcast {vt} {val} to {it}"));
+            b
+        } else {
+            val
+        };
+        let bits64 = if ity(t) == "i64" {
+            asint
+        } else {
+            let z = self.fresh();
+            self.line(format!("{z} = zext {it} {asint} to <{w} x i64>"));
+            z
+        };
+        let op_ty = ((encode_reduce(rop) as u32) << 8) | type_index(t);
+        self.declare(format!(
+            "declare void @{SCATTER_SYMBOL}(i32, ptr, i64, i64, i64, ptr)"
+        ));
+        for lane in 0..w {
+            let (bit, go, skip) = (self.fresh(), self.fresh(), self.fresh());
+            let go_l = go.trim_start_matches('%').to_string();
+            let skip_l = skip.trim_start_matches('%').to_string();
+            self.line(format!("{bit} = extractelement <{w} x i1> {m}, i64 {lane}"));
+            self.line(format!("br i1 {bit}, label {go}, label {skip}"));
+            self.label(&go_l);
+            let (ie, ve) = (self.fresh(), self.fresh());
+            self.line(format!(
+                "{ie} = extractelement <{w} x i64> {ix64}, i64 {lane}"
+            ));
+            self.line(format!(
+                "{ve} = extractelement <{w} x i64> {bits64}, i64 {lane}"
+            ));
+            self.line(format!(
+                "call void @{SCATTER_SYMBOL}(i32 {op_ty}, ptr %base{p}, i64 %len{p}, i64 {ie}, i64 {ve}, ptr %status)"
+            ));
+            self.line(format!("br label {skip}"));
+            self.label(&skip_l);
+        }
+    }
+
+    fn mask_or_all(&self) -> String {
+        self.active.clone().unwrap_or_else(|| self.all_true())
+    }
+
+    fn loop_begin(&mut self, idx: Reg, inst: &crate::kernel::Inst) {
+        let k = self.k;
+        let w = self.w;
+        let pf = self.pfx;
+        let _ = inst;
+        let _ = writeln!(self.allocas, "  %{pf}act{idx} = alloca <{w} x i1>");
+        let _ = writeln!(self.allocas, "  %{pf}it{idx} = alloca i64, align 8");
+        let cur = self.mask_or_all();
+        self.line(format!("store <{w} x i1> {cur}, ptr %{pf}act{idx}"));
+        self.line(format!("store i64 0, ptr %{pf}it{idx}, align 8"));
+        // the phis follow the loop: store their initial values before entering
+        let mut j = idx as usize + 1;
+        while j < k.insts.len() && k.insts[j].op == Op::Phi {
+            let pt = k.insts[j].ty;
+            let pvt = self.vt(pt);
+            let _ = writeln!(self.allocas, "  %{pf}phi{j} = alloca {pvt}");
+            let init = self.r(k.insts[j].args[0]);
+            self.line(format!("store {pvt} {init}, ptr %{pf}phi{j}"));
+            j += 1;
+        }
+        let head = format!("{pf}L{idx}h");
+        self.line(format!("br label %{head}"));
+        self.label(&head);
+        let act = self.fresh();
+        self.line(format!("{act} = load <{w} x i1>, ptr %{pf}act{idx}"));
+        self.regions.push(Region::Loop {
+            reg: idx,
+            saved: self.active.clone(),
+            body_active: None,
+        });
+        self.active = Some(act);
+    }
+
+    fn loop_cond(&mut self, inst: &crate::kernel::Inst) {
+        let k = self.k;
+        let w = self.w;
+        let pf = self.pfx;
+        let Some(Region::Loop { reg, .. }) = self.regions.last() else {
+            unreachable!("verified: a condition sits in a loop")
+        };
+        let reg = *reg;
+        let max = k.insts[reg as usize].imm;
+        let cond = self.r(inst.args[0]);
+        let act = self.active.clone();
+        let ac = self.fresh();
+        self.line(format!(
+            "{ac} = and <{w} x i1> {}, {cond}",
+            act.expect("loops set the active mask")
+        ));
+        let any = self.any(&ac);
+        let exit = format!("{pf}L{reg}x");
+        let body = format!("{pf}L{reg}b");
+        if max == 0 {
+            self.line(format!("br i1 {any}, label %{body}, label %{exit}"));
+        } else {
+            let chk = format!("{pf}L{reg}c");
+            let trunc = format!("{pf}L{reg}t");
+            self.line(format!("br i1 {any}, label %{chk}, label %{exit}"));
+            self.label(&chk);
+            let (it, lim) = (self.fresh(), self.fresh());
+            self.line(format!("{it} = load i64, ptr %{pf}it{reg}, align 8"));
+            self.line(format!("{lim} = icmp uge i64 {it}, {max}"));
+            self.line(format!("br i1 {lim}, label %{trunc}, label %{body}"));
+            self.label(&trunc);
+            let c = self.count(&ac);
+            let (sp, old) = (self.fresh(), self.fresh());
+            self.line(format!(
+                "{sp} = getelementptr inbounds i64, ptr %status, i64 {}",
+                crate::backend::STATUS_LOOP_TRUNCATED
+            ));
+            self.line(format!("{old} = atomicrmw add ptr {sp}, i64 {c} monotonic"));
+            self.line(format!("br label %{exit}"));
+        }
+        self.label(&body);
+        if let Some(Region::Loop { body_active, .. }) = self.regions.last_mut() {
+            *body_active = Some(ac.clone());
+        }
+        self.active = Some(ac);
+    }
+
+    fn loop_end(&mut self) {
+        let w = self.w;
+        let pf = self.pfx;
+        let Some(Region::Loop {
+            reg,
+            saved,
+            body_active,
+        }) = self.regions.pop()
+        else {
+            unreachable!("verified: endloop closes a loop")
+        };
+        let ac = body_active.expect("verified: each loop has a condition");
+        self.line(format!("store <{w} x i1> {ac}, ptr %{pf}act{reg}"));
+        let (it, it1) = (self.fresh(), self.fresh());
+        self.line(format!("{it} = load i64, ptr %{pf}it{reg}, align 8"));
+        self.line(format!("{it1} = add i64 {it}, 1"));
+        self.line(format!("store i64 {it1}, ptr %{pf}it{reg}, align 8"));
+        self.line(format!("br label %{pf}L{reg}h"));
+        self.label(&format!("{pf}L{reg}x"));
+        self.active = saved;
+    }
+
+    /// The outputs `(index, type)` that switch `sw` yields.
+    fn switch_slots(&self, sw: Reg) -> Vec<(u64, VarType)> {
+        let k = self.k;
+        let mut depth = 0usize;
+        let mut slots: Vec<(u64, VarType)> = Vec::new();
+        for inst in &k.insts[sw as usize + 1..] {
+            match inst.op {
+                Op::Switch | Op::LoopBegin => depth += 1,
+                Op::LoopEnd => depth -= 1,
+                Op::SwitchEnd if depth == 0 => break,
+                Op::SwitchEnd => depth -= 1,
+                Op::Yield if depth == 0 && !slots.iter().any(|&(j, _)| j == inst.imm) => {
+                    slots.push((inst.imm, k.ty(inst.args[0])));
+                }
+                _ => {}
+            }
+        }
+        slots
+    }
+
+    fn switch_begin(&mut self, idx: Reg) {
+        let pf = self.pfx;
+        for (j, t) in self.switch_slots(idx) {
+            let vt = self.vt(t);
+            let _ = writeln!(self.allocas, "  %{pf}sw{idx}_{j} = alloca {vt}");
+            self.line(format!("store {vt} zeroinitializer, ptr %{pf}sw{idx}_{j}"));
+        }
+        self.regions.push(Region::Switch {
+            reg: idx,
+            saved: self.active.clone(),
+            cases: 0,
+        });
+    }
+
+    fn case(&mut self, inst: &crate::kernel::Inst) {
+        let w = self.w;
+        let pf = self.pfx;
+        let Some(Region::Switch { reg, saved, cases }) = self.regions.last_mut() else {
+            unreachable!("verified: a case sits in a switch")
+        };
+        let (reg, saved, k) = (*reg, saved.clone(), *cases);
+        *cases += 1;
+        if k > 0 {
+            self.line(format!("br label %{pf}S{reg}n{k}"));
+            self.label(&format!("{pf}S{reg}n{k}"));
+        }
+        let mask = self.r(inst.args[0]);
+        let cm = self.and_mask(saved.as_deref(), &mask);
+        let any = self.any(&cm);
+        let body = format!("{pf}S{reg}c{k}");
+        self.line(format!(
+            "br i1 {any}, label %{body}, label %{pf}S{reg}n{}",
+            k + 1
+        ));
+        self.label(&body);
+        let _ = w;
+        self.active = Some(cm);
+    }
+
+    fn switch_end(&mut self) {
+        let pf = self.pfx;
+        let Some(Region::Switch { reg, saved, cases }) = self.regions.pop() else {
+            unreachable!("verified: endswitch closes a switch")
+        };
+        if cases > 0 {
+            self.line(format!("br label %{pf}S{reg}n{cases}"));
+            self.label(&format!("{pf}S{reg}n{cases}"));
+        }
+        self.active = saved;
+    }
+}

@@ -1,0 +1,419 @@
+//! LLVM backend: kernel IR → LLVM IR text → optimised (O2) object code → linked by ORC's LLJIT,
+//! all through a libLLVM found and loaded at run time (`api`).
+//!
+//! The object code is what the disk cache keeps (`crate::diskcache`), keyed by kernel hash, CPU and
+//! library, so a second run of a program links cached objects instead of compiling. A kernel that
+//! this libLLVM rejects is compiled by Cranelift instead, with a warning naming the library and
+//! LLVM's message: one bad kernel never stops a program. One process-wide instance (`shared`)
+//! owns the JIT; kernels are never unloaded (the kernel cache never evicts either).
+
+pub mod api;
+pub mod ir;
+
+use crate::backend::cranelift::CraneliftBackend;
+use crate::backend::{Backend, BackendKind, CompiledKernel, LaunchArgs};
+use crate::diskcache;
+use crate::error::{Error, Result};
+use crate::kernel::{Kernel, KernelHash};
+use api::{Library, Ptr, SymbolPair};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::{c_char, CString};
+use std::sync::{Arc, OnceLock};
+
+/// LLVM's `LLVMCodeGenOptLevel::Aggressive`, `LLVMRelocMode::PIC`, `LLVMCodeModel::Small`,
+/// `LLVMCodeGenFileType::Object`, `LLVMVerifierFailureAction::ReturnStatus`.
+const OPT_AGGRESSIVE: i32 = 3;
+const RELOC_PIC: i32 = 2;
+const CODE_MODEL_SMALL: i32 = 3;
+const FILE_OBJECT: i32 = 1;
+const VERIFY_RETURN_STATUS: i32 = 2;
+
+/// The process's LLVM backend, created on first use; the error says why there is none.
+pub fn shared() -> std::result::Result<Arc<LlvmBackend>, String> {
+    static SHARED: OnceLock<std::result::Result<Arc<LlvmBackend>, String>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| LlvmBackend::create(true).map(Arc::new))
+        .clone()
+}
+
+/// Lanes per vector iteration for this CPU: 16 with AVX-512, 8 with AVX2, 4 otherwise
+/// (`KILN_LLVM_WIDTH` overrides it with 4, 8, 16 or 32).
+pub fn vector_width() -> usize {
+    if let Some(w) = std::env::var("KILN_LLVM_WIDTH")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|w| [4, 8, 16, 32].contains(w))
+    {
+        return w;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx512f") {
+            return 16;
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            return 8;
+        }
+    }
+    4
+}
+
+/// The JIT and code generator state; used under one lock (LLVM compiles are rare and serialised).
+struct Jit {
+    lljit: Ptr,
+    dylib: Ptr,
+    machine: Ptr,
+    triple: CString,
+    /// Symbol names already defined in the JIT (a retry after a bad cached object needs another).
+    names: HashMap<String, ()>,
+}
+
+// SAFETY: the raw LLVM handles are only used while holding the backend's mutex; LLJIT and the
+// target machine may be used from any thread as long as calls are not concurrent.
+unsafe impl Send for Jit {}
+
+/// The LLVM backend.
+pub struct LlvmBackend {
+    lib: &'static Library,
+    jit: Mutex<Jit>,
+    width: usize,
+    /// What a cached object depends on besides the kernel: target, CPU, features, library, width.
+    target: String,
+    compiled: Mutex<HashMap<KernelHash, Arc<LlvmKernel>>>,
+    disk_cache: bool,
+    /// Report compile errors instead of falling back to Cranelift (tests).
+    strict: bool,
+    fallback: OnceLock<std::result::Result<Arc<CraneliftBackend>, String>>,
+}
+
+impl LlvmBackend {
+    /// A backend of its own (its own JIT), keeping objects in the disk cache or not. Programs use
+    /// `shared()`; tests that compile thousands of random kernels make one without the disk cache.
+    pub fn create(disk_cache: bool) -> std::result::Result<LlvmBackend, String> {
+        LlvmBackend::create_with(disk_cache, vector_width())
+    }
+
+    /// As `create`, with `width` lanes per vector iteration (any power of two from 2 to 64; tests
+    /// run every width on any CPU, LLVM splitting or merging registers as needed).
+    pub fn create_with(disk_cache: bool, width: usize) -> std::result::Result<LlvmBackend, String> {
+        if !(2..=64).contains(&width) || !width.is_power_of_two() {
+            return Err(format!(
+                "{width} lanes per vector is not a power of two from 2 to 64"
+            ));
+        }
+        if !cfg!(target_arch = "x86_64") {
+            return Err("kiln's LLVM backend supports x86-64 only for now".into());
+        }
+        let lib = Library::find().map_err(|e| e.to_string())?;
+        let a = &lib.api;
+        let fail =
+            |what: &str, msg: String| format!("{}: {what} failed: {msg}", lib.path.display());
+        // SAFETY: every call below follows the llvm-c contract: targets are initialised before a
+        // target machine or JIT is created, out-pointers are valid, and every message or handle
+        // LLVM returns is either kept (owned by `Jit`) or disposed with its matching function.
+        unsafe {
+            (a.LLVMInitializeX86TargetInfo)();
+            (a.LLVMInitializeX86Target)();
+            (a.LLVMInitializeX86TargetMC)();
+            (a.LLVMInitializeX86AsmPrinter)();
+            let triple_raw = (a.LLVMGetDefaultTargetTriple)();
+            let triple = lib.take_message(triple_raw);
+            let cpu = lib.take_message((a.LLVMGetHostCPUName)());
+            let features = lib.take_message((a.LLVMGetHostCPUFeatures)());
+            let triple_c = CString::new(triple.clone()).map_err(|e| e.to_string())?;
+            let cpu_c = CString::new(cpu.clone()).map_err(|e| e.to_string())?;
+            let feat_c = CString::new(features.clone()).map_err(|e| e.to_string())?;
+            let mut target: Ptr = std::ptr::null_mut();
+            let mut msg: *mut c_char = std::ptr::null_mut();
+            if (a.LLVMGetTargetFromTriple)(triple_c.as_ptr(), &mut target, &mut msg) != 0 {
+                return Err(fail("LLVMGetTargetFromTriple", lib.take_message(msg)));
+            }
+            let machine = (a.LLVMCreateTargetMachine)(
+                target,
+                triple_c.as_ptr(),
+                cpu_c.as_ptr(),
+                feat_c.as_ptr(),
+                OPT_AGGRESSIVE,
+                RELOC_PIC,
+                CODE_MODEL_SMALL,
+            );
+            if machine.is_null() {
+                return Err(fail("LLVMCreateTargetMachine", triple));
+            }
+            let mut lljit: Ptr = std::ptr::null_mut();
+            lib.check((a.LLVMOrcCreateLLJIT)(
+                &mut lljit,
+                (a.LLVMOrcCreateLLJITBuilder)(),
+            ))
+            .map_err(|m| fail("LLVMOrcCreateLLJIT", m))?;
+            let dylib = (a.LLVMOrcLLJITGetMainJITDylib)(lljit);
+            let helper = CString::new(ir::SCATTER_SYMBOL).expect("no NUL");
+            let mut pair = SymbolPair {
+                name: (a.LLVMOrcLLJITMangleAndIntern)(lljit, helper.as_ptr()),
+                address: crate::backend::scatter_lane_extern as *const () as usize as u64,
+                generic_flags: api::FLAGS_EXPORTED_CALLABLE,
+                target_flags: 0,
+            };
+            let unit = (a.LLVMOrcAbsoluteSymbols)(&mut pair, 1);
+            lib.check((a.LLVMOrcJITDylibDefine)(dylib, unit))
+                .map_err(|m| fail("LLVMOrcJITDylibDefine", m))?;
+            let target = format!("{triple} {cpu} {features} {} w{width}", lib.path.display());
+            tracing::info!(target: "kiln::llvm", "using {} (LLVM {}) for {triple} {cpu}, {width} lanes per vector", lib.path.display(), lib.version);
+            Ok(LlvmBackend {
+                lib,
+                jit: Mutex::new(Jit {
+                    lljit,
+                    dylib,
+                    machine,
+                    triple: triple_c,
+                    names: HashMap::new(),
+                }),
+                width,
+                target,
+                compiled: Mutex::new(HashMap::new()),
+                fallback: OnceLock::new(),
+                disk_cache,
+                strict: false,
+            })
+        }
+    }
+
+    /// Make compile errors errors instead of falling back to Cranelift (tests use this, so that a
+    /// kernel LLVM rejects fails the test rather than silently running Cranelift's code).
+    pub fn strict(mut self) -> LlvmBackend {
+        self.strict = true;
+        self
+    }
+
+    /// The library in use.
+    pub fn library_path(&self) -> &std::path::Path {
+        &self.lib.path
+    }
+
+    /// Lanes per vector iteration.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// LLVM IR text for `kernel` as this backend generates it (before optimisation).
+    pub fn ir_text(&self, kernel: &Kernel) -> String {
+        ir::module(kernel, &format!("kiln_{}", kernel.hash()), self.width)
+    }
+
+    /// Optimised object code for `ir` (a module defining the kernel's function).
+    fn codegen(&self, jit: &Jit, ir: &str) -> std::result::Result<Vec<u8>, String> {
+        let a = &self.lib.api;
+        let lib = self.lib;
+        // SAFETY: llvm-c contract as in `new`; the context owns the module, the module is
+        // disposed before its context, and the buffer returned by codegen is disposed after copying.
+        unsafe {
+            let ctx = (a.LLVMContextCreate)();
+            let buf = (a.LLVMCreateMemoryBufferWithMemoryRangeCopy)(
+                ir.as_ptr() as *const c_char,
+                ir.len(),
+                c"kiln".as_ptr(),
+            );
+            let mut module: Ptr = std::ptr::null_mut();
+            let mut msg: *mut c_char = std::ptr::null_mut();
+            // takes ownership of `buf`
+            if (a.LLVMParseIRInContext)(ctx, buf, &mut module, &mut msg) != 0 {
+                let m = lib.take_message(msg);
+                (a.LLVMContextDispose)(ctx);
+                return Err(format!("LLVM rejected the generated IR: {m}"));
+            }
+            let result = (|| {
+                let mut msg: *mut c_char = std::ptr::null_mut();
+                if (a.LLVMVerifyModule)(module, VERIFY_RETURN_STATUS, &mut msg) != 0 {
+                    return Err(format!(
+                        "the generated IR fails LLVM's verifier: {}",
+                        lib.take_message(msg)
+                    ));
+                }
+                lib.take_message(msg);
+                (a.LLVMSetTarget)(module, jit.triple.as_ptr());
+                let layout = (a.LLVMCreateTargetDataLayout)(jit.machine);
+                (a.LLVMSetModuleDataLayout)(module, layout);
+                (a.LLVMDisposeTargetData)(layout);
+                let opts = (a.LLVMCreatePassBuilderOptions)();
+                let err = (a.LLVMRunPasses)(module, c"default<O2>".as_ptr(), jit.machine, opts);
+                (a.LLVMDisposePassBuilderOptions)(opts);
+                lib.check(err)
+                    .map_err(|m| format!("LLVM's O2 pipeline failed: {m}"))?;
+                let mut out: Ptr = std::ptr::null_mut();
+                let mut msg: *mut c_char = std::ptr::null_mut();
+                if (a.LLVMTargetMachineEmitToMemoryBuffer)(
+                    jit.machine,
+                    module,
+                    FILE_OBJECT,
+                    &mut msg,
+                    &mut out,
+                ) != 0
+                {
+                    return Err(format!(
+                        "LLVM code generation failed: {}",
+                        lib.take_message(msg)
+                    ));
+                }
+                let start = (a.LLVMGetBufferStart)(out) as *const u8;
+                let len = (a.LLVMGetBufferSize)(out);
+                let bytes = std::slice::from_raw_parts(start, len).to_vec();
+                (a.LLVMDisposeMemoryBuffer)(out);
+                Ok(bytes)
+            })();
+            (a.LLVMDisposeModule)(module);
+            (a.LLVMContextDispose)(ctx);
+            result
+        }
+    }
+
+    /// Link object code into the JIT and return the address of `name`.
+    fn link(&self, jit: &mut Jit, obj: &[u8], name: &str) -> std::result::Result<u64, String> {
+        let a = &self.lib.api;
+        let cname = CString::new(name).map_err(|e| e.to_string())?;
+        jit.names.insert(name.to_string(), ());
+        // SAFETY: llvm-c contract: AddObjectFile takes ownership of the buffer; lookup writes the
+        // address through a valid pointer.
+        unsafe {
+            let buf = (a.LLVMCreateMemoryBufferWithMemoryRangeCopy)(
+                obj.as_ptr() as *const c_char,
+                obj.len(),
+                cname.as_ptr(),
+            );
+            self.lib
+                .check((a.LLVMOrcLLJITAddObjectFile)(jit.lljit, jit.dylib, buf))
+                .map_err(|m| format!("linking the object failed: {m}"))?;
+            let mut addr = 0u64;
+            self.lib
+                .check((a.LLVMOrcLLJITLookup)(jit.lljit, &mut addr, cname.as_ptr()))
+                .map_err(|m| format!("linking the object failed: {m}"))?;
+            if addr == 0 {
+                return Err(format!("the JIT has no symbol {name}"));
+            }
+            Ok(addr)
+        }
+    }
+
+    fn compile_kernel(&self, kernel: &Kernel) -> std::result::Result<LlvmKernel, String> {
+        let hash = kernel.hash();
+        let mut jit = self.jit.lock();
+        let key = diskcache::Key {
+            kernel: hash,
+            backend: "llvm",
+            target: &self.target,
+        };
+        // A cached object: [u32 name length][name][object]. A bad one is recompiled.
+        if let Some(bytes) = diskcache::load(&key).filter(|_| self.disk_cache) {
+            if let Some((name, obj)) = split_cached(&bytes) {
+                if !jit.names.contains_key(name) {
+                    match self.link(&mut jit, obj, name) {
+                        Ok(addr) => return Ok(LlvmKernel::new(addr, true)),
+                        Err(e) => {
+                            tracing::debug!(target: "kiln::llvm", "cached object for kernel {hash} did not link ({e}); recompiling")
+                        }
+                    }
+                }
+            }
+        }
+        let mut name = format!("kiln_{hash}");
+        let mut n = 0;
+        while jit.names.contains_key(&name) {
+            n += 1;
+            name = format!("kiln_{hash}_{n}");
+        }
+        let ir = ir::module(kernel, &name, self.width);
+        if tracing::enabled!(target: "kiln::llvm", tracing::Level::TRACE) {
+            tracing::trace!(target: "kiln::llvm", "kernel {hash}:\n{ir}");
+        }
+        let obj = self.codegen(&jit, &ir)?;
+        let addr = self.link(&mut jit, &obj, &name)?;
+        let mut stored = Vec::with_capacity(4 + name.len() + obj.len());
+        stored.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        stored.extend_from_slice(name.as_bytes());
+        stored.extend_from_slice(&obj);
+        if self.disk_cache {
+            diskcache::store(&key, &stored);
+        }
+        Ok(LlvmKernel::new(addr, false))
+    }
+
+    fn cranelift(&self) -> Result<Arc<CraneliftBackend>> {
+        self.fallback
+            .get_or_init(|| {
+                CraneliftBackend::new()
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|message| Error::Compile {
+                backend: "cranelift".into(),
+                hash: String::new(),
+                message,
+            })
+    }
+}
+
+fn split_cached(bytes: &[u8]) -> Option<(&str, &[u8])> {
+    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+    let name = std::str::from_utf8(bytes.get(4..4 + len)?).ok()?;
+    Some((name, bytes.get(4 + len..)?))
+}
+
+impl Backend for LlvmBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Llvm
+    }
+    fn compile(&self, kernel: &Kernel) -> Result<Arc<dyn CompiledKernel>> {
+        let hash = kernel.hash();
+        if let Some(k) = self.compiled.lock().get(&hash) {
+            return Ok(k.clone());
+        }
+        match self.compile_kernel(kernel) {
+            Ok(k) => {
+                let k = Arc::new(k);
+                self.compiled.lock().insert(hash, k.clone());
+                Ok(k)
+            }
+            Err(message) if self.strict => Err(Error::Compile {
+                backend: "llvm".into(),
+                hash: hash.to_string(),
+                message,
+            }),
+            Err(msg) => {
+                tracing::warn!(target: "kiln::llvm", "{} could not compile kernel {hash}: {msg}; compiling it with Cranelift instead (please report this kernel: KILN_LOG=kiln::llvm=trace prints its IR)", self.lib.path.display());
+                self.cranelift()?.compile(kernel)
+            }
+        }
+    }
+}
+
+type KernelFn = unsafe extern "C" fn(*const LaunchArgs, u64, u64);
+
+/// A kernel linked into the JIT (its code lives as long as the process).
+struct LlvmKernel {
+    func: KernelFn,
+    from_disk: bool,
+}
+
+impl LlvmKernel {
+    fn new(addr: u64, from_disk: bool) -> LlvmKernel {
+        // SAFETY: `addr` is the address of a function the JIT linked from IR declaring
+        // `void (ptr, i64, i64)` with the C calling convention, i.e. `KernelFn`; the JIT's code
+        // memory is never freed (the backend lives for the process).
+        let func = unsafe { std::mem::transmute::<usize, KernelFn>(addr as usize) };
+        LlvmKernel { func, from_disk }
+    }
+}
+
+impl CompiledKernel for LlvmKernel {
+    unsafe fn run(&self, args: &LaunchArgs, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        // SAFETY: the caller guarantees `args` matches the kernel's parameters (see the trait).
+        unsafe { (self.func)(args, start, end) }
+    }
+    fn loaded_from_disk(&self) -> bool {
+        self.from_disk
+    }
+}
