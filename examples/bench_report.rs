@@ -292,12 +292,18 @@ fn row_saxpy(cfg: &Config, notes: &mut Vec<String>) -> Row {
         gbs(saxpy_bytes, rayon_vec.min.min(rayon_huge.min)),
         gbs(copy_bytes, copy_vec.min.min(copy_huge.min)),
     ));
+    // the core issue asks 0.8x of copy bandwidth; with LLVM the LLVM issue asks 0.9x
+    let (goal, target) = if kiln::backend() == kiln::BackendKind::Llvm {
+        (0.9, ">= 0.90x copy")
+    } else {
+        (0.8, ">= 0.80x copy")
+    };
     let mut row = Row::new(
         &format!("saxpy {} f32", millions(n)),
         gbs(saxpy_bytes, kiln.median),
-        Goal::AtLeast(0.8),
+        Goal::AtLeast(goal),
         if ok { ratio } else { f64::NAN },
-        ">= 0.80x copy",
+        target,
     );
     row.rayon = gbs(saxpy_bytes, rayon);
     row.copy = gbs(copy_bytes, copy);
@@ -357,6 +363,64 @@ fn row_chain(cfg: &Config, notes: &mut Vec<String>) -> Row {
         ">= 10x rayon",
     );
     row.rayon = ms(rayon.median);
+    row.ratio = format!("{speedup:.2}x faster");
+    row
+}
+
+/// The fused chain compiled by LLVM against the same chain compiled by Cranelift, in one run.
+fn row_llvm_vs_cranelift(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = cfg.n;
+    let name = format!("fused chain {} llvm/cranelift", millions(n));
+    if let Err(reason) = kiln::kiln_core::backend::llvm::shared() {
+        notes.push(format!("llvm vs cranelift: not measured: {reason}"));
+        return Row::new(
+            &name,
+            "no libLLVM".into(),
+            Goal::AtLeast(1.7),
+            f64::NAN,
+            ">= 1.7x",
+        );
+    }
+    let x = Float32::linspace(-2.0, 2.0, n);
+    x.eval();
+    let run = |kind: kiln::BackendKind| {
+        kiln::kiln_core::with_backend(kind, || {
+            let mut result = None;
+            let s = time(|| {
+                let y = chain_kiln(&x);
+                y.eval();
+                result = Some(y);
+            });
+            drop(black_box(result));
+            s
+        })
+    };
+    let [llvm, cranelift] = measure_all(
+        cfg.reps,
+        cfg.budget,
+        [&mut || run(kiln::BackendKind::Llvm), &mut || {
+            run(kiln::BackendKind::Cranelift)
+        }],
+    );
+    let a = kiln::kiln_core::with_backend(kiln::BackendKind::Llvm, || chain_kiln(&x).to_vec());
+    let b = kiln::kiln_core::with_backend(kiln::BackendKind::Cranelift, || chain_kiln(&x).to_vec());
+    let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+    notes.push(format!(
+        "llvm vs cranelift: fused chain best runs llvm {}, cranelift {} ({:.2}x); results bit-identical: {}",
+        ms(llvm.min),
+        ms(cranelift.min),
+        cranelift.min / llvm.min,
+        if same { "yes" } else { "NO" }
+    ));
+    let speedup = cranelift.median / llvm.median;
+    let mut row = Row::new(
+        &name,
+        ms(llvm.median),
+        Goal::AtLeast(1.7),
+        if same { speedup } else { f64::NAN },
+        ">= 1.7x cranelift",
+    );
+    row.rayon = format!("cranelift {}", ms(cranelift.median));
     row.ratio = format!("{speedup:.2}x faster");
     row
 }
@@ -1026,9 +1090,10 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 14] = [
+    let steps: [(&str, RowFn); 15] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
+        ("llvm vs cranelift", row_llvm_vs_cranelift),
         ("monte carlo", row_monte_carlo),
         ("cached launch", row_launch),
         ("cold compile", row_compile),
@@ -1066,9 +1131,10 @@ fn main() {
     }
     let s = kiln::stats();
     println!(
-        "  engine: {} kernels compiled, {} cache hits, {} launches, compile {:.1} ms total, peak memory {:.1} MB",
+        "  engine: {} kernels compiled, {} cache hits, {} disk cache hits, {} launches, compile {:.1} ms total, peak memory {:.1} MB",
         s.kernels_compiled,
         s.cache_hits,
+        s.disk_hits,
         s.launches,
         s.compile_ns as f64 / 1e6,
         s.bytes_peak as f64 / 1e6

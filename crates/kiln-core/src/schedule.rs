@@ -55,7 +55,12 @@ fn auto_backend() -> BackendKind {
     match crate::backend::llvm::shared() {
         Ok(_) => BackendKind::Llvm,
         Err(reason) => {
-            tracing::info!(target: "kiln::kernel", "using the Cranelift backend: {reason}");
+            // a library the user named that does not work deserves a warning; no LLVM at all is normal
+            if std::env::var_os("KILN_LLVM_PATH").is_some_and(|p| !p.is_empty()) {
+                tracing::warn!(target: "kiln::kernel", "using the Cranelift backend: {reason}");
+            } else {
+                tracing::info!(target: "kiln::kernel", "using the Cranelift backend: {reason}");
+            }
             BackendKind::Cranelift
         }
     }

@@ -99,7 +99,7 @@ pub fn create(kind: BackendKind) -> Result<Arc<dyn Backend>> {
         BackendKind::Cranelift => Arc::new(cranelift::CraneliftBackend::new()?),
         BackendKind::Llvm => llvm::shared().map_err(|reason| Error::BackendUnavailable {
             name: "llvm".into(),
-            reason,
+            reason: format!("{reason}; or unset KILN_BACKEND to let kiln pick Cranelift"),
         })?,
     })
 }
