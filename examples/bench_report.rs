@@ -1034,6 +1034,7 @@ fn print_table(rows: &[Row]) {
 
 fn main() {
     let mut quick = false;
+    let mut only: Vec<String> = Vec::new();
     let mut n = 10_000_000;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -1046,8 +1047,15 @@ fn main() {
                     std::process::exit(2);
                 }
             },
+            "--only" => match args.next() {
+                Some(v) => only = v.split(',').map(str::to_string).collect(),
+                None => {
+                    eprintln!("bench_report: --only needs row names, e.g. --only saxpy,collatz");
+                    std::process::exit(2);
+                }
+            },
             "-h" | "--help" => {
-                println!("usage: bench_report [--quick] [--n ELEMENTS]   (default 10_000_000)");
+                println!("usage: bench_report [--quick] [--n ELEMENTS] [--only ROW,ROW]   (default 10_000_000 elements, every row)");
                 return;
             }
             other => {
@@ -1109,6 +1117,9 @@ fn main() {
     ];
     let mut rows = Vec::new();
     for (name, step) in steps {
+        if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+            continue;
+        }
         let t = Instant::now();
         rows.push(step(&cfg, &mut notes));
         eprintln!("  measured {name} in {:.1} s", t.elapsed().as_secs_f64());

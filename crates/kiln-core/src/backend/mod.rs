@@ -11,9 +11,11 @@ pub mod interp;
 pub mod llvm;
 
 use crate::error::{Error, Result};
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Reg};
+use crate::op::Op;
 use crate::op::ReduceOp;
 use crate::ty::VarType;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -252,5 +254,66 @@ fn decode_reduce(b: u8) -> ReduceOp {
         5 => ReduceOp::And,
         6 => ReduceOp::Or,
         _ => ReduceOp::None,
+    }
+}
+
+/// Which registers hold the same value in every lane, counting loop state: a phi whose initial
+/// and next values are uniform, in a loop whose condition is uniform (so that every lane runs the
+/// same iterations), and pure values of uniform operands. `entry` marks the values the entry block
+/// computes (uniform everywhere). Found by shrinking from "every candidate phi is uniform".
+pub(crate) fn uniform_in_loops(k: &Kernel, entry: &[bool]) -> (Vec<bool>, HashMap<usize, usize>) {
+    let mut cond_of = HashMap::new();
+    let mut loop_of_phi: HashMap<usize, usize> = HashMap::new();
+    let mut next_of: HashMap<usize, Reg> = HashMap::new();
+    let mut open: Vec<usize> = Vec::new();
+    for (i, inst) in k.insts.iter().enumerate() {
+        match inst.op {
+            Op::LoopBegin | Op::Switch => open.push(i),
+            Op::LoopEnd | Op::SwitchEnd => {
+                open.pop();
+            }
+            Op::Phi => {
+                loop_of_phi.insert(i, *open.last().expect("verified"));
+            }
+            Op::LoopCond => {
+                cond_of.insert(*open.last().expect("verified"), i);
+            }
+            Op::LoopNext => {
+                next_of.insert(inst.args[0] as usize, inst.args[1]);
+            }
+            _ => {}
+        }
+    }
+    let mut phi_ok: HashMap<usize, bool> = loop_of_phi.keys().map(|&p| (p, true)).collect();
+    loop {
+        let mut u = entry.to_vec();
+        for (i, inst) in k.insts.iter().enumerate() {
+            if u[i] {
+                continue;
+            }
+            u[i] = match inst.op {
+                Op::Phi => phi_ok[&i] && u[inst.args[0] as usize],
+                op if op.is_region() => false,
+                op => {
+                    op.is_pure()
+                        && op != Op::Counter
+                        && inst.has_value()
+                        && inst.operands().iter().all(|&a| u[a as usize])
+                }
+            };
+        }
+        let mut changed = false;
+        for (&p, ok) in phi_ok.iter_mut() {
+            let lp = loop_of_phi[&p];
+            let cond = k.insts[cond_of[&lp]].args[0] as usize;
+            let good = u[p] && next_of.get(&p).is_some_and(|&x| u[x as usize]) && u[cond];
+            if *ok && !good {
+                *ok = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            return (u, cond_of);
+        }
     }
 }

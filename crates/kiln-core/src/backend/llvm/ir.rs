@@ -37,6 +37,7 @@ pub fn module(k: &Kernel, name: &str, w: usize) -> String {
         regions: Vec::new(),
         block: String::new(),
         tail: None,
+        uniform_loop: uniform_loops(k),
     };
     let body = g.function(name);
     let mut m = String::new();
@@ -107,6 +108,8 @@ enum Region {
         saved: Option<String>,
         /// Active lanes in the body (after the condition).
         body_active: Option<String>,
+        /// The condition is uniform: no per-lane masks (see `uniform_loops`).
+        uniform: bool,
     },
     Switch {
         reg: Reg,
@@ -131,6 +134,42 @@ struct Gen<'a> {
     block: String,
     /// The tail pass's mask of lanes inside `[start, end)`; None in the full-vector pass.
     tail: Option<String>,
+    /// Per instruction: a loop whose condition is the same in every lane (see `uniform_loops`).
+    uniform_loop: Vec<bool>,
+}
+
+/// Loops whose condition has one value in every lane (e.g. a counter against a literal): every lane
+/// that enters runs the same iterations, so they need no per-lane masks: the body runs with the
+/// lanes that entered, phis update without a select, and one lane's condition decides the exit.
+fn uniform_loops(k: &Kernel) -> Vec<bool> {
+    let entry: Vec<bool> = k
+        .insts
+        .iter()
+        .map(|i| {
+            i.op == Op::Literal
+                || (i.op == Op::Load && k.params[i.imm as usize].kind == ParamKind::Broadcast)
+        })
+        .collect();
+    let (uniform, cond_of) = crate::backend::uniform_in_loops(k, &entry);
+    let mut out = vec![false; k.insts.len()];
+    for (lp, cond) in cond_of {
+        out[lp] = uniform[k.insts[cond].args[0] as usize];
+    }
+    out
+}
+
+/// Lanes per iteration for `k` on a CPU whose vectors hold `base` 32-bit lanes: small kernels run
+/// several vectors side by side (independent chains hide instruction latency, as unrolling does);
+/// big ones, and ones with scatters (one call per lane), run one.
+pub fn width_for(k: &Kernel, base: usize) -> usize {
+    if k.insts.iter().any(|i| matches!(i.op, Op::Scatter(_))) {
+        return base;
+    }
+    match k.insts.len() {
+        0..=150 => base * 4,
+        151..=500 => base * 2,
+        _ => base,
+    }
 }
 
 impl Gen<'_> {
@@ -570,7 +609,7 @@ impl Gen<'_> {
             }
             Op::Gather => self.gather(idx, inst),
             Op::Scatter(_) => self.scatter(inst),
-            Op::LoopBegin => self.loop_begin(idx, inst),
+            Op::LoopBegin => self.loop_begin(idx),
             Op::Phi => {
                 self.line(format!("{dst} = load {vt}, ptr %{}phi{idx}", self.pfx));
             }
@@ -579,11 +618,16 @@ impl Gen<'_> {
                 let phi = inst.args[0];
                 let pt = k.ty(phi);
                 let pvt = self.vt(pt);
+                // a uniform loop updates every lane: its condition is read from lane 0, so its
+                // uniform phis must stay equal in all lanes (the lanes that did not enter are
+                // never observed)
                 let body_active = self.regions.iter().rev().find_map(|r| match r {
+                    Region::Loop { uniform: true, .. } => Some(None),
                     Region::Loop { body_active, .. } => Some(body_active.clone()),
                     _ => None,
                 });
                 let next = match body_active.flatten() {
+                    // lanes outside the body keep their values (unobserved ones may change)
                     None => a(1),
                     Some(m) => {
                         let s = self.fresh();
@@ -996,16 +1040,18 @@ impl Gen<'_> {
         self.active.clone().unwrap_or_else(|| self.all_true())
     }
 
-    fn loop_begin(&mut self, idx: Reg, inst: &crate::kernel::Inst) {
+    fn loop_begin(&mut self, idx: Reg) {
         let k = self.k;
         let w = self.w;
         let pf = self.pfx;
-        let _ = inst;
-        let _ = writeln!(self.allocas, "  %{pf}act{idx} = alloca <{w} x i1>");
+        let uniform = self.uniform_loop[idx as usize];
         let _ = writeln!(self.allocas, "  %{pf}it{idx} = alloca i64, align 8");
-        let cur = self.mask_or_all();
-        self.line(format!("store <{w} x i1> {cur}, ptr %{pf}act{idx}"));
         self.line(format!("store i64 0, ptr %{pf}it{idx}, align 8"));
+        if !uniform {
+            let _ = writeln!(self.allocas, "  %{pf}act{idx} = alloca <{w} x i1>");
+            let cur = self.mask_or_all();
+            self.line(format!("store <{w} x i1> {cur}, ptr %{pf}act{idx}"));
+        }
         // the phis follow the loop: store their initial values before entering
         let mut j = idx as usize + 1;
         while j < k.insts.len() && k.insts[j].op == Op::Phi {
@@ -1019,33 +1065,50 @@ impl Gen<'_> {
         let head = format!("{pf}L{idx}h");
         self.line(format!("br label %{head}"));
         self.label(&head);
-        let act = self.fresh();
-        self.line(format!("{act} = load <{w} x i1>, ptr %{pf}act{idx}"));
         self.regions.push(Region::Loop {
             reg: idx,
             saved: self.active.clone(),
             body_active: None,
+            uniform,
         });
-        self.active = Some(act);
+        if !uniform {
+            let act = self.fresh();
+            self.line(format!("{act} = load <{w} x i1>, ptr %{pf}act{idx}"));
+            self.active = Some(act);
+        }
     }
 
     fn loop_cond(&mut self, inst: &crate::kernel::Inst) {
         let k = self.k;
         let w = self.w;
         let pf = self.pfx;
-        let Some(Region::Loop { reg, .. }) = self.regions.last() else {
+        let Some(Region::Loop {
+            reg,
+            uniform,
+            saved,
+            ..
+        }) = self.regions.last()
+        else {
             unreachable!("verified: a condition sits in a loop")
         };
-        let reg = *reg;
+        let (reg, uniform, saved) = (*reg, *uniform, saved.clone());
         let max = k.insts[reg as usize].imm;
         let cond = self.r(inst.args[0]);
-        let act = self.active.clone();
-        let ac = self.fresh();
-        self.line(format!(
-            "{ac} = and <{w} x i1> {}, {cond}",
-            act.expect("loops set the active mask")
-        ));
-        let any = self.any(&ac);
+        // the lanes that run the body, and whether there are any
+        let (ac, any) = if uniform {
+            let c0 = self.fresh();
+            self.line(format!("{c0} = extractelement <{w} x i1> {cond}, i64 0"));
+            (saved, c0)
+        } else {
+            let act = self
+                .active
+                .clone()
+                .expect("divergent loops set the active mask");
+            let ac = self.fresh();
+            self.line(format!("{ac} = and <{w} x i1> {act}, {cond}"));
+            let any = self.any(&ac);
+            (Some(ac), any)
+        };
         let exit = format!("{pf}L{reg}x");
         let body = format!("{pf}L{reg}b");
         if max == 0 {
@@ -1060,7 +1123,13 @@ impl Gen<'_> {
             self.line(format!("{lim} = icmp uge i64 {it}, {max}"));
             self.line(format!("br i1 {lim}, label %{trunc}, label %{body}"));
             self.label(&trunc);
-            let c = self.count(&ac);
+            let c = match &ac {
+                Some(m) => {
+                    let m = m.clone();
+                    self.count(&m)
+                }
+                None => w.to_string(),
+            };
             let (sp, old) = (self.fresh(), self.fresh());
             self.line(format!(
                 "{sp} = getelementptr inbounds i64, ptr %status, i64 {}",
@@ -1071,9 +1140,9 @@ impl Gen<'_> {
         }
         self.label(&body);
         if let Some(Region::Loop { body_active, .. }) = self.regions.last_mut() {
-            *body_active = Some(ac.clone());
+            *body_active = ac.clone();
         }
-        self.active = Some(ac);
+        self.active = ac;
     }
 
     fn loop_end(&mut self) {
@@ -1083,12 +1152,15 @@ impl Gen<'_> {
             reg,
             saved,
             body_active,
+            uniform,
         }) = self.regions.pop()
         else {
             unreachable!("verified: endloop closes a loop")
         };
-        let ac = body_active.expect("verified: each loop has a condition");
-        self.line(format!("store <{w} x i1> {ac}, ptr %{pf}act{reg}"));
+        if !uniform {
+            let ac = body_active.expect("divergent loops have a body mask");
+            self.line(format!("store <{w} x i1> {ac}, ptr %{pf}act{reg}"));
+        }
         let (it, it1) = (self.fresh(), self.fresh());
         self.line(format!("{it} = load i64, ptr %{pf}it{reg}, align 8"));
         self.line(format!("{it1} = add i64 {it}, 1"));

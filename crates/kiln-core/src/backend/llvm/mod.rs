@@ -84,6 +84,8 @@ pub struct LlvmBackend {
     disk_cache: bool,
     /// Report compile errors instead of falling back to Cranelift (tests).
     strict: bool,
+    /// Widen small kernels (`ir::width_for`) rather than always using `width` lanes.
+    widen: bool,
     fallback: OnceLock<std::result::Result<Arc<CraneliftBackend>, String>>,
 }
 
@@ -91,7 +93,10 @@ impl LlvmBackend {
     /// A backend of its own (its own JIT), keeping objects in the disk cache or not. Programs use
     /// `shared()`; tests that compile thousands of random kernels make one without the disk cache.
     pub fn create(disk_cache: bool) -> std::result::Result<LlvmBackend, String> {
-        LlvmBackend::create_with(disk_cache, vector_width())
+        let fixed = std::env::var("KILN_LLVM_WIDTH").is_ok();
+        let mut be = LlvmBackend::create_with(disk_cache, vector_width())?;
+        be.widen = !fixed;
+        Ok(be)
     }
 
     /// As `create`, with `width` lanes per vector iteration (any power of two from 2 to 64; tests
@@ -175,6 +180,7 @@ impl LlvmBackend {
                 fallback: OnceLock::new(),
                 disk_cache,
                 strict: false,
+                widen: false,
             })
         }
     }
@@ -198,7 +204,20 @@ impl LlvmBackend {
 
     /// LLVM IR text for `kernel` as this backend generates it (before optimisation).
     pub fn ir_text(&self, kernel: &Kernel) -> String {
-        ir::module(kernel, &format!("kiln_{}", kernel.hash()), self.width)
+        ir::module(
+            kernel,
+            &format!("kiln_{}", kernel.hash()),
+            self.width_of(kernel),
+        )
+    }
+
+    /// Lanes per iteration of `kernel`'s code.
+    fn width_of(&self, kernel: &Kernel) -> usize {
+        if self.widen {
+            ir::width_for(kernel, self.width)
+        } else {
+            self.width
+        }
     }
 
     /// Optimised object code for `ir` (a module defining the kernel's function).
@@ -297,42 +316,63 @@ impl LlvmBackend {
     fn compile_kernel(&self, kernel: &Kernel) -> std::result::Result<LlvmKernel, String> {
         let hash = kernel.hash();
         let mut jit = self.jit.lock();
-        let key = diskcache::Key {
-            kernel: hash,
-            backend: "llvm",
-            target: &self.target,
-        };
-        // A cached object: [u32 name length][name][object]. A bad one is recompiled.
-        if let Some(bytes) = diskcache::load(&key).filter(|_| self.disk_cache) {
-            if let Some((name, obj)) = split_cached(&bytes) {
-                if !jit.names.contains_key(name) {
-                    match self.link(&mut jit, obj, name) {
-                        Ok(addr) => return Ok(LlvmKernel::new(addr, true)),
-                        Err(e) => {
-                            tracing::debug!(target: "kiln::llvm", "cached object for kernel {hash} did not link ({e}); recompiling")
-                        }
-                    }
-                }
-            }
-        }
         let mut name = format!("kiln_{hash}");
         let mut n = 0;
         while jit.names.contains_key(&name) {
             n += 1;
             name = format!("kiln_{hash}_{n}");
         }
-        let ir = ir::module(kernel, &name, self.width);
-        if tracing::enabled!(target: "kiln::llvm", tracing::Level::TRACE) {
-            tracing::trace!(target: "kiln::llvm", "kernel {hash}:\n{ir}");
-        }
-        let obj = self.codegen(&jit, &ir)?;
-        let addr = self.link(&mut jit, &obj, &name)?;
-        let mut stored = Vec::with_capacity(4 + name.len() + obj.len());
-        stored.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        stored.extend_from_slice(name.as_bytes());
-        stored.extend_from_slice(&obj);
+        let ir = ir::module(kernel, &name, self.width_of(kernel));
+        // The cache key covers the generated IR itself, so a changed code generator (or another
+        // width) never picks up an old object, whatever the version number says.
+        let target = format!(
+            "{} ir:{:016x}",
+            self.target,
+            xxhash_rust::xxh3::xxh3_64(ir.as_bytes())
+        );
+        let key = diskcache::Key {
+            kernel: hash,
+            backend: "llvm",
+            target: &target,
+        };
         if self.disk_cache {
-            diskcache::store(&key, &stored);
+            if let Some(obj) = diskcache::load(&key) {
+                match self.link(&mut jit, &obj, &name) {
+                    Ok(addr) => return Ok(LlvmKernel::new(addr, true)),
+                    Err(e) => {
+                        tracing::debug!(target: "kiln::llvm", "cached object for kernel {hash} did not link ({e}); recompiling");
+                        // the failed object may have claimed the name: compile under another
+                        while jit.names.contains_key(&name) {
+                            n += 1;
+                            name = format!("kiln_{hash}_{n}");
+                        }
+                        return self.compile_fresh(&mut jit, kernel, &name, None);
+                    }
+                }
+            }
+        }
+        self.compile_fresh(&mut jit, kernel, &name, Some((&key, ir)))
+    }
+
+    /// Generate, optimise, link and (given a key) store the object for `kernel` as `name`.
+    fn compile_fresh(
+        &self,
+        jit: &mut Jit,
+        kernel: &Kernel,
+        name: &str,
+        store: Option<(&diskcache::Key, String)>,
+    ) -> std::result::Result<LlvmKernel, String> {
+        let ir = match &store {
+            Some((_, ir)) => ir.clone(),
+            None => ir::module(kernel, name, self.width_of(kernel)),
+        };
+        if tracing::enabled!(target: "kiln::llvm", tracing::Level::TRACE) {
+            tracing::trace!(target: "kiln::llvm", "kernel {}:\n{ir}", kernel.hash());
+        }
+        let obj = self.codegen(jit, &ir)?;
+        let addr = self.link(jit, &obj, name)?;
+        if let (Some((key, _)), true) = (store, self.disk_cache) {
+            diskcache::store(key, &obj);
         }
         Ok(LlvmKernel::new(addr, false))
     }
@@ -351,12 +391,6 @@ impl LlvmBackend {
                 message,
             })
     }
-}
-
-fn split_cached(bytes: &[u8]) -> Option<(&str, &[u8])> {
-    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    let name = std::str::from_utf8(bytes.get(4..4 + len)?).ok()?;
-    Some((name, bytes.get(4 + len..)?))
 }
 
 impl Backend for LlvmBackend {
