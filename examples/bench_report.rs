@@ -425,6 +425,88 @@ fn row_llvm_vs_cranelift(cfg: &Config, notes: &mut Vec<String>) -> Row {
     row
 }
 
+/// The 5-point stencil on a 4096² grid written with gathers (as the peers script writes it for
+/// Dr.Jit): border elements 0, inner ones `up + down + left + right - 4·centre`.
+fn stencil_kiln(g: &Float32, w: u32) -> Float32 {
+    let k = UInt32::arange(g.len());
+    let i = &k / w;
+    let j = &k - &i * w;
+    let inner = i.gt(0u32) & i.lt(w - 1) & j.gt(0u32) & j.lt(w - 1);
+    let at = |index: &UInt32| kiln::gather_masked(g, index, &inner);
+    let lap = at(&(&k - w)) + at(&(&k + w)) + at(&(&k - 1u32)) + at(&(&k + 1u32)) - at(&k) * 4.0;
+    kiln::select(&inner, &lap, 0.0f32)
+}
+
+fn stencil_rayon(g: &[f32], w: usize, out: &mut [f32]) {
+    use rayon::prelude::*;
+    out.par_chunks_mut(w).enumerate().for_each(|(i, row)| {
+        if i == 0 || i == w - 1 {
+            row.fill(0.0);
+            return;
+        }
+        row[0] = 0.0;
+        row[w - 1] = 0.0;
+        let (up, mid, down) = (
+            &g[(i - 1) * w..i * w],
+            &g[i * w..(i + 1) * w],
+            &g[(i + 1) * w..(i + 2) * w],
+        );
+        for j in 1..w - 1 {
+            row[j] = up[j] + down[j] + mid[j - 1] + mid[j + 1] - 4.0 * mid[j];
+        }
+    });
+}
+
+/// A 5-point stencil on 4096² written with gathers, against a row-parallel rayon loop.
+fn row_stencil(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let w = 4096usize;
+    let host: Vec<f32> = (0..w * w)
+        .map(|i| ((i * 7919) % 1000) as f32 * 0.001)
+        .collect();
+    let g = Float32::from_slice(&host);
+    let mut out = vec![0.0f32; w * w];
+    let [k, r] = measure_all(
+        cfg.reps.min(15),
+        cfg.budget,
+        [
+            &mut || {
+                let mut result = None;
+                let s = time(|| {
+                    let y = stencil_kiln(&g, w as u32);
+                    y.eval();
+                    result = Some(y);
+                });
+                drop(black_box(result));
+                s
+            },
+            &mut || time(|| stencil_rayon(black_box(&host), w, &mut out)),
+        ],
+    );
+    let got = stencil_kiln(&g, w as u32).to_vec();
+    let same = got
+        .iter()
+        .zip(&out)
+        .all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0));
+    notes.push(format!(
+        "5-point stencil 4096^2: kiln {} (best {}; one kernel, five masked gathers per lane), rayon rows {} (best {}); results agree: {same}",
+        ms(k.median),
+        ms(k.min),
+        ms(r.median),
+        ms(r.min)
+    ));
+    let ratio = r.median / k.median;
+    let mut row = Row::new(
+        "5-point stencil 4096^2",
+        ms(k.median),
+        Goal::AtLeast(0.5),
+        if same { ratio } else { f64::NAN },
+        ">= 0.5x rayon",
+    );
+    row.rayon = ms(r.median);
+    row.ratio = format!("{ratio:.2}x faster");
+    row
+}
+
 /// Row 3: Monte Carlo sphere volume: trace + compile (cached) + run + count, against the same PCG32
 /// in a rayon loop.
 fn row_monte_carlo(cfg: &Config, notes: &mut Vec<String>) -> Row {
@@ -1098,7 +1180,7 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 15] = [
+    let steps: [(&str, RowFn); 16] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
         ("llvm vs cranelift", row_llvm_vs_cranelift),
@@ -1110,6 +1192,7 @@ fn main() {
         ("replay overhead", row_replay_overhead),
         ("tensor mean_axis", row_mean_axis),
         ("tensor transpose", row_transpose),
+        ("stencil", row_stencil),
         ("collatz", row_collatz),
         ("long loop", row_long_loop),
         ("switch", row_switch),

@@ -696,6 +696,9 @@ fn check(p: &[Stmt], d: &Data, evaluated: bool) -> Result<(), TestCaseError> {
         return Err(fail(format!("scalar model vs interpreter: {e}")));
     }
     let mut others = vec![(BackendKind::Cranelift, Mode::Symbolic)];
+    if kiln::kiln_core::backend::llvm::shared().is_ok() {
+        others.push((BackendKind::Llvm, Mode::Symbolic));
+    }
     if evaluated {
         others.push((BackendKind::Cranelift, Mode::Evaluated));
     }

@@ -313,11 +313,16 @@ fn check(n: usize, seed: u64, len: usize, roots: usize) -> Result<(), TestCaseEr
     let roots = roots.min(prog.len() - 3).max(1);
     // the oracle: the interpreter with every view evaluated first
     let a = run(&prog, n, roots, BackendKind::Interp, false);
-    for (backend, views) in [
+    let mut others = vec![
         (BackendKind::Cranelift, false),
         (BackendKind::Interp, true),
         (BackendKind::Cranelift, true),
-    ] {
+    ];
+    // LLVM too, where this machine has a libLLVM (backend_diff.rs says when it is skipped)
+    if kiln::kiln_core::backend::llvm::shared().is_ok() {
+        others.extend([(BackendKind::Llvm, false), (BackendKind::Llvm, true)]);
+    }
+    for (backend, views) in others {
         let b = run(&prog, n, roots, backend, views);
         for (k, ((ta, xa), (_, xb))) in a.iter().zip(&b).enumerate() {
             if let Err(e) = same_bits(*ta, xa, xb) {

@@ -5,7 +5,9 @@ Every peer runs the same workloads on the same inputs (built once with NumPy and
 peer's arrays) with the same f32/u32 arithmetic. Each workload is timed as the best of N calls
 after one warm-up call (which includes compilation); a call counts as finished only when its result
 is computed (JAX: ``block_until_ready``; Dr.Jit: ``dr.eval`` + ``dr.sync_thread`` or reading a
-value back; Numba and NumPy return NumPy arrays).
+value back; Numba and NumPy return NumPy arrays). The exception is ``cold compile 200 ops``: every
+call there builds and compiles a kernel never seen before, and the figure is the best such first
+call (NumPy, which compiles nothing, has no figure).
 
 Each peer runs in a child process of its own, so that one peer's thread pool does not load the
 machine while another is timed and so that a peer that crashes cannot take the others with it. A
@@ -31,6 +33,7 @@ import os
 import re
 import subprocess
 import sys
+import random
 import tempfile
 import time
 import traceback
@@ -44,14 +47,19 @@ SAXPY = "saxpy 10M f32"
 CHAIN = "fused chain 10M"
 MONTE = "monte carlo 10M"
 LAUNCH = "cached launch n=1024 x1000"
+COMPILE = "cold compile 200 ops"
 STENCIL = "5-point stencil 4096^2"
 COLLATZ = "collatz 1M"
 LOOP = "loop 1000x10000"
 SWITCH = "switch 4 targets 1M"
-WORKLOADS = [SAXPY, CHAIN, MONTE, LAUNCH, STENCIL, COLLATZ, LOOP, SWITCH]
+WORKLOADS = [SAXPY, CHAIN, MONTE, LAUNCH, COMPILE, STENCIL, COLLATZ, LOOP, SWITCH]
+DEFAULT_REPS = 3
 # Workloads of a few milliseconds or less: timed at least SMALL_REPS times (noise matters more).
 SMALL = {LAUNCH, LOOP, SWITCH}
 SMALL_REPS = 10
+# cold compile: every call compiles a new kernel (Numba takes ~0.3 s a kernel), so it is timed
+# COMPILE_REPS times, or --reps times when --reps is below the default.
+COMPILE_REPS = 5
 
 N_BIG = 10_000_000  # saxpy, fused chain, monte carlo
 N_LAUNCH = 1024  # cached launch: lanes per call
@@ -62,6 +70,8 @@ LOOP_LANES = 10_000
 LOOP_STEPS = 1000
 N_SWITCH = 1_000_000
 SAXPY_A = 2.0
+COMPILE_OPS = 200  # cold compile: traced ops per kernel
+COMPILE_N = 1024  # cold compile: lanes
 
 # Expected values for the checks printed after the table.
 COLLATZ_STEP_SUM = 131_435_239  # sum of steps with u32 wrap-around (109 lanes overflow u32)
@@ -81,6 +91,7 @@ def inputs():
     del k
     wx = np.linspace(0.0, 1.0, N_SWITCH, dtype=np.float32)
     return {
+        "compile_x": np.linspace(0.5, 1.0, COMPILE_N, dtype=np.float32),
         "saxpy_x": sx,
         "saxpy_y": sy,
         "chain_x": np.linspace(-2.0, 2.0, N_BIG, dtype=np.float32),
@@ -94,9 +105,71 @@ def inputs():
     }
 
 
+def timed_calls(workload, reps):
+    """How many timed calls `workload` gets after its warm-up call."""
+    if workload in SMALL:
+        return max(reps, SMALL_REPS)
+    if workload == COMPILE:
+        return COMPILE_REPS if reps >= DEFAULT_REPS else reps
+    return reps
+
+
+# cold compile: the arithmetic of bench_report's `row_compile`. x = linspace(0.5, 1, 1024); y = x;
+# op i is y*c, y+x, y-c, y*x for i % 4 = 0, 1, 2, 3, with c = 1.25 + i/1024 + (sample + salt)/64:
+# every sample (one call) gets constants of its own, and the salt (one per process) keeps a kernel
+# cache on disk (Dr.Jit has one) from having seen them in an earlier run.
+COMPILE_SALT = random.random()
+
+
+def compile_consts(sample):
+    """The f32 constants of cold-compile sample `sample` (one per op; ops 1 and 3 ignore theirs)."""
+    import numpy as np
+
+    i = np.arange(COMPILE_OPS, dtype=np.float64)
+    return (1.25 + i / 1024.0 + (sample + COMPILE_SALT) / 64.0).astype(np.float32)
+
+
+def compile_step(i, y, x, c):
+    """Op i of the cold-compile chain (for NumPy, JAX and Dr.Jit arrays alike)."""
+    k = i % 4
+    if k == 0:
+        return y * c
+    if k == 1:
+        return y + x
+    if k == 2:
+        return y - c
+    return y * x
+
+
+def compile_check(x):
+    """to_numpy for cold compile: the relative difference between sum|y| and NumPy's, computed in
+    f32 with the same constants (run() returns (y, consts))."""
+    import numpy as np
+
+    def to_numpy(r):
+        y, cs = r
+        ref = x.copy()
+        for i, c in enumerate(cs):
+            ref = compile_step(i, ref, x, c)  # f32 array op f32 scalar: f32
+        got = float(np.abs(np.asarray(y, dtype=np.float64)).sum())
+        want = float(np.abs(ref.astype(np.float64)).sum())
+        return abs(got - want) / max(want, 1e-30)
+
+    return to_numpy
+
+
+class Timed:
+    """A run's result with its own timing (seconds), for runs whose set-up is not to be timed."""
+
+    def __init__(self, seconds, value):
+        self.seconds, self.value = seconds, value
+
+
 # -------------------------------------------------------------------------------------------------
 # Peers. Each returns {workload: factory}; a factory sets up (untimed) and returns (run, to_numpy):
 # run() performs one complete call, to_numpy(result) gives a NumPy array or a float for the checks.
+# run() may return a Timed (its timed part and its result) instead of its result; a str in place of
+# a factory is the reason the peer has no such workload.
 
 
 def peer_numpy(d):
@@ -185,7 +258,8 @@ def peer_numpy(d):
         return run, ident
 
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
-            COLLATZ: collatz, LOOP: loop, SWITCH: switch}
+            COLLATZ: collatz, LOOP: loop, SWITCH: switch,
+            COMPILE: "NumPy compiles no kernels"}
 
 
 def peer_numba(d):
@@ -304,6 +378,32 @@ def peer_numba(d):
 
         return run
 
+    def compile_():
+        # A new function per sample, from generated source with its constants as f32 globals
+        # (Numba freezes global NumPy scalars into the code as constants, and compiles each new
+        # function afresh: no cache=True, so nothing on disk either). Plain njit, not parallel=True:
+        # the parallel pipeline (parfors, gufunc wrapper) would add its own compile time, and a
+        # 1024-lane kernel runs serially anyway (as launch_k does).
+        x = d["compile_x"]
+        ops = ["y = y * C{i}", "y = y + v", "y = y - C{i}", "y = y * v"]
+        body = "\n".join("        " + ops[i % 4].format(i=i) for i in range(COMPILE_OPS))
+        src = ("def kern(x):\n    out = np.empty_like(x)\n    for j in range(x.size):\n"
+               f"        v = x[j]\n        y = v\n{body}\n        out[j] = y\n    return out\n")
+        sample = [0]
+
+        def run():
+            sample[0] += 1
+            cs = compile_consts(sample[0])
+            ns = {"np": np}
+            ns.update({f"C{i}": cs[i] for i in range(COMPILE_OPS)})
+            exec(src, ns)  # noqa: S102
+            kern = njit(ns["kern"])
+            t0 = time.perf_counter()
+            y = kern(x)  # the first call: type inference + LLVM + run
+            return Timed(time.perf_counter() - t0, (y, cs))
+
+        return run, compile_check(x)
+
     print(f"  numba {numba.__version__}: {numba.get_num_threads()} threads", flush=True)
     return {
         SAXPY: lambda: ((lambda: saxpy_k(d["saxpy_x"], d["saxpy_y"])), ident),
@@ -314,6 +414,7 @@ def peer_numba(d):
         COLLATZ: lambda: ((lambda: collatz_k(d["collatz_x"])), ident),
         LOOP: lambda: ((lambda: loop_k(d["loop_x"], LOOP_STEPS)), ident),
         SWITCH: lambda: ((lambda: switch_k(d["switch_idx"], d["switch_x"], d["switch_y"])), ident),
+        COMPILE: compile_,
     }
 
 
@@ -413,8 +514,34 @@ def peer_jax(d):
 
         return (lambda: f(idx, x, y).block_until_ready()), to_np
 
+    def compile_():
+        # The constants are Python floats in the closure (weakly typed: the arithmetic stays f32)
+        # and so literals in the HLO: a new function with new constants is traced and compiled
+        # afresh (JAX's persistent compilation cache is off unless jax_compilation_cache_dir is
+        # set). x is an argument, not a closed-over constant, so that XLA cannot fold the chain.
+        x = put("compile_x")
+        sample = [0]
+
+        def run():
+            sample[0] += 1
+            cs = compile_consts(sample[0])
+            consts = [float(c) for c in cs]
+
+            def chain(x):
+                y = x
+                for i, c in enumerate(consts):
+                    y = compile_step(i, y, x, c)
+                return y
+
+            f = jax.jit(chain)
+            t0 = time.perf_counter()
+            y = f(x).block_until_ready()  # the first call: trace + lower + XLA compile + run
+            return Timed(time.perf_counter() - t0, (np.asarray(y), cs))
+
+        return run, compile_check(d["compile_x"])
+
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
-            COLLATZ: collatz, LOOP: loop, SWITCH: switch}
+            COLLATZ: collatz, LOOP: loop, SWITCH: switch, COMPILE: compile_}
 
 
 def peer_drjit(d):
@@ -526,8 +653,38 @@ def peer_drjit(d):
         ]
         return (lambda: done(dr.switch(idx, targets, x, y))), to_np
 
+    def compile_():
+        # Dr.Jit bakes Python-float literals into its kernels (the kernel's hash covers them), so
+        # new constants make a new kernel, which misses both its kernel cache in memory and the
+        # one on disk (~/.drjit); the salt in compile_consts keeps an earlier run's kernels out of
+        # reach, and the kernel history confirms the miss. Timed: dr.eval + dr.sync_thread of the
+        # traced chain (schedule + LLVM compile + run), not the tracing itself.
+        x = arr(Float, "compile_x")
+        sample = [0]
+
+        def run():
+            sample[0] += 1
+            cs = compile_consts(sample[0])
+            y = x
+            for i, c in enumerate(cs):
+                y = compile_step(i, y, x, float(c))
+            dr.set_flag(dr.JitFlag.KernelHistory, True)
+            dr.kernel_history()  # clears it
+            try:
+                t0 = time.perf_counter()
+                done(y)
+                t = time.perf_counter() - t0
+                hist = dr.kernel_history()
+            finally:
+                dr.set_flag(dr.JitFlag.KernelHistory, False)
+            if any(e.get("cache_hit") or e.get("cache_disk") for e in hist):
+                raise RuntimeError("a kernel cache hit: the figure would not be a compile")
+            return Timed(t, (np.array(y), cs))
+
+        return run, compile_check(d["compile_x"])
+
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
-            COLLATZ: collatz, LOOP: loop, SWITCH: switch}
+            COLLATZ: collatz, LOOP: loop, SWITCH: switch, COMPILE: compile_}
 
 
 PEER_FNS = {"numpy": peer_numpy, "numba": peer_numba, "jax": peer_jax, "drjit": peer_drjit}
@@ -566,16 +723,26 @@ def run_worker(peer, out_path, reps, workloads):
         print(f"peer {peer}: skipped ({reason})", flush=True)
         return
     for w in workloads:
+        factory = table.get(w, "not written for this peer")
+        if isinstance(factory, str):
+            results["skipped"][w] = factory
+            print(f"peer {peer}: skipped ({w}: {factory})", flush=True)
+            save()
+            continue
         try:
-            run, to_numpy = table[w]()
-            t0 = time.perf_counter()
-            r = run()
-            first = time.perf_counter() - t0
-            best = math.inf
-            for _ in range(max(reps, SMALL_REPS) if w in SMALL else reps):
+            run, to_numpy = factory()
+
+            def call():
                 t0 = time.perf_counter()
                 r = run()
-                best = min(best, time.perf_counter() - t0)
+                t = time.perf_counter() - t0
+                return (r.value, r.seconds) if isinstance(r, Timed) else (r, t)
+
+            r, first = call()
+            best = math.inf
+            for _ in range(timed_calls(w, reps)):
+                r, t = call()
+                best = min(best, t)
             results["ms"][w] = best * 1e3
             results["first_ms"][w] = first * 1e3
             results["check"][w] = checksum(w, to_numpy(r))
@@ -623,7 +790,10 @@ def check_notes(per_peer, workloads):
             c = res.get("check", {}).get(w)
             if c is None:
                 continue
-            if w == MONTE:
+            if w == COMPILE:
+                ok = c <= 1e-3
+                what = f"sum|y| differs from numpy's (same constants, f32) by {c:.2g} relative"
+            elif w == MONTE:
                 ok = abs(c - SPHERE) < 0.01
                 what = f"estimate {c:.5f} (4pi/3 = {SPHERE:.5f})"
             elif w == COLLATZ:
@@ -646,7 +816,8 @@ def run_parent(args):
                  or any(s.strip() and s.strip().lower() in w.lower()
                         for s in args.workloads.split(","))]
     print(f"kiln peers: {', '.join(peers)}; best of {args.reps} (of {max(args.reps, SMALL_REPS)} "
-          f"for the small workloads) after one warm-up call (which compiles); "
+          f"for the small workloads, of {timed_calls(COMPILE, args.reps)} fresh kernels for cold "
+          f"compile) after one warm-up call (which compiles); "
           f"{os.cpu_count()} CPUs; python {sys.version.split()[0]}", flush=True)
     start = time.perf_counter()
     per_peer = {}
@@ -700,7 +871,12 @@ def run_parent(args):
         print("checks:")
         print("\n".join(notes))
     else:
-        print("checks: every measured result agrees (numpy's sums, the collatz step sum, 4pi/3)")
+        print("checks: every measured result agrees (numpy's sums, the collatz step sum, 4pi/3; "
+              "cold compile: numpy's f32 result with the same constants)")
+    if COMPILE in workloads:
+        print(f"  {COMPILE}: every call compiles a kernel never seen before; best of "
+              f"{timed_calls(COMPILE, args.reps)} after one (the first in its process, shown in "
+              "the second table)")
     for p in shown:
         for w, why in per_peer[p].get("skipped", {}).items():
             print(f"  {p}: {'import' if w == '*' else w} skipped: {why}")
@@ -719,7 +895,8 @@ ALIASES = {
     CHAIN: ["fused chain"],
     MONTE: ["monte carlo"],
     LAUNCH: ["cached launch"],
-    STENCIL: ["stencil"],
+    COMPILE: ["cold compile"],
+    STENCIL: ["5-point stencil", "stencil"],
     COLLATZ: ["collatz"],
     LOOP: ["loop 1000x10000", "loop 1000", "while_loop", "while loop"],
     SWITCH: ["switch"],
@@ -729,17 +906,18 @@ NUM = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
 
 def kiln_ms(workload, lines):
     """kiln's ms for `workload` from bench_report's output, or (None, None): first a line naming
-    the workload with `kiln <X> ms`, then a table row starting with its name (kiln's cell in ms,
-    us/launch or GB/s, converted)."""
+    the workload with `kiln <X> ms` (or `kiln <X> ms (best <Y> ms`: then Y), then a table row
+    starting with its name (kiln's cell in ms, us/launch or GB/s, converted)."""
     keys = [workload.lower()] + ALIASES.get(workload, [])
     for key in keys:
         for ln in lines:
             low = ln.lower()
             if key not in low or "kiln" not in low:
                 continue
-            m = re.search(r"\bkiln\b\D*?" + NUM + r" ms\b", ln[low.index("kiln"):])
+            m = re.search(r"\bkiln\b\D*?" + NUM + r" ms\b(?: \(best " + NUM + r" ms\b)?",
+                          ln[low.index("kiln"):])
             if m:
-                return float(m.group(1)), None
+                return float(m.group(2) or m.group(1)), None
     for key in keys:
         for ln in lines:
             if not ln.strip().lower().startswith(key):
@@ -758,6 +936,20 @@ def kiln_ms(workload, lines):
                 return 12.0 * n / (v * 1e9) * 1e3, \
                     f"{workload}: kiln's {v} GB/s at 12 B/element over {n} elements"
     return None, None
+
+
+def compile_note(lines):
+    """What kiln's cold-compile figure measures, next to what the peers' do."""
+    whole = None
+    for ln in lines:
+        if ln.strip().lower().startswith("cold compile:"):
+            m = re.search(r"whole eval[^;]*?median " + NUM + " ms", ln)
+            whole = whole or (m and m.group(1))
+    return (f"{COMPILE}: kiln's figure is its code generation alone (median); the peers' are a "
+            "whole first call (best; JAX: trace + compile + run, Numba: type inference + compile "
+            "+ run, Dr.Jit: eval = schedule + compile + run)"
+            + (f"; kiln's whole eval (schedule + compile + run): median {whole} ms" if whole
+               else ""))
 
 
 def run_merge(args):
@@ -779,7 +971,9 @@ def run_merge(args):
     for w in WORKLOADS:
         k, note = kiln_ms(w, lines)
         if note:
-            notes.append(note)
+            notes.append("derived: " + note)
+        if w == COMPILE and k is not None:
+            notes.append("note: " + compile_note(lines))
         row = [w, fmt_ms(k)]
         for p in shown:
             v = peers_ms.get(w, {}).get(p)
@@ -789,7 +983,7 @@ def run_merge(args):
     print("kiln vs peers (ms; ratio peer/kiln > 1 means kiln is faster)")
     print_table(header, rows)
     for n in notes:
-        print(f"  derived: {n}")
+        print(f"  {n}")
     print("  kiln figures are parsed best effort from bench_report (its 'kiln <X> ms' notes, "
           "which give best runs, else its table's median); '-' where none was found")
 
@@ -797,7 +991,8 @@ def run_merge(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write {workload: {peer: ms}} here (with --merge: read it)")
-    ap.add_argument("--reps", type=int, default=3, help="timed calls per workload (best is kept)")
+    ap.add_argument("--reps", type=int, default=DEFAULT_REPS,
+                    help="timed calls per workload (best is kept)")
     ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of peers")
     ap.add_argument("--workloads", default="",
                     help="comma-separated substrings selecting workloads (default: all)")

@@ -964,12 +964,63 @@ impl Gen<'_> {
         let p = inst.imm as usize;
         let dst = self.r(idx);
         let (ix, mk) = (self.r(inst.args[0]), self.r(inst.args[1]));
-        let ix64 = self.index64(k.ty(inst.args[0]), &ix);
+        let ixt = k.ty(inst.args[0]);
         let active = self.active.clone();
         let m = self.and_mask(active.as_deref(), &mk);
-        let lenv = self.splat("i64", &format!("%len{p}"));
-        let (inb, valid, bad, badn) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
-        self.line(format!("{inb} = icmp ult <{w} x i64> {ix64}, {lenv}"));
+        let me = mty(t);
+        let mv = self.v(me);
+        let (inb, ptrs) = if sty(ixt) == "i32" {
+            // 32-bit indices stay 32-bit, so x86 gathers 8 lanes per instruction (vgatherdps)
+            // rather than 4: the bounds check compares against min(len - 1, u32::MAX), and an
+            // unsigned index is biased by 2^31 so that the address arithmetic's sign extension
+            // gives base + index exactly.
+            let umin = "llvm.umin.i64";
+            self.declare(format!("declare i64 @{umin}(i64, i64)"));
+            let (lm1, lim64, lim, nz) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+            self.line(format!("{lm1} = sub i64 %len{p}, 1"));
+            self.line(format!(
+                "{lim64} = call i64 @{umin}(i64 {lm1}, i64 4294967295)"
+            ));
+            self.line(format!("{lim} = trunc i64 {lim64} to i32"));
+            self.line(format!("{nz} = icmp ne i64 %len{p}, 0"));
+            let limv = self.splat("i32", &lim);
+            let nzv = self.splat("i1", &nz);
+            let (le, inb) = (self.fresh(), self.fresh());
+            self.line(format!("{le} = icmp ule <{w} x i32> {ix}, {limv}"));
+            self.line(format!("{inb} = and <{w} x i1> {le}, {nzv}"));
+            let ptrs = self.fresh();
+            if ixt.is_signed() {
+                let (nn, inb2) = (self.fresh(), self.fresh());
+                self.line(format!("{nn} = icmp sge <{w} x i32> {ix}, zeroinitializer"));
+                self.line(format!("{inb2} = and <{w} x i1> {inb}, {nn}"));
+                self.line(format!(
+                    "{ptrs} = getelementptr {me}, ptr %base{p}, <{w} x i32> {ix}"
+                ));
+                (inb2, ptrs)
+            } else {
+                let (biased, ib) = (self.fresh(), self.fresh());
+                let bias = self.splat_const("i32", "-2147483648");
+                self.line(format!(
+                    "{biased} = getelementptr i8, ptr %base{p}, i64 {}",
+                    (1u64 << 31) * t.size_bytes() as u64
+                ));
+                self.line(format!("{ib} = xor <{w} x i32> {ix}, {bias}"));
+                self.line(format!(
+                    "{ptrs} = getelementptr {me}, ptr {biased}, <{w} x i32> {ib}"
+                ));
+                (inb, ptrs)
+            }
+        } else {
+            let ix64 = self.index64(ixt, &ix);
+            let lenv = self.splat("i64", &format!("%len{p}"));
+            let (inb, ptrs) = (self.fresh(), self.fresh());
+            self.line(format!("{inb} = icmp ult <{w} x i64> {ix64}, {lenv}"));
+            self.line(format!(
+                "{ptrs} = getelementptr {me}, ptr %base{p}, <{w} x i64> {ix64}"
+            ));
+            (inb, ptrs)
+        };
+        let (valid, bad, badn) = (self.fresh(), self.fresh(), self.fresh());
         self.line(format!("{valid} = and <{w} x i1> {m}, {inb}"));
         let all = self.all_true();
         self.line(format!("{badn} = xor <{w} x i1> {inb}, {all}"));
@@ -979,12 +1030,6 @@ impl Gen<'_> {
         self.line(format!("{old} = load i64, ptr %oob, align 8"));
         self.line(format!("{new} = add i64 {old}, {c}"));
         self.line(format!("store i64 {new}, ptr %oob, align 8"));
-        let me = mty(t);
-        let mv = self.v(me);
-        let ptrs = self.fresh();
-        self.line(format!(
-            "{ptrs} = getelementptr {me}, ptr %base{p}, <{w} x i64> {ix64}"
-        ));
         let f = format!("llvm.masked.gather.v{w}{}.v{w}p0", mangle(me));
         self.declare(format!(
             "declare {mv} @{f}(<{w} x ptr>, i32, <{w} x i1>, {mv})"
