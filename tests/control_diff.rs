@@ -696,7 +696,11 @@ fn check(p: &[Stmt], d: &Data, evaluated: bool) -> Result<(), TestCaseError> {
         return Err(fail(format!("scalar model vs interpreter: {e}")));
     }
     let mut others = vec![(BackendKind::Cranelift, Mode::Symbolic)];
-    if kiln::kiln_core::backend::llvm::shared().is_ok() {
+    // LLVM on every third program (its compiles cost ~15 ms each; backend_diff tests it in depth)
+    static LLVM_TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    if LLVM_TURN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 3 == 0
+        && kiln::kiln_core::backend::llvm::shared().is_ok()
+    {
         others.push((BackendKind::Llvm, Mode::Symbolic));
     }
     if evaluated {

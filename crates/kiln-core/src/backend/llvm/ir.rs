@@ -2,8 +2,9 @@
 //!
 //! A kernel becomes `void @name(ptr %args, i64 %start, i64 %end)` (the launch ABI shared with
 //! Cranelift) that runs `W` lanes per iteration as `<W x T>` vectors, `W` chosen from the CPU. The
-//! body is emitted twice: once for full vectors, once for the last partial vector, where loads and
-//! stores are masked, so no lane outside `[start, end)` is ever written. Every op follows the
+//! body is emitted once: the last partial vector reads zero-padded copies of its inputs and writes
+//! stack vectors that are copied out for the lanes below `end`, so no lane outside `[start, end)` is
+//! ever read or written through a streamed parameter. Every op follows the
 //! scalar semantics in `op` exactly (integer division by zero, saturating casts, NaN-propagating
 //! min/max with −0 < +0), checked against the interpreter by the differential tests.
 //!
@@ -36,7 +37,6 @@ pub fn module(k: &Kernel, name: &str, w: usize) -> String {
         active: None,
         regions: Vec::new(),
         block: String::new(),
-        tail: None,
         uniform_loop: uniform_loops(k),
     };
     let body = g.function(name);
@@ -132,8 +132,6 @@ struct Gen<'a> {
     regions: Vec<Region>,
     /// Label of the block being emitted into (for φ nodes of the lane loop).
     block: String,
-    /// The tail pass's mask of lanes inside `[start, end)`; None in the full-vector pass.
-    tail: Option<String>,
     /// Per instruction: a loop whose condition is the same in every lane (see `uniform_loops`).
     uniform_loop: Vec<bool>,
 }
@@ -167,8 +165,8 @@ pub fn width_for(k: &Kernel, base: usize) -> usize {
     }
     // compile time grows with width × size: a 300-instruction kernel at 8 lanes takes ~20 ms
     match k.insts.len() {
-        0..=64 => base * 4,
-        65..=160 => base * 2,
+        0..=160 => base * 4,
+        161..=400 => base * 2,
         _ => base,
     }
 }
@@ -315,26 +313,60 @@ impl Gen<'_> {
         let _ = writeln!(setup, "  br label %head");
         self.allocas.push_str("  %oob = alloca i64, align 8\n");
 
-        // the lane loop: full vectors
+        // The lane loop. One body serves full vectors and the last partial one: for the latter,
+        // inputs are copied into zero-padded stack vectors and outputs written to stack vectors
+        // that are copied out for the lanes below `end`. Emitting the body once halves compile
+        // time, and no lane outside `[start, end)` is read or written.
         self.out.clear();
         self.label("head");
         self.line("%i = phi i64 [ %start, %entry ], [ %inext, %latch ]");
         self.line(format!("%inext = add i64 %i, {w}"));
         self.line("%full = icmp ule i64 %inext, %end");
-        self.line("br i1 %full, label %a_body, label %tailcheck");
-        self.label("a_body");
-        self.pfx = 'a';
-        self.active = None;
-        self.body();
-        self.line("br label %latch");
-        self.label("latch");
-        self.line("br label %head");
-        // the last partial vector
+        self.line("br i1 %full, label %fullprep, label %tailcheck");
+        let streamed: Vec<(usize, VarType)> = k
+            .params
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| matches!(p.kind, ParamKind::Input | ParamKind::Output))
+            .map(|(i, p)| (i, p.ty))
+            .collect();
+        self.label("fullprep");
+        for &(p, t) in &streamed {
+            self.line(format!(
+                "%fp{p} = getelementptr inbounds {}, ptr %base{p}, i64 %i",
+                mty(t)
+            ));
+        }
+        self.line("br label %body");
         self.label("tailcheck");
         self.line("%more = icmp ult i64 %i, %end");
-        self.line("br i1 %more, label %b_body, label %exit");
-        self.label("b_body");
-        self.pfx = 'b';
+        self.line("br i1 %more, label %tailprep, label %exit");
+        self.label("tailprep");
+        self.line("%rem = sub i64 %end, %i");
+        self.declare("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)".into());
+        self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)".into());
+        for &(p, t) in &streamed {
+            let size = t.size_bytes();
+            let _ = writeln!(
+                self.allocas,
+                "  %scr{p} = alloca [{w} x {}], align 64",
+                mty(t)
+            );
+            if k.params[p].kind == ParamKind::Input {
+                self.line(format!(
+                    "call void @llvm.memset.p0.i64(ptr align 64 %scr{p}, i8 0, i64 {}, i1 false)",
+                    w * size
+                ));
+                self.line(format!("%tb{p} = mul i64 %rem, {size}"));
+                self.line(format!(
+                    "%tsrc{p} = getelementptr inbounds {}, ptr %base{p}, i64 %i",
+                    mty(t)
+                ));
+                self.line(format!(
+                    "call void @llvm.memcpy.p0.p0.i64(ptr align 64 %scr{p}, ptr align {size} %tsrc{p}, i64 %tb{p}, i1 false)"
+                ));
+            }
+        }
         let iv = self.splat("i64", "%i");
         let lanes = self.fresh();
         let lo = self.lane_offsets();
@@ -342,9 +374,39 @@ impl Gen<'_> {
         let endv = self.splat("i64", "%end");
         let tm = self.fresh();
         self.line(format!("{tm} = icmp ult <{w} x i64> {lanes}, {endv}"));
-        self.active = Some(tm.clone());
-        self.tail = Some(tm);
+        self.line("br label %body");
+        self.label("body");
+        self.line("%tail = phi i1 [ false, %fullprep ], [ true, %tailprep ]");
+        let all = self.all_true();
+        self.line(format!(
+            "%lanemask = phi <{w} x i1> [ {all}, %fullprep ], [ {tm}, %tailprep ]"
+        ));
+        for &(p, _) in &streamed {
+            self.line(format!(
+                "%ptr{p} = phi ptr [ %fp{p}, %fullprep ], [ %scr{p}, %tailprep ]"
+            ));
+        }
+        self.pfx = 'a';
+        self.active = Some("%lanemask".into());
         self.body();
+        self.line("br i1 %tail, label %tailout, label %latch");
+        self.label("latch");
+        self.line("br label %head");
+        self.label("tailout");
+        self.line("%rem2 = sub i64 %end, %i");
+        for &(p, t) in &streamed {
+            if k.params[p].kind == ParamKind::Output {
+                let size = t.size_bytes();
+                self.line(format!("%ob{p} = mul i64 %rem2, {size}"));
+                self.line(format!(
+                    "%odst{p} = getelementptr inbounds {}, ptr %base{p}, i64 %i",
+                    mty(t)
+                ));
+                self.line(format!(
+                    "call void @llvm.memcpy.p0.p0.i64(ptr align {size} %odst{p}, ptr align 64 %scr{p}, i64 %ob{p}, i1 false)"
+                ));
+            }
+        }
         self.line("br label %exit");
         self.label("exit");
         self.line("%oobn = load i64, ptr %oob, align 8");
@@ -434,26 +496,13 @@ impl Gen<'_> {
                 }
                 let m = mty(t);
                 let mv = self.v(m);
-                let addr = self.fresh();
-                self.line(format!(
-                    "{addr} = getelementptr inbounds {m}, ptr %base{p}, i64 %i"
-                ));
                 let loaded = if t == VarType::Bool {
                     self.fresh()
                 } else {
                     dst.clone()
                 };
                 let align = t.size_bytes();
-                match self.tail_mask() {
-                    None => self.line(format!("{loaded} = load {mv}, ptr {addr}, align {align}")),
-                    Some(tm) => {
-                        let f = format!("llvm.masked.load.v{w}{}.p0", mangle(m));
-                        self.declare(format!("declare {mv} @{f}(ptr, i32, <{w} x i1>, {mv})"));
-                        self.line(format!(
-                            "{loaded} = call {mv} @{f}(ptr {addr}, i32 {align}, <{w} x i1> {tm}, {mv} zeroinitializer)"
-                        ));
-                    }
-                }
+                self.line(format!("{loaded} = load {mv}, ptr %ptr{p}, align {align}"));
                 if t == VarType::Bool {
                     self.line(format!("{dst} = trunc {mv} {loaded} to {vt}"));
                 }
@@ -469,21 +518,8 @@ impl Gen<'_> {
                 } else {
                     a(0)
                 };
-                let addr = self.fresh();
-                self.line(format!(
-                    "{addr} = getelementptr inbounds {m}, ptr %base{p}, i64 %i"
-                ));
                 let align = t.size_bytes();
-                match self.tail_mask() {
-                    None => self.line(format!("store {mv} {val}, ptr {addr}, align {align}")),
-                    Some(tm) => {
-                        let f = format!("llvm.masked.store.v{w}{}.p0", mangle(m));
-                        self.declare(format!("declare void @{f}({mv}, ptr, i32, <{w} x i1>)"));
-                        self.line(format!(
-                            "call void @{f}({mv} {val}, ptr {addr}, i32 {align}, <{w} x i1> {tm})"
-                        ));
-                    }
-                }
+                self.line(format!("store {mv} {val}, ptr %ptr{p}, align {align}"));
             }
             Op::Neg => match t {
                 VarType::F32 | VarType::F64 => self.line(format!("{dst} = fneg {vt} {}", a(0))),
@@ -694,11 +730,6 @@ impl Gen<'_> {
                 }
             }
         }
-    }
-
-    /// The mask of lanes inside `[start, end)` in the tail pass (None in the full-vector pass).
-    fn tail_mask(&self) -> Option<String> {
-        self.tail.clone()
     }
 
     /// Which operand (0 or 1) of a float binary op is a literal other than NaN and ±0.

@@ -153,14 +153,29 @@ impl LlvmBackend {
             ))
             .map_err(|m| fail("LLVMOrcCreateLLJIT", m))?;
             let dylib = (a.LLVMOrcLLJITGetMainJITDylib)(lljit);
-            let helper = CString::new(ir::SCATTER_SYMBOL).expect("no NUL");
-            let mut pair = SymbolPair {
-                name: (a.LLVMOrcLLJITMangleAndIntern)(lljit, helper.as_ptr()),
-                address: crate::backend::scatter_lane_extern as *const () as usize as u64,
-                generic_flags: api::FLAGS_EXPORTED_CALLABLE,
-                target_flags: 0,
-            };
-            let unit = (a.LLVMOrcAbsoluteSymbols)(&mut pair, 1);
+            // what generated code calls: the scatter helper, and the C library's memcpy/memset
+            // (LLVM lowers the last partial vector's copies to them)
+            let symbols: [(&str, u64); 3] = [
+                (
+                    ir::SCATTER_SYMBOL,
+                    crate::backend::scatter_lane_extern as *const () as usize as u64,
+                ),
+                ("memcpy", libc::memcpy as *const () as usize as u64),
+                ("memset", libc::memset as *const () as usize as u64),
+            ];
+            let mut pairs: Vec<SymbolPair> = symbols
+                .iter()
+                .map(|&(name, address)| {
+                    let c = CString::new(name).expect("no NUL");
+                    SymbolPair {
+                        name: (a.LLVMOrcLLJITMangleAndIntern)(lljit, c.as_ptr()),
+                        address,
+                        generic_flags: api::FLAGS_EXPORTED_CALLABLE,
+                        target_flags: 0,
+                    }
+                })
+                .collect();
+            let unit = (a.LLVMOrcAbsoluteSymbols)(pairs.as_mut_ptr(), pairs.len());
             lib.check((a.LLVMOrcJITDylibDefine)(dylib, unit))
                 .map_err(|m| fail("LLVMOrcJITDylibDefine", m))?;
             let target = format!("{triple} {cpu} {features} {} w{width}", lib.path.display());
