@@ -86,6 +86,11 @@ pub struct LlvmBackend {
     strict: bool,
     /// Widen small kernels (`ir::width_for`) rather than always using `width` lanes.
     widen: bool,
+    /// Kernels compiled by Cranelift because this library rejected them.
+    fallbacks: std::sync::atomic::AtomicU64,
+    /// Tests: append garbage to every generated module, so that LLVM rejects it.
+    #[cfg(test)]
+    break_ir: bool,
     fallback: OnceLock<std::result::Result<Arc<CraneliftBackend>, String>>,
 }
 
@@ -196,6 +201,9 @@ impl LlvmBackend {
                 disk_cache,
                 strict: false,
                 widen: false,
+                fallbacks: std::sync::atomic::AtomicU64::new(0),
+                #[cfg(test)]
+                break_ir: false,
             })
         }
     }
@@ -205,6 +213,11 @@ impl LlvmBackend {
     pub fn strict(mut self) -> LlvmBackend {
         self.strict = true;
         self
+    }
+
+    /// Kernels this backend handed to Cranelift because LLVM rejected them.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallbacks.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The library in use.
@@ -381,6 +394,12 @@ impl LlvmBackend {
             Some((_, ir)) => ir.clone(),
             None => ir::module(kernel, name, self.width_of(kernel)),
         };
+        #[cfg(test)]
+        let ir = if self.break_ir {
+            ir + "\nthis line is not LLVM IR\n"
+        } else {
+            ir
+        };
         if tracing::enabled!(target: "kiln::llvm", tracing::Level::TRACE) {
             tracing::trace!(target: "kiln::llvm", "kernel {}:\n{ir}", kernel.hash());
         }
@@ -429,6 +448,8 @@ impl Backend for LlvmBackend {
                 message,
             }),
             Err(msg) => {
+                self.fallbacks
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(target: "kiln::llvm", "{} could not compile kernel {hash}: {msg}; compiling it with Cranelift instead (please report this kernel: KILN_LOG=kiln::llvm=trace prints its IR)", self.lib.path.display());
                 self.cranelift()?.compile(kernel)
             }
@@ -464,5 +485,89 @@ impl CompiledKernel for LlvmKernel {
     }
     fn loaded_from_disk(&self) -> bool {
         self.from_disk
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::STATUS_LEN;
+    use crate::kernel::{Inst, Param, ParamKind};
+    use crate::op::Op;
+    use crate::ty::VarType;
+    use std::sync::atomic::AtomicU64;
+
+    /// `out[i] = 2.5` for every lane.
+    fn fill_kernel() -> Kernel {
+        Kernel {
+            params: vec![Param {
+                ty: VarType::F32,
+                kind: ParamKind::Output,
+            }],
+            insts: vec![
+                Inst::new(Op::Literal, VarType::F32, &[], 2.5f32.to_bits() as u64),
+                Inst::new(Op::Store, VarType::F32, &[0], 0),
+            ],
+        }
+    }
+
+    #[repr(align(64))]
+    struct Aligned([f32; 64]);
+
+    fn run_fill(k: &dyn CompiledKernel, n: u64) -> Vec<f32> {
+        let mut out = Aligned([0.0; 64]);
+        let ptrs = [out.0.as_mut_ptr() as *mut u8];
+        let lens = [n];
+        let status: [AtomicU64; STATUS_LEN] = Default::default();
+        let args = LaunchArgs {
+            ptrs: ptrs.as_ptr(),
+            lens: lens.as_ptr(),
+            status: status.as_ptr(),
+        };
+        // SAFETY: one f32 output of `n` ≤ 48 elements plus 64 bytes of slack, as the kernel expects.
+        unsafe { k.run(&args, 0, n) };
+        out.0.to_vec()
+    }
+
+    #[test]
+    fn rejected_ir_falls_back_to_cranelift_or_is_an_error_when_strict() {
+        let Ok(mut be) = LlvmBackend::create_with(false, 8) else {
+            eprintln!("SKIPPED: no usable libLLVM on this machine");
+            return;
+        };
+        let k = fill_kernel();
+        // the real thing first
+        let good = be.compile(&k).expect("LLVM compiles a store of a constant");
+        assert_eq!(be.fallbacks(), 0);
+        let out = run_fill(&*good, 37);
+        assert!(
+            out[..37].iter().all(|&x| x == 2.5) && out[37] == 0.0,
+            "{out:?}"
+        );
+        // LLVM rejects the module: Cranelift's kernel runs instead, and it is counted
+        be.break_ir = true;
+        be.compiled.lock().clear();
+        let fallback = be.compile(&k).expect("falls back to Cranelift");
+        assert_eq!(be.fallbacks(), 1);
+        let out = run_fill(&*fallback, 45);
+        // (Cranelift may write whole vectors into the slack past the end, which the ABI allows)
+        assert!(out[..45].iter().all(|&x| x == 2.5), "{out:?}");
+        // strict: LLVM's complaint is the error
+        let mut strict = LlvmBackend::create_with(false, 8).unwrap().strict();
+        strict.break_ir = true;
+        match strict.compile(&k) {
+            Err(Error::Compile {
+                backend, message, ..
+            }) => {
+                assert_eq!(backend, "llvm");
+                assert!(
+                    message.contains("LLVM rejected the generated IR"),
+                    "{message}"
+                );
+            }
+            Err(e) => panic!("expected a compile error, got {e}"),
+            Ok(_) => panic!("expected a compile error, got a kernel"),
+        }
+        assert_eq!(strict.fallbacks(), 0);
     }
 }
