@@ -3212,6 +3212,51 @@ proptest! {
     }
 }
 
+/// Outputs past `STREAMING_BYTES` take LLVM's second lane loop (non-temporal stores): the same
+/// values, a range that starts and ends off the vector grid (37 lanes past a multiple of 16), every
+/// width.
+#[test]
+fn llvm_streaming_stores_for_big_outputs_agree() {
+    use kiln_core::backend::llvm::ir::STREAMING_BYTES;
+    let n = (STREAMING_BYTES / 4) as usize + 37;
+    let k = Kernel {
+        params: vec![
+            p(VarType::F32, ParamKind::Input),
+            p(VarType::F32, ParamKind::Input),
+            p(VarType::F32, ParamKind::Output),
+            p(VarType::I64, ParamKind::Output),
+        ],
+        insts: vec![
+            Inst::new(Op::Load, VarType::F32, &[], 0),
+            Inst::new(Op::Load, VarType::F32, &[], 1),
+            Inst::new(Op::Literal, VarType::F32, &[], 1.5f32.to_bits() as u64),
+            Inst::new(Op::Fma, VarType::F32, &[2, 0, 1], 0),
+            Inst::new(Op::Store, VarType::F32, &[3], 2),
+            Inst::new(Op::Counter, VarType::I64, &[], 0),
+            Inst::new(Op::Store, VarType::I64, &[5], 3),
+        ],
+    };
+    let mut rng = Rng(7);
+    let a: Vec<u64> = (0..n).map(|_| rand_bits(&mut rng, VarType::F32)).collect();
+    let b: Vec<u64> = (0..n).map(|_| rand_bits(&mut rng, VarType::F32)).collect();
+    let bufs = vec![
+        Buf::from_bits(VarType::F32, &a),
+        Buf::from_bits(VarType::F32, &b),
+        Buf::new(VarType::F32, n),
+        Buf::new(VarType::I64, n),
+    ];
+    // (a launch always ends at its outputs' length: Cranelift may write a whole last vector into
+    // the slack past it)
+    check(&k, &bufs, 5, n as u64, cranelift()).unwrap();
+    if let Some(bes) = llvm_widths() {
+        for (w, be) in bes {
+            let c = be.compile(&k).unwrap();
+            check_compiled(&k, &*c, &bufs, 3, n as u64)
+                .unwrap_or_else(|e| panic!("llvm w{w}: {e}"));
+        }
+    }
+}
+
 #[test]
 fn llvm_is_tested_here_or_says_why_not() {
     match llvm() {

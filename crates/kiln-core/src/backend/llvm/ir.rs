@@ -38,6 +38,7 @@ pub fn module(k: &Kernel, name: &str, w: usize) -> String {
         regions: Vec::new(),
         block: String::new(),
         uniform_loop: uniform_loops(k),
+        streaming: false,
     };
     let body = g.function(name);
     let mut m = String::new();
@@ -46,7 +47,7 @@ pub fn module(k: &Kernel, name: &str, w: usize) -> String {
         m.push('\n');
     }
     m.push_str(&body);
-    m.push_str("\nattributes #0 = { nounwind }\n");
+    m.push_str("\nattributes #0 = { nounwind }\n!0 = !{i32 1}\n");
     m
 }
 
@@ -134,6 +135,27 @@ struct Gen<'a> {
     block: String,
     /// Per instruction: a loop whose condition is the same in every lane (see `uniform_loops`).
     uniform_loop: Vec<bool>,
+    /// Emitting the streaming-store lane loop.
+    streaming: bool,
+}
+
+/// Outputs of at least this many bytes are written with streaming stores (by kernels that
+/// `streaming_output` picks): well past the last-level cache, so the data would not be reused from it.
+pub const STREAMING_BYTES: u64 = 16 << 20;
+
+/// The output whose length decides between plain and streaming stores, for small straight-line
+/// kernels (memory-bound ones; the second lane loop costs little compile time there). None: one loop.
+fn streaming_output(k: &Kernel) -> Option<usize> {
+    if k.insts.len() > 32
+        || k.insts
+            .iter()
+            .any(|i| i.op.is_region() || matches!(i.op, Op::Scatter(_) | Op::Gather))
+    {
+        return None;
+    }
+    k.params
+        .iter()
+        .position(|p| p.kind == ParamKind::Output && p.ty.size_bytes() >= 4)
 }
 
 /// Loops whose condition has one value in every lane (e.g. a counter against a literal): every lane
@@ -264,7 +286,6 @@ impl Gen<'_> {
 
     fn function(&mut self, name: &str) -> String {
         let k = self.k;
-        let w = self.w;
         let mut entry = String::new();
         let _ = writeln!(
             entry,
@@ -310,104 +331,29 @@ impl Gen<'_> {
             }
         }
         let _ = writeln!(setup, "  store i64 0, ptr %oob, align 8");
-        let _ = writeln!(setup, "  br label %head");
         self.allocas.push_str("  %oob = alloca i64, align 8\n");
-
-        // The lane loop. One body serves full vectors and the last partial one: for the latter,
-        // inputs are copied into zero-padded stack vectors and outputs written to stack vectors
-        // that are copied out for the lanes below `end`. Emitting the body once halves compile
-        // time, and no lane outside `[start, end)` is read or written.
         self.out.clear();
-        self.label("head");
-        self.line("%i = phi i64 [ %start, %entry ], [ %inext, %latch ]");
-        self.line(format!("%inext = add i64 %i, {w}"));
-        self.line("%full = icmp ule i64 %inext, %end");
-        self.line("br i1 %full, label %fullprep, label %tailcheck");
-        let streamed: Vec<(usize, VarType)> = k
-            .params
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| matches!(p.kind, ParamKind::Input | ParamKind::Output))
-            .map(|(i, p)| (i, p.ty))
-            .collect();
-        self.label("fullprep");
-        for &(p, t) in &streamed {
-            self.line(format!(
-                "%fp{p} = getelementptr inbounds {}, ptr %base{p}, i64 %i",
-                mty(t)
-            ));
-        }
-        self.line("br label %body");
-        self.label("tailcheck");
-        self.line("%more = icmp ult i64 %i, %end");
-        self.line("br i1 %more, label %tailprep, label %exit");
-        self.label("tailprep");
-        self.line("%rem = sub i64 %end, %i");
-        self.declare("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)".into());
-        self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)".into());
-        for &(p, t) in &streamed {
-            let size = t.size_bytes();
-            let _ = writeln!(
-                self.allocas,
-                "  %scr{p} = alloca [{w} x {}], align 64",
-                mty(t)
-            );
-            if k.params[p].kind == ParamKind::Input {
-                self.line(format!(
-                    "call void @llvm.memset.p0.i64(ptr align 64 %scr{p}, i8 0, i64 {}, i1 false)",
-                    w * size
-                ));
-                self.line(format!("%tb{p} = mul i64 %rem, {size}"));
-                self.line(format!(
-                    "%tsrc{p} = getelementptr inbounds {}, ptr %base{p}, i64 %i",
-                    mty(t)
-                ));
-                self.line(format!(
-                    "call void @llvm.memcpy.p0.p0.i64(ptr align 64 %scr{p}, ptr align {size} %tsrc{p}, i64 %tb{p}, i1 false)"
-                ));
+        // Big outputs of small, memory-bound kernels are written with streaming (non-temporal)
+        // stores, which skip reading each output line before writing it (16 → 12 bytes of traffic
+        // per element for saxpy). A kernel does not know its launch size when compiled, so such
+        // kernels get a second lane loop, chosen at run time by the first output's length.
+        match streaming_output(k) {
+            Some(p) => {
+                let bytes = k.params[p].ty.size_bytes() as u64;
+                let _ = writeln!(
+                    setup,
+                    "  %bigout = icmp uge i64 %len{p}, {}",
+                    STREAMING_BYTES / bytes
+                );
+                let _ = writeln!(setup, "  br i1 %bigout, label %nhead, label %ahead");
+                self.lane_loop('a', false);
+                self.lane_loop('n', true);
+            }
+            None => {
+                let _ = writeln!(setup, "  br label %ahead");
+                self.lane_loop('a', false);
             }
         }
-        let iv = self.splat("i64", "%i");
-        let lanes = self.fresh();
-        let lo = self.lane_offsets();
-        self.line(format!("{lanes} = add <{w} x i64> {iv}, {lo}"));
-        let endv = self.splat("i64", "%end");
-        let tm = self.fresh();
-        self.line(format!("{tm} = icmp ult <{w} x i64> {lanes}, {endv}"));
-        self.line("br label %body");
-        self.label("body");
-        self.line("%tail = phi i1 [ false, %fullprep ], [ true, %tailprep ]");
-        let all = self.all_true();
-        self.line(format!(
-            "%lanemask = phi <{w} x i1> [ {all}, %fullprep ], [ {tm}, %tailprep ]"
-        ));
-        for &(p, _) in &streamed {
-            self.line(format!(
-                "%ptr{p} = phi ptr [ %fp{p}, %fullprep ], [ %scr{p}, %tailprep ]"
-            ));
-        }
-        self.pfx = 'a';
-        self.active = Some("%lanemask".into());
-        self.body();
-        self.line("br i1 %tail, label %tailout, label %latch");
-        self.label("latch");
-        self.line("br label %head");
-        self.label("tailout");
-        self.line("%rem2 = sub i64 %end, %i");
-        for &(p, t) in &streamed {
-            if k.params[p].kind == ParamKind::Output {
-                let size = t.size_bytes();
-                self.line(format!("%ob{p} = mul i64 %rem2, {size}"));
-                self.line(format!(
-                    "%odst{p} = getelementptr inbounds {}, ptr %base{p}, i64 %i",
-                    mty(t)
-                ));
-                self.line(format!(
-                    "call void @llvm.memcpy.p0.p0.i64(ptr align {size} %odst{p}, ptr align 64 %scr{p}, i64 %ob{p}, i1 false)"
-                ));
-            }
-        }
-        self.line("br label %exit");
         self.label("exit");
         self.line("%oobn = load i64, ptr %oob, align 8");
         self.line("%anyoob = icmp ne i64 %oobn, 0");
@@ -426,9 +372,138 @@ impl Gen<'_> {
         f
     }
 
+    /// The loop over the lanes `[start, end)`, names prefixed with `pf`; `streaming` marks the
+    /// variant whose full-vector stores are non-temporal.
+    fn lane_loop(&mut self, pf: char, streaming: bool) {
+        let k = self.k;
+        let w = self.w;
+        self.pfx = pf;
+        self.streaming = streaming;
+        // streaming stores are weakly ordered: fence them before the launch's other threads look
+        let exit = if streaming {
+            format!("{pf}fence")
+        } else {
+            "exit".to_string()
+        };
+        // One body serves full vectors and the last partial one: for the latter,
+        // inputs are copied into zero-padded stack vectors and outputs written to stack vectors
+        // that are copied out for the lanes below `end`. Emitting the body once halves compile
+        // time, and no lane outside `[start, end)` is read or written.
+        self.label(&format!("{pf}head"));
+        self.line(format!(
+            "%{pf}i = phi i64 [ %start, %entry ], [ %{pf}inext, %{pf}latch ]"
+        ));
+        self.line(format!("%{pf}inext = add i64 %{pf}i, {w}"));
+        self.line(format!("%{pf}full = icmp ule i64 %{pf}inext, %end"));
+        self.line(format!(
+            "br i1 %{pf}full, label %{pf}fullprep, label %{pf}tailcheck"
+        ));
+        let streamed: Vec<(usize, VarType)> = k
+            .params
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| matches!(p.kind, ParamKind::Input | ParamKind::Output))
+            .map(|(i, p)| (i, p.ty))
+            .collect();
+        self.label(&format!("{pf}fullprep"));
+        for &(p, t) in &streamed {
+            self.line(format!(
+                "%{pf}fp{p} = getelementptr inbounds {}, ptr %base{p}, i64 %{pf}i",
+                mty(t)
+            ));
+        }
+        self.line(format!("br label %{pf}body"));
+        self.label(&format!("{pf}tailcheck"));
+        self.line(format!("%{pf}more = icmp ult i64 %{pf}i, %end"));
+        self.line(format!(
+            "br i1 %{pf}more, label %{pf}tailprep, label %{exit}"
+        ));
+        self.label(&format!("{pf}tailprep"));
+        self.line(format!("%{pf}rem = sub i64 %end, %{pf}i"));
+        self.declare("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)".into());
+        self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)".into());
+        for &(p, t) in &streamed {
+            let size = t.size_bytes();
+            // one scratch vector per parameter, shared by both lane loops (only one runs)
+            if !self.allocas.contains(&format!("%scr{p} ")) {
+                let _ = writeln!(
+                    self.allocas,
+                    "  %scr{p} = alloca [{w} x {}], align 64",
+                    mty(t)
+                );
+            }
+            if k.params[p].kind == ParamKind::Input {
+                self.line(format!(
+                    "call void @llvm.memset.p0.i64(ptr align 64 %scr{p}, i8 0, i64 {}, i1 false)",
+                    w * size
+                ));
+                self.line(format!("%{pf}tb{p} = mul i64 %{pf}rem, {size}"));
+                self.line(format!(
+                    "%{pf}tsrc{p} = getelementptr inbounds {}, ptr %base{p}, i64 %{pf}i",
+                    mty(t)
+                ));
+                self.line(format!(
+                    "call void @llvm.memcpy.p0.p0.i64(ptr align 64 %scr{p}, ptr align {size} %{pf}tsrc{p}, i64 %{pf}tb{p}, i1 false)"
+                ));
+            }
+        }
+        let iv = self.splat("i64", &format!("%{pf}i"));
+        let lanes = self.fresh();
+        let lo = self.lane_offsets();
+        self.line(format!("{lanes} = add <{w} x i64> {iv}, {lo}"));
+        let endv = self.splat("i64", "%end");
+        let tm = self.fresh();
+        self.line(format!("{tm} = icmp ult <{w} x i64> {lanes}, {endv}"));
+        self.line(format!("br label %{pf}body"));
+        self.label(&format!("{pf}body"));
+        self.line(format!(
+            "%{pf}tail = phi i1 [ false, %{pf}fullprep ], [ true, %{pf}tailprep ]"
+        ));
+        let all = self.all_true();
+        self.line(format!(
+            "%{pf}lanemask = phi <{w} x i1> [ {all}, %{pf}fullprep ], [ {tm}, %{pf}tailprep ]"
+        ));
+        for &(p, _) in &streamed {
+            self.line(format!(
+                "%{pf}ptr{p} = phi ptr [ %{pf}fp{p}, %{pf}fullprep ], [ %scr{p}, %{pf}tailprep ]"
+            ));
+        }
+        self.active = Some(format!("%{pf}lanemask"));
+        self.body();
+        self.line(format!(
+            "br i1 %{pf}tail, label %{pf}tailout, label %{pf}latch"
+        ));
+        self.label(&format!("{pf}latch"));
+        self.line(format!("br label %{pf}head"));
+        self.label(&format!("{pf}tailout"));
+        self.line(format!("%{pf}rem2 = sub i64 %end, %{pf}i"));
+        for &(p, t) in &streamed {
+            if k.params[p].kind == ParamKind::Output {
+                let size = t.size_bytes();
+                self.line(format!("%{pf}ob{p} = mul i64 %{pf}rem2, {size}"));
+                self.line(format!(
+                    "%{pf}odst{p} = getelementptr inbounds {}, ptr %base{p}, i64 %{pf}i",
+                    mty(t)
+                ));
+                self.line(format!(
+                    "call void @llvm.memcpy.p0.p0.i64(ptr align {size} %{pf}odst{p}, ptr align 64 %scr{p}, i64 %{pf}ob{p}, i1 false)"
+                ));
+            }
+        }
+        self.line(format!("br label %{exit}"));
+        if streaming {
+            self.declare("declare void @llvm.x86.sse.sfence()".into());
+            self.label(&exit);
+            self.line("call void @llvm.x86.sse.sfence()");
+            self.line("br label %exit");
+        }
+        self.streaming = false;
+    }
+
     /// Lane indices of this iteration as `<W x i64>`.
     fn lane_index(&mut self) -> String {
-        let iv = self.splat("i64", "%i");
+        let i = format!("%{}i", self.pfx);
+        let iv = self.splat("i64", &i);
         let lanes = self.fresh();
         let lo = self.lane_offsets();
         self.line(format!("{lanes} = add <{} x i64> {iv}, {lo}", self.w));
@@ -502,7 +577,9 @@ impl Gen<'_> {
                     dst.clone()
                 };
                 let align = t.size_bytes();
-                self.line(format!("{loaded} = load {mv}, ptr %ptr{p}, align {align}"));
+                self.line(format!(
+                    "{loaded} = load {mv}, ptr %{pf}ptr{p}, align {align}"
+                ));
                 if t == VarType::Bool {
                     self.line(format!("{dst} = trunc {mv} {loaded} to {vt}"));
                 }
@@ -519,7 +596,14 @@ impl Gen<'_> {
                     a(0)
                 };
                 let align = t.size_bytes();
-                self.line(format!("store {mv} {val}, ptr %ptr{p}, align {align}"));
+                let nt = if self.streaming && t.size_bytes() >= 4 {
+                    ", !nontemporal !0"
+                } else {
+                    ""
+                };
+                self.line(format!(
+                    "store {mv} {val}, ptr %{pf}ptr{p}, align {align}{nt}"
+                ));
             }
             Op::Neg => match t {
                 VarType::F32 | VarType::F64 => self.line(format!("{dst} = fneg {vt} {}", a(0))),
