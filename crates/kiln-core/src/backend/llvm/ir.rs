@@ -36,7 +36,6 @@ pub fn module(k: &Kernel, name: &str, w: usize) -> String {
         tmp: 0,
         active: None,
         regions: Vec::new(),
-        block: String::new(),
         uniform_loop: uniform_loops(k),
         streaming: false,
     };
@@ -131,8 +130,6 @@ struct Gen<'a> {
     /// The lanes that run here; None: all of them.
     active: Option<String>,
     regions: Vec<Region>,
-    /// Label of the block being emitted into (for φ nodes of the lane loop).
-    block: String,
     /// Per instruction: a loop whose condition is the same in every lane (see `uniform_loops`).
     uniform_loop: Vec<bool>,
     /// Emitting the streaming-store lane loop.
@@ -214,7 +211,6 @@ impl Gen<'_> {
     }
     fn label(&mut self, l: &str) {
         let _ = writeln!(self.out, "{l}:");
-        self.block = l.to_string();
     }
     fn declare(&mut self, d: String) {
         self.decls.insert(d);
@@ -1013,15 +1009,15 @@ impl Gen<'_> {
             Op::Div | Op::Rem => {
                 let one = self.splat_const(sty(t), "1");
                 let minus1 = self.splat_const(sty(t), "-1");
-                let (z, bad, d, q) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+                let (z, d, q) = (self.fresh(), self.fresh(), self.fresh());
                 self.line(format!("{z} = icmp eq {vt} {y}, zeroinitializer"));
                 if s {
                     let (m1, zm) = (self.fresh(), self.fresh());
                     self.line(format!("{m1} = icmp eq {vt} {y}, {minus1}"));
+                    // divide by 1 where the divisor is 0 or -1; those lanes are fixed up below
                     self.line(format!("{zm} = or <{w} x i1> {z}, {m1}"));
-                    self.line(format!("{bad} = or <{w} x i1> {zm}, zeroinitializer"));
                     self.line(format!(
-                        "{d} = select <{w} x i1> {bad}, {vt} {one}, {vt} {y}"
+                        "{d} = select <{w} x i1> {zm}, {vt} {one}, {vt} {y}"
                     ));
                     if op == Op::Div {
                         let (qq, neg) = (self.fresh(), self.fresh());
@@ -1039,10 +1035,7 @@ impl Gen<'_> {
                         self.line(format!("{dst} = select <{w} x i1> {z}, {vt} {x}, {vt} {q}"));
                     }
                 } else {
-                    self.line(format!("{bad} = or <{w} x i1> {z}, zeroinitializer"));
-                    self.line(format!(
-                        "{d} = select <{w} x i1> {bad}, {vt} {one}, {vt} {y}"
-                    ));
+                    self.line(format!("{d} = select <{w} x i1> {z}, {vt} {one}, {vt} {y}"));
                     if op == Op::Div {
                         self.line(format!("{q} = udiv {vt} {x}, {d}"));
                         self.line(format!(
@@ -1393,7 +1386,6 @@ impl Gen<'_> {
     }
 
     fn case(&mut self, inst: &crate::kernel::Inst) {
-        let w = self.w;
         let pf = self.pfx;
         let Some(Region::Switch { reg, saved, cases }) = self.regions.last_mut() else {
             unreachable!("verified: a case sits in a switch")
@@ -1413,7 +1405,6 @@ impl Gen<'_> {
             k + 1
         ));
         self.label(&body);
-        let _ = w;
         self.active = Some(cm);
     }
 

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelHash};
 use api::{Library, Ptr, SymbolPair};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, CString};
 use std::sync::{Arc, OnceLock};
 
@@ -66,7 +66,7 @@ struct Jit {
     machine: Ptr,
     triple: CString,
     /// Symbol names already defined in the JIT (a retry after a bad cached object needs another).
-    names: HashMap<String, ()>,
+    names: HashSet<String>,
 }
 
 // SAFETY: the raw LLVM handles are only used while holding the backend's mutex; LLJIT and the
@@ -192,7 +192,7 @@ impl LlvmBackend {
                     dylib,
                     machine,
                     triple: triple_c,
-                    names: HashMap::new(),
+                    names: HashSet::new(),
                 }),
                 width,
                 target,
@@ -318,7 +318,7 @@ impl LlvmBackend {
     fn link(&self, jit: &mut Jit, obj: &[u8], name: &str) -> std::result::Result<u64, String> {
         let a = &self.lib.api;
         let cname = CString::new(name).map_err(|e| e.to_string())?;
-        jit.names.insert(name.to_string(), ());
+        jit.names.insert(name.to_string());
         // SAFETY: llvm-c contract: AddObjectFile takes ownership of the buffer; lookup writes the
         // address through a valid pointer.
         unsafe {
@@ -346,7 +346,7 @@ impl LlvmBackend {
         let mut jit = self.jit.lock();
         let mut name = format!("kiln_{hash}");
         let mut n = 0;
-        while jit.names.contains_key(&name) {
+        while jit.names.contains(&name) {
             n += 1;
             name = format!("kiln_{hash}_{n}");
         }
@@ -370,7 +370,7 @@ impl LlvmBackend {
                     Err(e) => {
                         tracing::debug!(target: "kiln::llvm", "cached object for kernel {hash} did not link ({e}); recompiling");
                         // the failed object may have claimed the name: compile under another
-                        while jit.names.contains_key(&name) {
+                        while jit.names.contains(&name) {
                             n += 1;
                             name = format!("kiln_{hash}_{n}");
                         }
