@@ -38,6 +38,12 @@ pub const MAX_PAYLOAD: usize = 256 << 20;
 const EXT: &str = "kobj";
 /// kiln's own version: object code from another kiln may assume another calling convention.
 const KILN_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Default size limit of the cache folder (`KILN_CACHE_MAX_MB` overrides it). Past it, the least
+/// recently used files are removed down to 80% of the limit, so the folder never grows without
+/// bound (test suites and programs with many one-off kernels would otherwise fill it).
+pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
+/// A process trims the folder at its first store and then every this many stores.
+const TRIM_EVERY: u64 = 256;
 /// The sanitised backend name in a file name is cut to this; the file's content has it in full.
 const BACKEND_NAME_MAX: usize = 32;
 
@@ -112,7 +118,14 @@ pub fn file_path(dir: &Path, key: &Key) -> PathBuf {
 pub fn load_from(dir: &Path, key: &Key) -> Option<Vec<u8>> {
     let path = file_path(dir, key);
     match read_checked(&path, key) {
-        Ok(bytes) => Some(bytes),
+        Ok(bytes) => {
+            // a hit is a use: `trim` removes the least recently used files first
+            let _ = fs::File::options()
+                .append(true)
+                .open(&path)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+            Some(bytes)
+        }
         Err(Miss::Absent) => None,
         Err(Miss::Io(e)) => {
             tracing::debug!(target: "kiln::cache", "disk cache: can't read {}: {e}", path.display());
@@ -164,6 +177,54 @@ pub fn store_in(dir: &Path, key: &Key, bytes: &[u8]) -> io::Result<()> {
     written
 }
 
+/// Keep `dir` under `max_bytes`: if its cache files add up to more, remove the least recently
+/// used (oldest modification time; loads refresh it) until they fit in 80% of it. Other files are
+/// left alone; files another process removes meanwhile are skipped. Returns the bytes removed.
+///
+/// ```
+/// use kiln_core::diskcache::{store_in, trim, Key};
+/// use kiln_core::kernel::KernelHash;
+/// let dir = std::env::temp_dir().join(format!("kiln-doctest-trim-{}", std::process::id()));
+/// for h in 0..4u128 {
+///     store_in(&dir, &Key { kernel: KernelHash(h), backend: "llvm", target: "t" }, &[0; 1000])?;
+/// }
+/// assert!(trim(&dir, 2500)? > 0);
+/// assert!(std::fs::read_dir(&dir)?.count() <= 2);
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn trim(dir: &Path, max_bytes: u64) -> io::Result<u64> {
+    let mut files = Vec::new();
+    let mut total = 0u64;
+    for entry in fs::read_dir(dir)? {
+        let Ok(entry) = entry else { continue };
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some(EXT) {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+        total += meta.len();
+        files.push((modified, meta.len(), path));
+    }
+    if total <= max_bytes {
+        return Ok(0);
+    }
+    files.sort();
+    let goal = max_bytes / 10 * 8;
+    let mut removed = 0u64;
+    for (_, len, path) in files {
+        if total - removed <= goal {
+            break;
+        }
+        if fs::remove_file(&path).is_ok() {
+            removed += len;
+        }
+    }
+    tracing::debug!(target: "kiln::cache", "disk cache: {} over its {} MB limit; removed {} KB of the least recently used kernels", dir.display(), max_bytes >> 20, removed >> 10);
+    Ok(removed)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Process-wide state
 
@@ -173,6 +234,10 @@ pub fn store_in(dir: &Path, key: &Key, bytes: &[u8]) -> io::Result<()> {
 struct Store {
     dir: Option<PathBuf>,
     disabled: AtomicBool,
+    /// Size limit of the folder (see `trim`).
+    max_bytes: u64,
+    /// Successful stores so far (trimming happens at the first and every `TRIM_EVERY`th).
+    stores: AtomicU64,
 }
 
 /// What [`Store::store`] did; only tests look at it.
@@ -194,6 +259,8 @@ impl Store {
         Store {
             dir,
             disabled: AtomicBool::new(false),
+            max_bytes: DEFAULT_MAX_BYTES,
+            stores: AtomicU64::new(0),
         }
     }
 
@@ -217,7 +284,12 @@ impl Store {
             return Outcome::Refused;
         }
         match store_in(dir, key, bytes) {
-            Ok(()) => Outcome::Stored,
+            Ok(()) => {
+                if self.stores.fetch_add(1, Ordering::Relaxed) % TRIM_EVERY == 0 {
+                    let _ = trim(dir, self.max_bytes);
+                }
+                Outcome::Stored
+            }
             // swap: of several threads failing at once, exactly one warns
             Err(e) if !self.disabled.swap(true, Ordering::Relaxed) => {
                 tracing::warn!(target: "kiln::cache", "{}", unwritable_message(dir, &e));
@@ -237,7 +309,14 @@ fn global() -> &'static Store {
             Some(d) => tracing::debug!(target: "kiln::cache", "disk cache at {}", d.display()),
             None => tracing::debug!(target: "kiln::cache", "disk cache disabled"),
         }
-        Store::new(dir)
+        let mut store = Store::new(dir);
+        if let Some(mb) = std::env::var("KILN_CACHE_MAX_MB")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            store.max_bytes = mb.saturating_mul(1 << 20);
+        }
+        store
     })
 }
 
@@ -933,5 +1012,72 @@ mod tests {
             let name = name.file_name().unwrap().to_str().unwrap();
             proptest::prop_assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.'));
         }
+    }
+
+    #[test]
+    fn trim_removes_the_least_recently_used_files_first() {
+        use std::time::{Duration, SystemTime};
+        let d = TempDir::new("trim");
+        let keys: Vec<Key> = (0..6u128)
+            .map(|h| Key {
+                kernel: KernelHash(h),
+                backend: "llvm",
+                target: "t",
+            })
+            .collect();
+        for k in &keys {
+            store_in(d.path(), k, &[7u8; 4000]).unwrap();
+        }
+        let other = d.path().join("notes.txt");
+        fs::write(&other, vec![0u8; 100_000]).unwrap();
+        // ages: key 0 oldest … key 5 newest; then key 1 is used (a load refreshes it)
+        let now = SystemTime::now();
+        for (i, k) in keys.iter().enumerate() {
+            let f = fs::File::options()
+                .append(true)
+                .open(file_path(d.path(), k))
+                .unwrap();
+            f.set_modified(now - Duration::from_secs(100 - i as u64 * 10))
+                .unwrap();
+        }
+        assert!(load_from(d.path(), &keys[1]).is_some());
+        let size = fs::metadata(file_path(d.path(), &keys[0])).unwrap().len();
+        // room for four files: the two least recently used go (0 and 2), down to 80% = 3.2 files
+        let removed = trim(d.path(), 4 * size).unwrap();
+        let left: Vec<bool> = keys
+            .iter()
+            .map(|k| file_path(d.path(), k).exists())
+            .collect();
+        assert_eq!(left, [false, true, false, false, true, true]);
+        assert_eq!(removed, 3 * size);
+        assert!(other.exists(), "files that are not cache entries stay");
+        // under the limit: nothing to do
+        assert_eq!(trim(d.path(), 100 * size).unwrap(), 0);
+    }
+
+    #[test]
+    fn the_store_trims_at_its_first_write() {
+        let d = TempDir::new("trimstore");
+        let mut st = Store::new(Some(d.path().to_path_buf()));
+        for h in 0..10u128 {
+            let k = Key {
+                kernel: KernelHash(h),
+                backend: "llvm",
+                target: "t",
+            };
+            store_in(d.path(), &k, &[1u8; 2000]).unwrap();
+        }
+        st.max_bytes = 5000;
+        let k = Key {
+            kernel: KernelHash(99),
+            backend: "llvm",
+            target: "t",
+        };
+        assert_eq!(st.store(&k, &[2u8; 100]), Outcome::Stored);
+        let total: u64 = fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        assert!(total <= 5000, "{total}");
     }
 }
