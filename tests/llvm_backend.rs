@@ -216,7 +216,10 @@ fn a_second_process_loads_kernels_from_the_disk_cache() {
     );
     let compiled: u64 = field(&first.stdout, "compiled").unwrap().parse().unwrap();
     assert!(compiled >= 1);
-    let files = std::fs::read_dir(&d).unwrap().count();
+    let files = std::fs::read_dir(&d)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension() == Some("kobj".as_ref()))
+        .count();
     assert_eq!(files as u64, compiled, "one file per compiled kernel");
 
     let second = run_child("child_runs_work", &[("KILN_CACHE_DIR", dir)]);
@@ -237,8 +240,11 @@ fn a_second_process_loads_kernels_from_the_disk_cache() {
     );
 
     // corrupt every cached file in a different way: each is ignored and recompiled, never a crash
-    for (i, e) in std::fs::read_dir(&d).unwrap().enumerate() {
-        let p = e.unwrap().path();
+    let objects = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension() == Some("kobj".as_ref()));
+    for (i, p) in objects.enumerate() {
         let mut bytes = std::fs::read(&p).unwrap();
         match i % 3 {
             0 => bytes.truncate(bytes.len() / 2),

@@ -42,8 +42,29 @@ const KILN_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// recently used files are removed down to 80% of the limit, so the folder never grows without
 /// bound (test suites and programs with many one-off kernels would otherwise fill it).
 pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
-/// A process trims the folder at its first store and then every this many stores.
+/// A process considers trimming at its first store and then every this many stores...
 const TRIM_EVERY: u64 = 256;
+/// ...and trims only if no process has done so for this long (listing a full folder costs
+/// ~0.1 s, too much for every process's first compile). The time is a stamp file's.
+const TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(600);
+const TRIM_STAMP: &str = ".trim-stamp";
+
+/// Trim `dir` unless its stamp says a trim ran less than `TRIM_INTERVAL` ago; refreshes the stamp
+/// first, so concurrent processes do not all trim at once.
+fn trim_if_due(dir: &Path, max_bytes: u64) {
+    let stamp = dir.join(TRIM_STAMP);
+    let recent = fs::metadata(&stamp)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < TRIM_INTERVAL);
+    if recent {
+        return;
+    }
+    if fs::write(&stamp, b"").is_ok() {
+        let _ = trim(dir, max_bytes);
+    }
+}
 /// The sanitised backend name in a file name is cut to this; the file's content has it in full.
 const BACKEND_NAME_MAX: usize = 32;
 
@@ -286,7 +307,7 @@ impl Store {
         match store_in(dir, key, bytes) {
             Ok(()) => {
                 if self.stores.fetch_add(1, Ordering::Relaxed) % TRIM_EVERY == 0 {
-                    let _ = trim(dir, self.max_bytes);
+                    trim_if_due(dir, self.max_bytes);
                 }
                 Outcome::Stored
             }
@@ -1079,5 +1100,21 @@ mod tests {
             .map(|e| e.unwrap().metadata().unwrap().len())
             .sum();
         assert!(total <= 5000, "{total}");
+        // a trim ran just now: the next process's first store leaves the folder alone
+        for h in 100..110u128 {
+            let k = Key {
+                kernel: KernelHash(h),
+                backend: "llvm",
+                target: "t",
+            };
+            store_in(d.path(), &k, &[1u8; 2000]).unwrap();
+        }
+        let st2 = Store {
+            max_bytes: 5000,
+            ..Store::new(Some(d.path().to_path_buf()))
+        };
+        assert_eq!(st2.store(&k, &[3u8; 100]), Outcome::Stored);
+        let files = fs::read_dir(d.path()).unwrap().count();
+        assert!(files >= 11, "trimmed again too soon: {files} files left");
     }
 }
