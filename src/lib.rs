@@ -28,6 +28,7 @@ pub mod memory;
 pub mod ops;
 pub mod random;
 pub mod reduce;
+pub mod stencil;
 pub mod tensor;
 pub mod types;
 pub mod vector;
@@ -46,6 +47,7 @@ pub use memory::{
 };
 pub use ops::select;
 pub use random::Pcg32;
+pub use stencil::{median, stencil, Boundary, Rel, Stencil};
 pub use tensor::Tensor;
 pub use types::{Float, Integer, Numeric, Signed};
 pub use vector::*;
@@ -62,6 +64,7 @@ pub mod prelude {
     };
     pub use crate::ops::select;
     pub use crate::random::Pcg32;
+    pub use crate::stencil::{Boundary, Rel, Stencil};
     pub use crate::tensor::Tensor;
     pub use crate::types::{Float, Integer, Numeric, Signed};
     pub use crate::vector::{

@@ -342,6 +342,102 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
     st
 }
 
+/// Run a stencil group (see `stencil`): the interior kernel over the plan's interior lanes, its
+/// taps reading `ibufs` at `lane + offset`, then the general kernel over the border lanes. When
+/// the plan does not fit the buffers (a shifted read would leave its buffer), the general kernel
+/// runs every lane instead: it is correct everywhere. Counts as one launch.
+pub fn launch_split(
+    general: LaunchSpec,
+    gbufs: &[&Buffer],
+    interior: LaunchSpec,
+    ibufs: &[(&Buffer, i64)],
+    size: usize,
+    plan: &crate::stencil::SplitPlan,
+) -> [u64; STATUS_LEN] {
+    use crate::kernel::ParamKind;
+    let fits = plan.size() == size
+        && ibufs.len() == interior.params.len()
+        && match plan.first_last() {
+            None => true,
+            Some((first, last)) => {
+                ibufs
+                    .iter()
+                    .zip(interior.params)
+                    .all(|(&(buf, off), p)| match p.kind {
+                        ParamKind::Input => {
+                            first as i64 + off >= 0 && (last as i64 + off) < buf.len as i64
+                        }
+                        ParamKind::Output => buf.len == size && off == 0,
+                        ParamKind::Broadcast => buf.len >= 1 && off == 0,
+                        ParamKind::Indexed => off == 0,
+                    })
+            }
+        };
+    if !fits {
+        tracing::warn!(target: "kiln::stencil", "kiln internal: a stencil plan over {:?} does not fit its buffers; running the general kernel", plan.shape);
+        return launch_kernel(general, size, gbufs);
+    }
+    let outs = |params: &[Param]| -> Vec<(usize, usize)> {
+        params
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.kind == ParamKind::Output)
+            .map(|(i, p)| (i, p.ty.size_bytes()))
+            .collect()
+    };
+    let status: [AtomicU64; STATUS_LEN] = Default::default();
+    let gptrs: Vec<*mut u8> = gbufs.iter().map(|b| b.ptr()).collect();
+    let glens: Vec<u64> = gbufs.iter().map(|b| b.len as u64).collect();
+    let iptrs: Vec<*mut u8> = ibufs
+        .iter()
+        .map(|&(b, off)| {
+            b.ptr()
+                .wrapping_offset(off as isize * b.ty.size_bytes() as isize)
+        })
+        .collect();
+    let ilens: Vec<u64> = ibufs.iter().map(|(b, _)| b.len as u64).collect();
+    let gargs = LaunchArgs {
+        ptrs: gptrs.as_ptr(),
+        lens: glens.as_ptr(),
+        status: status.as_ptr(),
+    };
+    let iargs = LaunchArgs {
+        ptrs: iptrs.as_ptr(),
+        lens: ilens.as_ptr(),
+        status: status.as_ptr(),
+    };
+    let t = Instant::now();
+    // SAFETY: the scheduler built both buffer lists to match their kernels (as for
+    // `launch_kernel`); the check above makes every shifted input read at an interior lane fall
+    // inside its buffer (interior lanes lie between `first` and `last`), and the general kernel
+    // is valid at every lane. The outputs are the same buffers in both lists.
+    unsafe {
+        launch::launch_split(
+            (interior.kernel.as_ref(), &iargs, iptrs.len()),
+            (general.kernel.as_ref(), &gargs, gptrs.len()),
+            &outs(interior.params),
+            &outs(general.params),
+            plan,
+        )
+    };
+    let st = count_launch(t, &status, general.hash);
+    stats::STENCIL_LAUNCHES.fetch_add(1, Relaxed);
+    notify(
+        DeviceOpKind::Launch {
+            hash: general.hash,
+            kernel: general.kernel,
+            params: general.params,
+            modified: general.modified,
+            block: general.block,
+            tile_cols: 0,
+            size_sym: general.size_sym,
+        },
+        size,
+        gbufs,
+    );
+    st
+}
+
 /// Run a kernel and reduce its single output as it is produced: each block writes into a scratch
 /// buffer of block size (cache-resident) that is reduced right away, so the full-size array never
 /// exists. `inputs` has one buffer per kernel parameter except the output at `out_param`. Returns

@@ -94,6 +94,11 @@ pub enum Error {
     /// Invalid argument (bad block size, bad length …).
     #[error("{0}")]
     Invalid(String),
+
+    /// A stencil that cannot be applied as written (`kiln::stencil`): the message names the input,
+    /// the dimension, the sizes and the fix.
+    #[error("stencil: {0}")]
+    Stencil(String),
 }
 
 /// kiln's result type.

@@ -209,6 +209,9 @@ impl Kernel {
                     }
                 }
                 Op::Data => {}
+                Op::Tap | Op::Split => {
+                    errs.push(here("stencil nodes are resolved by the scheduler".into()))
+                }
                 Op::Counter => {
                     if !inst.ty.is_int() {
                         errs.push(here(format!("index must be an integer, not {}", inst.ty)));

@@ -148,3 +148,141 @@ pub fn map_blocks<R: Send>(
             .collect()
     })
 }
+
+/// Lanes a stencil launch runs straight into its outputs at a time: a multiple of every backend's
+/// widest step (16 lanes), so a run of this many lanes writes nothing past its end.
+const EXACT_STEP: usize = 16;
+
+/// Run `kernel` over exactly `[s, e)`: whole steps of [`EXACT_STEP`] lanes straight into the
+/// outputs (in parallel blocks when long), the remainder into stack scratch that is then copied
+/// out, so that not one lane outside the range is written (vector code otherwise writes whole
+/// vectors past the end of a range). `outputs`: (parameter, element bytes) of each output.
+///
+/// # Safety
+/// As [`launch`] for the lanes `[s, e)`; `args.ptrs` has one entry per parameter of the kernel and
+/// every index in `outputs` is below that count.
+unsafe fn run_exact(
+    kernel: &dyn CompiledKernel,
+    args: &LaunchArgs,
+    n_params: usize,
+    outputs: &[(usize, usize)],
+    s: usize,
+    e: usize,
+) {
+    let bulk = (e - s) / EXACT_STEP * EXACT_STEP;
+    if bulk >= 2 * DEFAULT_BLOCK {
+        let blocks = bulk.div_ceil(DEFAULT_BLOCK);
+        // SAFETY: forwarded; the blocks are disjoint and whole steps long (DEFAULT_BLOCK is a
+        // multiple of EXACT_STEP), so none writes into another.
+        pool().install(|| {
+            (0..blocks).into_par_iter().for_each(|b| unsafe {
+                let bs = s + b * DEFAULT_BLOCK;
+                kernel.run(args, bs as u64, (bs + DEFAULT_BLOCK).min(s + bulk) as u64)
+            })
+        });
+    } else if bulk > 0 {
+        // SAFETY: forwarded; a whole number of steps writes exactly [s, s + bulk).
+        unsafe { kernel.run(args, s as u64, (s + bulk) as u64) };
+    }
+    let base = s + bulk;
+    if base == e {
+        return;
+    }
+    // 64 × 8 bytes per output: the remainder (< 16 lanes) plus the widest vector written past it
+    const SCRATCH: usize = 64;
+    let mut scratch = vec![[0u64; SCRATCH]; outputs.len()];
+    // SAFETY: the caller guarantees `n_params` pointers behind `args.ptrs`.
+    let mut ptrs: Vec<*mut u8> =
+        unsafe { std::slice::from_raw_parts(args.ptrs, n_params) }.to_vec();
+    for (k, &(p, bytes)) in outputs.iter().enumerate() {
+        // lane `base` of the output lands at scratch[k][0]
+        ptrs[p] = scratch[k]
+            .as_mut_ptr()
+            .cast::<u8>()
+            .wrapping_sub(base * bytes);
+    }
+    let shifted = LaunchArgs {
+        ptrs: ptrs.as_ptr(),
+        lens: args.lens,
+        status: args.status,
+    };
+    // SAFETY: inputs are the caller's; each output now points so that lanes [base, e) — fewer than
+    // EXACT_STEP — and a vector past them land inside its 512-byte scratch.
+    unsafe { kernel.run(&shifted, base as u64, e as u64) };
+    for (k, &(p, bytes)) in outputs.iter().enumerate() {
+        // SAFETY: the output buffer holds lane e − 1 (the caller's range is inside it); the
+        // scratch holds (e − base) · bytes ≤ 15 · 8 initialised bytes; they do not overlap.
+        unsafe {
+            let dst = (*args.ptrs.add(p)).add(base * bytes);
+            std::ptr::copy_nonoverlapping(
+                scratch[k].as_ptr().cast::<u8>(),
+                dst,
+                (e - base) * bytes,
+            );
+        }
+    }
+}
+
+/// Run a stencil group (see `stencil`): `interior` over the plan's interior rows, then `general`
+/// over every border lane. Interior rows of a task run in order, each straight into the outputs
+/// (what a row writes past its end is rewritten by the next row of the same task, or by the
+/// border pass); a task's last row, and every border segment, run exactly ([`run_exact`]), so
+/// tasks never write the same lane.
+///
+/// # Safety
+/// As [`launch`] for both kernels: `iargs` must be valid for every interior lane (its shifted
+/// inputs read inside their buffers there), `gargs` for every lane; `outputs` as in
+/// [`run_exact`] for both (the kernels have the same outputs at the same parameters).
+pub unsafe fn launch_split(
+    interior: (&dyn CompiledKernel, &LaunchArgs, usize),
+    general: (&dyn CompiledKernel, &LaunchArgs, usize),
+    outputs_interior: &[(usize, usize)],
+    outputs_general: &[(usize, usize)],
+    plan: &crate::stencil::SplitPlan,
+) {
+    let (ik, iargs, in_params) = interior;
+    let (gk, gargs, gn_params) = general;
+    let tasks = threads() * 4;
+    let rows = plan.interior_rows();
+    let len = plan.row_len();
+    if len > 0 && !rows.is_empty() {
+        // a row's overrun reaches under EXACT_STEP lanes, so only into the next row or border
+        let direct = len >= EXACT_STEP;
+        let per = (DEFAULT_BLOCK / len)
+            .max(1)
+            .min(rows.len().div_ceil(tasks))
+            .max(1);
+        let chunk = |c: &[usize]| {
+            for (j, &s) in c.iter().enumerate() {
+                // SAFETY: interior lanes (the caller's guarantee); see above for the overrun.
+                unsafe {
+                    if direct && j + 1 < c.len() {
+                        ik.run(iargs, s as u64, (s + len) as u64);
+                    } else {
+                        run_exact(ik, iargs, in_params, outputs_interior, s, s + len);
+                    }
+                }
+            }
+        };
+        if rows.len() <= per {
+            chunk(&rows);
+        } else {
+            pool().install(|| rows.par_chunks(per).for_each(chunk));
+        }
+    }
+    let segs = plan.border_segments();
+    let lanes: usize = segs.iter().map(|(s, e)| e - s).sum();
+    let seg_run = |&(s, e): &(usize, usize)| {
+        // SAFETY: the general kernel is valid at every lane; segments are disjoint and exact.
+        unsafe { run_exact(gk, gargs, gn_params, outputs_general, s, e) };
+    };
+    if segs.len() <= 1 || lanes <= DEFAULT_BLOCK {
+        segs.iter().for_each(seg_run);
+    } else {
+        let per = segs.len().div_ceil(tasks).max(1);
+        pool().install(|| {
+            segs.par_chunks(per)
+                .for_each(|c| c.iter().for_each(seg_run))
+        });
+    }
+}

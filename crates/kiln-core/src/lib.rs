@@ -30,6 +30,7 @@ pub mod op;
 pub mod registry;
 pub mod schedule;
 pub mod stats;
+pub mod stencil;
 pub mod trace;
 pub mod ty;
 
@@ -41,7 +42,9 @@ pub use op::{Op, ReduceOp};
 pub use registry::{whos, Buffer, VarId, Whos};
 pub use schedule::{backend, eval, eval_all, kernels_for, with_backend};
 pub use stats::Stats;
-pub use trace::{convert, counter, gather, gather_view, literal, literal_value, op, scatter};
+pub use trace::{
+    convert, counter, gather, gather_view, literal, literal_value, op, scatter, stencil_node,
+};
 pub use ty::{Scalar, VarType};
 
 use registry::{Var, STATE};
@@ -59,6 +62,28 @@ pub fn dec_ref(id: VarId) {
     st.dec_ext(id.0, &mut garbage);
     drop(st);
     drop(garbage);
+}
+
+/// What recomputing the unevaluated `id` costs: the number of distinct unevaluated, non-literal
+/// variables its value depends on (counting stops at `limit`), and whether one of them reads other
+/// lanes (a gather or a stencil node), which makes recomputing it at other indices dearer still.
+pub fn lazy_cost(id: VarId, limit: usize) -> (usize, bool) {
+    let st = STATE.lock();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![id.0];
+    let mut reads_others = false;
+    while let Some(i) = stack.pop() {
+        let v = st.var(i);
+        if v.is_evaluated() || v.is_literal() || !seen.insert(i) {
+            continue;
+        }
+        if seen.len() >= limit {
+            break;
+        }
+        reads_others |= matches!(v.op, Op::Gather | Op::Tap | Op::Split) || v.region.is_some();
+        stack.extend(v.dep_ids());
+    }
+    (seen.len(), reads_others)
 }
 
 /// Number of elements.

@@ -110,6 +110,14 @@ pub enum Op {
     /// index, `arg2` mask, target buffer parameter `imm`). Out-of-range indices are dropped and
     /// counted (`oob_writes`). With a `ReduceOp` other than `None`, every duplicate index counts.
     Scatter(ReduceOp),
+    /// A stencil's relative read (registry only, never in kernel IR): `arg0` is the source, `arg1`
+    /// the general value (the source at this lane's neighbour under the boundary rule), which is
+    /// its meaning. In a stencil's interior the scheduler reads the source through a shifted
+    /// pointer instead (see `stencil`).
+    Tap,
+    /// A stencil value that differs on the border (registry only): `arg0` holds in the interior,
+    /// `arg1` everywhere (its meaning).
+    Split,
 
     // --- Structured regions (kernels only; see `kernel` for their layout and invariants). Inside a
     // region only the *active* lanes run: effects (gathers, scatters) and state updates are masked;
@@ -150,7 +158,7 @@ impl Op {
             LoopNext => 2,
             Store | Neg | Not | Abs | Sqrt | Floor | Ceil | Round | Trunc | Cast | Bitcast => 1,
             Add | Sub | Mul | Div | Rem | Min | Max | And | Or | Xor | Shl | Shr | Eq | Ne | Lt
-            | Le | Gt | Ge | Gather => 2,
+            | Le | Gt | Ge | Gather | Tap | Split => 2,
             Fma | Select | Scatter(_) => 3,
         }
     }
@@ -221,6 +229,8 @@ impl Op {
             Fma => "fma",
             Select => "select",
             Gather => "gather",
+            Tap => "tap",
+            Split => "split",
             Scatter(ReduceOp::None) => "scatter",
             Scatter(ReduceOp::Add) => "scatter.add",
             Scatter(ReduceOp::Mul) => "scatter.mul",

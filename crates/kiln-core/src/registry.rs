@@ -255,6 +255,8 @@ pub(crate) struct State {
     /// The outputs of each loop or switch node (no references: an evaluation of one output
     /// evaluates the others a user still holds with it, so the region runs once).
     pub region_outs: HashMap<u32, Vec<u32>, BuildHasherDefault<FxHasher>>,
+    /// The domain and reach of each live `Tap` and `Split` node (see `stencil`).
+    pub stencil: HashMap<u32, Arc<crate::stencil::StencilMeta>, BuildHasherDefault<FxHasher>>,
     pub alive: usize,
 }
 
@@ -268,6 +270,7 @@ impl State {
             cse: HashMap::with_hasher(BuildHasherDefault::new()),
             side_effects: Vec::new(),
             region_outs: HashMap::with_hasher(BuildHasherDefault::new()),
+            stencil: HashMap::with_hasher(BuildHasherDefault::new()),
             alive: 0,
         }
     }
@@ -365,6 +368,10 @@ impl State {
             v.label = None;
             if region.is_some() {
                 self.region_outs.remove(&id);
+            }
+            if !self.stencil.is_empty() {
+                // (a stencil node that was evaluated is `Data` now: its entry goes too)
+                self.stencil.remove(&id);
             }
             self.uncse(id);
             self.free_ids.push(id);

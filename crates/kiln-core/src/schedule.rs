@@ -100,8 +100,11 @@ fn backend_instance(kind: BackendKind) -> Result<Arc<dyn Backend>> {
 enum Binding {
     Input(Arc<Buffer>),
     Output(usize),
+    /// A stencil tap's source read at `lane + offset` (interior kernels; see `stencil`).
+    Shifted(Arc<Buffer>, i64),
 }
 
+#[derive(Clone)]
 struct Group {
     size: usize,
     /// The size's expression while recording a frozen function (0: constant).
@@ -124,6 +127,17 @@ struct Built {
     tile_cols: usize,
     /// Labels of the kernel's loops with an iteration limit.
     loop_labels: Vec<String>,
+    /// Stencil nodes (`Tap`, `Split`) the kernel resolved.
+    stencil_seen: Vec<u32>,
+    /// The stencil interior's kernel and the lanes it runs (see `stencil`).
+    interior: Option<InteriorBuilt>,
+}
+
+/// A stencil group's interior kernel: the same work with taps read through shifted pointers.
+struct InteriorBuilt {
+    kernel: Kernel,
+    bindings: Vec<Binding>,
+    plan: Arc<crate::stencil::SplitPlan>,
 }
 
 struct Builder<'a> {
@@ -144,6 +158,12 @@ struct Builder<'a> {
     region_regs: HashMap<u32, (Reg, Vec<Reg>)>,
     /// Labels of the loops with an iteration limit (for truncation messages).
     loop_labels: Vec<String>,
+    /// Building a stencil's interior kernel: taps are shifted loads, splits their fast value.
+    interior: bool,
+    /// Stencil nodes resolved so far.
+    stencil_seen: Vec<u32>,
+    /// Shifted input parameters: (source, flat offset) → parameter.
+    shifted_of: HashMap<(u32, i64), u32>,
 }
 
 impl<'a> Builder<'a> {
@@ -319,6 +339,25 @@ impl<'a> Builder<'a> {
         p
     }
 
+    /// The input parameter reading `source` at `lane + off` (a stencil tap in the interior).
+    fn shifted_param(&mut self, source: u32, off: i64) -> u32 {
+        if let Some(&p) = self.shifted_of.get(&(source, off)) {
+            return p;
+        }
+        let v = self.st.var(source);
+        self.kernel.params.push(Param {
+            ty: v.ty,
+            kind: ParamKind::Input,
+        });
+        self.bindings.push(Binding::Shifted(
+            v.data.clone().expect("a shifted source is evaluated"),
+            off,
+        ));
+        let p = (self.kernel.params.len() - 1) as u32;
+        self.shifted_of.insert((source, off), p);
+        p
+    }
+
     /// `source[index]` where `mask` holds, else 0. An evaluated source is read through an indexed
     /// parameter (out-of-range lanes read 0 and are counted); an unevaluated one (a lazy view, see
     /// `trace::gather_view`) is recomputed at the index inside this kernel, then masked the same way.
@@ -418,6 +457,13 @@ impl<'a> Builder<'a> {
                         let n = self.st.var(src).size as u64;
                         self.mask_out_of_range(value, ty, inner, mask, n)
                     }
+                    (Op::Tap | Op::Split, 0) => {
+                        // at another lane, a stencil node is its general value
+                        stack.push((id, at, 1));
+                        stack.push((v.deps[1], at, 0));
+                        continue;
+                    }
+                    (Op::Tap | Op::Split, _) => self.reg_at[&(v.deps[1], at)],
                     (op, 0) => {
                         debug_assert!(op.is_pure(), "lazy views hold pure ops only, not {op}");
                         stack.push((id, at, 1));
@@ -483,6 +529,37 @@ impl<'a> Builder<'a> {
                         self.emit(Inst::new(Op::Literal, v.ty, &[], 0))
                     }
                     Op::Counter => self.emit(Inst::new(Op::Counter, v.ty, &[], 0)),
+                    Op::Tap | Op::Split => {
+                        if !expanded && !self.stencil_seen.contains(&id) {
+                            self.stencil_seen.push(id);
+                        }
+                        let src = v.deps[0];
+                        let sv = self.st.var(src);
+                        if self.interior
+                            && v.op == Op::Tap
+                            && sv.is_evaluated()
+                            && sv.size == self.size
+                        {
+                            let off = self.st.stencil[&id].flat_offset();
+                            let p = self.shifted_param(src, off);
+                            self.emit(Inst::new(Op::Load, v.ty, &[], p as u64))
+                        } else {
+                            // a split's fast value in the interior, the general value elsewhere
+                            let pick = if self.interior && v.op == Op::Split {
+                                v.deps[0]
+                            } else {
+                                v.deps[1]
+                            };
+                            if !expanded {
+                                stack.push((id, true));
+                                if !self.reg_of.contains_key(&pick) {
+                                    stack.push((pick, false));
+                                }
+                                continue;
+                            }
+                            self.reg_of[&pick]
+                        }
+                    }
                     _ => {
                         // gather sources and scatter targets are parameters, not registers
                         let skip = usize::from(matches!(v.op, Op::Gather | Op::Scatter(_)));
@@ -518,6 +595,11 @@ impl<'a> Builder<'a> {
 }
 
 fn build(st: &State, g: Group) -> Built {
+    build_as(st, g, false)
+}
+
+/// Build a group's kernel; `interior`: the stencil interior's variant (see `stencil`).
+fn build_as(st: &State, g: Group, interior: bool) -> Built {
     let mut b = Builder {
         st,
         size: g.size,
@@ -531,6 +613,9 @@ fn build(st: &State, g: Group) -> Built {
         param_of: HashMap::new(),
         region_regs: HashMap::new(),
         loop_labels: Vec::new(),
+        interior,
+        stencil_seen: Vec::new(),
+        shifted_of: HashMap::new(),
     };
     for (n_out, &r) in g.roots.iter().enumerate() {
         let reg = b.visit(r);
@@ -556,7 +641,38 @@ fn build(st: &State, g: Group) -> Built {
         modified: b.modified,
         tile_cols: 0,
         loop_labels: b.loop_labels,
+        stencil_seen: b.stencil_seen,
+        interior: None,
     }
+}
+
+/// A group's kernel and, when it holds stencil nodes, its interior variant with the lanes that run
+/// it. Not while recording a frozen function: a replay runs the general kernel over every lane.
+fn build_split(st: &State, g: Group) -> Built {
+    let mut built = build(st, g.clone());
+    if built.stencil_seen.is_empty() || crate::freeze::record::active() {
+        return built;
+    }
+    let inner = build_as(st, g, true);
+    let metas: Vec<Arc<crate::stencil::StencilMeta>> = inner
+        .stencil_seen
+        .iter()
+        .map(|id| st.stencil[id].clone())
+        .collect();
+    match crate::stencil::SplitPlan::new(built.size, &metas) {
+        Some(plan) => {
+            tracing::debug!(target: "kiln::stencil", "stencil kernel over {:?}: interior {:?}..{:?} ({} of {} lanes) runs plain loads, the border the general kernel", plan.shape, plan.start, plan.end, plan.interior_lanes(), built.size);
+            built.interior = Some(InteriorBuilt {
+                kernel: inner.kernel,
+                bindings: inner.bindings,
+                plan: Arc::new(plan),
+            });
+        }
+        None => {
+            tracing::debug!(target: "kiln::stencil", "stencil kernel of {} lanes mixes domains of different shapes: the general kernel runs every lane", built.size);
+        }
+    }
+    built
 }
 
 impl Built {
@@ -759,7 +875,7 @@ fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
     }
     let mut built: Vec<Built> = group(&st, &roots, &side)
         .into_iter()
-        .map(|g| build(&st, g))
+        .map(|g| build_split(&st, g))
         .collect();
     if let Some((tid, cols)) = tile {
         for b in built.iter_mut().filter(|b| b.roots.contains(&tid)) {
@@ -837,12 +953,45 @@ fn launch_all(built: &[Built]) -> Result<()> {
             .bindings
             .iter()
             .map(|bind| match bind {
-                Binding::Input(buf) => buf.as_ref(),
+                Binding::Input(buf) | Binding::Shifted(buf, _) => buf.as_ref(),
                 Binding::Output(i) => b.outputs[*i].as_ref(),
             })
             .collect();
         let t = Instant::now();
-        let status = device::launch_kernel(b.spec(&look.kernel, hash), b.size, &buffers);
+        let status = match &b.interior {
+            None => device::launch_kernel(b.spec(&look.kernel, hash), b.size, &buffers),
+            Some(inner) => {
+                let ihash = inner.kernel.hash();
+                let ilook = cache::get(be.as_ref(), &inner.kernel, ihash)?;
+                if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
+                    tracing::trace!(target: "kiln::kernel", "stencil interior kernel IR:\n{}", inner.kernel);
+                }
+                let ibufs: Vec<(&Buffer, i64)> = inner
+                    .bindings
+                    .iter()
+                    .map(|bind| match bind {
+                        Binding::Input(buf) => (buf.as_ref(), 0),
+                        Binding::Shifted(buf, off) => (buf.as_ref(), *off),
+                        Binding::Output(i) => (b.outputs[*i].as_ref(), 0),
+                    })
+                    .collect();
+                let ispec = device::LaunchSpec::constant(
+                    &ilook.kernel,
+                    ihash,
+                    &inner.kernel.params,
+                    &[],
+                    0,
+                );
+                device::launch_split(
+                    b.spec(&look.kernel, hash),
+                    &buffers,
+                    ispec,
+                    &ibufs,
+                    b.size,
+                    &inner.plan,
+                )
+            }
+        };
         report_launch(b, kind, &look, t, status, "eval()");
     }
     Ok(())
@@ -927,6 +1076,15 @@ fn with_fused_kernel<R>(
             side: Vec::new(),
         },
     );
+    if !built.stencil_seen.is_empty() && !crate::freeze::record::active() {
+        // a stencil is worth its split launch (plain loads in the interior): evaluate it, then
+        // the caller reduces the buffer
+        let mut garbage = Vec::new();
+        st.dec_int(id.0, &mut garbage);
+        drop(st);
+        drop(garbage);
+        return Ok(None);
+    }
     drop(st);
     let result = (|| {
         let kind = backend();
@@ -940,7 +1098,7 @@ fn with_fused_kernel<R>(
             .bindings
             .iter()
             .filter_map(|bind| match bind {
-                Binding::Input(buf) => Some(buf.as_ref()),
+                Binding::Input(buf) | Binding::Shifted(buf, _) => Some(buf.as_ref()),
                 Binding::Output(_) => None,
             })
             .collect();

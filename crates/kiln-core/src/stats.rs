@@ -20,6 +20,7 @@ pub(crate) static OOB_WRITES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static DEVICE_OPS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static VARS_CREATED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static LOOPS_TRUNCATED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static STENCIL_LAUNCHES: AtomicU64 = AtomicU64::new(0);
 
 // Launches whose loops stopped at their iteration limit, not yet reported by a `try_` read on
 // this thread: (where, lanes still active).
@@ -118,6 +119,9 @@ pub struct Stats {
     pub oob_writes: u64,
     /// Launches in which a loop stopped at its `max_iterations` with lanes still active.
     pub loops_truncated: u64,
+    /// Launches of stencil groups that ran their interior (plain loads) and border apart; each
+    /// also counts once in `launches`.
+    pub stencil_launches: u64,
     /// Variables created since start.
     pub vars_created: u64,
     /// Variables alive now.
@@ -146,6 +150,7 @@ pub(crate) fn snapshot(vars_alive: u64) -> Stats {
         oob_reads: OOB_READS.load(Relaxed),
         oob_writes: OOB_WRITES.load(Relaxed),
         loops_truncated: LOOPS_TRUNCATED.load(Relaxed),
+        stencil_launches: STENCIL_LAUNCHES.load(Relaxed),
         vars_created: VARS_CREATED.load(Relaxed),
         vars_alive,
         bytes_allocated: a.allocated,

@@ -595,3 +595,37 @@ pub fn literal_value(id: VarId) -> Option<u64> {
     let v = st.var(id.0);
     v.is_literal().then_some(v.literal)
 }
+
+/// A stencil node (`Op::Tap` or `Op::Split`, see `stencil`): `a` is a tap's source or a split's
+/// interior value, `general` the value at every lane (the node's meaning). Its type and size are
+/// `general`'s; `a` must have the same size (and, for a split, the same type).
+pub fn stencil_node(
+    op: Op,
+    a: VarId,
+    general: VarId,
+    meta: crate::stencil::StencilMeta,
+) -> Result<VarId> {
+    assert!(
+        matches!(op, Op::Tap | Op::Split),
+        "stencil_node takes Tap or Split"
+    );
+    let mut st = lock_clean(&[a.0, general.0])?;
+    let (av, gv) = (st.var(a.0), st.var(general.0));
+    let (ty, size, sym) = (gv.ty, gv.size, gv.sym);
+    if av.size != size || av.ty != ty {
+        return Err(Error::Invalid(format!(
+            "kiln internal error: a stencil {op} joins {} × {} with {} × {}",
+            av.size, av.ty, size, ty
+        )));
+    }
+    let mut v = Var::new(op, ty, size);
+    v.sym = sym;
+    v.literal = meta.key();
+    v.deps[..2].copy_from_slice(&[a.0, general.0]);
+    let id = st.insert(v);
+    st.stencil
+        .entry(id)
+        .or_insert_with(|| std::sync::Arc::new(meta));
+    log_append(&st, id);
+    Ok(VarId(id))
+}

@@ -259,7 +259,9 @@ impl CompiledKernel for InterpKernel {
                             *o = (lane0 + l as u64) & inst.ty.bit_mask();
                         }
                     }
-                    Op::Data => unreachable!("Data never appears in kernels"),
+                    Op::Data | Op::Tap | Op::Split => {
+                        unreachable!("registry-only ops never appear in kernels")
+                    }
                     Op::Load => {
                         // SAFETY: the launcher passes one valid pointer per parameter.
                         let ptr = unsafe { *args.ptrs.add(p) };

@@ -78,7 +78,9 @@ impl<'f> Gen<'_, 'f> {
         let from = |j: usize| k.ty(inst.args[j]);
         let v = match inst.op {
             Op::Literal => self.literal(t, inst.imm),
-            Op::Data => return Err("`data` cannot appear in a kernel".into()),
+            Op::Data | Op::Tap | Op::Split => {
+                return Err(format!("`{}` cannot appear in a kernel", inst.op).into())
+            }
             op @ (Op::LoopBegin
             | Op::Phi
             | Op::LoopCond

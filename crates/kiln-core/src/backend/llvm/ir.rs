@@ -557,7 +557,9 @@ impl Gen<'_> {
                     self.line(format!("{dst} = or {vt} {dst}.i, zeroinitializer"));
                 }
             }
-            Op::Data => unreachable!("Data never appears in kernels"),
+            Op::Data | Op::Tap | Op::Split => {
+                unreachable!("registry-only ops never appear in kernels")
+            }
             Op::Load => {
                 let p = inst.imm as usize;
                 if k.params[p].kind == ParamKind::Broadcast {

@@ -1,0 +1,248 @@
+//! Stencil domains: which lanes of a kernel are *interior* (every relative read lands inside the
+//! array, so it is a plain load at a constant distance from the lane) and which are *border*.
+//!
+//! The front end (`kiln::stencil`) traces a stencil into two registry-only ops (see `op`):
+//! `Tap` (an input read at a relative offset: the source, plus the *general* value that applies
+//! the boundary rule anywhere) and `Split` (a value that differs on the border, e.g. `cval`). Each
+//! carries a [`StencilMeta`]: the domain's shape and the offsets it reads (`lo..=hi` per
+//! dimension). The scheduler builds a group holding them twice: a *general* kernel in which both
+//! ops are their general operand (correct at every lane), and an *interior* kernel in which a tap
+//! is a `Load` of its source through a pointer shifted by the tap's flat offset and a split is its
+//! fast operand. A [`SplitPlan`] — the box of interior lanes, computed from every meta the interior
+//! kernel reads — tells the launch which lanes run which kernel. Shapes are launch data, not
+//! kernel code: the same stencil on another grid size reuses both compiled kernels.
+
+use std::sync::Arc;
+
+/// The domain and reach of one `Tap` or `Split` node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StencilMeta {
+    /// Row-major shape of the domain (the first relatively indexed input's).
+    pub shape: Vec<usize>,
+    /// Lowest offset read per dimension (a tap: its offset).
+    pub lo: Vec<i64>,
+    /// Highest offset read per dimension (a tap: its offset).
+    pub hi: Vec<i64>,
+}
+
+impl StencilMeta {
+    /// Bits that tell metas apart in the CSE table (two taps of one source at different offsets
+    /// must stay two variables).
+    pub fn key(&self) -> u64 {
+        let mut bytes = Vec::with_capacity(8 * (self.shape.len() * 3 + 1));
+        bytes.extend_from_slice(&(self.shape.len() as u64).to_le_bytes());
+        for d in &self.shape {
+            bytes.extend_from_slice(&(*d as u64).to_le_bytes());
+        }
+        for v in self.lo.iter().chain(&self.hi) {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        xxhash_rust::xxh3::xxh3_64(&bytes)
+    }
+
+    /// Flat distance of a tap at `lo` (its offset) in a row-major array of `shape`.
+    pub fn flat_offset(&self) -> i64 {
+        let mut stride = 1i64;
+        let mut off = 0i64;
+        for (d, &o) in self.shape.iter().zip(&self.lo).rev() {
+            off += o * stride;
+            stride = stride.saturating_mul(*d as i64);
+        }
+        off
+    }
+}
+
+/// Which lanes of a stencil kernel run the interior kernel: the box `start[d]..end[d]` of a
+/// row-major `shape`. Every other lane is border and runs the general kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitPlan {
+    pub shape: Vec<usize>,
+    pub start: Vec<usize>,
+    pub end: Vec<usize>,
+}
+
+impl SplitPlan {
+    /// The interior common to `metas` over a domain of `size` lanes, or `None` when they disagree on
+    /// the shape (the group then runs its general kernel everywhere).
+    pub fn new(size: usize, metas: &[Arc<StencilMeta>]) -> Option<SplitPlan> {
+        let first = metas.first()?;
+        let shape = first.shape.clone();
+        if shape.is_empty() || shape.iter().product::<usize>() != size {
+            return None;
+        }
+        let mut start = vec![0usize; shape.len()];
+        let mut end = shape.clone();
+        for m in metas {
+            if m.shape != shape || m.lo.len() != shape.len() || m.hi.len() != shape.len() {
+                return None;
+            }
+            for d in 0..shape.len() {
+                let below = (-m.lo[d]).max(0) as u64;
+                let above = m.hi[d].max(0) as u64;
+                start[d] = start[d].max(below.min(shape[d] as u64) as usize);
+                end[d] = end[d].min((shape[d] as u64).saturating_sub(above) as usize);
+            }
+        }
+        Some(SplitPlan { shape, start, end })
+    }
+
+    /// Total lanes.
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether no lane is interior.
+    pub fn interior_is_empty(&self) -> bool {
+        self.start.iter().zip(&self.end).any(|(s, e)| s >= e)
+    }
+
+    /// Lanes in the interior's rows (the last dimension's interior length).
+    pub fn row_len(&self) -> usize {
+        if self.interior_is_empty() {
+            0
+        } else {
+            self.end[self.end.len() - 1] - self.start[self.start.len() - 1]
+        }
+    }
+
+    /// Number of interior lanes.
+    pub fn interior_lanes(&self) -> usize {
+        if self.interior_is_empty() {
+            return 0;
+        }
+        self.start
+            .iter()
+            .zip(&self.end)
+            .map(|(s, e)| e - s)
+            .product()
+    }
+
+    /// First and last interior lane (flat), if any.
+    pub fn first_last(&self) -> Option<(usize, usize)> {
+        if self.interior_is_empty() {
+            return None;
+        }
+        let flat = |idx: &[usize]| idx.iter().zip(&self.shape).fold(0, |f, (&i, &d)| f * d + i);
+        let last: Vec<usize> = self.end.iter().map(|e| e - 1).collect();
+        Some((flat(&self.start), flat(&last)))
+    }
+
+    /// Flat start of the interior segment of every interior row, in increasing order.
+    pub fn interior_rows(&self) -> Vec<usize> {
+        let mut rows = Vec::new();
+        if self.interior_is_empty() {
+            return rows;
+        }
+        let rank = self.shape.len();
+        let cols = self.shape[rank - 1];
+        let outer = &self.shape[..rank - 1];
+        let mut idx: Vec<usize> = self.start[..rank - 1].to_vec();
+        loop {
+            let row = idx.iter().zip(outer).fold(0, |f, (&i, &d)| f * d + i);
+            rows.push(row * cols + self.start[rank - 1]);
+            // next multi-index inside the box (odometer over the outer dimensions)
+            let mut d = rank - 1;
+            loop {
+                if d == 0 {
+                    return rows;
+                }
+                d -= 1;
+                idx[d] += 1;
+                if idx[d] < self.end[d] {
+                    break;
+                }
+                idx[d] = self.start[d];
+            }
+        }
+    }
+
+    /// The border lanes as merged half-open ranges, in increasing order.
+    pub fn border_segments(&self) -> Vec<(usize, usize)> {
+        let n = self.size();
+        if self.interior_is_empty() {
+            return if n == 0 { Vec::new() } else { vec![(0, n)] };
+        }
+        let len = self.row_len();
+        let mut segs: Vec<(usize, usize)> = Vec::new();
+        let mut at = 0usize;
+        for s in self.interior_rows() {
+            if s > at {
+                segs.push((at, s));
+            }
+            at = s + len;
+        }
+        if at < n {
+            segs.push((at, n));
+        }
+        segs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(shape: &[usize], lo: &[i64], hi: &[i64]) -> Arc<StencilMeta> {
+        Arc::new(StencilMeta {
+            shape: shape.to_vec(),
+            lo: lo.to_vec(),
+            hi: hi.to_vec(),
+        })
+    }
+
+    #[test]
+    fn laplacian_box_rows_and_border() {
+        let m = [meta(&[4, 5], &[-1, -1], &[1, 1])];
+        let p = SplitPlan::new(20, &m).unwrap();
+        assert_eq!((p.start.clone(), p.end.clone()), (vec![1, 1], vec![3, 4]));
+        assert_eq!(p.interior_rows(), vec![6, 11]);
+        assert_eq!(p.row_len(), 3);
+        assert_eq!(p.border_segments(), vec![(0, 6), (9, 11), (14, 20)]);
+        assert_eq!(p.first_last(), Some((6, 13)));
+        assert_eq!(p.interior_lanes(), 6);
+    }
+
+    #[test]
+    fn one_sided_neighbourhoods() {
+        // positive only: the border is at the end
+        let p = SplitPlan::new(60, &[meta(&[60], &[5], &[10])]).unwrap();
+        assert_eq!((p.start[0], p.end[0]), (0, 50));
+        assert_eq!(p.border_segments(), vec![(50, 60)]);
+        // negative only: at the start
+        let p = SplitPlan::new(60, &[meta(&[60], &[-10], &[-5])]).unwrap();
+        assert_eq!(p.border_segments(), vec![(0, 10)]);
+    }
+
+    #[test]
+    fn too_small_is_all_border_and_mixed_shapes_refuse() {
+        let p = SplitPlan::new(4, &[meta(&[2, 2], &[-1, -1], &[1, 1])]).unwrap();
+        assert!(p.interior_is_empty());
+        assert_eq!(p.border_segments(), vec![(0, 4)]);
+        assert!(p.interior_rows().is_empty());
+        let mixed = [
+            meta(&[4, 6], &[0, 0], &[0, 0]),
+            meta(&[6, 4], &[0, 0], &[0, 0]),
+        ];
+        assert!(SplitPlan::new(24, &mixed).is_none());
+        assert!(SplitPlan::new(25, &[meta(&[4, 6], &[0, 0], &[0, 0])]).is_none());
+    }
+
+    #[test]
+    fn three_d_rows_skip_border_planes() {
+        let p = SplitPlan::new(64, &[meta(&[4, 8, 2], &[0, 0, 0], &[0, 1, 0])]).unwrap();
+        // rows (i, j) with j < 7, each of 2 lanes
+        assert_eq!(p.interior_rows().len(), 4 * 7);
+        assert_eq!(p.border_segments()[0], (14, 16));
+        assert_eq!(p.interior_lanes(), 56);
+    }
+
+    #[test]
+    fn flat_offsets() {
+        let m = StencilMeta {
+            shape: vec![3, 4, 5],
+            lo: vec![1, -1, 2],
+            hi: vec![1, -1, 2],
+        };
+        assert_eq!(m.flat_offset(), 20 - 5 + 2);
+    }
+}

@@ -1,0 +1,787 @@
+//! Stencils: the computation for one output element, written with reads at offsets relative to it.
+//!
+//! `kiln::stencil(f)` holds a closure that takes [`Rel`] handles (one per relatively indexed input)
+//! and returns the value of one output element. Applying it traces the closure once over whole
+//! arrays: every `a.at([di, dj])` becomes a lazy *tap* — the input at the lane's neighbour — so the
+//! result is an ordinary lazy array that fuses with the work around it. The offsets read give the
+//! neighbourhood (or `.neighborhood(..)` declares it); the border follows the [`Boundary`] mode.
+//!
+//! Each tap carries two meanings (see `kiln_core::stencil`): a general one (coordinates, boundary
+//! rule, gather) that is right at every lane, and a fast one — a plain load at a constant distance
+//! from the lane — that the scheduler uses for the interior, where no read can leave the array.
+//! The border lanes run the general kernel. Shapes are kernel parameters, so the same stencil on
+//! another grid size reuses its compiled kernels.
+
+use crate::array::{ok, Array, Bool, Float64, Int64};
+use crate::ops::select;
+use crate::tensor::Tensor;
+use crate::types::Numeric;
+use kiln_core::stencil::StencilMeta;
+use kiln_core::{Error, Op, Result, Scalar};
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What a stencil computes at the border, where some offset reads fall outside the input.
+///
+/// `Skip` is Numba's rule: border elements are not computed; they get `cval` (default 0), or keep
+/// the output's values with [`Stencil::apply_into`] and no `cval`. The padding modes compute every
+/// element and follow scipy.ndimage for reads outside the input (for an input `a b c d`):
+///
+/// | mode | reads before `a` … after `d` |
+/// |---|---|
+/// | `Constant(v)` | `v v v v \| a b c d \| v v v v` |
+/// | `Wrap` | `a b c d \| a b c d \| a b c d` |
+/// | `Reflect` | `d c b a \| a b c d \| d c b a` |
+/// | `Mirror` | `d c b \| a b c d \| c b a` |
+/// | `Nearest` | `a a a a \| a b c d \| d d d d` |
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Boundary {
+    #[default]
+    Skip,
+    Constant(f64),
+    Wrap,
+    Reflect,
+    Mirror,
+    Nearest,
+}
+
+/// A stencil kernel and its options; see [`stencil`].
+pub struct Stencil<F> {
+    f: F,
+    neighborhood: Option<Vec<(i64, i64)>>,
+    cval: Option<f64>,
+    boundary: Boundary,
+    fuse: bool,
+    /// The neighbourhood found by the last application (shared by clones).
+    inferred: Arc<Mutex<Option<Vec<(i64, i64)>>>>,
+}
+
+impl<F: Clone> Clone for Stencil<F> {
+    fn clone(&self) -> Self {
+        Stencil {
+            f: self.f.clone(),
+            neighborhood: self.neighborhood.clone(),
+            cval: self.cval,
+            boundary: self.boundary,
+            fuse: self.fuse,
+            inferred: self.inferred.clone(),
+        }
+    }
+}
+
+/// A stencil from the computation of one output element (Numba's `@stencil`).
+///
+/// `f` takes a [`Rel`] (or a tuple of them, for several relatively indexed inputs) and returns the
+/// element; `a.at([di, dj])` reads the input at that offset from the element. Weights and other
+/// absolutely indexed inputs are captured tensors read with [`Tensor::get`]; scalars are captured
+/// values. The output has the first input's shape and the kernel's element type.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let grid = Tensor::<f32>::from_vec((0..20).map(|v| (v * v) as f32).collect(), &[4, 5]);
+/// let lap = kiln::stencil(|a: &Rel<f32>| {
+///     a.at([0, 1]) + a.at([0, -1]) + a.at([1, 0]) + a.at([-1, 0]) - 4.0 * a.at([0, 0])
+/// });
+/// let out = lap.apply(&grid)?;                          // border = 0, like Numba
+/// assert_eq!(out.shape(), &[4, 5]);
+/// assert_eq!(out.to_vec()[6], 52.0);                   // 25 + 49 + 1 + 121 − 4·36
+/// assert_eq!(lap.inferred_neighborhood(), Some(vec![(-1, 1), (-1, 1)]));
+/// let wrapped = lap.clone().boundary(Boundary::Wrap).apply(&grid)?;
+/// assert_eq!(wrapped.to_vec()[0], 1.0 + 16.0 + 25.0 + 225.0);
+/// # Ok::<(), kiln::Error>(())
+/// ```
+pub fn stencil<F>(f: F) -> Stencil<F> {
+    Stencil {
+        f,
+        neighborhood: None,
+        cval: None,
+        boundary: Boundary::Skip,
+        fuse: true,
+        inferred: Arc::new(Mutex::new(None)),
+    }
+}
+
+/// A relatively indexed stencil input, as the kernel closure sees it.
+pub struct Rel<T: Scalar> {
+    ctx: Rc<Ctx>,
+    src: Array<T>,
+    shape: Vec<usize>,
+    name: String,
+    /// Reads through a shifted pointer in the interior (same shape as the domain, and a source
+    /// that is evaluated or cheap to recompute).
+    fast: bool,
+    dims: Vec<Int64>,
+    strides: Vec<Int64>,
+}
+
+/// What one application shares between its inputs: the domain, lane coordinates, the offsets read
+/// and the errors found while tracing (reported by `apply`).
+#[doc(hidden)]
+pub struct Ctx {
+    domain: Vec<usize>,
+    n: usize,
+    boundary: Boundary,
+    declared: Option<Vec<(i64, i64)>>,
+    /// Each lane's coordinate per dimension of the domain.
+    coords: Vec<Int64>,
+    taps: RefCell<Vec<Vec<i64>>>,
+    errors: RefCell<Vec<String>>,
+    /// Lanes whose value-dependent offsets were clamped into the neighbourhood (`at_var`).
+    clamped: RefCell<Vec<Bool>>,
+}
+
+impl Ctx {
+    fn error(&self, message: String) {
+        let mut e = self.errors.borrow_mut();
+        if !e.contains(&message) {
+            e.push(message);
+        }
+    }
+}
+
+/// Evaluated size-1 `Int64` holding `v`: shapes are data of the kernel, not code, so another grid
+/// size reuses the compiled kernels.
+fn param(v: usize) -> Int64 {
+    Int64::from_slice(&[v as i64])
+}
+
+impl<T: Scalar> Rel<T> {
+    fn new(ctx: &Rc<Ctx>, t: &Tensor<T>, name: String, fast_ok: bool) -> Rel<T> {
+        let shape = t.shape().to_vec();
+        let mut strides = vec![1usize; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1];
+        }
+        Rel {
+            ctx: ctx.clone(),
+            src: t.array().clone(),
+            fast: fast_ok && shape == ctx.domain,
+            dims: shape.iter().map(|&d| param(d)).collect(),
+            strides: strides.iter().map(|&s| param(s)).collect(),
+            shape,
+            name,
+        }
+    }
+
+    /// The input at `offsets` from the element being computed (one constant per dimension).
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let x = Tensor::<f64>::arange(6);
+    /// let diff = kiln::stencil(|a: &Rel<f64>| a.at([1]) - a.at([0])).apply(&x)?;
+    /// assert_eq!(diff.to_vec(), vec![1.0, 1.0, 1.0, 1.0, 1.0, 0.0]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn at<const N: usize>(&self, offsets: [i64; N]) -> Array<T> {
+        self.tap(&offsets)
+    }
+
+    /// The elements of a window around the element, `ranges[d] = (lo, hi)` inclusive per
+    /// dimension, in row-major order (Numba's slice windows, e.g. `a[-1:2, -1:2]`); reduce them
+    /// with min/max, sums, or [`median`].
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let x = Tensor::<i32>::from_vec(vec![5, 1, 4, 2, 3], &[5]);
+    /// let mx = kiln::stencil(|a: &Rel<i32>| {
+    ///     a.window(&[(-1, 1)]).into_iter().reduce(|m, v| m.max(&v)).unwrap()
+    /// });
+    /// assert_eq!(mx.apply(&x)?.to_vec(), vec![0, 5, 4, 4, 0]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn window(&self, ranges: &[(i64, i64)]) -> Vec<Array<T>> {
+        if ranges.len() != self.shape.len() {
+            self.ctx.error(format!(
+                "window {ranges:?} has {} dimensions but input `{}` has {} (shape {:?}); give one (lo, hi) range per dimension",
+                ranges.len(), self.name, self.shape.len(), self.shape
+            ));
+            return vec![self.zeros()];
+        }
+        let mut out = Vec::new();
+        let mut idx: Vec<i64> = ranges.iter().map(|r| r.0).collect();
+        if ranges.iter().any(|r| r.0 > r.1) {
+            self.ctx.error(format!(
+                "window {ranges:?} of input `{}` has a range with lo > hi; write (lo, hi) with lo ≤ hi",
+                self.name
+            ));
+            return vec![self.zeros()];
+        }
+        loop {
+            out.push(self.tap(&idx));
+            let mut d = ranges.len();
+            loop {
+                if d == 0 {
+                    return out;
+                }
+                d -= 1;
+                idx[d] += 1;
+                if idx[d] <= ranges[d].1 {
+                    break;
+                }
+                idx[d] = ranges[d].0;
+            }
+        }
+    }
+
+    /// The input at offsets that depend on array values (one `Int64` array per dimension). Only
+    /// with a declared [`Stencil::neighborhood`]: offsets outside it are clamped into it (counted
+    /// and reported as a warning under `KILN_DEBUG=1`), so no read ever leaves the neighbourhood.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let x = Tensor::<f32>::arange(6).cast::<f32>();
+    /// let step = Int64::scalar(1);
+    /// let s = kiln::stencil(|a: &Rel<f32>| a.at_var(&[&step])).neighborhood(&[(-1, 1)]);
+    /// assert_eq!(s.apply(&x)?.to_vec(), vec![0.0, 2.0, 3.0, 4.0, 5.0, 0.0]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn at_var(&self, offsets: &[&Int64]) -> Array<T> {
+        let rank = self.shape.len();
+        let Some(nb) = self.ctx.declared.clone() else {
+            self.ctx.error(format!(
+                "input `{}` is read at offsets that depend on array values (`at_var`), so the neighbourhood cannot be inferred; declare it with `.neighborhood(&[(lo, hi); {rank}])`",
+                self.name
+            ));
+            return self.zeros();
+        };
+        if offsets.len() != rank || nb.len() != rank {
+            self.ctx.error(format!(
+                "at_var has {} offsets but input `{}` has {rank} dimensions; give one offset array per dimension",
+                offsets.len(),
+                self.name
+            ));
+            return self.zeros();
+        }
+        let mut clamped: Option<Bool> = None;
+        let q: Vec<Int64> = (0..rank)
+            .map(|d| {
+                let o = offsets[d];
+                let c = o.max(nb[d].0).min(nb[d].1);
+                let moved = c.ne(o);
+                clamped = Some(match clamped.take() {
+                    None => moved,
+                    Some(m) => &m | &moved,
+                });
+                &self.ctx.coords[d] + &c
+            })
+            .collect();
+        if let Some(m) = clamped {
+            self.ctx.clamped.borrow_mut().push(m);
+        }
+        self.general_at(&q)
+    }
+
+    fn zeros(&self) -> Array<T> {
+        Array::from_id(kiln_core::literal(T::TYPE, 0, self.ctx.n))
+    }
+
+    fn tap(&self, off: &[i64]) -> Array<T> {
+        let rank = self.shape.len();
+        if off.len() != rank {
+            self.ctx.error(format!(
+                "offset {off:?} has {} dimensions but input `{}` has {rank} (shape {:?}); give one offset per dimension",
+                off.len(), self.name, self.shape
+            ));
+            return self.zeros();
+        }
+        if let Some(nb) = &self.ctx.declared {
+            if nb.len() == rank && off.iter().zip(nb).any(|(o, r)| *o < r.0 || *o > r.1) {
+                self.ctx.error(format!(
+                    "offset {off:?} of input `{}` lies outside the declared neighbourhood {nb:?}; widen `.neighborhood(..)` or read inside it",
+                    self.name
+                ));
+                return self.zeros();
+            }
+        }
+        self.ctx.taps.borrow_mut().push(off.to_vec());
+        let q: Vec<Int64> = (0..rank)
+            .map(|d| {
+                if off[d] == 0 {
+                    self.ctx.coords[d].clone()
+                } else {
+                    &self.ctx.coords[d] + off[d]
+                }
+            })
+            .collect();
+        let general = self.general_at(&q);
+        if !self.fast {
+            return general;
+        }
+        let meta = StencilMeta {
+            shape: self.ctx.domain.clone(),
+            lo: off.to_vec(),
+            hi: off.to_vec(),
+        };
+        Array::from_id(ok(kiln_core::stencil_node(
+            Op::Tap,
+            self.src.id(),
+            general.id(),
+            meta,
+        )))
+    }
+
+    /// The input at coordinates `q` (one per dimension, any integers) under the boundary rule.
+    fn general_at(&self, q: &[Int64]) -> Array<T> {
+        let rank = self.shape.len();
+        let mut inside: Option<Bool> = None;
+        let mut flat: Option<Int64> = None;
+        for d in 0..rank {
+            let dim = &self.dims[d];
+            let qd = match self.ctx.boundary {
+                Boundary::Skip | Boundary::Constant(_) => {
+                    let ok_d = &q[d].ge(0i64) & &q[d].lt(dim);
+                    inside = Some(match inside.take() {
+                        None => ok_d,
+                        Some(m) => &m & &ok_d,
+                    });
+                    q[d].clone()
+                }
+                Boundary::Nearest => q[d].max(0i64).min(&(dim - 1i64)),
+                Boundary::Wrap => modulo(&q[d], dim),
+                Boundary::Reflect => {
+                    // period 2·dim: d c b a | a b c d | d c b a
+                    let period = dim * 2i64;
+                    let m = modulo(&q[d], &period);
+                    select(&m.lt(dim), &m, &(&period - 1i64 - &m))
+                }
+                Boundary::Mirror => {
+                    // period 2·dim − 2 (at least 1): d c b | a b c d | c b a
+                    let period = (dim * 2i64 - 2i64).max(1i64);
+                    let m = modulo(&q[d], &period);
+                    select(&m.lt(dim), &m, &(&period - &m))
+                }
+            };
+            let term = &qd * &self.strides[d];
+            flat = Some(match flat.take() {
+                None => term,
+                Some(f) => &f + &term,
+            });
+        }
+        let flat = flat.expect("rank ≥ 1");
+        let mask = inside.clone().unwrap_or_else(|| Bool::scalar(true));
+        let value = Array::<T>::from_id(ok(kiln_core::gather_view(
+            self.src.id(),
+            flat.id(),
+            mask.id(),
+        )));
+        match (self.ctx.boundary, inside) {
+            (Boundary::Constant(v), Some(inside)) => {
+                select(&inside, &value, &Float64::scalar(v).cast::<T>())
+            }
+            _ => value,
+        }
+    }
+}
+
+/// `x mod m` in `[0, m)` for any sign of `x` (`m > 0`).
+fn modulo(x: &Int64, m: &Int64) -> Int64 {
+    let r = x % m;
+    select(&r.lt(0i64), &(&r + m), &r)
+}
+
+/// Inputs a stencil can be applied to: one tensor, or a tuple of tensors (all relatively indexed;
+/// the first sets the output's shape).
+pub trait StencilInputs {
+    /// The [`Rel`] handles the kernel closure takes.
+    type Rels;
+    #[doc(hidden)]
+    fn rels(&self, ctx: &Rc<Ctx>, fast: &dyn Fn(usize) -> bool) -> Self::Rels;
+    #[doc(hidden)]
+    fn shapes(&self) -> Vec<Vec<usize>>;
+    #[doc(hidden)]
+    fn names(&self) -> Vec<String>;
+    #[doc(hidden)]
+    fn arrays(&self) -> Vec<kiln_core::VarId>;
+}
+
+fn name_of<T: Scalar>(t: &Tensor<T>, i: usize) -> String {
+    t.array()
+        .get_label()
+        .unwrap_or_else(|| format!("input {i}"))
+}
+
+impl<T: Scalar> StencilInputs for &Tensor<T> {
+    type Rels = Rel<T>;
+    fn rels(&self, ctx: &Rc<Ctx>, fast: &dyn Fn(usize) -> bool) -> Rel<T> {
+        Rel::new(ctx, self, name_of(self, 0), fast(0))
+    }
+    fn shapes(&self) -> Vec<Vec<usize>> {
+        vec![self.shape().to_vec()]
+    }
+    fn names(&self) -> Vec<String> {
+        vec![name_of(self, 0)]
+    }
+    fn arrays(&self) -> Vec<kiln_core::VarId> {
+        vec![self.array().id()]
+    }
+}
+
+macro_rules! tuple_inputs {
+    ($($t:ident $i:tt),+) => {
+        impl<$($t: Scalar),+> StencilInputs for ($(&Tensor<$t>,)+) {
+            type Rels = ($(Rel<$t>,)+);
+            fn rels(&self, ctx: &Rc<Ctx>, fast: &dyn Fn(usize) -> bool) -> Self::Rels {
+                ($(Rel::new(ctx, self.$i, name_of(self.$i, $i), fast($i)),)+)
+            }
+            fn shapes(&self) -> Vec<Vec<usize>> {
+                vec![$(self.$i.shape().to_vec()),+]
+            }
+            fn names(&self) -> Vec<String> {
+                vec![$(name_of(self.$i, $i)),+]
+            }
+            fn arrays(&self) -> Vec<kiln_core::VarId> {
+                vec![$(self.$i.array().id()),+]
+            }
+        }
+    };
+}
+tuple_inputs!(A 0, B 1);
+tuple_inputs!(A 0, B 1, C 2);
+tuple_inputs!(A 0, B 1, C 2, D 3);
+
+/// A kernel closure for inputs `I`: `Fn(&Rel<T>) -> Array<U>` for one input,
+/// `Fn((&Rel<A>, &Rel<B>)) -> Array<U>` for two, and so on.
+pub trait StencilFn<I: StencilInputs> {
+    /// The output's element type.
+    type Out: Scalar;
+    #[doc(hidden)]
+    fn call(&self, rels: &I::Rels) -> Array<Self::Out>;
+}
+
+impl<'t, T: Scalar, U: Scalar, F: Fn(&Rel<T>) -> Array<U>> StencilFn<&'t Tensor<T>> for F {
+    type Out = U;
+    fn call(&self, rels: &Rel<T>) -> Array<U> {
+        self(rels)
+    }
+}
+
+macro_rules! tuple_fn {
+    ($($t:ident $i:tt),+) => {
+        impl<'t, $($t: Scalar,)+ U: Scalar, F: Fn(($(&Rel<$t>,)+)) -> Array<U>>
+            StencilFn<($(&'t Tensor<$t>,)+)> for F
+        {
+            type Out = U;
+            fn call(&self, rels: &($(Rel<$t>,)+)) -> Array<U> {
+                self(($(&rels.$i,)+))
+            }
+        }
+    };
+}
+tuple_fn!(A 0, B 1);
+tuple_fn!(A 0, B 1, C 2);
+tuple_fn!(A 0, B 1, C 2, D 3);
+
+impl<F> Stencil<F> {
+    /// Declare the neighbourhood, one inclusive `(lo, hi)` per dimension, instead of inferring it
+    /// from the offsets read. It decides the border even where the kernel reads less (Numba's
+    /// `neighborhood`), and it is required for [`Rel::at_var`].
+    pub fn neighborhood(mut self, ranges: &[(i64, i64)]) -> Self {
+        self.neighborhood = Some(ranges.to_vec());
+        self
+    }
+    /// The value of border elements under [`Boundary::Skip`] (default 0; NaN and ±inf are
+    /// valid). Converted to the kernel's element type as a cast would.
+    pub fn cval(mut self, value: impl Into<f64>) -> Self {
+        self.cval = Some(value.into());
+        self
+    }
+    /// How the border is computed (default [`Boundary::Skip`]).
+    pub fn boundary(mut self, mode: Boundary) -> Self {
+        self.boundary = mode;
+        self
+    }
+    /// `false`: evaluate the result at once instead of leaving it lazy to fuse with its consumers
+    /// (for comparisons and debugging).
+    pub fn fuse(mut self, fuse: bool) -> Self {
+        self.fuse = fuse;
+        self
+    }
+    /// The neighbourhood the last application used (declared, or inferred from the offsets read):
+    /// `None` before the first.
+    pub fn inferred_neighborhood(&self) -> Option<Vec<(i64, i64)>> {
+        self.inferred.lock().clone()
+    }
+
+    /// Apply the stencil: a lazy tensor of the first input's shape.
+    pub fn apply<I: StencilInputs>(&self, inputs: I) -> Result<Tensor<F::Out>>
+    where
+        F: StencilFn<I>,
+    {
+        self.run(&inputs, None)
+    }
+
+    /// Apply the stencil into `out` (Numba's `out=`): interior elements are replaced; with
+    /// [`Boundary::Skip`] and no `cval` the border keeps `out`'s values, otherwise it is computed
+    /// (or set to `cval`) as by [`Stencil::apply`].
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let a = Tensor::<i64>::arange(12).reshape(&[3, 4]);
+    /// let k = kiln::stencil(|a: &Rel<i64>| a.at([0, 0]) - a.at([1, 0]));
+    /// let mut out = Tensor::<i64>::ones(&[3, 4]);
+    /// k.apply_into(&a, &mut out)?;
+    /// assert_eq!(out.to_vec(), vec![-4, -4, -4, -4, -4, -4, -4, -4, 1, 1, 1, 1]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn apply_into<I: StencilInputs>(&self, inputs: I, out: &mut Tensor<F::Out>) -> Result<()>
+    where
+        F: StencilFn<I>,
+    {
+        let shape = inputs.shapes()[0].clone();
+        if out.shape() != shape.as_slice() {
+            return Err(Error::Stencil(format!(
+                "`out` has shape {:?} but input `{}` has shape {shape:?}; the output must have the first input's shape",
+                out.shape(),
+                inputs.names()[0]
+            )));
+        }
+        *out = self.run(&inputs, Some(out))?;
+        Ok(())
+    }
+
+    fn run<I: StencilInputs>(
+        &self,
+        inputs: &I,
+        out: Option<&Tensor<F::Out>>,
+    ) -> Result<Tensor<F::Out>>
+    where
+        F: StencilFn<I>,
+    {
+        let shapes = inputs.shapes();
+        let names = inputs.names();
+        let domain = shapes[0].clone();
+        let rank = domain.len();
+        if rank == 0 {
+            return Err(Error::Stencil(format!(
+                "input `{}` is a scalar (rank 0); a stencil needs at least one dimension — reshape it to [1]",
+                names[0]
+            )));
+        }
+        self.check_options(rank, &names[0])?;
+        for (i, s) in shapes.iter().enumerate().skip(1) {
+            if s.len() != rank {
+                return Err(Error::Stencil(format!(
+                    "input `{}` has {} dimensions (shape {s:?}) but the first input `{}` has {rank} (shape {domain:?}); relatively indexed inputs need the same rank",
+                    names[i], s.len(), names[0]
+                )));
+            }
+            if let Some(d) = (0..rank).find(|&d| s[d] < domain[d]) {
+                return Err(Error::Stencil(format!(
+                    "secondary input `{}` has size {} in dimension {d} (shape {s:?}), smaller than the first input `{}`'s {} (shape {domain:?}); every relatively indexed input must be at least as large as the first",
+                    names[i], s[d], names[0], domain[d]
+                )));
+            }
+        }
+        let n: usize = domain.iter().product();
+        // lazy inputs: recompute them at each tap, or evaluate them first, by cost
+        let taps_guess: usize = self
+            .neighborhood
+            .clone()
+            .or_else(|| self.inferred_neighborhood())
+            .map(|nb| {
+                nb.iter()
+                    .map(|(l, h)| (h - l + 1).max(1) as usize)
+                    .product()
+            })
+            .unwrap_or(9);
+        let ids = inputs.arrays();
+        let mut fast = vec![true; ids.len()];
+        for (i, &id) in ids.iter().enumerate() {
+            if kiln_core::is_evaluated(id) {
+                continue;
+            }
+            let (ops, reads_others) = kiln_core::lazy_cost(id, 64);
+            if !kiln_core::control::symbolic() && !reads_others && ops * taps_guess <= 24 {
+                tracing::debug!(target: "kiln::stencil", "input `{}`: its {ops}-op expression is recomputed at each of ~{taps_guess} taps (cheaper than storing it)", names[i]);
+                fast[i] = false;
+            } else {
+                tracing::debug!(target: "kiln::stencil", "input `{}`: its expression ({ops}+ ops{}) is evaluated first, then read by ~{taps_guess} taps", names[i], if reads_others { ", reading other lanes" } else { "" });
+                kiln_core::eval(&[id])?;
+                fast[i] = kiln_core::is_evaluated(id);
+            }
+        }
+        let ctx = Rc::new(Ctx {
+            coords: coordinates(&domain, n),
+            domain: domain.clone(),
+            n,
+            boundary: self.boundary,
+            declared: self.neighborhood.clone(),
+            taps: RefCell::new(Vec::new()),
+            errors: RefCell::new(Vec::new()),
+            clamped: RefCell::new(Vec::new()),
+        });
+        let rels = inputs.rels(&ctx, &|i| fast[i]);
+        let value = self.f.call(&rels);
+        drop(rels);
+        if let Some(e) = ctx.errors.borrow().first() {
+            return Err(Error::Stencil(e.clone()));
+        }
+        let taps = ctx.taps.borrow().clone();
+        if taps.is_empty() && ctx.clamped.borrow().is_empty() {
+            return Err(Error::Stencil(format!(
+                "the kernel never reads a relatively indexed input (no `a.at(..)` of `{}`); a stencil computes each element from its neighbours — use an elementwise expression instead",
+                names[0]
+            )));
+        }
+        let nb = match &self.neighborhood {
+            Some(nb) => nb.clone(),
+            None => (0..rank)
+                .map(|d| {
+                    let lo = taps.iter().map(|t| t[d]).min().unwrap_or(0);
+                    let hi = taps.iter().map(|t| t[d]).max().unwrap_or(0);
+                    (lo, hi)
+                })
+                .collect(),
+        };
+        *self.inferred.lock() = Some(nb.clone());
+        let value = if value.len() == n {
+            value
+        } else {
+            // a kernel whose value does not vary (e.g. reads only captured scalars) broadcasts
+            crate::memory::gather_view(&value, &crate::array::UInt32::zeros(n))
+        };
+        if kiln_core::schedule::debug_mode() {
+            for m in ctx.clamped.borrow().iter() {
+                let lanes = m.count();
+                if lanes > 0 {
+                    tracing::warn!(target: "kiln::stencil", "stencil input `{}`: {lanes} lane(s) read at value-dependent offsets outside the declared neighbourhood {nb:?}; they were clamped into it", names[0]);
+                }
+            }
+        }
+        let result = if self.boundary == Boundary::Skip {
+            let inside = interior_mask(&ctx.coords, &ctx_dims(&domain), &nb);
+            let border: Array<F::Out> = match (self.cval, out) {
+                (Some(v), _) => Float64::scalar(v).cast::<F::Out>(),
+                (None, Some(o)) => o.array().clone(),
+                (None, None) => Array::from_id(kiln_core::literal(F::Out::TYPE, 0, 1)),
+            };
+            match inside {
+                None => value,
+                Some(inside) => {
+                    let general = select(&inside, &value, &border);
+                    let meta = StencilMeta {
+                        shape: domain.clone(),
+                        lo: nb.iter().map(|r| r.0).collect(),
+                        hi: nb.iter().map(|r| r.1).collect(),
+                    };
+                    Array::from_id(kiln_core::stencil_node(
+                        Op::Split,
+                        value.id(),
+                        general.id(),
+                        meta,
+                    )?)
+                }
+            }
+        } else {
+            value
+        };
+        let t = Tensor::try_from_array(result, &domain)?;
+        if !self.fuse {
+            t.try_eval()?;
+        }
+        Ok(t)
+    }
+
+    fn check_options(&self, rank: usize, name: &str) -> Result<()> {
+        if self.cval.is_some() && self.boundary != Boundary::Skip {
+            return Err(Error::Stencil(format!(
+                "`cval` is the value of skipped border elements, but boundary {:?} computes every element; use `Boundary::Constant(v)` to pad reads outside input `{name}` with v",
+                self.boundary
+            )));
+        }
+        if let Some(nb) = &self.neighborhood {
+            if nb.len() != rank {
+                return Err(Error::Stencil(format!(
+                    "{} dimensional neighborhood specified for {rank} dimensional input array `{name}`; give one (lo, hi) pair per dimension",
+                    nb.len()
+                )));
+            }
+            if let Some(d) = (0..rank).find(|&d| nb[d].0 > nb[d].1) {
+                return Err(Error::Stencil(format!(
+                    "neighborhood {nb:?} has lo {} > hi {} in dimension {d}; write each range as (lo, hi) with lo ≤ hi",
+                    nb[d].0, nb[d].1
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The domain's sizes as evaluated size-1 arrays.
+fn ctx_dims(domain: &[usize]) -> Vec<Int64> {
+    domain.iter().map(|&d| param(d)).collect()
+}
+
+/// Each lane's coordinate per dimension of a row-major `domain` of `n` lanes. The divisions run
+/// in `f64` (`floor((i + 0.5) / d)` is exact below 2^52 and vectorises; integer division does not).
+fn coordinates(domain: &[usize], n: usize) -> Vec<Int64> {
+    let rank = domain.len();
+    let mut coords = vec![Int64::scalar(0); rank];
+    let mut rest = Int64::arange(n);
+    for d in (0..rank).rev() {
+        if d == 0 {
+            coords[0] = rest.clone();
+            break;
+        }
+        let dim = param(domain[d]);
+        let q = ((rest.cast::<f64>() + 0.5) / &dim.cast::<f64>())
+            .floor()
+            .cast::<i64>();
+        coords[d] = &rest - &(&q * &dim);
+        rest = q;
+    }
+    coords
+}
+
+/// Lanes whose whole neighbourhood lies inside the domain (`None`: every lane does).
+fn interior_mask(coords: &[Int64], dims: &[Int64], nb: &[(i64, i64)]) -> Option<Bool> {
+    let mut mask: Option<Bool> = None;
+    let mut and = |m: Bool| {
+        mask = Some(match mask.take() {
+            None => m,
+            Some(x) => &x & &m,
+        })
+    };
+    for d in 0..coords.len() {
+        let below = (-nb[d].0).max(0);
+        let above = nb[d].1.max(0);
+        if below > 0 {
+            and(coords[d].ge(below));
+        }
+        if above > 0 {
+            and((&coords[d] + above).lt(&dims[d]));
+        }
+    }
+    mask
+}
+
+/// The median of a list of arrays, lane by lane (as `f64`; the mean of the two middle values for
+/// an even count, like NumPy). Pairs with [`Rel::window`] for median filters.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let v = [Int32::from_slice(&[3, 9]), Int32::from_slice(&[1, 2]), Int32::from_slice(&[2, 4])];
+/// assert_eq!(kiln::median(&v).to_vec(), vec![2.0, 4.0]);
+/// ```
+pub fn median<T: Numeric>(values: &[Array<T>]) -> Float64 {
+    assert!(!values.is_empty(), "kiln::median of an empty list");
+    let mut v: Vec<Float64> = values.iter().map(|a| a.cast::<f64>()).collect();
+    let n = v.len();
+    // odd-even transposition sort: n rounds of compare-exchange (min/max) pairs
+    for round in 0..n {
+        let mut i = round % 2;
+        while i + 1 < n {
+            let (lo, hi) = (v[i].min(&v[i + 1]), v[i].max(&v[i + 1]));
+            v[i] = lo;
+            v[i + 1] = hi;
+            i += 2;
+        }
+    }
+    if n % 2 == 1 {
+        v[n / 2].clone()
+    } else {
+        (&v[n / 2 - 1] + &v[n / 2]) * 0.5
+    }
+}
