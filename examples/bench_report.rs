@@ -507,6 +507,143 @@ fn row_stencil(cfg: &Config, notes: &mut Vec<String>) -> Row {
     row
 }
 
+/// The 3×3 box blur (mean of the window), border 0, by rows on rayon.
+fn blur_rayon(g: &[f32], w: usize, out: &mut [f32]) {
+    use rayon::prelude::*;
+    out.par_chunks_mut(w).enumerate().for_each(|(i, row)| {
+        if i == 0 || i == w - 1 {
+            row.fill(0.0);
+            return;
+        }
+        row[0] = 0.0;
+        row[w - 1] = 0.0;
+        let (up, mid, down) = (
+            &g[(i - 1) * w..i * w],
+            &g[i * w..(i + 1) * w],
+            &g[(i + 1) * w..(i + 2) * w],
+        );
+        for j in 1..w - 1 {
+            let s = up[j - 1]
+                + up[j]
+                + up[j + 1]
+                + mid[j - 1]
+                + mid[j]
+                + mid[j + 1]
+                + down[j - 1]
+                + down[j]
+                + down[j + 1];
+            row[j] = s * (1.0 / 9.0);
+        }
+    });
+}
+
+/// `kiln::stencil` on 4096² (the Laplacian, or the 3×3 box blur) against the hand-written rayon
+/// row loop writing into a reused buffer (the stencil issue's target), into a fresh buffer, and
+/// the copy loop's bandwidth.
+fn stencil_api_row(cfg: &Config, notes: &mut Vec<String>, blur: bool) -> Row {
+    let w = 4096usize;
+    let host: Vec<f32> = (0..w * w)
+        .map(|i| ((i * 7919) % 1000) as f32 * 0.001)
+        .collect();
+    let g = Tensor::<f32>::from_vec(host.clone(), &[w, w]);
+    g.eval();
+    let lap = kiln::stencil(|a: &Rel<f32>| {
+        a.at([0, 1]) + a.at([0, -1]) + a.at([1, 0]) + a.at([-1, 0]) - 4.0 * a.at([0, 0])
+    });
+    let box3 = kiln::stencil(|a: &Rel<f32>| {
+        let s = a
+            .window(&[(-1, 1), (-1, 1)])
+            .into_iter()
+            .reduce(|s, v| s + v)
+            .expect("nine taps");
+        s * (1.0 / 9.0)
+    });
+    let run = || {
+        if blur { box3.apply(&g) } else { lap.apply(&g) }
+            .unwrap_or_else(|e| panic!("bench_report: {e}"))
+    };
+    let reference = |src: &[f32], out: &mut [f32]| {
+        if blur {
+            blur_rayon(src, w, out)
+        } else {
+            stencil_rayon(src, w, out)
+        }
+    };
+    let gh = HugeBuf::from_slice(&host);
+    let mut reused = HugeBuf::from_slice(&vec![0.0f32; w * w]);
+    let mut dst = HugeBuf::from_slice(&vec![0.0f32; w * w]);
+    let launches = kiln::stats().stencil_launches;
+    let [k, r_reused, r_fresh, copy] = measure_all(
+        cfg.reps.min(15),
+        cfg.budget,
+        [
+            &mut || {
+                let mut result = None;
+                let s = time(|| {
+                    let y = run();
+                    y.eval();
+                    result = Some(y);
+                });
+                drop(black_box(result));
+                s
+            },
+            &mut || time(|| reference(gh.slice(), reused.slice_mut())),
+            &mut || {
+                time(|| {
+                    let mut fresh = vec![0.0f32; w * w];
+                    reference(gh.slice(), &mut fresh);
+                    black_box(&fresh);
+                })
+            },
+            &mut || time(|| copy_rayon(gh.slice(), dst.slice_mut())),
+        ],
+    );
+    let split = kiln::stats().stencil_launches > launches;
+    let got = run().to_vec();
+    let same = got
+        .iter()
+        .zip(reused.slice())
+        .all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0));
+    let name = if blur {
+        "3x3 box blur"
+    } else {
+        "5-point laplacian"
+    };
+    let bytes = 8.0 * (w * w) as f64;
+    notes.push(format!(
+        "kiln::stencil {name} 4096^2: kiln {} (best {}; interior/border split launch: {split}), rayon into a reused buffer {} (best {}), into a fresh buffer {}, copy loop {} ({}); kiln moves {} = {:.2}x copy bandwidth; results agree: {same}",
+        ms(k.median),
+        ms(k.min),
+        ms(r_reused.median),
+        ms(r_reused.min),
+        ms(r_fresh.median),
+        ms(copy.median),
+        gbs(bytes, copy.median),
+        gbs(bytes, k.median),
+        copy.median / k.median,
+    ));
+    let ratio = r_reused.median / k.median;
+    let mut row = Row::new(
+        &format!("stencil {name} 4096^2"),
+        ms(k.median),
+        Goal::AtLeast(1.0),
+        if same { ratio } else { f64::NAN },
+        ">= 1.0x rayon (reused buf)",
+    );
+    row.rayon = ms(r_reused.median);
+    row.copy = gbs(bytes, copy.median);
+    row.ratio = format!("{ratio:.2}x faster");
+    row
+}
+
+fn row_stencil_laplacian(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    stencil_api_row(cfg, notes, false)
+}
+
+fn row_stencil_blur(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    stencil_api_row(cfg, notes, true)
+}
+
 /// Row 3: Monte Carlo sphere volume: trace + compile (cached) + run + count, against the same PCG32
 /// in a rayon loop.
 fn row_monte_carlo(cfg: &Config, notes: &mut Vec<String>) -> Row {
@@ -1180,7 +1317,7 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 16] = [
+    let steps: [(&str, RowFn); 18] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
         ("llvm vs cranelift", row_llvm_vs_cranelift),
@@ -1192,7 +1329,9 @@ fn main() {
         ("replay overhead", row_replay_overhead),
         ("tensor mean_axis", row_mean_axis),
         ("tensor transpose", row_transpose),
-        ("stencil", row_stencil),
+        ("stencil gathers", row_stencil),
+        ("stencil laplacian", row_stencil_laplacian),
+        ("stencil blur", row_stencil_blur),
         ("collatz", row_collatz),
         ("long loop", row_long_loop),
         ("switch", row_switch),

@@ -190,10 +190,25 @@ unsafe fn run_exact(
     }
     // 64 × 8 bytes per output: the remainder (< 16 lanes) plus the widest vector written past it
     const SCRATCH: usize = 64;
-    let mut scratch = vec![[0u64; SCRATCH]; outputs.len()];
+    let mut scratch_stack = [[0u64; SCRATCH]; 4];
+    let mut scratch_heap = Vec::new();
+    let scratch: &mut [[u64; SCRATCH]] = if outputs.len() <= 4 {
+        &mut scratch_stack[..outputs.len()]
+    } else {
+        scratch_heap.resize(outputs.len(), [0u64; SCRATCH]);
+        &mut scratch_heap
+    };
     // SAFETY: the caller guarantees `n_params` pointers behind `args.ptrs`.
-    let mut ptrs: Vec<*mut u8> =
-        unsafe { std::slice::from_raw_parts(args.ptrs, n_params) }.to_vec();
+    let given = unsafe { std::slice::from_raw_parts(args.ptrs, n_params) };
+    let mut ptrs_stack = [std::ptr::null_mut::<u8>(); 32];
+    let mut ptrs_heap = Vec::new();
+    let ptrs: &mut [*mut u8] = if n_params <= 32 {
+        ptrs_stack[..n_params].copy_from_slice(given);
+        &mut ptrs_stack[..n_params]
+    } else {
+        ptrs_heap.extend_from_slice(given);
+        &mut ptrs_heap
+    };
     for (k, &(p, bytes)) in outputs.iter().enumerate() {
         // lane `base` of the output lands at scratch[k][0]
         ptrs[p] = scratch[k]
@@ -223,16 +238,18 @@ unsafe fn run_exact(
     }
 }
 
-/// Run a stencil group (see `stencil`): `interior` over the plan's interior rows, then `general`
-/// over every border lane. Interior rows of a task run in order, each straight into the outputs
-/// (what a row writes past its end is rewritten by the next row of the same task, or by the
-/// border pass); a task's last row, and every border segment, run exactly ([`run_exact`]), so
-/// tasks never write the same lane.
+/// Run a stencil group (see `stencil`): the interior kernel over the plan's interior rows, the
+/// general kernel over the border lanes between them. The lanes are cut into chunks of whole
+/// pieces (an interior row, or the border between two rows), one task each. A task runs its pieces
+/// in increasing lane order, each straight into the outputs: vector code may write a little past a
+/// piece's end, but those lanes belong to later pieces of the same task, which rewrite them. Only a
+/// task's last pieces (those within [`EXACT_STEP`] lanes of its end) run exactly ([`run_exact`]),
+/// so tasks never write the same lane.
 ///
 /// # Safety
 /// As [`launch`] for both kernels: `iargs` must be valid for every interior lane (its shifted
-/// inputs read inside their buffers there), `gargs` for every lane; `outputs` as in
-/// [`run_exact`] for both (the kernels have the same outputs at the same parameters).
+/// inputs read inside their buffers there), `gargs` for every lane; `outputs_*` as in
+/// [`run_exact`] for each kernel (the kernels write the same output buffers).
 pub unsafe fn launch_split(
     interior: (&dyn CompiledKernel, &LaunchArgs, usize),
     general: (&dyn CompiledKernel, &LaunchArgs, usize),
@@ -240,49 +257,67 @@ pub unsafe fn launch_split(
     outputs_general: &[(usize, usize)],
     plan: &crate::stencil::SplitPlan,
 ) {
-    let (ik, iargs, in_params) = interior;
-    let (gk, gargs, gn_params) = general;
-    let tasks = threads() * 4;
-    let rows = plan.interior_rows();
+    let n = plan.size();
+    if n == 0 {
+        return;
+    }
+    // pieces in lane order: (start, end, interior?)
+    let mut pieces: Vec<(usize, usize, bool)> = Vec::new();
     let len = plan.row_len();
-    if len > 0 && !rows.is_empty() {
-        // a row's overrun reaches under EXACT_STEP lanes, so only into the next row or border
-        let direct = len >= EXACT_STEP;
-        let per = (DEFAULT_BLOCK / len)
-            .max(1)
-            .min(rows.len().div_ceil(tasks))
-            .max(1);
-        let chunk = |c: &[usize]| {
-            for (j, &s) in c.iter().enumerate() {
-                // SAFETY: interior lanes (the caller's guarantee); see above for the overrun.
-                unsafe {
-                    if direct && j + 1 < c.len() {
-                        ik.run(iargs, s as u64, (s + len) as u64);
-                    } else {
-                        run_exact(ik, iargs, in_params, outputs_interior, s, s + len);
-                    }
-                }
+    let mut at = 0usize;
+    for s in plan.interior_rows() {
+        if s > at {
+            pieces.push((at, s, false));
+        }
+        pieces.push((s, s + len, true));
+        at = s + len;
+    }
+    if at < n {
+        pieces.push((at, n, false));
+    }
+    // chunks of about `target` lanes; a longer piece is cut at whole steps
+    let target = (n.div_ceil(threads() * 4))
+        .clamp(DEFAULT_BLOCK, 1 << 20)
+        .next_multiple_of(EXACT_STEP);
+    let mut chunks: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new()];
+    let mut lanes = 0usize;
+    for (mut s, e, inner) in pieces {
+        while s < e {
+            let room = target.saturating_sub(lanes).max(EXACT_STEP);
+            let cut = if e - s > room { s + room } else { e };
+            chunks.last_mut().expect("one chunk").push((s, cut, inner));
+            lanes += cut - s;
+            s = cut;
+            if lanes >= target {
+                chunks.push(Vec::new());
+                lanes = 0;
             }
-        };
-        if rows.len() <= per {
-            chunk(&rows);
-        } else {
-            pool().install(|| rows.par_chunks(per).for_each(chunk));
         }
     }
-    let segs = plan.border_segments();
-    let lanes: usize = segs.iter().map(|(s, e)| e - s).sum();
-    let seg_run = |&(s, e): &(usize, usize)| {
-        // SAFETY: the general kernel is valid at every lane; segments are disjoint and exact.
-        unsafe { run_exact(gk, gargs, gn_params, outputs_general, s, e) };
+    let run_chunk = |c: &Vec<(usize, usize, bool)>| {
+        let Some(&(_, chunk_end, _)) = c.last() else {
+            return;
+        };
+        for &(s, e, inner) in c {
+            let (k, args, n_params, outs) = if inner {
+                (interior.0, interior.1, interior.2, outputs_interior)
+            } else {
+                (general.0, general.1, general.2, outputs_general)
+            };
+            // SAFETY: the caller's guarantees; what a direct run writes past `e` lies before
+            // `chunk_end` and is rewritten by this task's later pieces.
+            unsafe {
+                if e + EXACT_STEP <= chunk_end {
+                    k.run(args, s as u64, e as u64);
+                } else {
+                    run_exact(k, args, n_params, outs, s, e);
+                }
+            }
+        }
     };
-    if segs.len() <= 1 || lanes <= DEFAULT_BLOCK {
-        segs.iter().for_each(seg_run);
+    if chunks.len() == 1 {
+        run_chunk(&chunks[0]);
     } else {
-        let per = segs.len().div_ceil(tasks).max(1);
-        pool().install(|| {
-            segs.par_chunks(per)
-                .for_each(|c| c.iter().for_each(seg_run))
-        });
+        pool().install(|| chunks.par_iter().for_each(run_chunk));
     }
 }

@@ -628,7 +628,8 @@ impl KernelBuilder {
                 let p = self.k.params.len() - 1;
                 self.push(Inst::new(op, any, &[x, idx, mask], p as u64));
             }
-            Op::Data => unreachable!(),
+            // registry-only: never in kernels
+            Op::Data | Op::Tap | Op::Split => unreachable!(),
             // regions have generators of their own (see the end of this file)
             Op::LoopBegin
             | Op::Phi

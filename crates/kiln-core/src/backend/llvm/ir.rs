@@ -415,11 +415,14 @@ impl Gen<'_> {
             "br i1 %{pf}more, label %{pf}tailprep, label %{exit}"
         ));
         self.label(&format!("{pf}tailprep"));
-        self.line(format!("%{pf}rem = sub i64 %end, %{pf}i"));
-        self.declare("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)".into());
-        self.declare("declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)".into());
+        let iv = self.splat("i64", &format!("%{pf}i"));
+        let lanes = self.fresh();
+        let lo = self.lane_offsets();
+        self.line(format!("{lanes} = add <{w} x i64> {iv}, {lo}"));
+        let endv = self.splat("i64", "%end");
+        let tm = self.fresh();
+        self.line(format!("{tm} = icmp ult <{w} x i64> {lanes}, {endv}"));
         for &(p, t) in &streamed {
-            let size = t.size_bytes();
             // one scratch vector per parameter, shared by both lane loops (only one runs)
             if !self.allocas.contains(&format!("%scr{p} ")) {
                 let _ = writeln!(
@@ -429,27 +432,24 @@ impl Gen<'_> {
                 );
             }
             if k.params[p].kind == ParamKind::Input {
-                self.line(format!(
-                    "call void @llvm.memset.p0.i64(ptr align 64 %scr{p}, i8 0, i64 {}, i1 false)",
-                    w * size
-                ));
-                self.line(format!("%{pf}tb{p} = mul i64 %{pf}rem, {size}"));
-                self.line(format!(
-                    "%{pf}tsrc{p} = getelementptr inbounds {}, ptr %base{p}, i64 %{pf}i",
-                    mty(t)
+                // lanes at or past `end` are neither read (masked loads do not touch them) nor
+                // anything but 0
+                let (m, size) = (mty(t), t.size_bytes());
+                let f = format!("llvm.masked.load.v{w}{}.p0", mangle(m));
+                self.declare(format!(
+                    "declare <{w} x {m}> @{f}(ptr, i32, <{w} x i1>, <{w} x {m}>)"
                 ));
                 self.line(format!(
-                    "call void @llvm.memcpy.p0.p0.i64(ptr align 64 %scr{p}, ptr align {size} %{pf}tsrc{p}, i64 %{pf}tb{p}, i1 false)"
+                    "%{pf}tsrc{p} = getelementptr inbounds {m}, ptr %base{p}, i64 %{pf}i"
+                ));
+                self.line(format!(
+                    "%{pf}tv{p} = call <{w} x {m}> @{f}(ptr %{pf}tsrc{p}, i32 {size}, <{w} x i1> {tm}, <{w} x {m}> zeroinitializer)"
+                ));
+                self.line(format!(
+                    "store <{w} x {m}> %{pf}tv{p}, ptr %scr{p}, align 64"
                 ));
             }
         }
-        let iv = self.splat("i64", &format!("%{pf}i"));
-        let lanes = self.fresh();
-        let lo = self.lane_offsets();
-        self.line(format!("{lanes} = add <{w} x i64> {iv}, {lo}"));
-        let endv = self.splat("i64", "%end");
-        let tm = self.fresh();
-        self.line(format!("{tm} = icmp ult <{w} x i64> {lanes}, {endv}"));
         self.line(format!("br label %{pf}body"));
         self.label(&format!("{pf}body"));
         self.line(format!(
@@ -472,17 +472,27 @@ impl Gen<'_> {
         self.label(&format!("{pf}latch"));
         self.line(format!("br label %{pf}head"));
         self.label(&format!("{pf}tailout"));
-        self.line(format!("%{pf}rem2 = sub i64 %end, %{pf}i"));
+        let tail_mask = format!("%{pf}lanemask");
         for &(p, t) in &streamed {
-            if k.params[p].kind == ParamKind::Output {
-                let size = t.size_bytes();
-                self.line(format!("%{pf}ob{p} = mul i64 %{pf}rem2, {size}"));
-                self.line(format!(
-                    "%{pf}odst{p} = getelementptr inbounds {}, ptr %base{p}, i64 %{pf}i",
-                    mty(t)
+            // (an output the kernel never stores keeps its contents)
+            let stored = k
+                .insts
+                .iter()
+                .any(|i| i.op == Op::Store && i.imm as usize == p);
+            if k.params[p].kind == ParamKind::Output && stored {
+                let (m, size) = (mty(t), t.size_bytes());
+                let f = format!("llvm.masked.store.v{w}{}.p0", mangle(m));
+                self.declare(format!(
+                    "declare void @{f}(<{w} x {m}>, ptr, i32, <{w} x i1>)"
                 ));
                 self.line(format!(
-                    "call void @llvm.memcpy.p0.p0.i64(ptr align {size} %{pf}odst{p}, ptr align 64 %scr{p}, i64 %{pf}ob{p}, i1 false)"
+                    "%{pf}ov{p} = load <{w} x {m}>, ptr %scr{p}, align 64"
+                ));
+                self.line(format!(
+                    "%{pf}odst{p} = getelementptr inbounds {m}, ptr %base{p}, i64 %{pf}i"
+                ));
+                self.line(format!(
+                    "call void @{f}(<{w} x {m}> %{pf}ov{p}, ptr %{pf}odst{p}, i32 {size}, <{w} x i1> {tail_mask})"
                 ));
             }
         }
