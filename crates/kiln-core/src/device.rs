@@ -62,6 +62,16 @@ pub enum DeviceOpKind<'a> {
         /// The launch size's expression while recording (0: constant).
         size_sym: ExprId,
     },
+    /// A stencil group (see `stencil`): `interior` over the plan's interior lanes, its inputs read
+    /// at `lane + shifts[i]`, `general` over the rest. Buffers: the general kernel's parameters in
+    /// order, then the interior kernel's (unshifted; the outputs are the same buffers).
+    LaunchSplit {
+        general: (KernelHash, &'a Arc<dyn CompiledKernel>, &'a [Param]),
+        interior: (KernelHash, &'a Arc<dyn CompiledKernel>, &'a [Param]),
+        shifts: &'a [i64],
+        plan: &'a Arc<crate::stencil::SplitPlan>,
+        size_sym: ExprId,
+    },
     /// A launch whose single output is reduced block by block as it is produced (never stored).
     /// Buffers: the kernel's non-output parameters in order, then the size-1 result.
     LaunchReduce {
@@ -107,7 +117,7 @@ impl DeviceOpKind<'_> {
     /// The size rule of this kind's output.
     pub fn size_rule(&self) -> SizeRule {
         match self {
-            DeviceOpKind::Launch { .. } => SizeRule::Launch,
+            DeviceOpKind::Launch { .. } | DeviceOpKind::LaunchSplit { .. } => SizeRule::Launch,
             DeviceOpKind::Reduce(_) | DeviceOpKind::LaunchReduce { .. } => SizeRule::One,
             DeviceOpKind::LaunchBlockReduce { block, .. } => SizeRule::Blocks {
                 input: 0,
@@ -129,6 +139,7 @@ impl DeviceOpKind<'_> {
     pub fn name(&self) -> &'static str {
         match self {
             DeviceOpKind::Launch { .. } => "launch",
+            DeviceOpKind::LaunchSplit { .. } => "launch (stencil split)",
             DeviceOpKind::LaunchReduce { .. } => "launch+reduce",
             DeviceOpKind::LaunchBlockReduce { .. } => "launch+block_reduce",
             DeviceOpKind::Reduce(_) => "reduce",
@@ -352,7 +363,7 @@ pub fn launch_split(
     interior: LaunchSpec,
     ibufs: &[(&Buffer, i64)],
     size: usize,
-    plan: &crate::stencil::SplitPlan,
+    plan: &Arc<crate::stencil::SplitPlan>,
 ) -> [u64; STATUS_LEN] {
     use crate::kernel::ParamKind;
     let fits = plan.size() == size
@@ -441,18 +452,19 @@ pub fn launch_split(
     };
     let st = count_launch(t, &status, general.hash);
     stats::STENCIL_LAUNCHES.fetch_add(1, Relaxed);
+    let shifts: Vec<i64> = ibufs.iter().map(|&(_, off)| off).collect();
+    let mut all: Vec<&Buffer> = gbufs.to_vec();
+    all.extend(ibufs.iter().map(|&(b, _)| b));
     notify(
-        DeviceOpKind::Launch {
-            hash: general.hash,
-            kernel: general.kernel,
-            params: general.params,
-            modified: general.modified,
-            block: general.block,
-            tile_cols: 0,
+        DeviceOpKind::LaunchSplit {
+            general: (general.hash, general.kernel, general.params),
+            interior: (interior.hash, interior.kernel, interior.params),
+            shifts: &shifts,
+            plan,
             size_sym: general.size_sym,
         },
         size,
-        gbufs,
+        &all,
     );
     st
 }

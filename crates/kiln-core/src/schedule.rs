@@ -647,10 +647,13 @@ fn build_as(st: &State, g: Group, interior: bool) -> Built {
 }
 
 /// A group's kernel and, when it holds stencil nodes, its interior variant with the lanes that run
-/// it. Not while recording a frozen function: a replay runs the general kernel over every lane.
+/// it.
 fn build_split(st: &State, g: Group) -> Built {
     let mut built = build(st, g.clone());
-    if built.stencil_seen.is_empty() || crate::freeze::record::active() {
+    // (a recording tracks the buffers scatters write through the general launch's op only)
+    if built.stencil_seen.is_empty()
+        || (!built.modified.is_empty() && crate::freeze::record::active())
+    {
         return built;
     }
     let inner = build_as(st, g, true);
@@ -1076,7 +1079,7 @@ fn with_fused_kernel<R>(
             side: Vec::new(),
         },
     );
-    if !built.stencil_seen.is_empty() && !crate::freeze::record::active() {
+    if !built.stencil_seen.is_empty() {
         // a stencil is worth its split launch (plain loads in the interior): evaluate it, then
         // the caller reduces the buffer
         let mut garbage = Vec::new();

@@ -415,6 +415,33 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
                 tile_cols,
             }
         }
+        DeviceOpKind::LaunchSplit {
+            general,
+            interior,
+            shifts,
+            plan,
+            size_sym,
+        } => {
+            launch_size = r.expr(size_sym, rec.size);
+            let ng = general.2.len();
+            for (i, p) in general.2.iter().enumerate() {
+                if p.kind == ParamKind::Output {
+                    bufs.push(r.new_buf(addr(i), p.ty, launch_size, op_index));
+                } else {
+                    bufs.push(r.input_buf(addr(i), name));
+                }
+            }
+            // the interior kernel's outputs are the buffers just made; its inputs are inputs
+            for i in 0..interior.2.len() {
+                bufs.push(r.input_buf(addr(ng + i), name));
+            }
+            ReplayKind::LaunchSplit {
+                general: (general.0, general.1.clone(), general.2.into()),
+                interior: (interior.0, interior.1.clone(), interior.2.into()),
+                shifts: shifts.into(),
+                plan: plan.clone(),
+            }
+        }
         DeviceOpKind::LaunchReduce {
             hash,
             kernel,

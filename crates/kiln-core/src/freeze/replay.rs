@@ -66,6 +66,12 @@ pub(crate) enum ReplayKind {
         block: usize,
         tile_cols: usize,
     },
+    LaunchSplit {
+        general: (KernelHash, Arc<dyn CompiledKernel>, Arc<[Param]>),
+        interior: (KernelHash, Arc<dyn CompiledKernel>, Arc<[Param]>),
+        shifts: Arc<[i64]>,
+        plan: Arc<crate::stencil::SplitPlan>,
+    },
     LaunchReduce {
         hash: KernelHash,
         kernel: Arc<dyn CompiledKernel>,
@@ -458,6 +464,46 @@ impl Recording {
                 let mut spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
                 spec.tile_cols = *tile_cols;
                 device::launch_kernel(spec, size, &refs);
+            }
+            ReplayKind::LaunchSplit {
+                general,
+                interior,
+                shifts,
+                plan,
+            } => {
+                let size = known(vals, op.size)?;
+                let ng = general.2.len();
+                let mut held: Vec<Arc<Buffer>> = Vec::with_capacity(op.bufs.len());
+                for (j, p) in general.2.iter().enumerate() {
+                    let b = op.bufs[j];
+                    if p.kind == ParamKind::Output {
+                        let buf = Arc::new(Buffer::new(p.ty, size, &|| {
+                            format!("a replayed stencil output of {size} × {}", p.ty)
+                        })?);
+                        table[b as usize] = Some(buf.clone());
+                        held.push(buf);
+                    } else {
+                        let buf = get(table, b)?;
+                        check_len(p.kind, buf.len, size)?;
+                        held.push(buf);
+                    }
+                }
+                for (j, p) in interior.2.iter().enumerate() {
+                    let buf = get(table, op.bufs[ng + j])?;
+                    if p.kind != ParamKind::Input {
+                        check_len(p.kind, buf.len, size)?;
+                    }
+                    held.push(buf);
+                }
+                let grefs: Vec<&Buffer> = held[..ng].iter().map(|b| b.as_ref()).collect();
+                let irefs: Vec<(&Buffer, i64)> = held[ng..]
+                    .iter()
+                    .zip(shifts.iter())
+                    .map(|(b, &off)| (b.as_ref(), off))
+                    .collect();
+                let gspec = LaunchSpec::constant(&general.1, general.0, &general.2, &[], 0);
+                let ispec = LaunchSpec::constant(&interior.1, interior.0, &interior.2, &[], 0);
+                device::launch_split(gspec, &grefs, ispec, &irefs, size, plan);
             }
             ReplayKind::LaunchReduce {
                 hash,
