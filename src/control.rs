@@ -317,6 +317,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             }
         })
         .auto_opaque(false)
+        .unfreeze_on_hidden_input()
         .enabled(frozen);
         let mut iterations = 0u64;
         loop {
@@ -500,6 +501,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             *active = c;
         })
         .auto_opaque(false)
+        .unfreeze_on_hidden_input()
         .enabled(frozen);
         let mut iterations = 0u64;
         // the recorded iteration's ops start here

@@ -47,6 +47,12 @@ pub enum Boundary {
     Nearest,
 }
 
+/// The largest offset (and neighbourhood bound) a stencil accepts, in elements.
+pub const MAX_OFFSET: i64 = 1 << 40;
+
+/// A neighbourhood: one inclusive `(lo, hi)` offset range per dimension.
+pub type Neighborhood = Vec<(i64, i64)>;
+
 /// A stencil kernel and its options; see [`stencil`].
 pub struct Stencil<F> {
     f: F,
@@ -55,7 +61,7 @@ pub struct Stencil<F> {
     boundary: Boundary,
     fuse: bool,
     /// The neighbourhood found by the last application (shared by clones).
-    inferred: Arc<Mutex<Option<Vec<(i64, i64)>>>>,
+    inferred: Arc<Mutex<Option<Neighborhood>>>,
 }
 
 impl<F: Clone> Clone for Stencil<F> {
@@ -130,6 +136,24 @@ pub struct Ctx {
     errors: RefCell<Vec<String>>,
     /// Lanes whose value-dependent offsets were clamped into the neighbourhood (`at_var`).
     clamped: RefCell<Vec<Bool>>,
+    params: Params,
+}
+
+/// Sizes and strides as evaluated size-1 `Int64`s, one per distinct value: shapes are data of the
+/// kernels, not code, so another grid size reuses the compiled kernels.
+#[derive(Default)]
+struct Params(RefCell<Vec<(usize, Int64)>>);
+
+impl Params {
+    fn get(&self, v: usize) -> Int64 {
+        let mut p = self.0.borrow_mut();
+        if let Some((_, a)) = p.iter().find(|(k, _)| *k == v) {
+            return a.clone();
+        }
+        let a = Int64::from_slice(&[v as i64]);
+        p.push((v, a.clone()));
+        a
+    }
 }
 
 impl Ctx {
@@ -139,12 +163,6 @@ impl Ctx {
             e.push(message);
         }
     }
-}
-
-/// Evaluated size-1 `Int64` holding `v`: shapes are data of the kernel, not code, so another grid
-/// size reuses the compiled kernels.
-fn param(v: usize) -> Int64 {
-    Int64::from_slice(&[v as i64])
 }
 
 impl<T: Scalar> Rel<T> {
@@ -158,8 +176,8 @@ impl<T: Scalar> Rel<T> {
             ctx: ctx.clone(),
             src: t.array().clone(),
             fast: fast_ok && shape == ctx.domain,
-            dims: shape.iter().map(|&d| param(d)).collect(),
-            strides: strides.iter().map(|&s| param(s)).collect(),
+            dims: shape.iter().map(|&d| ctx.params.get(d)).collect(),
+            strides: strides.iter().map(|&s| ctx.params.get(s)).collect(),
             shape,
             name,
         }
@@ -286,6 +304,13 @@ impl<T: Scalar> Rel<T> {
             ));
             return self.zeros();
         }
+        if let Some(o) = off.iter().find(|o| o.unsigned_abs() > MAX_OFFSET as u64) {
+            self.ctx.error(format!(
+                "offset {off:?} of input `{}` reaches {o} elements away; offsets are limited to ±{MAX_OFFSET} (a larger one would overflow the index arithmetic)",
+                self.name
+            ));
+            return self.zeros();
+        }
         if let Some(nb) = &self.ctx.declared {
             if nb.len() == rank && off.iter().zip(nb).any(|(o, r)| *o < r.0 || *o > r.1) {
                 self.ctx.error(format!(
@@ -327,8 +352,7 @@ impl<T: Scalar> Rel<T> {
         let rank = self.shape.len();
         let mut inside: Option<Bool> = None;
         let mut flat: Option<Int64> = None;
-        for d in 0..rank {
-            let dim = &self.dims[d];
+        for (d, dim) in self.dims.iter().enumerate().take(rank) {
             let qd = match self.ctx.boundary {
                 Boundary::Skip | Boundary::Constant(_) => {
                     let ok_d = &q[d].ge(0i64) & &q[d].lt(dim);
@@ -368,7 +392,7 @@ impl<T: Scalar> Rel<T> {
         )));
         match (self.ctx.boundary, inside) {
             (Boundary::Constant(v), Some(inside)) => {
-                select(&inside, &value, &Float64::scalar(v).cast::<T>())
+                select(&inside, &value, Float64::scalar(v).cast::<T>())
             }
             _ => value,
         }
@@ -450,7 +474,7 @@ pub trait StencilFn<I: StencilInputs> {
     fn call(&self, rels: &I::Rels) -> Array<Self::Out>;
 }
 
-impl<'t, T: Scalar, U: Scalar, F: Fn(&Rel<T>) -> Array<U>> StencilFn<&'t Tensor<T>> for F {
+impl<T: Scalar, U: Scalar, F: Fn(&Rel<T>) -> Array<U>> StencilFn<&Tensor<T>> for F {
     type Out = U;
     fn call(&self, rels: &Rel<T>) -> Array<U> {
         self(rels)
@@ -574,6 +598,17 @@ impl<F> Stencil<F> {
                 )));
             }
         }
+        let ids = inputs.arrays();
+        for (i, (s, &id)) in shapes.iter().zip(&ids).enumerate() {
+            let len = kiln_core::size(id);
+            if len != s.iter().product::<usize>() {
+                return Err(Error::Stencil(format!(
+                    "input `{}` holds {len} elements but its shape {s:?} has {}: a stencil reads neighbours by position, which the lanes an evaluated loop or branch compressed away no longer have; apply the stencil outside the branch, or run the loop with `.compress(false)`",
+                    names[i],
+                    s.iter().product::<usize>()
+                )));
+            }
+        }
         let n: usize = domain.iter().product();
         // lazy inputs: recompute them at each tap, or evaluate them first, by cost
         let taps_guess: usize = self
@@ -586,7 +621,6 @@ impl<F> Stencil<F> {
                     .product()
             })
             .unwrap_or(9);
-        let ids = inputs.arrays();
         let mut fast = vec![true; ids.len()];
         for (i, &id) in ids.iter().enumerate() {
             if kiln_core::is_evaluated(id) {
@@ -602,8 +636,9 @@ impl<F> Stencil<F> {
                 fast[i] = kiln_core::is_evaluated(id);
             }
         }
+        let params = Params::default();
         let ctx = Rc::new(Ctx {
-            coords: coordinates(&domain, n),
+            coords: coordinates(&domain, n, &params),
             domain: domain.clone(),
             n,
             boundary: self.boundary,
@@ -611,6 +646,7 @@ impl<F> Stencil<F> {
             taps: RefCell::new(Vec::new()),
             errors: RefCell::new(Vec::new()),
             clamped: RefCell::new(Vec::new()),
+            params,
         });
         let rels = inputs.rels(&ctx, &|i| fast[i]);
         let value = self.f.call(&rels);
@@ -651,7 +687,8 @@ impl<F> Stencil<F> {
             }
         }
         let result = if self.boundary == Boundary::Skip {
-            let inside = interior_mask(&ctx.coords, &ctx_dims(&domain), &nb);
+            let dims: Vec<Int64> = domain.iter().map(|&d| ctx.params.get(d)).collect();
+            let inside = interior_mask(&ctx.coords, &dims, &nb);
             let border: Array<F::Out> = match (self.cval, out) {
                 (Some(v), _) => Float64::scalar(v).cast::<F::Out>(),
                 (None, Some(o)) => o.array().clone(),
@@ -698,6 +735,14 @@ impl<F> Stencil<F> {
                     nb.len()
                 )));
             }
+            if let Some(d) = (0..rank).find(|&d| {
+                nb[d].0.unsigned_abs() > MAX_OFFSET as u64
+                    || nb[d].1.unsigned_abs() > MAX_OFFSET as u64
+            }) {
+                return Err(Error::Stencil(format!(
+                    "neighborhood {nb:?} reaches beyond ±{MAX_OFFSET} elements in dimension {d}; offsets that large would overflow the index arithmetic"
+                )));
+            }
             if let Some(d) = (0..rank).find(|&d| nb[d].0 > nb[d].1) {
                 return Err(Error::Stencil(format!(
                     "neighborhood {nb:?} has lo {} > hi {} in dimension {d}; write each range as (lo, hi) with lo ≤ hi",
@@ -709,14 +754,9 @@ impl<F> Stencil<F> {
     }
 }
 
-/// The domain's sizes as evaluated size-1 arrays.
-fn ctx_dims(domain: &[usize]) -> Vec<Int64> {
-    domain.iter().map(|&d| param(d)).collect()
-}
-
 /// Each lane's coordinate per dimension of a row-major `domain` of `n` lanes. The divisions run
 /// in `f64` (`floor((i + 0.5) / d)` is exact below 2^52 and vectorises; integer division does not).
-fn coordinates(domain: &[usize], n: usize) -> Vec<Int64> {
+fn coordinates(domain: &[usize], n: usize, params: &Params) -> Vec<Int64> {
     let rank = domain.len();
     let mut coords = vec![Int64::scalar(0); rank];
     let mut rest = Int64::arange(n);
@@ -725,7 +765,7 @@ fn coordinates(domain: &[usize], n: usize) -> Vec<Int64> {
             coords[0] = rest.clone();
             break;
         }
-        let dim = param(domain[d]);
+        let dim = params.get(domain[d]);
         let q = ((rest.cast::<f64>() + 0.5) / &dim.cast::<f64>())
             .floor()
             .cast::<i64>();

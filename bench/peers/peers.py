@@ -49,10 +49,18 @@ MONTE = "monte carlo 10M"
 LAUNCH = "cached launch n=1024 x1000"
 COMPILE = "cold compile 200 ops"
 STENCIL = "5-point stencil 4096^2"
+LAPLACIAN = "5-point laplacian 4096^2"
+BLUR = "3x3 box blur 4096^2"
 COLLATZ = "collatz 1M"
 LOOP = "loop 1000x10000"
 SWITCH = "switch 4 targets 1M"
-WORKLOADS = [SAXPY, CHAIN, MONTE, LAUNCH, COMPILE, STENCIL, COLLATZ, LOOP, SWITCH]
+WORKLOADS = [SAXPY, CHAIN, MONTE, LAUNCH, COMPILE, STENCIL, LAPLACIAN, BLUR, COLLATZ, LOOP,
+             SWITCH]
+# The stencil workloads written as stencils (kiln: `kiln::stencil`; Numba: `@numba.stencil`), on
+# bench_report's grid ((k * 7919) % 1000) * 0.001. Their check is each peer's largest difference
+# from a float64 NumPy reference, relative to the reference's largest magnitude.
+STENCILS = {LAPLACIAN, BLUR}
+STENCIL_TOL = 1e-4
 DEFAULT_REPS = 3
 # Workloads of a few milliseconds or less: timed at least SMALL_REPS times (noise matters more).
 SMALL = {LAUNCH, LOOP, SWITCH}
@@ -88,6 +96,8 @@ def inputs():
     del i
     k = np.arange(SIDE * SIDE, dtype=np.int64)
     grid = ((k % 1000) * 1e-3).astype(np.float32).reshape(SIDE, SIDE)
+    # bench_report's stencil_api_row grid, with its f32 arithmetic
+    sgrid = (((k * 7919) % 1000).astype(np.float32) * np.float32(0.001)).reshape(SIDE, SIDE)
     del k
     wx = np.linspace(0.0, 1.0, N_SWITCH, dtype=np.float32)
     return {
@@ -97,6 +107,7 @@ def inputs():
         "chain_x": np.linspace(-2.0, 2.0, N_BIG, dtype=np.float32),
         "launch_x": np.arange(N_LAUNCH, dtype=np.float32),
         "grid": grid,
+        "sgrid": sgrid,
         "collatz_x": np.arange(1, N_COLLATZ + 1, dtype=np.uint32),
         "loop_x": np.linspace(0.0, 1.0, LOOP_LANES, dtype=np.float32),
         "switch_idx": (np.arange(N_SWITCH, dtype=np.uint32) % np.uint32(4)).astype(np.uint32),
@@ -154,6 +165,37 @@ def compile_check(x):
         got = float(np.abs(np.asarray(y, dtype=np.float64)).sum())
         want = float(np.abs(ref.astype(np.float64)).sum())
         return abs(got - want) / max(want, 1e-30)
+
+    return to_numpy
+
+
+def stencil_reference(workload, g):
+    """The laplacian or the box blur of `g` in float64 (border 0), as NumPy slicing computes it."""
+    import numpy as np
+
+    a = g.astype(np.float64)
+    out = np.zeros_like(a)
+    if workload == LAPLACIAN:
+        out[1:-1, 1:-1] = (a[1:-1, 2:] + a[1:-1, :-2] + a[2:, 1:-1] + a[:-2, 1:-1]
+                           - 4.0 * a[1:-1, 1:-1])
+    else:
+        s = sum(a[1 + di:SIDE - 1 + di, 1 + dj:SIDE - 1 + dj]
+                for di in (-1, 0, 1) for dj in (-1, 0, 1))
+        out[1:-1, 1:-1] = s * (1.0 / 9.0)
+    return out
+
+
+def stencil_check(workload, g):
+    """to_numpy for the stencil workloads: the largest |result - reference| over the largest
+    |reference| (float64 reference, border 0 included); inf for a result of another shape."""
+    import numpy as np
+
+    def to_numpy(r):
+        ref = stencil_reference(workload, g)
+        got = np.asarray(r, dtype=np.float64).reshape(-1)
+        if got.size != ref.size:
+            return math.inf
+        return float(np.abs(got - ref.reshape(-1)).max() / max(np.abs(ref).max(), 1e-30))
 
     return to_numpy
 
@@ -219,6 +261,35 @@ def peer_numpy(d):
 
         return run, ident
 
+    def laplacian():
+        g = d["sgrid"]
+        f4 = np.float32(4)
+
+        def run():
+            out = np.zeros_like(g)
+            out[1:-1, 1:-1] = (
+                g[1:-1, 2:] + g[1:-1, :-2] + g[2:, 1:-1] + g[:-2, 1:-1] - f4 * g[1:-1, 1:-1]
+            )
+            return out
+
+        return run, stencil_check(LAPLACIAN, g)
+
+    def blur():
+        g = d["sgrid"]
+        ninth = np.float32(1.0 / 9.0)
+
+        def run():
+            # (NumPy reuses the expression's temporaries in place: one scratch array, not eight)
+            out = np.zeros_like(g)
+            out[1:-1, 1:-1] = (
+                g[:-2, :-2] + g[:-2, 1:-1] + g[:-2, 2:]
+                + g[1:-1, :-2] + g[1:-1, 1:-1] + g[1:-1, 2:]
+                + g[2:, :-2] + g[2:, 1:-1] + g[2:, 2:]
+            ) * ninth
+            return out
+
+        return run, stencil_check(BLUR, g)
+
     def collatz():
         x0 = d["collatz_x"]
         one, three = np.uint32(1), np.uint32(3)
@@ -258,7 +329,7 @@ def peer_numpy(d):
         return run, ident
 
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
-            COLLATZ: collatz, LOOP: loop, SWITCH: switch,
+            LAPLACIAN: laplacian, BLUR: blur, COLLATZ: collatz, LOOP: loop, SWITCH: switch,
             COMPILE: "NumPy compiles no kernels"}
 
 
@@ -273,6 +344,7 @@ def peer_numba(d):
     F0, F1, F2, F4 = np.float32(0), np.float32(1), np.float32(2), np.float32(4)
     FA = np.float32(SAXPY_A)
     F325 = np.float32(3.25)
+    F9 = np.float32(1.0 / 9.0)
     DECAY, OFFSET = np.float32(0.999), np.float32(0.001)
     U0, U1, U2, U3 = np.uint32(0), np.uint32(1), np.uint32(2), np.uint32(3)
     ident = lambda r: r  # noqa: E731
@@ -327,6 +399,25 @@ def peer_numba(d):
                                  - F4 * g[i, j])
                 out[i, w - 1] = F0
         return out
+
+    # The stencil workloads as Numba's own stencils: `@numba.stencil` kernels (border: cval 0) called
+    # from a parallel njit function, which turns them into parallel loops.
+    @numba.stencil
+    def laplacian_s(a):
+        return a[0, 1] + a[0, -1] + a[1, 0] + a[-1, 0] - F4 * a[0, 0]
+
+    @numba.stencil
+    def blur_s(a):
+        return (a[-1, -1] + a[-1, 0] + a[-1, 1] + a[0, -1] + a[0, 0] + a[0, 1]
+                + a[1, -1] + a[1, 0] + a[1, 1]) * F9
+
+    @njit(parallel=True)
+    def laplacian_k(g):
+        return laplacian_s(g)
+
+    @njit(parallel=True)
+    def blur_k(g):
+        return blur_s(g)
 
     @njit(parallel=True)
     def collatz_k(x):
@@ -411,6 +502,9 @@ def peer_numba(d):
         MONTE: lambda: ((lambda: monte_k(N_BIG)), ident),
         LAUNCH: lambda: (launch_run(d["launch_x"]), ident),
         STENCIL: lambda: ((lambda: stencil_k(d["grid"])), ident),
+        LAPLACIAN: lambda: ((lambda: laplacian_k(d["sgrid"])),
+                            stencil_check(LAPLACIAN, d["sgrid"])),
+        BLUR: lambda: ((lambda: blur_k(d["sgrid"])), stencil_check(BLUR, d["sgrid"])),
         COLLATZ: lambda: ((lambda: collatz_k(d["collatz_x"])), ident),
         LOOP: lambda: ((lambda: loop_k(d["loop_x"], LOOP_STEPS)), ident),
         SWITCH: lambda: ((lambda: switch_k(d["switch_idx"], d["switch_x"], d["switch_y"])), ident),
@@ -472,6 +566,28 @@ def peer_jax(d):
             return jnp.pad(inner, 1)
 
         return (lambda: f(g).block_until_ready()), to_np
+
+    def laplacian():
+        g = put("sgrid")
+
+        @jax.jit
+        def f(a):
+            inner = a[1:-1, 2:] + a[1:-1, :-2] + a[2:, 1:-1] + a[:-2, 1:-1] - 4 * a[1:-1, 1:-1]
+            return jnp.pad(inner, 1)
+
+        return (lambda: f(g).block_until_ready()), stencil_check(LAPLACIAN, d["sgrid"])
+
+    def blur():
+        g = put("sgrid")
+        h, w = d["sgrid"].shape
+
+        @jax.jit
+        def f(a):
+            s = sum(a[1 + di:h - 1 + di, 1 + dj:w - 1 + dj]
+                    for di in (-1, 0, 1) for dj in (-1, 0, 1))
+            return jnp.pad(s * (1.0 / 9.0), 1)
+
+        return (lambda: f(g).block_until_ready()), stencil_check(BLUR, d["sgrid"])
 
     def collatz():
         x = put("collatz_x")
@@ -541,7 +657,8 @@ def peer_jax(d):
         return run, compile_check(d["compile_x"])
 
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
-            COLLATZ: collatz, LOOP: loop, SWITCH: switch, COMPILE: compile_}
+            LAPLACIAN: laplacian, BLUR: blur, COLLATZ: collatz, LOOP: loop, SWITCH: switch,
+            COMPILE: compile_}
 
 
 def peer_drjit(d):
@@ -616,6 +733,39 @@ def peer_drjit(d):
 
         return run, lambda r: np.array(r).reshape(w, w)
 
+    # The stencil workloads with gathers, as `stencil` above: one kernel, a masked gather per tap.
+    def gathers(offsets, combine):
+        g = arr(Float, "sgrid")
+        w = SIDE
+
+        def run():
+            k = dr.arange(UInt32, w * w)
+            i = k // w
+            j = k - i * w
+            inner = (i > 0) & (i < w - 1) & (j > 0) & (j < w - 1)
+            # (k - 1 rather than k + -1: the index is a UInt32, as in `stencil`)
+            idx = [k if o == 0 else k + o if o > 0 else k - (-o)
+                   for o in (di * w + dj for di, dj in offsets)]
+            taps = [dr.gather(Float, g, x, inner) for x in idx]
+            return done(dr.select(inner, combine(taps), 0))
+
+        return run
+
+    def laplacian():
+        run = gathers([(0, 1), (0, -1), (1, 0), (-1, 0), (0, 0)],
+                      lambda t: t[0] + t[1] + t[2] + t[3] - 4 * t[4])
+        return run, stencil_check(LAPLACIAN, d["sgrid"])
+
+    def blur():
+        def mean(t):
+            s = t[0]
+            for v in t[1:]:
+                s = s + v
+            return s * (1.0 / 9.0)
+
+        run = gathers([(di, dj) for di in (-1, 0, 1) for dj in (-1, 0, 1)], mean)
+        return run, stencil_check(BLUR, d["sgrid"])
+
     def collatz():
         x0 = arr(UInt32, "collatz_x")
 
@@ -684,7 +834,8 @@ def peer_drjit(d):
         return run, compile_check(d["compile_x"])
 
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
-            COLLATZ: collatz, LOOP: loop, SWITCH: switch, COMPILE: compile_}
+            LAPLACIAN: laplacian, BLUR: blur, COLLATZ: collatz, LOOP: loop, SWITCH: switch,
+            COMPILE: compile_}
 
 
 PEER_FNS = {"numpy": peer_numpy, "numba": peer_numba, "jax": peer_jax, "drjit": peer_drjit}
@@ -739,15 +890,20 @@ def run_worker(peer, out_path, reps, workloads):
                 return (r.value, r.seconds) if isinstance(r, Timed) else (r, t)
 
             r, first = call()
-            best = math.inf
+            times = []
             for _ in range(timed_calls(w, reps)):
                 r, t = call()
-                best = min(best, t)
+                times.append(t)
+            best = min(times)
+            median = sorted(times)[len(times) // 2]
             results["ms"][w] = best * 1e3
             results["first_ms"][w] = first * 1e3
             results["check"][w] = checksum(w, to_numpy(r))
-            print(f"  {peer:<6} {w:<28} {best * 1e3:10.2f} ms   (first call {first * 1e3:.1f} ms)",
-                  flush=True)
+            print(f"  {peer:<6} {w:<28} {best * 1e3:10.2f} ms   (median {median * 1e3:.2f} ms; "
+                  f"first call {first * 1e3:.1f} ms)", flush=True)
+            if w in STENCILS and not results["check"][w] <= STENCIL_TOL:
+                print(f"warning: {peer} {w}: max |r - ref| / max |ref| = {results['check'][w]:.3g}"
+                      f" against a float64 NumPy reference (tolerance {STENCIL_TOL:g})", flush=True)
         except Exception as e:  # noqa: BLE001
             if os.environ.get("KILN_PEERS_TRACEBACK"):
                 traceback.print_exc()
@@ -790,7 +946,11 @@ def check_notes(per_peer, workloads):
             c = res.get("check", {}).get(w)
             if c is None:
                 continue
-            if w == COMPILE:
+            if w in STENCILS:
+                ok = c <= STENCIL_TOL
+                what = (f"max |r - ref| / max |ref| = {c:.3g} against a float64 NumPy reference "
+                        f"(tolerance {STENCIL_TOL:g})")
+            elif w == COMPILE:
                 ok = c <= 1e-3
                 what = f"sum|y| differs from numpy's (same constants, f32) by {c:.2g} relative"
             elif w == MONTE:
@@ -809,12 +969,16 @@ def check_notes(per_peer, workloads):
     return notes
 
 
+def selected(spec):
+    """The workloads that `spec` (comma-separated substrings, empty: all) selects, in order."""
+    return [w for w in WORKLOADS
+            if not spec
+            or any(s.strip() and s.strip().lower() in w.lower() for s in spec.split(","))]
+
+
 def run_parent(args):
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
-    workloads = [w for w in WORKLOADS
-                 if not args.workloads
-                 or any(s.strip() and s.strip().lower() in w.lower()
-                        for s in args.workloads.split(","))]
+    workloads = selected(args.workloads)
     print(f"kiln peers: {', '.join(peers)}; best of {args.reps} (of {max(args.reps, SMALL_REPS)} "
           f"for the small workloads, of {timed_calls(COMPILE, args.reps)} fresh kernels for cold "
           f"compile) after one warm-up call (which compiles); "
@@ -872,7 +1036,9 @@ def run_parent(args):
         print("\n".join(notes))
     else:
         print("checks: every measured result agrees (numpy's sums, the collatz step sum, 4pi/3; "
-              "cold compile: numpy's f32 result with the same constants)")
+              "cold compile: numpy's f32 result with the same constants; laplacian and box blur: "
+              f"a float64 NumPy reference, element by element, within {STENCIL_TOL:g} of its "
+              "largest magnitude)")
     if COMPILE in workloads:
         print(f"  {COMPILE}: every call compiles a kernel never seen before; best of "
               f"{timed_calls(COMPILE, args.reps)} after one (the first in its process, shown in "
@@ -897,6 +1063,8 @@ ALIASES = {
     LAUNCH: ["cached launch"],
     COMPILE: ["cold compile"],
     STENCIL: ["5-point stencil", "stencil"],
+    LAPLACIAN: ["stencil 5-point laplacian"],  # bench_report: "kiln::stencil 5-point laplacian .."
+    BLUR: ["stencil 3x3 box blur"],
     COLLATZ: ["collatz"],
     LOOP: ["loop 1000x10000", "loop 1000", "while_loop", "while loop"],
     SWITCH: ["switch"],
@@ -968,7 +1136,7 @@ def run_merge(args):
     shown = [p for p in PEERS if any(p in v for v in peers_ms.values())]
     header = ["workload", "kiln"] + [h for p in shown for h in (p, f"{p}/kiln")]
     rows, notes = [], []
-    for w in WORKLOADS:
+    for w in selected(args.workloads):
         k, note = kiln_ms(w, lines)
         if note:
             notes.append("derived: " + note)
@@ -995,7 +1163,8 @@ def main():
                     help="timed calls per workload (best is kept)")
     ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of peers")
     ap.add_argument("--workloads", default="",
-                    help="comma-separated substrings selecting workloads (default: all)")
+                    help="comma-separated substrings selecting workloads (default: all; with "
+                    "--merge: the rows shown)")
     ap.add_argument("--peer-timeout", type=int, default=900, help="seconds per peer process")
     ap.add_argument("--merge", metavar="KILN_OUTPUT",
                     help="print the merged table from a saved bench_report output and --json")

@@ -7,7 +7,9 @@
 #   bench/peers/run.sh --no-kiln   # peers only (no cargo)
 #
 # Environment: KILN_PEERS_VENV (default ~/.cache/kiln-peers-venv), KILN_PEERS_PYTHON (the Python
-# that creates it, default python3.11), KILN_PEERS_OUT (where the outputs go, default a temp dir).
+# that creates it, default python3.11), KILN_PEERS_OUT (where the outputs go, default a temp dir),
+# KILN_PEERS_ONLY (comma-separated substrings: only the workloads, and bench_report rows, whose
+# names contain one, e.g. KILN_PEERS_ONLY=laplacian,blur; default every workload).
 # Not part of CI: it needs PyPI the first time and takes a few minutes.
 set -euo pipefail
 
@@ -22,7 +24,7 @@ for arg in "$@"; do
         --quick) quick=1 ;;
         --no-kiln) kiln=0 ;;
         -h | --help)
-            sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
@@ -34,6 +36,7 @@ done
 
 venv="${KILN_PEERS_VENV:-$HOME/.cache/kiln-peers-venv}"
 base_python="${KILN_PEERS_PYTHON:-python3.11}"
+only="${KILN_PEERS_ONLY:-}"
 out="${KILN_PEERS_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/kiln-peers.XXXXXX")}"
 mkdir -p "$out"
 
@@ -63,6 +66,13 @@ done
 # --- the peers -----------------------------------------------------------------------------------
 peer_args=(--json "$out/peers.json")
 report_args=()
+merge_args=()
+if [[ -n "$only" ]]; then
+    # peers.py matches workload names, bench_report its row names ("stencil laplacian", ...)
+    peer_args+=(--workloads "$only")
+    report_args+=(--only "$only")
+    merge_args+=(--workloads "$only")
+fi
 if ((quick)); then
     peer_args+=(--reps 1)
     report_args+=(--quick)
@@ -85,6 +95,7 @@ fi
 # --- merged --------------------------------------------------------------------------------------
 echo
 echo "=== merged ==="
-"$py" "$here/peers.py" --merge "$out/kiln.txt" --json "$out/peers.json"
+"$py" "$here/peers.py" --merge "$out/kiln.txt" --json "$out/peers.json" \
+    ${merge_args[@]+"${merge_args[@]}"}
 echo
 echo "outputs in $out (peers.json, peers.txt, kiln.txt)"

@@ -129,6 +129,14 @@ impl<F, M: Shape> Frozen<F, M> {
         self.state.auto_opaque = on;
         self
     }
+    /// A recording that reads an array captured from the environment (a `HiddenInput`) returns
+    /// its results and turns freezing off, instead of failing: for kiln's own loops, whose steps
+    /// run while the captured arrays are alive and unchanged, so tracing each step is merely
+    /// slower.
+    pub(crate) fn unfreeze_on_hidden_input(mut self) -> Self {
+        self.state.unfreeze_on_hidden = true;
+        self
+    }
     /// Recordings, replays, re-traces and why, and the mean cost of each kind of call.
     pub fn stats(&self) -> &FreezeStats {
         &self.state.stats
@@ -159,6 +167,7 @@ pub(crate) struct FrozenState {
     warn_after: usize,
     enabled: bool,
     auto_opaque: bool,
+    unfreeze_on_hidden: bool,
     warned: HashSet<String>,
     stats: FreezeStats,
 }
@@ -195,6 +204,7 @@ impl FrozenState {
             warn_after: 10,
             enabled: true,
             auto_opaque: true,
+            unfreeze_on_hidden: false,
             warned: HashSet::new(),
             stats: FreezeStats::default(),
         }
@@ -396,7 +406,16 @@ impl FrozenState {
             .collect();
         kiln_core::eval(&pending)?;
         guard.0 = false;
-        let rec = engine::finish(slots, &out_ids)?;
+        let rec = match engine::finish(slots, &out_ids) {
+            Err(Error::HiddenInput { label, during }) if self.unfreeze_on_hidden => {
+                tracing::debug!(target: "kiln::freeze", "{label} is captured from the environment ({during}): this loop's steps run unfrozen");
+                self.enabled = false;
+                self.stats.unfrozen += 1;
+                drop(extra);
+                return Ok(out);
+            }
+            r => r?,
+        };
         drop(extra);
         let mut template = out.clone();
         template.traverse_mut(&mut Assign::placeholders());

@@ -79,7 +79,7 @@ impl<'f> Gen<'_, 'f> {
         let v = match inst.op {
             Op::Literal => self.literal(t, inst.imm),
             Op::Data | Op::Tap | Op::Split => {
-                return Err(format!("`{}` cannot appear in a kernel", inst.op).into())
+                return Err(format!("`{}` cannot appear in a kernel", inst.op))
             }
             op @ (Op::LoopBegin
             | Op::Phi

@@ -179,7 +179,10 @@ fn uniform_loops(k: &Kernel) -> Vec<bool> {
 /// several vectors side by side (independent chains hide instruction latency, as unrolling does);
 /// big ones, and ones with scatters (one call per lane), run one.
 pub fn width_for(k: &Kernel, base: usize) -> usize {
-    if k.insts.iter().any(|i| matches!(i.op, Op::Scatter(_))) {
+    if k.insts
+        .iter()
+        .any(|i| matches!(i.op, Op::Scatter(_) | Op::Gather))
+    {
         return base;
     }
     // compile time grows with width × size: a 300-instruction kernel at 8 lanes takes ~20 ms
