@@ -573,7 +573,7 @@ fn stencil_api_row(cfg: &Config, notes: &mut Vec<String>, blur: bool) -> Row {
     let mut reused = HugeBuf::from_slice(&vec![0.0f32; w * w]);
     let mut dst = HugeBuf::from_slice(&vec![0.0f32; w * w]);
     let launches = kiln::stats().stencil_launches;
-    let [k, r_reused, r_fresh, copy] = measure_all(
+    let [k, fused, r_reused, r_fresh, copy] = measure_all(
         cfg.reps.min(15),
         cfg.budget,
         [
@@ -581,6 +581,18 @@ fn stencil_api_row(cfg: &Config, notes: &mut Vec<String>, blur: bool) -> Row {
                 let mut result = None;
                 let s = time(|| {
                     let y = run();
+                    y.eval();
+                    result = Some(y);
+                });
+                drop(black_box(result));
+                s
+            },
+            &mut || {
+                // the stencil fused with an elementwise consumer (a diffusion step): one kernel,
+                // the same memory traffic as the stencil alone
+                let mut result = None;
+                let s = time(|| {
+                    let y = run() * 0.1 + &g;
                     y.eval();
                     result = Some(y);
                 });
@@ -609,6 +621,12 @@ fn stencil_api_row(cfg: &Config, notes: &mut Vec<String>, blur: bool) -> Row {
     } else {
         "5-point laplacian"
     };
+    notes.push(format!(
+        "kiln::stencil {name} 4096^2 fused with `* 0.1 + g` (one kernel): {} vs the stencil alone {} ({:.2}x)",
+        ms(fused.median),
+        ms(k.median),
+        fused.median / k.median
+    ));
     let bytes = 8.0 * (w * w) as f64;
     notes.push(format!(
         "kiln::stencil {name} 4096^2: kiln {} (best {}; interior/border split launch: {split}), rayon into a reused buffer {} (best {}), into a fresh buffer {}, copy loop {} ({}); kiln moves {} = {:.2}x copy bandwidth; results agree: {same}",

@@ -70,6 +70,9 @@ pub enum DeviceOpKind<'a> {
         interior: (KernelHash, &'a Arc<dyn CompiledKernel>, &'a [Param]),
         shifts: &'a [i64],
         plan: &'a Arc<crate::stencil::SplitPlan>,
+        /// The interior kernel may run through the short border gaps between rows (it has no
+        /// side effects or loops), which the general kernel then rewrites.
+        through_gaps: bool,
         size_sym: ExprId,
     },
     /// A launch whose single output is reduced block by block as it is produced (never stored).
@@ -364,6 +367,7 @@ pub fn launch_split(
     ibufs: &[(&Buffer, i64)],
     size: usize,
     plan: &Arc<crate::stencil::SplitPlan>,
+    through_gaps: bool,
 ) -> [u64; STATUS_LEN] {
     use crate::kernel::ParamKind;
     let fits = plan.size() == size
@@ -448,6 +452,7 @@ pub fn launch_split(
             &outs(interior.params),
             &outs(general.params),
             plan,
+            through_gaps,
         )
     };
     let st = count_launch(t, &status, general.hash);
@@ -461,6 +466,7 @@ pub fn launch_split(
             interior: (interior.hash, interior.kernel, interior.params),
             shifts: &shifts,
             plan,
+            through_gaps,
             size_sym: general.size_sym,
         },
         size,

@@ -244,7 +244,10 @@ unsafe fn run_exact(
 /// in increasing lane order, each straight into the outputs: vector code may write a little past a
 /// piece's end, but those lanes belong to later pieces of the same task, which rewrite them. Only a
 /// task's last pieces (those within [`EXACT_STEP`] lanes of its end) run exactly ([`run_exact`]),
-/// so tasks never write the same lane.
+/// so tasks never write the same lane. With `through_gaps` (an interior kernel without side
+/// effects or loops, so computing a few border lanes wrongly costs nothing), one interior run
+/// covers consecutive rows and the short border gaps between them, which are then rewritten
+/// exactly: one call per task instead of one per row.
 ///
 /// # Safety
 /// As [`launch`] for both kernels: `iargs` must be valid for every interior lane (its shifted
@@ -256,6 +259,7 @@ pub unsafe fn launch_split(
     outputs_interior: &[(usize, usize)],
     outputs_general: &[(usize, usize)],
     plan: &crate::stencil::SplitPlan,
+    through_gaps: bool,
 ) {
     let n = plan.size();
     if n == 0 {
@@ -276,7 +280,7 @@ pub unsafe fn launch_split(
         pieces.push((at, n, false));
     }
     // chunks of about `target` lanes; a longer piece is cut at whole steps
-    let target = (n.div_ceil(threads() * 4))
+    let target = (n.div_ceil(threads() * 16))
         .clamp(DEFAULT_BLOCK, 1 << 20)
         .next_multiple_of(EXACT_STEP);
     let mut chunks: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new()];
@@ -298,21 +302,37 @@ pub unsafe fn launch_split(
         let Some(&(_, chunk_end, _)) = c.last() else {
             return;
         };
-        for &(s, e, inner) in c {
+        let mut i = 0;
+        while i < c.len() {
+            let (s, mut e, inner) = c[i];
+            // with `through_gaps`, one interior run spans the next rows and the short border
+            // gaps between them (what it writes there is rewritten exactly below)
+            let mut j = i + 1;
+            if inner && through_gaps {
+                while j + 1 < c.len() && !c[j].2 && c[j].1 - c[j].0 < EXACT_STEP && c[j + 1].2 {
+                    e = c[j + 1].1;
+                    j += 2;
+                }
+            }
             let (k, args, n_params, outs) = if inner {
                 (interior.0, interior.1, interior.2, outputs_interior)
             } else {
                 (general.0, general.1, general.2, outputs_general)
             };
-            // SAFETY: the caller's guarantees; what a direct run writes past `e` lies before
-            // `chunk_end` and is rewritten by this task's later pieces.
+            // SAFETY: the caller's guarantees (a gap's lanes lie between interior lanes, where
+            // the interior kernel's reads are inside its buffers); what a direct run writes past
+            // `e` lies before `chunk_end` and is rewritten by this task's later pieces.
             unsafe {
                 if e + EXACT_STEP <= chunk_end {
                     k.run(args, s as u64, e as u64);
                 } else {
                     run_exact(k, args, n_params, outs, s, e);
                 }
+                for &(gs, ge, _) in c[i + 1..j].iter().step_by(2) {
+                    run_exact(general.0, general.1, general.2, outputs_general, gs, ge);
+                }
             }
+            i = j;
         }
     };
     if chunks.len() == 1 {

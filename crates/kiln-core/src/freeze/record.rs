@@ -420,6 +420,7 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
             interior,
             shifts,
             plan,
+            through_gaps,
             size_sym,
         } => {
             launch_size = r.expr(size_sym, rec.size);
@@ -440,6 +441,7 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
                 interior: (interior.0, interior.1.clone(), interior.2.into()),
                 shifts: shifts.into(),
                 plan: plan.clone(),
+                through_gaps,
             }
         }
         DeviceOpKind::LaunchReduce {

@@ -71,6 +71,7 @@ pub(crate) enum ReplayKind {
         interior: (KernelHash, Arc<dyn CompiledKernel>, Arc<[Param]>),
         shifts: Arc<[i64]>,
         plan: Arc<crate::stencil::SplitPlan>,
+        through_gaps: bool,
     },
     LaunchReduce {
         hash: KernelHash,
@@ -470,6 +471,7 @@ impl Recording {
                 interior,
                 shifts,
                 plan,
+                through_gaps,
             } => {
                 let size = known(vals, op.size)?;
                 let ng = general.2.len();
@@ -503,7 +505,7 @@ impl Recording {
                     .collect();
                 let gspec = LaunchSpec::constant(&general.1, general.0, &general.2, &[], 0);
                 let ispec = LaunchSpec::constant(&interior.1, interior.0, &interior.2, &[], 0);
-                device::launch_split(gspec, &grefs, ispec, &irefs, size, plan);
+                device::launch_split(gspec, &grefs, ispec, &irefs, size, plan, *through_gaps);
             }
             ReplayKind::LaunchReduce {
                 hash,
