@@ -392,6 +392,10 @@ pub fn launch_split(
         tracing::warn!(target: "kiln::stencil", "kiln internal: a stencil plan over {:?} does not fit its buffers; running the general kernel", plan.shape);
         return launch_kernel(general, size, gbufs);
     }
+    if !plan.worth_splitting() {
+        tracing::debug!(target: "kiln::stencil", "stencil over {:?}: interior rows of {} lanes are too short to run apart; the general kernel runs every lane", plan.shape, plan.row_len());
+        return launch_kernel(general, size, gbufs);
+    }
     let outs = |params: &[Param]| -> Vec<(usize, usize)> {
         params
             .iter()
@@ -422,7 +426,7 @@ pub fn launch_split(
         .iter()
         .map(|&(b, off)| {
             b.ptr()
-                .wrapping_offset(off as isize * b.ty.size_bytes() as isize)
+                .wrapping_offset((off as isize).wrapping_mul(b.ty.size_bytes() as isize))
         })
         .collect();
     let ilens: Vec<u64> = ibufs
@@ -453,6 +457,7 @@ pub fn launch_split(
             &outs(general.params),
             plan,
             through_gaps,
+            general.block,
         )
     };
     let st = count_launch(t, &status, general.hash);

@@ -260,28 +260,28 @@ pub unsafe fn launch_split(
     outputs_general: &[(usize, usize)],
     plan: &crate::stencil::SplitPlan,
     through_gaps: bool,
+    min_chunk: usize,
 ) {
     let n = plan.size();
     if n == 0 {
         return;
     }
-    // pieces in lane order: (start, end, interior?)
+    // pieces in lane order: (start, end, interior?); rows that touch merge into one piece
     let mut pieces: Vec<(usize, usize, bool)> = Vec::new();
-    let len = plan.row_len();
     let mut at = 0usize;
-    for s in plan.interior_rows() {
+    plan.for_each_interior_segment(|s, len| {
         if s > at {
             pieces.push((at, s, false));
         }
         pieces.push((s, s + len, true));
         at = s + len;
-    }
+    });
     if at < n {
         pieces.push((at, n, false));
     }
-    // chunks of about `target` lanes; a longer piece is cut at whole steps
+    // chunks of about `target` lanes (at least the kernel's block); a longer piece is cut
     let target = (n.div_ceil(threads() * 16))
-        .clamp(DEFAULT_BLOCK, 1 << 20)
+        .clamp(min_chunk.clamp(EXACT_STEP, DEFAULT_BLOCK), 1 << 20)
         .next_multiple_of(EXACT_STEP);
     let mut chunks: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new()];
     let mut lanes = 0usize;

@@ -181,7 +181,8 @@ fn evaluated_buffer(id: VarId) -> Result<Arc<Buffer>> {
 /// Evaluate `id` and reduce it to an evaluated size-1 variable (no host read).
 ///
 /// An unevaluated `id` is reduced as its kernel produces it (one fused launch; the full-size array is
-/// never written) and stays unevaluated; an evaluated one is reduced from its buffer.
+/// never written) and stays unevaluated; an evaluated one is reduced from its buffer. A stencil's
+/// output is evaluated first instead (its split launch reads the interior with plain loads).
 pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
     if let Some(z) = refuse_symbolic(id, "a reduction", var_type(id), 1) {
         return Ok(z);

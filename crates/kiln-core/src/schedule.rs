@@ -985,12 +985,13 @@ fn launch_all(built: &[Built]) -> Result<()> {
                     &[],
                     0,
                 );
-                // wrong values in a few border lanes are harmless only without effects or loops
+                // wrong values in a few border lanes are harmless only without effects, loops or
+                // gathers (whose out-of-range reads there would be counted and reported)
                 let through_gaps = !inner
                     .kernel
                     .insts
                     .iter()
-                    .any(|i| matches!(i.op, Op::Scatter(_)) || i.op.is_region());
+                    .any(|i| matches!(i.op, Op::Scatter(_) | Op::Gather) || i.op.is_region());
                 device::launch_split(
                     b.spec(&look.kernel, hash),
                     &buffers,
@@ -1136,7 +1137,8 @@ fn with_fused_kernel<R>(
 /// Reduce an unevaluated variable without materialising it: its kernel runs block by block into a
 /// cache-sized scratch buffer that is reduced at once (one fused launch, no full-size array).
 /// Returns `None` — and does nothing — when `id` is evaluated (reduce its buffer instead). The
-/// variable itself stays unevaluated: evaluate it first if it will be read again.
+/// variable itself stays unevaluated (a stencil's output is evaluated, then `None`): evaluate it
+/// first if it will be read again.
 pub fn reduce_fused(op: ReduceOp, id: VarId) -> Result<Option<(Buffer, u64)>> {
     with_fused_kernel(id, "fused reduction", |f| {
         let t = Instant::now();

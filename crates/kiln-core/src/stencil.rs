@@ -45,7 +45,8 @@ impl StencilMeta {
         let mut stride = 1i64;
         let mut off = 0i64;
         for (d, &o) in self.shape.iter().zip(&self.lo).rev() {
-            off += o * stride;
+            // (saturating: a tap that far out never reads through this offset, see `SplitPlan`)
+            off = off.saturating_add(o.saturating_mul(stride));
             stride = stride.saturating_mul(*d as i64);
         }
         off
@@ -127,11 +128,66 @@ impl SplitPlan {
         Some((flat(&self.start), flat(&last)))
     }
 
+    /// Whether running the interior apart pays: its rows are contiguous (no border within the
+    /// last dimension) or at least 64 lanes long. Short rows would cost a kernel call each; the
+    /// general kernel everywhere is cheaper then.
+    pub fn worth_splitting(&self) -> bool {
+        !self.interior_is_empty() && self.segment().1 >= 64
+    }
+
+    /// The interior as contiguous segments: the dimension `k` whose range starts each segment
+    /// (every later dimension is wholly interior, so its rows touch) and the segment length.
+    fn segment(&self) -> (usize, usize) {
+        let rank = self.shape.len();
+        let mut k = rank - 1;
+        while k > 0 && self.start[k] == 0 && self.end[k] == self.shape[k] {
+            k -= 1;
+        }
+        let inner: usize = self.shape[k + 1..].iter().product();
+        (k, (self.end[k] - self.start[k]) * inner)
+    }
+
+    /// Call `f(start, len)` for every contiguous run of interior lanes, in increasing order.
+    pub fn for_each_interior_segment(&self, mut f: impl FnMut(usize, usize)) {
+        if self.interior_is_empty() {
+            return;
+        }
+        let (k, len) = self.segment();
+        let inner: usize = self.shape[k..].iter().product();
+        let below: usize = self.shape[k + 1..].iter().product();
+        let mut idx: Vec<usize> = self.start[..k].to_vec();
+        loop {
+            let outer = idx
+                .iter()
+                .zip(&self.shape[..k])
+                .fold(0, |f, (&i, &d)| f * d + i);
+            f(outer * inner + self.start[k] * below, len);
+            let mut d = k;
+            loop {
+                if d == 0 {
+                    return;
+                }
+                d -= 1;
+                idx[d] += 1;
+                if idx[d] < self.end[d] {
+                    break;
+                }
+                idx[d] = self.start[d];
+            }
+        }
+    }
+
     /// Flat start of the interior segment of every interior row, in increasing order.
     pub fn interior_rows(&self) -> Vec<usize> {
         let mut rows = Vec::new();
+        self.for_each_interior_row(|s| rows.push(s));
+        rows
+    }
+
+    /// Call `f` with the flat start of every interior row's segment, in increasing order.
+    pub fn for_each_interior_row(&self, mut f: impl FnMut(usize)) {
         if self.interior_is_empty() {
-            return rows;
+            return;
         }
         let rank = self.shape.len();
         let cols = self.shape[rank - 1];
@@ -139,12 +195,12 @@ impl SplitPlan {
         let mut idx: Vec<usize> = self.start[..rank - 1].to_vec();
         loop {
             let row = idx.iter().zip(outer).fold(0, |f, (&i, &d)| f * d + i);
-            rows.push(row * cols + self.start[rank - 1]);
+            f(row * cols + self.start[rank - 1]);
             // next multi-index inside the box (odometer over the outer dimensions)
             let mut d = rank - 1;
             loop {
                 if d == 0 {
-                    return rows;
+                    return;
                 }
                 d -= 1;
                 idx[d] += 1;
@@ -165,12 +221,12 @@ impl SplitPlan {
         let len = self.row_len();
         let mut segs: Vec<(usize, usize)> = Vec::new();
         let mut at = 0usize;
-        for s in self.interior_rows() {
+        self.for_each_interior_row(|s| {
             if s > at {
                 segs.push((at, s));
             }
             at = s + len;
-        }
+        });
         if at < n {
             segs.push((at, n));
         }
@@ -234,6 +290,30 @@ mod tests {
         assert_eq!(p.interior_rows().len(), 4 * 7);
         assert_eq!(p.border_segments()[0], (14, 16));
         assert_eq!(p.interior_lanes(), 56);
+    }
+
+    #[test]
+    fn segments_merge_rows_whose_last_dimensions_are_whole() {
+        let segs = |p: &SplitPlan| {
+            let mut v = Vec::new();
+            p.for_each_interior_segment(|s, l| v.push((s, l)));
+            v
+        };
+        // only dimension 0 has a border: one segment
+        let p = SplitPlan::new(60, &[meta(&[6, 10], &[-1, 0], &[1, 0])]).unwrap();
+        assert_eq!(segs(&p), vec![(10, 40)]);
+        assert!(!p.worth_splitting()); // 40 lanes
+                                       // a border in the last dimension: one segment per row, like the rows
+        let p = SplitPlan::new(20, &[meta(&[4, 5], &[-1, -1], &[1, 1])]).unwrap();
+        assert_eq!(segs(&p), vec![(6, 3), (11, 3)]);
+        let rows: Vec<(usize, usize)> = p.interior_rows().iter().map(|&s| (s, 3)).collect();
+        assert_eq!(segs(&p), rows);
+        // 3-d with the middle dimension bordered and the last whole
+        let p = SplitPlan::new(64, &[meta(&[4, 8, 2], &[0, -1, 0], &[0, 0, 0])]).unwrap();
+        assert_eq!(segs(&p), vec![(2, 14), (18, 14), (34, 14), (50, 14)]);
+        let p = SplitPlan::new(1 << 20, &[meta(&[1 << 20, 1], &[-1, 0], &[1, 0])]).unwrap();
+        assert_eq!(segs(&p), vec![(1, (1 << 20) - 2)]);
+        assert!(p.worth_splitting());
     }
 
     #[test]
