@@ -986,12 +986,21 @@ fn launch_all(built: &[Built]) -> Result<()> {
                     0,
                 );
                 // wrong values in a few border lanes are harmless only without effects, loops or
-                // gathers (whose out-of-range reads there would be counted and reported)
-                let through_gaps = !inner
-                    .kernel
-                    .insts
-                    .iter()
-                    .any(|i| matches!(i.op, Op::Scatter(_) | Op::Gather) || i.op.is_region());
+                // lane-dependent gathers (whose out-of-range reads there would be counted)
+                let k = &inner.kernel;
+                let uniform = |r: Reg| {
+                    let i = &k.insts[r as usize];
+                    i.op == Op::Literal
+                        || (i.op == Op::Load
+                            && k.params[i.imm as usize].kind == ParamKind::Broadcast)
+                };
+                let through_gaps = !k.insts.iter().any(|i| {
+                    matches!(i.op, Op::Scatter(_))
+                        || i.op.is_region()
+                        // (a gather at one index for all lanes, like a weight, counts the same
+                        // in every lane, junk or not)
+                        || (i.op == Op::Gather && !uniform(i.args[0]))
+                });
                 device::launch_split(
                     b.spec(&look.kernel, hash),
                     &buffers,
