@@ -177,51 +177,15 @@ impl SplitPlan {
         }
     }
 
-    /// Flat start of the interior segment of every interior row, in increasing order.
-    pub fn interior_rows(&self) -> Vec<usize> {
-        let mut rows = Vec::new();
-        self.for_each_interior_row(|s| rows.push(s));
-        rows
-    }
-
-    /// Call `f` with the flat start of every interior row's segment, in increasing order.
-    pub fn for_each_interior_row(&self, mut f: impl FnMut(usize)) {
-        if self.interior_is_empty() {
-            return;
-        }
-        let rank = self.shape.len();
-        let cols = self.shape[rank - 1];
-        let outer = &self.shape[..rank - 1];
-        let mut idx: Vec<usize> = self.start[..rank - 1].to_vec();
-        loop {
-            let row = idx.iter().zip(outer).fold(0, |f, (&i, &d)| f * d + i);
-            f(row * cols + self.start[rank - 1]);
-            // next multi-index inside the box (odometer over the outer dimensions)
-            let mut d = rank - 1;
-            loop {
-                if d == 0 {
-                    return;
-                }
-                d -= 1;
-                idx[d] += 1;
-                if idx[d] < self.end[d] {
-                    break;
-                }
-                idx[d] = self.start[d];
-            }
-        }
-    }
-
     /// The border lanes as merged half-open ranges, in increasing order.
     pub fn border_segments(&self) -> Vec<(usize, usize)> {
         let n = self.size();
         if self.interior_is_empty() {
             return if n == 0 { Vec::new() } else { vec![(0, n)] };
         }
-        let len = self.row_len();
         let mut segs: Vec<(usize, usize)> = Vec::new();
         let mut at = 0usize;
-        self.for_each_interior_row(|s| {
+        self.for_each_interior_segment(|s, len| {
             if s > at {
                 segs.push((at, s));
             }
@@ -251,7 +215,9 @@ mod tests {
         let m = [meta(&[4, 5], &[-1, -1], &[1, 1])];
         let p = SplitPlan::new(20, &m).unwrap();
         assert_eq!((p.start.clone(), p.end.clone()), (vec![1, 1], vec![3, 4]));
-        assert_eq!(p.interior_rows(), vec![6, 11]);
+        let mut segs = Vec::new();
+        p.for_each_interior_segment(|s, l| segs.push((s, l)));
+        assert_eq!(segs, vec![(6, 3), (11, 3)]);
         assert_eq!(p.row_len(), 3);
         assert_eq!(p.border_segments(), vec![(0, 6), (9, 11), (14, 20)]);
         assert_eq!(p.first_last(), Some((6, 13)));
@@ -274,7 +240,9 @@ mod tests {
         let p = SplitPlan::new(4, &[meta(&[2, 2], &[-1, -1], &[1, 1])]).unwrap();
         assert!(p.interior_is_empty());
         assert_eq!(p.border_segments(), vec![(0, 4)]);
-        assert!(p.interior_rows().is_empty());
+        let mut none = true;
+        p.for_each_interior_segment(|_, _| none = false);
+        assert!(none);
         let mixed = [
             meta(&[4, 6], &[0, 0], &[0, 0]),
             meta(&[6, 4], &[0, 0], &[0, 0]),
@@ -286,8 +254,10 @@ mod tests {
     #[test]
     fn three_d_rows_skip_border_planes() {
         let p = SplitPlan::new(64, &[meta(&[4, 8, 2], &[0, 0, 0], &[0, 1, 0])]).unwrap();
-        // rows (i, j) with j < 7, each of 2 lanes
-        assert_eq!(p.interior_rows().len(), 4 * 7);
+        // rows (i, j) with j < 7, each of 2 lanes: 7 rows touch, one segment of 14 per plane
+        let mut segs = Vec::new();
+        p.for_each_interior_segment(|s, l| segs.push((s, l)));
+        assert_eq!(segs, vec![(0, 14), (16, 14), (32, 14), (48, 14)]);
         assert_eq!(p.border_segments()[0], (14, 16));
         assert_eq!(p.interior_lanes(), 56);
     }
@@ -306,8 +276,6 @@ mod tests {
                                        // a border in the last dimension: one segment per row, like the rows
         let p = SplitPlan::new(20, &[meta(&[4, 5], &[-1, -1], &[1, 1])]).unwrap();
         assert_eq!(segs(&p), vec![(6, 3), (11, 3)]);
-        let rows: Vec<(usize, usize)> = p.interior_rows().iter().map(|&s| (s, 3)).collect();
-        assert_eq!(segs(&p), rows);
         // 3-d with the middle dimension bordered and the last whole
         let p = SplitPlan::new(64, &[meta(&[4, 8, 2], &[0, -1, 0], &[0, 0, 0])]).unwrap();
         assert_eq!(segs(&p), vec![(2, 14), (18, 14), (34, 14), (50, 14)]);

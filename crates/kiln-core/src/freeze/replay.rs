@@ -446,21 +446,7 @@ impl Recording {
                 tile_cols,
             } => {
                 let size = known(vals, op.size)?;
-                let mut held: Vec<Arc<Buffer>> = Vec::with_capacity(params.len());
-                for (j, p) in params.iter().enumerate() {
-                    let b = op.bufs[j];
-                    if p.kind == ParamKind::Output {
-                        let buf = Arc::new(Buffer::new(p.ty, size, &|| {
-                            format!("a replayed kernel output of {size} × {}", p.ty)
-                        })?);
-                        table[b as usize] = Some(buf.clone());
-                        held.push(buf);
-                    } else {
-                        let buf = get(table, b)?;
-                        check_len(p.kind, buf.len, size)?;
-                        held.push(buf);
-                    }
-                }
+                let held = kernel_buffers(table, params, &op.bufs, size)?;
                 let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
                 let mut spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
                 spec.tile_cols = *tile_cols;
@@ -475,21 +461,7 @@ impl Recording {
             } => {
                 let size = known(vals, op.size)?;
                 let ng = general.2.len();
-                let mut held: Vec<Arc<Buffer>> = Vec::with_capacity(op.bufs.len());
-                for (j, p) in general.2.iter().enumerate() {
-                    let b = op.bufs[j];
-                    if p.kind == ParamKind::Output {
-                        let buf = Arc::new(Buffer::new(p.ty, size, &|| {
-                            format!("a replayed stencil output of {size} × {}", p.ty)
-                        })?);
-                        table[b as usize] = Some(buf.clone());
-                        held.push(buf);
-                    } else {
-                        let buf = get(table, b)?;
-                        check_len(p.kind, buf.len, size)?;
-                        held.push(buf);
-                    }
-                }
+                let mut held = kernel_buffers(table, &general.2, &op.bufs[..ng], size)?;
                 for (j, p) in interior.2.iter().enumerate() {
                     let buf = get(table, op.bufs[ng + j])?;
                     if p.kind != ParamKind::Input {
@@ -705,6 +677,33 @@ fn known(vals: &[Option<u64>], e: ExprId) -> Result<usize> {
 }
 
 /// The length check that keeps a replay in bounds whatever the expressions say.
+/// The buffers of a replayed kernel's parameters: new outputs of `size` elements (entered in
+/// `table`), recorded buffers for the rest (their lengths checked).
+fn kernel_buffers(
+    table: &mut [Option<Arc<Buffer>>],
+    params: &[Param],
+    bufs: &[u32],
+    size: usize,
+) -> Result<Vec<Arc<Buffer>>> {
+    let mut held: Vec<Arc<Buffer>> = Vec::with_capacity(params.len());
+    for (p, &b) in params.iter().zip(bufs) {
+        if p.kind == ParamKind::Output {
+            let buf = Arc::new(Buffer::new(p.ty, size, &|| {
+                format!("a replayed kernel output of {size} × {}", p.ty)
+            })?);
+            table[b as usize] = Some(buf.clone());
+            held.push(buf);
+        } else {
+            let buf = table[b as usize].clone().ok_or_else(|| {
+                Error::Invalid("kiln internal error: a replayed op lost its input".into())
+            })?;
+            check_len(p.kind, buf.len, size)?;
+            held.push(buf);
+        }
+    }
+    Ok(held)
+}
+
 fn check_len(kind: ParamKind, len: usize, size: usize) -> Result<()> {
     let ok = match kind {
         ParamKind::Input => len == size,
