@@ -437,14 +437,9 @@ fn stencil_kiln(g: &Float32, w: u32) -> Float32 {
     kiln::select(&inner, &lap, 0.0f32)
 }
 
-/// A 3×3-reach stencil over a `w × w` grid by rows on rayon: border 0, interior element `j` of a
-/// row from the rows above, at and below it.
-fn rows_rayon(
-    g: &[f32],
-    w: usize,
-    out: &mut [f32],
-    cell: impl Fn(&[f32], &[f32], &[f32], usize) -> f32 + Sync,
-) {
+/// The Laplacian by rows on rayon (border 0), written out so that it vectorises: a closure per
+/// element with bounds-checked slices made it 3× slower.
+fn stencil_rayon(g: &[f32], w: usize, out: &mut [f32]) {
     use rayon::prelude::*;
     out.par_chunks_mut(w).enumerate().for_each(|(i, row)| {
         if i == 0 || i == w - 1 {
@@ -458,15 +453,9 @@ fn rows_rayon(
             &g[i * w..(i + 1) * w],
             &g[(i + 1) * w..(i + 2) * w],
         );
-        for (j, r) in row.iter_mut().enumerate().take(w - 1).skip(1) {
-            *r = cell(up, mid, down, j);
+        for j in 1..w - 1 {
+            row[j] = up[j] + down[j] + mid[j - 1] + mid[j + 1] - 4.0 * mid[j];
         }
-    });
-}
-
-fn stencil_rayon(g: &[f32], w: usize, out: &mut [f32]) {
-    rows_rayon(g, w, out, |up, mid, down, j| {
-        up[j] + down[j] + mid[j - 1] + mid[j + 1] - 4.0 * mid[j]
     });
 }
 
@@ -522,17 +511,31 @@ fn row_stencil(cfg: &Config, notes: &mut Vec<String>) -> Row {
 
 /// The 3×3 box blur (mean of the window), border 0, by rows on rayon.
 fn blur_rayon(g: &[f32], w: usize, out: &mut [f32]) {
-    rows_rayon(g, w, out, |up, mid, down, j| {
-        let s = up[j - 1]
-            + up[j]
-            + up[j + 1]
-            + mid[j - 1]
-            + mid[j]
-            + mid[j + 1]
-            + down[j - 1]
-            + down[j]
-            + down[j + 1];
-        s * (1.0 / 9.0)
+    use rayon::prelude::*;
+    out.par_chunks_mut(w).enumerate().for_each(|(i, row)| {
+        if i == 0 || i == w - 1 {
+            row.fill(0.0);
+            return;
+        }
+        row[0] = 0.0;
+        row[w - 1] = 0.0;
+        let (up, mid, down) = (
+            &g[(i - 1) * w..i * w],
+            &g[i * w..(i + 1) * w],
+            &g[(i + 1) * w..(i + 2) * w],
+        );
+        for j in 1..w - 1 {
+            let s = up[j - 1]
+                + up[j]
+                + up[j + 1]
+                + mid[j - 1]
+                + mid[j]
+                + mid[j + 1]
+                + down[j - 1]
+                + down[j]
+                + down[j + 1];
+            row[j] = s * (1.0 / 9.0);
+        }
     });
 }
 
