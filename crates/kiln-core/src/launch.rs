@@ -323,6 +323,13 @@ pub unsafe fn launch_split(
             // the interior kernel's reads are inside its buffers); what a direct run writes past
             // `e` lies before `chunk_end` and is rewritten by this task's later pieces.
             unsafe {
+                // start whole runs at a 16-lane boundary (64-byte aligned outputs)
+                let mut s = s;
+                let al = s.next_multiple_of(EXACT_STEP);
+                if inner && al > s && al + 4 * EXACT_STEP < e {
+                    run_exact(k, args, n_params, outs, s, al);
+                    s = al;
+                }
                 if e + EXACT_STEP <= chunk_end {
                     k.run(args, s as u64, e as u64);
                 } else {

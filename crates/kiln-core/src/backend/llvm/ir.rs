@@ -344,7 +344,22 @@ impl Gen<'_> {
                     "  %bigout = icmp uge i64 %len{p}, {}",
                     STREAMING_BYTES / bytes
                 );
-                let _ = writeln!(setup, "  br i1 %bigout, label %nhead, label %ahead");
+                // Vector non-temporal stores need aligned addresses (an unaligned one is split
+                // into scalar ones): the streaming loop runs only when every streamed output's
+                // first lane is 32-byte aligned, and then declares it (each step of W lanes
+                // keeps it when W · size is a multiple of 32).
+                let mut cond = "%bigout".to_string();
+                for (q, t) in self.streamed_outputs() {
+                    let size = t.size_bytes();
+                    let _ = writeln!(setup, "  %sa{q} = ptrtoint ptr %base{q} to i64");
+                    let _ = writeln!(setup, "  %so{q} = mul i64 %start, {size}");
+                    let _ = writeln!(setup, "  %sb{q} = add i64 %sa{q}, %so{q}");
+                    let _ = writeln!(setup, "  %sm{q} = and i64 %sb{q}, 31");
+                    let _ = writeln!(setup, "  %sz{q} = icmp eq i64 %sm{q}, 0");
+                    let _ = writeln!(setup, "  %sc{q} = and i1 {cond}, %sz{q}");
+                    cond = format!("%sc{q}");
+                }
+                let _ = writeln!(setup, "  br i1 {cond}, label %nhead, label %ahead");
                 self.lane_loop('a', false);
                 self.lane_loop('n', true);
             }
@@ -509,6 +524,25 @@ impl Gen<'_> {
         self.streaming = false;
     }
 
+    /// The outputs a streaming loop writes non-temporally whose alignment it relies on: those
+    /// stored, of at least 4 bytes, whose W-lane steps are multiples of 32 bytes.
+    fn streamed_outputs(&self) -> Vec<(usize, VarType)> {
+        let k = self.k;
+        k.params
+            .iter()
+            .enumerate()
+            .filter(|(q, p)| {
+                p.kind == ParamKind::Output
+                    && p.ty.size_bytes() >= 4
+                    && (self.w * p.ty.size_bytes()) % 32 == 0
+                    && k.insts
+                        .iter()
+                        .any(|i| i.op == Op::Store && i.imm as usize == *q)
+            })
+            .map(|(q, p)| (q, p.ty))
+            .collect()
+    }
+
     /// Lane indices of this iteration as `<W x i64>`.
     fn lane_index(&mut self) -> String {
         let i = format!("%{}i", self.pfx);
@@ -606,12 +640,14 @@ impl Gen<'_> {
                 } else {
                     a(0)
                 };
-                let align = t.size_bytes();
-                let nt = if self.streaming && t.size_bytes() >= 4 {
-                    ", !nontemporal !0"
+                let streamed = self.streaming && t.size_bytes() >= 4;
+                // (the streaming loop runs from a 32-byte aligned lane; see `streamed_outputs`)
+                let align = if streamed && (self.w * t.size_bytes()) % 32 == 0 {
+                    32
                 } else {
-                    ""
+                    t.size_bytes()
                 };
+                let nt = if streamed { ", !nontemporal !0" } else { "" };
                 self.line(format!(
                     "store {mv} {val}, ptr %{pf}ptr{p}, align {align}{nt}"
                 ));
