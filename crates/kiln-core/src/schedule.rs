@@ -530,7 +530,8 @@ impl<'a> Builder<'a> {
                     }
                     Op::Counter => self.emit(Inst::new(Op::Counter, v.ty, &[], 0)),
                     Op::Tap | Op::Split => {
-                        if !expanded && !self.stencil_seen.contains(&id) {
+                        if !expanded {
+                            // (a node is resolved once per scope; a repeat only repeats its meta)
                             self.stencil_seen.push(id);
                         }
                         let src = v.deps[0];
