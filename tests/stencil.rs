@@ -22,8 +22,8 @@
 //!    empty inputs, views of inputs and of outputs, lazy and literal inputs, `at_var`, other
 //!    element types, branches and loops whose lanes stop at different steps.
 //!
-//! The last section holds `#[ignore = "BUG: …"]` tests for library bugs found while writing
-//! these; each fails today for the reason its attribute gives.
+//! The last section holds regression tests for the library bugs found while writing these
+//! (stencils on compacted lanes, captured arrays in loop bodies, overflowing offsets).
 //!
 //! Every test runs alone under `common::leak_checked` (kiln's registry and counters are global),
 //! which also asserts that no variable or buffer outlives it.
