@@ -28,6 +28,7 @@ pub mod memory;
 pub mod ops;
 pub mod random;
 pub mod reduce;
+pub mod scan;
 pub mod stencil;
 pub mod tensor;
 pub mod types;
@@ -47,6 +48,7 @@ pub use memory::{
 };
 pub use ops::select;
 pub use random::Pcg32;
+pub use scan::{scan, Scan, ScanReport};
 pub use stencil::{median, stencil, Boundary, Rel, Stencil};
 pub use tensor::Tensor;
 pub use types::{Float, Integer, Numeric, Signed};
@@ -64,6 +66,7 @@ pub mod prelude {
     };
     pub use crate::ops::select;
     pub use crate::random::Pcg32;
+    pub use crate::scan::{Keep, Scan, ScanMode};
     pub use crate::stencil::{Boundary, Rel, Stencil};
     pub use crate::tensor::Tensor;
     pub use crate::types::{Float, Integer, Numeric, Signed};

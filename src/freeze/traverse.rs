@@ -257,6 +257,20 @@ impl Assign {
             placeholders: true,
         }
     }
+    /// The next array as a new reference to a variable of type `ty` (for type-erased holders).
+    pub(crate) fn erased(&mut self, ty: kiln_core::VarType) -> VarId {
+        if self.placeholders {
+            self.next += 1;
+            return kiln_core::literal(ty, 0, 0);
+        }
+        let id = *self
+            .ids
+            .get(self.next)
+            .expect("kiln internal error: a replay assigned more arrays than were recorded");
+        self.next += 1;
+        kiln_core::inc_ref(id);
+        id
+    }
     /// The next array, as a new handle of element type `T`.
     pub fn array<T: Scalar>(&mut self) -> Array<T> {
         if self.placeholders {

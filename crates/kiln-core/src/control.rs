@@ -54,6 +54,7 @@ pub struct SymbolicScope {
 pub fn enter_symbolic() -> Result<SymbolicScope> {
     if !symbolic() {
         crate::schedule::eval_side_effects()?;
+        crate::inspect::clear_refused();
     }
     DEPTH.with(|d| d.set(d.get() + 1));
     let mark = STATE.lock().side_effects.len();

@@ -99,6 +99,10 @@ pub enum Error {
     /// the dimension, the sizes and the fix.
     #[error("stencil: {0}")]
     Stencil(String),
+    /// A scan that cannot run as written (`kiln::scan`, `kiln::scan::Scan`): the message names
+    /// the sequence, output or carry entry, both values that disagree, and the fix.
+    #[error("scan: {0}")]
+    Scan(String),
 }
 
 /// kiln's result type.

@@ -23,6 +23,7 @@ pub mod device;
 pub mod diskcache;
 pub mod error;
 pub mod freeze;
+pub mod inspect;
 pub mod kernel;
 pub mod launch;
 pub(crate) mod log;
@@ -135,10 +136,13 @@ pub fn from_bytes(ty: VarType, bytes: &[u8]) -> Result<VarId> {
 /// result `zeros` (a literal 0 of `ty` and `n` lanes) so that tracing goes on.
 fn refuse_symbolic(id: VarId, how: &str, ty: VarType, n: usize) -> Option<VarId> {
     // an evaluated placeholder, not a literal: reading it later is refused too (and noted)
-    control::refuse(|| describe(id), how).then(|| match device::placeholder_zeros(ty, n) {
-        Ok(buf) => data_var(ty, buf),
-        Err(_) => literal(ty, 0, n),
-    })
+    let z =
+        control::refuse(|| describe(id), how).then(|| match device::placeholder_zeros(ty, n) {
+            Ok(buf) => data_var(ty, buf),
+            Err(_) => literal(ty, 0, n),
+        })?;
+    inspect::note_refused(z, &[id]);
+    Some(z)
 }
 
 /// Refuse a host read inside a frozen function's recording.
@@ -150,6 +154,14 @@ fn refuse_read(id: VarId, how: &str) -> Result<()> {
         }));
     }
     Ok(())
+}
+
+/// An evaluated array of `len` elements whose contents are unspecified (what its memory last
+/// held). For outputs whose every exposed element is written before anyone reads it (the rows a
+/// scan stores), where zero-filling first would double the memory traffic.
+pub fn uninit(ty: VarType, len: usize) -> Result<VarId> {
+    let buf = Buffer::new(ty, len, &|| format!("an array of {len} {ty} elements"))?;
+    Ok(data_var(ty, buf))
 }
 
 /// Evaluate (if needed) and copy the contents out as little-endian bytes.
@@ -268,6 +280,7 @@ pub fn matmul(a: VarId, b: VarId, m: usize, k: usize, n: usize) -> Result<VarId>
         )));
     }
     if let Some(z) = refuse_symbolic(a, "a matrix product", ta, m * n) {
+        inspect::note_refused(z, &[a, b]);
         return Ok(z);
     }
     let (ba, bb) = (evaluated_buffer(a)?, evaluated_buffer(b)?);

@@ -16,7 +16,7 @@
 
 use crate::backend::encode_reduce;
 use crate::kernel::{Kernel, ParamKind, Reg};
-use crate::op::Op;
+use crate::op::{Op, ReduceOp};
 use crate::ty::VarType;
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -37,6 +37,8 @@ pub fn module(k: &Kernel, name: &str, w: usize) -> String {
         active: None,
         regions: Vec::new(),
         uniform_loop: uniform_loops(k),
+        contiguous: contiguous_indices(k),
+        gather_dst: None,
         streaming: false,
     };
     let body = g.function(name);
@@ -132,6 +134,12 @@ struct Gen<'a> {
     regions: Vec<Region>,
     /// Per instruction: a loop whose condition is the same in every lane (see `uniform_loops`).
     uniform_loop: Vec<bool>,
+    /// Per instruction: an index that is the lane counter plus a value uniform across lanes (a row
+    /// of a stacked array: `t * width + lane`), so a gather or scatter through it touches one
+    /// contiguous run and becomes a vector load or store when that run is in bounds.
+    contiguous: Vec<bool>,
+    /// Where the general gather writes when it is the slow side of a row read.
+    gather_dst: Option<String>,
     /// Emitting the streaming-store lane loop.
     streaming: bool,
 }
@@ -175,14 +183,43 @@ fn uniform_loops(k: &Kernel) -> Vec<bool> {
     out
 }
 
+/// Which instructions are `counter + uniform` (see `Gen::contiguous`). The counter must be of the
+/// index's own type, so that lanes differ by exactly one (a run check at run time catches wrapping).
+fn contiguous_indices(k: &Kernel) -> Vec<bool> {
+    let entry: Vec<bool> = k
+        .insts
+        .iter()
+        .map(|i| {
+            i.op == Op::Literal
+                || (i.op == Op::Load && k.params[i.imm as usize].kind == ParamKind::Broadcast)
+        })
+        .collect();
+    let (uniform, _) = crate::backend::uniform_in_loops(k, &entry);
+    k.insts
+        .iter()
+        .map(|i| {
+            if i.op != Op::Add || !i.ty.is_int() {
+                return false;
+            }
+            let (a, b) = (i.args[0] as usize, i.args[1] as usize);
+            let counter = |x: usize| k.insts[x].op == Op::Counter && k.insts[x].ty == i.ty;
+            (counter(a) && uniform[b]) || (counter(b) && uniform[a])
+        })
+        .collect()
+}
+
 /// Lanes per iteration for `k` on a CPU whose vectors hold `base` 32-bit lanes: small kernels run
 /// several vectors side by side (independent chains hide instruction latency, as unrolling does);
 /// big ones, and ones with scatters (one call per lane), run one.
 pub fn width_for(k: &Kernel, base: usize) -> usize {
-    if k.insts
-        .iter()
-        .any(|i| matches!(i.op, Op::Scatter(_) | Op::Gather))
-    {
+    // row reads and writes (contiguous indices) are vector loads and stores: they may go wide, and
+    // a stacked output written one row segment at a time wants whole cache lines per segment
+    let contiguous = contiguous_indices(k);
+    if k.insts.iter().any(|i| match i.op {
+        Op::Gather => !contiguous[i.args[0] as usize],
+        Op::Scatter(_) => !contiguous[i.args[1] as usize],
+        _ => false,
+    }) {
         return base;
     }
     // compile time grows with width × size: a 300-instruction kernel at 8 lanes takes ~20 ms
@@ -1116,12 +1153,91 @@ impl Gen<'_> {
         r
     }
 
+    /// `i1`: whether the lanes of the contiguous index `ix64` (i64) form one in-bounds run of
+    /// parameter `p`, and the run's first index.
+    fn contiguous_run(&mut self, ix64: &str, p: usize) -> (String, String) {
+        let w = self.w;
+        let (i0, il, e, same, inb, nowrap, ok1, ok) = (
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+            self.fresh(),
+        );
+        self.line(format!("{i0} = extractelement <{w} x i64> {ix64}, i64 0"));
+        self.line(format!(
+            "{il} = extractelement <{w} x i64> {ix64}, i64 {}",
+            w - 1
+        ));
+        self.line(format!("{e} = add i64 {i0}, {}", w - 1));
+        self.line(format!("{same} = icmp eq i64 {il}, {e}"));
+        self.line(format!("{inb} = icmp ult i64 {e}, %len{p}"));
+        self.line(format!("{nowrap} = icmp ule i64 {i0}, {e}"));
+        self.line(format!("{ok1} = and i1 {same}, {inb}"));
+        self.line(format!("{ok} = and i1 {ok1}, {nowrap}"));
+        (ok, i0)
+    }
+
     fn gather(&mut self, idx: Reg, inst: &crate::kernel::Inst) {
+        let t = inst.ty;
+        if !self.contiguous[inst.args[0] as usize] || t == VarType::Bool || self.streaming {
+            return self.gather_any(idx, inst);
+        }
+        // a row read: one masked vector load when the run is in bounds, else the general gather
+        let w = self.w;
+        let p = inst.imm as usize;
+        let ixt = self.k.ty(inst.args[0]);
+        let ix = self.r(inst.args[0]);
+        let ix64 = self.index64(ixt, &ix);
+        let (ok, i0) = self.contiguous_run(&ix64, p);
+        let (fast, slow, join) = (self.fresh(), self.fresh(), self.fresh());
+        let lb = |x: &str| x.trim_start_matches('%').to_string();
+        self.line(format!("br i1 {ok}, label {fast}, label {slow}"));
+        self.label(&lb(&fast));
+        let mk = self.r(inst.args[1]);
+        let active = self.active.clone();
+        let m = self.and_mask(active.as_deref(), &mk);
+        let me = mty(t);
+        let mv = self.v(me);
+        let (src, vf) = (self.fresh(), self.fresh());
+        self.line(format!(
+            "{src} = getelementptr inbounds {me}, ptr %base{p}, i64 {i0}"
+        ));
+        let f = format!("llvm.masked.load.v{w}{}.p0", mangle(me));
+        self.declare(format!("declare {mv} @{f}(ptr, i32, <{w} x i1>, {mv})"));
+        self.line(format!(
+            "{vf} = call {mv} @{f}(ptr {src}, i32 {}, <{w} x i1> {m}, {mv} zeroinitializer)",
+            t.size_bytes()
+        ));
+        let fast_end = self.fresh();
+        self.line(format!("br label {fast_end}"));
+        self.label(&lb(&fast_end));
+        self.line(format!("br label {join}"));
+        self.label(&lb(&slow));
+        let dst = self.r(idx);
+        let vs = self.fresh();
+        let pfx_dst = std::mem::replace(&mut self.gather_dst, Some(vs.clone()));
+        self.gather_any(idx, inst);
+        self.gather_dst = pfx_dst;
+        let slow_end = self.fresh();
+        self.line(format!("br label {slow_end}"));
+        self.label(&lb(&slow_end));
+        self.line(format!("br label {join}"));
+        self.label(&lb(&join));
+        self.line(format!(
+            "{dst} = phi {mv} [ {vf}, {fast_end} ], [ {vs}, {slow_end} ]"
+        ));
+    }
+
+    fn gather_any(&mut self, idx: Reg, inst: &crate::kernel::Inst) {
         let k = self.k;
         let w = self.w;
         let t = inst.ty;
         let p = inst.imm as usize;
-        let dst = self.r(idx);
+        let dst = self.gather_dst.clone().unwrap_or_else(|| self.r(idx));
         let (ix, mk) = (self.r(inst.args[0]), self.r(inst.args[1]));
         let ixt = k.ty(inst.args[0]);
         let active = self.active.clone();
@@ -1225,6 +1341,35 @@ impl Gen<'_> {
         let active = self.active.clone();
         let m = self.and_mask(active.as_deref(), &mk);
         let ix64 = self.index64(ixt, &ix);
+        let row_write = self.contiguous[inst.args[1] as usize]
+            && rop == ReduceOp::None
+            && t != VarType::Bool
+            && !self.streaming;
+        let mut done = None;
+        if row_write {
+            // a row write: one masked vector store when the run is in bounds, else lane by lane
+            let (ok, i0) = self.contiguous_run(&ix64, p);
+            let (fast, slow, join) = (self.fresh(), self.fresh(), self.fresh());
+            let lb = |x: &str| x.trim_start_matches('%').to_string();
+            self.line(format!("br i1 {ok}, label {fast}, label {slow}"));
+            self.label(&lb(&fast));
+            let me = mty(t);
+            let dstp = self.fresh();
+            self.line(format!(
+                "{dstp} = getelementptr inbounds {me}, ptr %base{p}, i64 {i0}"
+            ));
+            let f = format!("llvm.masked.store.v{w}{}.p0", mangle(me));
+            self.declare(format!(
+                "declare void @{f}(<{w} x {me}>, ptr, i32, <{w} x i1>)"
+            ));
+            self.line(format!(
+                "call void @{f}(<{w} x {me}> {val}, ptr {dstp}, i32 {}, <{w} x i1> {m})",
+                t.size_bytes()
+            ));
+            self.line(format!("br label {join}"));
+            self.label(&lb(&slow));
+            done = Some(join);
+        }
         // the value's bits, zero-extended to 64 (the helper's ABI)
         let vt = self.vt(t);
         let it = self.v(ity(t));
@@ -1265,6 +1410,10 @@ impl Gen<'_> {
             ));
             self.line(format!("br label {skip}"));
             self.label(&skip_l);
+        }
+        if let Some(join) = done {
+            self.line(format!("br label {join}"));
+            self.label(join.trim_start_matches('%'));
         }
     }
 

@@ -1,0 +1,188 @@
+//! Type-erased tensors for the scan machinery: a scan mixes element types (an integer sequence,
+//! float outputs), so inside it every value is a variable id, its type and its shape. Also the
+//! `Tree` trait that flattens the JAX face's carries, inputs and outputs into such lists.
+
+use crate::array::Array;
+use crate::freeze::traverse::{Assign, Traversal, Traverse};
+use crate::tensor::Tensor;
+use kiln_core::{Error, Result, Scalar, VarId, VarType};
+
+/// One reference to a variable, with its type and shape (kiln's own; not nameable outside).
+pub struct Erased {
+    pub(crate) id: VarId,
+    pub(crate) ty: VarType,
+    pub(crate) shape: Vec<usize>,
+}
+
+impl Clone for Erased {
+    fn clone(&self) -> Self {
+        kiln_core::inc_ref(self.id);
+        Erased {
+            id: self.id,
+            ty: self.ty,
+            shape: self.shape.clone(),
+        }
+    }
+}
+
+impl Drop for Erased {
+    fn drop(&mut self) {
+        kiln_core::dec_ref(self.id);
+    }
+}
+
+impl Erased {
+    /// Take over one reference of `id`.
+    pub fn own(id: VarId, shape: Vec<usize>) -> Erased {
+        Erased {
+            id,
+            ty: kiln_core::var_type(id),
+            shape,
+        }
+    }
+    /// A new reference to `id`.
+    pub fn borrow(id: VarId, shape: Vec<usize>) -> Erased {
+        kiln_core::inc_ref(id);
+        Erased::own(id, shape)
+    }
+    pub fn of<T: Scalar>(t: &Tensor<T>) -> Erased {
+        Erased::borrow(t.array().id(), t.shape().to_vec())
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// The tensor, or an error naming `what` when its element type is not `T`.
+    pub fn tensor<T: Scalar>(&self, what: &dyn Fn() -> String) -> Result<Tensor<T>> {
+        if self.ty != T::TYPE {
+            return Err(Error::Scan(format!(
+                "{} holds {} elements but was read as {}; use the `_as::<{}>` accessor or cast it",
+                what(),
+                self.ty,
+                T::TYPE,
+                rust_name(self.ty)
+            )));
+        }
+        kiln_core::inc_ref(self.id);
+        Tensor::try_from_array(Array::<T>::from_id(self.id), &self.shape)
+    }
+    /// `shape` and type for messages: `f32 [3, 4]`.
+    pub fn describe(&self) -> String {
+        format!("{} {:?}", self.ty, self.shape)
+    }
+}
+
+/// The Rust element type of a kiln type (for messages).
+pub(crate) fn rust_name(t: VarType) -> &'static str {
+    match t {
+        VarType::Bool => "bool",
+        VarType::I32 => "i32",
+        VarType::U32 => "u32",
+        VarType::I64 => "i64",
+        VarType::U64 => "u64",
+        VarType::F32 => "f32",
+        VarType::F64 => "f64",
+    }
+}
+
+/// A list of erased arrays that frozen functions can take and return.
+#[derive(Clone, Default)]
+pub(crate) struct Arrays(pub Vec<Erased>);
+
+impl Traverse for Arrays {
+    fn traverse(&self, t: &mut Traversal) {
+        t.structure("ScanArrays", self.0.len());
+        for (i, e) in self.0.iter().enumerate() {
+            t.index(i, |t| {
+                for &d in &e.shape {
+                    t.scalar("dim", d as u64);
+                }
+                t.array(e.id)
+            });
+        }
+    }
+    fn traverse_mut(&mut self, a: &mut Assign) {
+        for e in &mut self.0 {
+            let id = a.erased(e.ty);
+            kiln_core::dec_ref(e.id);
+            e.id = id;
+        }
+    }
+}
+
+/// Values the JAX face flattens: a tensor, `()`, tuples and vectors of them.
+///
+/// ```
+/// use kiln::prelude::*;
+/// use kiln::scan::Tree;
+/// let pair = (Tensor::<f32>::zeros(&[2]), Tensor::<u32>::zeros(&[3]));
+/// assert_eq!(pair.count(), 2);
+/// ```
+pub trait Tree: Sized {
+    /// How many tensors it holds.
+    fn count(&self) -> usize {
+        let mut v = Vec::new();
+        self.flatten(&mut v);
+        v.len()
+    }
+    #[doc(hidden)]
+    fn flatten(&self, out: &mut Vec<Erased>);
+    /// `self`'s structure with the tensors replaced, in `flatten` order (types are checked).
+    #[doc(hidden)]
+    fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self>;
+}
+
+impl<T: Scalar> Tree for Tensor<T> {
+    fn flatten(&self, out: &mut Vec<Erased>) {
+        out.push(Erased::of(self));
+    }
+    fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self> {
+        let e = leaves.next().ok_or_else(|| {
+            Error::Scan(format!("kiln internal error: no tensor left for {path}"))
+        })?;
+        e.tensor::<T>(&|| path.to_string())
+    }
+}
+
+impl Tree for () {
+    fn flatten(&self, _: &mut Vec<Erased>) {}
+    fn rebuild(&self, _: &mut std::vec::IntoIter<Erased>, _: &str) -> Result<Self> {
+        Ok(())
+    }
+}
+
+impl<A: Tree> Tree for Vec<A> {
+    fn flatten(&self, out: &mut Vec<Erased>) {
+        self.iter().for_each(|a| a.flatten(out));
+    }
+    fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self> {
+        self.iter()
+            .enumerate()
+            .map(|(i, a)| a.rebuild(leaves, &format!("{path}[{i}]")))
+            .collect()
+    }
+}
+
+macro_rules! tree_tuple {
+    ($($n:ident $i:tt),+) => {
+        impl<$($n: Tree),+> Tree for ($($n,)+) {
+            fn flatten(&self, out: &mut Vec<Erased>) {
+                $(self.$i.flatten(out);)+
+            }
+            fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self> {
+                Ok(($(self.$i.rebuild(leaves, &format!("{path}.{}", $i))?,)+))
+            }
+        }
+    };
+}
+tree_tuple!(A 0);
+tree_tuple!(A 0, B 1);
+tree_tuple!(A 0, B 1, C 2);
+tree_tuple!(A 0, B 1, C 2, D 3);
+tree_tuple!(A 0, B 1, C 2, D 3, E 4);
+tree_tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
+
+pub(crate) fn flatten<X: Tree>(x: &X) -> Vec<Erased> {
+    let mut v = Vec::new();
+    x.flatten(&mut v);
+    v
+}

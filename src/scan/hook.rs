@@ -1,0 +1,155 @@
+//! The matrix-product hook: while a scan body is traced, `Tensor::matmul` asks here first. In the
+//! analysis trace it records each product's operands (so the rewrites can see which ones read a
+//! sequence row and a loop-invariant matrix); in a stepped scan's step it substitutes what the
+//! rewrites decided: a row of a product computed for all steps at once (PushOutDot1), or a
+//! loop-invariant operand evaluated once before the loop.
+
+use crate::tensor::Tensor;
+use kiln_core::{Result, Scalar, VarId};
+use std::cell::RefCell;
+
+/// One product the analysis trace saw.
+#[derive(Clone, Debug)]
+pub(crate) struct Seen {
+    pub a: VarId,
+    pub b: VarId,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+/// What to do with the `i`-th product of a step.
+#[derive(Clone, Debug)]
+pub(crate) enum Subst {
+    /// Compute it as written.
+    Keep,
+    /// Read row `row` (an index, u32 or u64, size 1) of `all` (the product over every step),
+    /// `m × n` elements per step.
+    Row {
+        all: VarId,
+        row: VarId,
+        m: usize,
+        n: usize,
+    },
+    /// Use `b` (the right operand, evaluated once) instead of what the step computed.
+    Operand { b: VarId },
+}
+
+pub(crate) enum Hook {
+    Analyze(Vec<Seen>),
+    Step { subst: Vec<Subst>, next: usize },
+}
+
+thread_local! {
+    /// A stack: scans nest (a scan in a scan's body).
+    static HOOKS: RefCell<Vec<Hook>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Holds a hook installed for as long as it lives.
+pub(crate) struct Installed;
+
+impl Installed {
+    pub fn new(h: Hook) -> Installed {
+        HOOKS.with(|s| s.borrow_mut().push(h));
+        Installed
+    }
+    /// Remove the hook and return it.
+    pub fn take(self) -> Hook {
+        let h = HOOKS.with(|s| s.borrow_mut().pop()).expect("installed");
+        std::mem::forget(self);
+        h
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        HOOKS.with(|s| s.borrow_mut().pop());
+    }
+}
+
+/// Called by `Tensor::try_matmul` with the checked shapes: `Some` replaces the product.
+pub(crate) fn matmul_hook<T: Scalar>(
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Option<Result<Tensor<T>>> {
+    enum Act {
+        None,
+        Row(VarId, VarId, usize, usize),
+        Operand(VarId),
+    }
+    let act = HOOKS.with(|s| {
+        let mut s = s.borrow_mut();
+        match s.last_mut() {
+            Some(Hook::Analyze(seen)) => {
+                seen.push(Seen {
+                    a: a.array().id(),
+                    b: b.array().id(),
+                    m,
+                    k,
+                    n,
+                });
+                kiln_core::inc_ref(a.array().id());
+                kiln_core::inc_ref(b.array().id());
+                Act::None
+            }
+            Some(Hook::Step { subst, next }) => {
+                let i = *next;
+                *next += 1;
+                match subst.get(i) {
+                    Some(Subst::Row { all, row, m, n }) => Act::Row(*all, *row, *m, *n),
+                    Some(Subst::Operand { b }) => Act::Operand(*b),
+                    _ => Act::None,
+                }
+            }
+            None => Act::None,
+        }
+    });
+    match act {
+        Act::None => None,
+        Act::Row(all, row, m, n) => Some(
+            row_of(all, row, m * n)
+                .map(|id| Tensor::from_array(crate::array::Array::from_id(id), &[m, n])),
+        ),
+        Act::Operand(bid) => {
+            // the hoisted operand replaces what the step traced (which is dropped unevaluated)
+            Some(
+                kiln_core::matmul(a.array().id(), bid, m, k, n)
+                    .map(|id| Tensor::from_array(crate::array::Array::from_id(id), &[m, n])),
+            )
+        }
+    }
+}
+
+/// `len` elements of `all` from `row * len`: a view whose index is the lane counter plus a
+/// uniform offset, which the backends turn into a vector load.
+pub(crate) fn row_of(all: VarId, row: VarId, len: usize) -> Result<VarId> {
+    let ity = kiln_core::var_type(row);
+    let all_true = kiln_core::literal(kiln_core::VarType::Bool, 1, 1);
+    if len == 1 {
+        let out = kiln_core::gather(all, row, all_true);
+        kiln_core::dec_ref(all_true);
+        return out;
+    }
+    let len_lit = kiln_core::literal(ity, len as u64, 1);
+    let base = kiln_core::op(kiln_core::Op::Mul, &[row, len_lit]);
+    kiln_core::dec_ref(len_lit);
+    let base = base?;
+    let lane = kiln_core::counter(ity, len)?;
+    let idx = kiln_core::op(kiln_core::Op::Add, &[base, lane])?;
+    let out = kiln_core::gather(all, idx, all_true);
+    for v in [base, lane, idx, all_true] {
+        kiln_core::dec_ref(v);
+    }
+    out
+}
+
+/// Release what an analysis hook held.
+pub(crate) fn release_seen(seen: &[Seen]) {
+    for s in seen {
+        kiln_core::dec_ref(s.a);
+        kiln_core::dec_ref(s.b);
+    }
+}
