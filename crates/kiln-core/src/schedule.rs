@@ -181,6 +181,9 @@ impl<'a> Builder<'a> {
     fn hoist(&mut self, roots: &[u32], phis: &[u32]) {
         // dependent[id]: whether id must stay in the loop
         let mut dependent: HashMap<u32, bool> = HashMap::new();
+        // the order ids were decided in: a function of the graph's shape, not of its ids, so
+        // that the same program gives the same kernel (and hash) whatever ids its variables got
+        let mut order: Vec<u32> = Vec::new();
         let mut stack: Vec<(u32, bool)> = roots.iter().map(|&r| (r, false)).collect();
         while let Some((id, expanded)) = stack.pop() {
             if dependent.contains_key(&id) && !expanded {
@@ -188,11 +191,15 @@ impl<'a> Builder<'a> {
             }
             let v = self.st.var(id);
             if self.reg_of.contains_key(&id) || v.is_evaluated() || v.op == Op::Literal {
-                dependent.insert(id, false);
+                if dependent.insert(id, false).is_none() {
+                    order.push(id);
+                }
                 continue;
             }
             if phis.contains(&id) || !v.op.is_pure() || v.size != self.size && v.size != 1 {
-                dependent.insert(id, true);
+                if dependent.insert(id, true).is_none() {
+                    order.push(id);
+                }
                 if !expanded && !phis.contains(&id) && v.region.is_none() && v.op != Op::Out {
                     // still look below for independent parts (e.g. the index of a gather)
                     for d in v.dep_ids() {
@@ -215,12 +222,15 @@ impl<'a> Builder<'a> {
             let dep = v
                 .dep_ids()
                 .any(|d| dependent.get(&d).copied().unwrap_or(true));
-            dependent.insert(id, dep);
+            if dependent.insert(id, dep).is_none() {
+                order.push(id);
+            }
         }
         // hoist the independent operands of dependent values
         let mut wanted: Vec<u32> = Vec::new();
-        for (&id, &dep) in &dependent {
-            if !dep {
+        let mut picked: std::collections::HashSet<u32> = std::collections::HashSet::new();
+        for &id in &order {
+            if !dependent[&id] {
                 continue;
             }
             let v = self.st.var(id);
@@ -229,13 +239,14 @@ impl<'a> Builder<'a> {
             }
             let skip = usize::from(matches!(v.op, Op::Gather | Op::Scatter(_)));
             for d in v.dep_ids().skip(skip) {
-                if dependent.get(&d) == Some(&false) && !self.reg_of.contains_key(&d) {
+                if dependent.get(&d) == Some(&false)
+                    && !self.reg_of.contains_key(&d)
+                    && picked.insert(d)
+                {
                     wanted.push(d);
                 }
             }
         }
-        wanted.sort_unstable();
-        wanted.dedup();
         for d in wanted {
             self.visit(d);
         }

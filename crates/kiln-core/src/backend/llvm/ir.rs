@@ -1358,6 +1358,20 @@ impl Gen<'_> {
             self.line(format!(
                 "{dstp} = getelementptr inbounds {me}, ptr %base{p}, i64 {i0}"
             ));
+            // all lanes active (every full vector): a plain store; masked stores are slow on
+            // some CPUs (microcoded on AMD Zen)
+            let (bits, full, plain, masked) =
+                (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+            self.line(format!("{bits} = bitcast <{w} x i1> {m} to i{w}"));
+            self.line(format!("{full} = icmp eq i{w} {bits}, -1"));
+            self.line(format!("br i1 {full}, label {plain}, label {masked}"));
+            self.label(&lb(&plain));
+            self.line(format!(
+                "store <{w} x {me}> {val}, ptr {dstp}, align {}",
+                t.size_bytes()
+            ));
+            self.line(format!("br label {join}"));
+            self.label(&lb(&masked));
             let f = format!("llvm.masked.store.v{w}{}.p0", mangle(me));
             self.declare(format!(
                 "declare void @{f}(<{w} x {me}>, ptr, i32, <{w} x i1>)"
