@@ -1106,6 +1106,272 @@ fn row_long_loop(cfg: &Config, notes: &mut Vec<String>) -> Row {
     loop_row("loop 1000x10000 (while_loop)", k, r, same)
 }
 
+/// The scan workloads' step: `x * 0.999 + 0.001` for `LOOP_STEPS` steps from `x0`, through
+/// `kiln::scan` (the JAX face): the final state, or every state stacked `[steps, lanes]`.
+fn scan_kiln(x0: &Tensor<f32>, stacked: bool) -> (Tensor<f32>, Option<Tensor<f32>>) {
+    let steps = LOOP_STEPS as usize;
+    if stacked {
+        let (c, ys) = kiln::scan::Lax::new(x0, &())
+            .length(steps)
+            .run(|x, _| {
+                let y = x * 0.999f32 + 0.001f32;
+                (y.clone(), y)
+            })
+            .expect("scan");
+        (c, Some(ys))
+    } else {
+        let (c, ()) = kiln::scan::Lax::new(x0, &())
+            .length(steps)
+            .run(|x, _| (x * 0.999f32 + 0.001f32, ()))
+            .expect("scan");
+        (c, None)
+    }
+}
+
+/// Every state of the scan workload into `out` (`[steps, lanes]`, reused): 64 lanes at a time
+/// per task, each step's 64 values stored to their row.
+fn scan_stacked_rayon(x0: &[f32], out: &mut [f32]) {
+    use rayon::prelude::*;
+    let lanes = x0.len();
+    let steps = LOOP_STEPS as usize;
+    // rows are split by column blocks: each task owns columns [lo, hi) of every row
+    let base = out.as_mut_ptr() as usize;
+    (0..lanes.div_ceil(64)).into_par_iter().for_each(|c| {
+        let (lo, hi) = (c * 64, ((c + 1) * 64).min(lanes));
+        let mut x = [0f32; 64];
+        x[..hi - lo].copy_from_slice(&x0[lo..hi]);
+        for t in 0..steps {
+            // SAFETY: tasks write disjoint column blocks [lo, hi) of row t, inside `out`
+            // (t < steps, hi <= lanes, out.len() == steps * lanes).
+            let row = unsafe {
+                std::slice::from_raw_parts_mut((base as *mut f32).add(t * lanes + lo), hi - lo)
+            };
+            for (v, o) in x.iter_mut().zip(row.iter_mut()) {
+                *v = *v * 0.999 + 0.001;
+                *o = *v;
+            }
+        }
+    });
+}
+
+/// Row: `kiln::scan` of `x = x * 0.999 + 0.001`, 1000 steps on 10 000 lanes, final state only
+/// (one kernel, the state in registers) vs the rayon loop stepping 64 lanes at a time.
+fn row_scan_final(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let x0: Vec<f32> = (0..LOOP_LANES).map(|i| i as f32 / LOOP_LANES as f32).collect();
+    let x = Tensor::from_vec(x0.clone(), &[LOOP_LANES]);
+    x.eval();
+    let mut buf = x0.clone();
+    let reps = if cfg.quick { 9 } else { 41 };
+    let [k, r] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || time(|| drop(black_box(scan_kiln(&x, false).0.eval().clone()))),
+            &mut || {
+                buf.copy_from_slice(&x0);
+                time(|| long_loop_rayon(&mut buf))
+            },
+        ],
+    );
+    let got = scan_kiln(&x, false).0.to_vec();
+    let mut want = x0.clone();
+    long_loop_rayon(&mut want);
+    let same = got
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0));
+    notes.push(format!(
+        "scan final 1000x10000: kiln {} (best {}), rayon 64 lanes at a time {} (best {}); results agree: {same}; issue's peer figures on its machine: PyTensor scan (Numba) 0.79 ms, JAX lax.scan 1.04 ms, Dr.Jit 3.5 ms, PyTensor C 5.2 ms (this machine's: bench/peers/run.sh)",
+        ms(k.median),
+        ms(k.min),
+        ms(r.median),
+        ms(r.min)
+    ));
+    loop_row("scan final 1000x10000", k, r, same)
+}
+
+/// Row: the same scan with every step stacked `[1000, 10000]` vs rayon into a reused buffer.
+fn row_scan_stacked(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let lanes = LOOP_LANES;
+    let steps = LOOP_STEPS as usize;
+    let x0: Vec<f32> = (0..lanes).map(|i| i as f32 / lanes as f32).collect();
+    let x = Tensor::from_vec(x0.clone(), &[lanes]);
+    x.eval();
+    let mut out = HugeBuf::from_slice(&vec![0f32; steps * lanes]);
+    let reps = if cfg.quick { 9 } else { 31 };
+    let [k, r] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || {
+                time(|| {
+                    let ys = scan_kiln(&x, true).1.expect("stacked");
+                    ys.eval();
+                    kiln::sync().expect("sync");
+                    drop(black_box(ys));
+                })
+            },
+            &mut || time(|| scan_stacked_rayon(&x0, out.slice_mut())),
+        ],
+    );
+    let got = scan_kiln(&x, true).1.expect("stacked").to_vec();
+    let same = got
+        .iter()
+        .zip(out.slice())
+        .all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0));
+    let bytes = 4.0 * (steps * lanes) as f64;
+    notes.push(format!(
+        "scan stacked 1000x10000: kiln {} (best {}), rayon into a reused buffer {} (best {}); kiln writes {}; results agree: {same}; issue's peer figures on its machine: Dr.Jit 6.9 ms, PyTensor C 11.8 ms, JAX 24.9 ms",
+        ms(k.median),
+        ms(k.min),
+        ms(r.median),
+        ms(r.min),
+        gbs(bytes, k.median)
+    ));
+    let ratio = k.median / r.median;
+    let mut row = Row::new(
+        "scan stacked 1000x10000",
+        ms(k.median),
+        Goal::AtMost(1.0),
+        if same { ratio } else { f64::NAN },
+        "<= rayon time (reused buf)",
+    );
+    row.rayon = ms(r.median);
+    row.ratio = format!("{ratio:.2}x rayon");
+    row
+}
+
+/// The RNN of the stepped scan rows: weights, inputs and `h0`, deterministic.
+struct Rnn {
+    wt: Tensor<f32>,
+    ut: Tensor<f32>,
+    b: Tensor<f32>,
+    xs: Tensor<f32>,
+    h0: Tensor<f32>,
+}
+
+fn rnn_data(steps: usize, batch: usize, hidden: usize) -> Rnn {
+    // ((i * 2654435761) % 1000 / 1000 - 0.5) * s, the peers script's data
+    let mk = |n: usize, s: f64| -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i as u64 * 2_654_435_761) % 1000) as f64 / 1000.0 - 0.5) * s)
+            .map(|v| v as f32)
+            .collect()
+    };
+    let w = Tensor::from_vec(mk(hidden * hidden, 0.1), &[hidden, hidden]);
+    let u = Tensor::from_vec(mk(hidden * hidden, 0.1), &[hidden, hidden]);
+    let r = Rnn {
+        wt: w.transpose(),
+        ut: u.transpose(),
+        b: Tensor::from_vec(mk(hidden, 0.1), &[hidden]),
+        xs: Tensor::from_vec(mk(steps * batch * hidden, 1.0), &[steps, batch, hidden]),
+        h0: Tensor::zeros(&[batch, hidden]),
+    };
+    kiln::eval!(r.wt.array(), r.ut.array(), r.b.array(), r.xs.array(), r.h0.array());
+    r
+}
+
+/// `h_t = tanh(h_{t-1} Wᵀ + x_t Uᵀ + b)` as a scan (stepped: the products need whole rows).
+fn rnn_scan(d: &Rnn, rewrites: bool) -> (Tensor<f32>, kiln::ScanReport) {
+    let r = Scan::<f32>::new()
+        .label("rnn")
+        .sequence(&d.xs)
+        .output(&d.h0)
+        .rewrites(rewrites)
+        .run(|s| (s.out(0, -1).matmul(&d.wt) + s.seq(0, 0).matmul(&d.ut) + &d.b).tanh())
+        .expect("rnn scan");
+    let y = r.output::<f32>(0);
+    y.eval();
+    (y, r.report().clone())
+}
+
+/// Row: the RNN as a stepped scan, with kiln's push-out (x_t Uᵀ as one product over all steps)
+/// against the same scan with rewrites off, and the NumPy loop when `KILN_NUMPY_PYTHON` is set.
+fn row_scan_rnn(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let (steps, batch, hidden) = (200, 64, 256);
+    let d = rnn_data(steps, batch, hidden);
+    let reps = if cfg.quick { 3 } else { 9 };
+    let [on, off] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || time(|| drop(black_box(rnn_scan(&d, true)))),
+            &mut || time(|| drop(black_box(rnn_scan(&d, false)))),
+        ],
+    );
+    let (y_on, rep) = rnn_scan(&d, true);
+    let (y_off, _) = rnn_scan(&d, false);
+    let same = y_on
+        .to_vec()
+        .iter()
+        .zip(y_off.to_vec())
+        .all(|(a, b)| (a - b).abs() <= 1e-4);
+    // per-step cost beyond the kernels, on a tiny RNN whose kernels take about nothing
+    let tiny = rnn_data(2000, 1, 4);
+    let _ = rnn_scan(&tiny, true);
+    let s0 = kiln::stats();
+    let t_tiny = time(|| drop(black_box(rnn_scan(&tiny, true))));
+    let s1 = kiln::stats();
+    let per_step_us = t_tiny / 2000.0 * 1e6;
+    let kernels_us = (s1.run_ns - s0.run_ns) as f64 / 1e3 / 2000.0;
+    let numpy = numpy_rnn_ms(steps, batch, hidden);
+    let vs_numpy = match numpy {
+        Some((plain, pushed)) => format!(
+            "NumPy loop in the same run {plain:.1} ms ({pushed:.1} ms with x_t U^T pushed out by hand): kiln {:.2}x its speed",
+            plain / (on.median * 1e3)
+        ),
+        None => "set KILN_NUMPY_PYTHON to compare with the NumPy loop in the same run (bench/peers/run.sh runs it with JAX and PyTensor)".into(),
+    };
+    notes.push(format!(
+        "scan rnn 200x64x256: kiln {} (best {}) with push-out ({} product pushed out, {} op(s) hoisted), {} (best {}) with rewrites off; results agree: {same}; {vs_numpy}; issue's figures on its machine: NumPy loop 48 ms, JAX lax.scan 65 ms, PyTensor C 131 ms",
+        ms(on.median),
+        ms(on.min),
+        rep.matmuls_pushed_out,
+        rep.ops_hoisted,
+        ms(off.median),
+        ms(off.min)
+    ));
+    notes.push(format!(
+        "scan step overhead: a 2000-step RNN of hidden 4, batch 1 (stepped, replayed): {per_step_us:.1} us per step, of which kernels run {kernels_us:.1} us: {:.1} us per step beyond the kernels (target <= 5 us: {})",
+        per_step_us - kernels_us,
+        if per_step_us - kernels_us <= 5.0 { "MET" } else { "MISSED" }
+    ));
+    let ratio = off.median / on.median;
+    let mut row = Row::new(
+        "scan rnn 200x64x256",
+        ms(on.median),
+        Goal::AtLeast(1.0),
+        if same && rep.matmuls_pushed_out == 1 { ratio } else { f64::NAN },
+        "push-out faster than without",
+    );
+    row.rayon = ms(off.median);
+    row.ratio = format!("{ratio:.2}x no-rewrites");
+    row
+}
+
+/// Milliseconds of the NumPy RNN loop (plain, and with `x_t Uᵀ` pushed out) by the Python named
+/// by `KILN_NUMPY_PYTHON`.
+fn numpy_rnn_ms(steps: usize, batch: usize, hidden: usize) -> Option<(f64, f64)> {
+    let python = std::env::var("KILN_NUMPY_PYTHON").ok()?;
+    let script = format!(
+        "import numpy as np, time\n\
+         T, B, H = {steps}, {batch}, {hidden}\n\
+         mk = lambda n, s: ((((np.arange(n, dtype=np.uint64) * 2654435761) % 1000) / 1000.0 - 0.5) * s).astype(np.float32)\n\
+         W = mk(H*H, 0.1).reshape(H, H); U = mk(H*H, 0.1).reshape(H, H); b = mk(H, 0.1); xs = mk(T*B*H, 1.0).reshape(T, B, H)\n\
+         def plain():\n    h = np.zeros((B, H), np.float32); out = np.empty((T, B, H), np.float32)\n    for t in range(T):\n        h = np.tanh(h @ W.T + xs[t] @ U.T + b); out[t] = h\n    return out\n\
+         def pushed():\n    h = np.zeros((B, H), np.float32); out = np.empty((T, B, H), np.float32); xu = (xs.reshape(T*B, H) @ U.T).reshape(T, B, H)\n    for t in range(T):\n        h = np.tanh(h @ W.T + xu[t] + b); out[t] = h\n    return out\n\
+         def best(f):\n    f(); ts = []\n    for _ in range(5):\n        t = time.perf_counter(); f(); ts.append(time.perf_counter() - t)\n    return min(ts) * 1e3\n\
+         print(best(plain), best(pushed))\n"
+    );
+    let out = std::process::Command::new(python)
+        .args(["-c", &script])
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let mut it = text.split_whitespace().map(|v| v.parse::<f64>().ok());
+    Some((it.next()??, it.next()??))
+}
+
 /// Row 13: a `switch` over 4 targets on 1M lanes vs a rayon `match` per lane.
 fn row_switch(cfg: &Config, notes: &mut Vec<String>) -> Row {
     let n = 1_000_000;
@@ -1337,7 +1603,7 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 18] = [
+    let steps: [(&str, RowFn); 21] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
         ("llvm vs cranelift", row_llvm_vs_cranelift),
@@ -1356,6 +1622,9 @@ fn main() {
         ("long loop", row_long_loop),
         ("switch", row_switch),
         ("evaluated loop", row_evaluated_loop),
+        ("scan final", row_scan_final),
+        ("scan stacked", row_scan_stacked),
+        ("scan rnn", row_scan_rnn),
     ];
     let mut rows = Vec::new();
     for (name, step) in steps {

@@ -17,4 +17,41 @@ fn main() {
     println!("(b) kiln {kb:.3} ms  rayon {rb:.3} ms  ratio {:.2}", kb/rb);
     let (_, ys) = kiln::scan::Lax::new(&x0, &()).length(n).run(|x, _| { let y = x * 0.999f32 + 0.001f32; (y.clone(), y) }).unwrap();
     let v = ys.to_vec(); println!("check {} {}", v[w], buf[w]);
+    rnn();
+}
+pub fn rnn() {
+    let (t, b, h) = (200usize, 64usize, 256usize);
+    let mut rng = kiln::Pcg32::new(7);
+    let _ = &mut rng;
+    let mk = |n: usize, s: f32| -> Vec<f32> { (0..n).map(|i| ((i * 2654435761usize % 1000) as f32 / 1000.0 - 0.5) * s).collect() };
+    let w = Tensor::from_vec(mk(h * h, 0.1), &[h, h]); w.eval();
+    let u = Tensor::from_vec(mk(h * h, 0.1), &[h, h]); u.eval();
+    let bias = Tensor::from_vec(mk(h, 0.1), &[h]); bias.eval();
+    let xs = Tensor::from_vec(mk(t * b * h, 1.0), &[t, b, h]); xs.eval();
+    let h0 = Tensor::<f32>::zeros(&[b, h]); h0.eval();
+    let wt = w.transpose(); let ut = u.transpose();
+    for rewrites in [true, false] {
+        let mut rep = kiln::ScanReport::default();
+        let mut last = vec![];
+        let ms = best(|| {
+            let r = Scan::<f32>::new().sequence(&xs).output(&h0).rewrites(rewrites)
+                .run(|s| (s.out(0, -1).matmul(&wt) + s.seq(0, 0).matmul(&ut) + &bias).tanh()).unwrap();
+            let y = r.output::<f32>(0); y.eval(); kiln::sync().unwrap();
+            rep = r.report().clone();
+            last = y.index_axis(0, t - 1).to_vec();
+        });
+        println!("rnn rewrites={rewrites}: {ms:.2} ms  per step {:.1} us  {}", ms * 1e3 / t as f64, rep);
+        println!("  h[-1][0..3] = {:?}", &last[..3]);
+    }
+    // reference: a plain loop of kiln ops
+    let ms = best(|| {
+        let mut hh = h0.clone();
+        let mut outs = Vec::new();
+        for i in 0..t { hh = (hh.matmul(&wt) + xs.index_axis(0, i).matmul(&ut) + &bias).tanh(); hh.eval(); outs.push(hh.clone()); }
+        kiln::sync().unwrap();
+    });
+    println!("rnn plain kiln loop: {ms:.2} ms");
+    let a = Tensor::<f32>::full(1.0, &[64, 256]); a.eval();
+    let mm = best(|| { for _ in 0..10 { let c = a.matmul(&w); c.eval(); } kiln::sync().unwrap(); }) / 10.0;
+    println!("one matmul [64,256]x[256,256]: {mm:.3} ms ({:.1} GFLOP/s)", 2.0*64.0*256.0*256.0/mm/1e6);
 }

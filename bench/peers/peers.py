@@ -38,7 +38,7 @@ import tempfile
 import time
 import traceback
 
-PEERS = ["numpy", "numba", "jax", "drjit"]
+PEERS = ["numpy", "numba", "jax", "drjit", "pytensor", "pytensor-numba"]
 
 # -------------------------------------------------------------------------------------------------
 # Workloads (names as in the table and the JSON)
@@ -54,16 +54,34 @@ BLUR = "3x3 box blur 4096^2"
 COLLATZ = "collatz 1M"
 LOOP = "loop 1000x10000"
 SWITCH = "switch 4 targets 1M"
+# Scans (loops with a recurrence). final: x = x * 0.999 + 0.001 for 1000 steps over 10 000 lanes
+# from x0 = 0.5, the final x only; stacked: the same with every step kept ([1000, 10000], row t =
+# x after t + 1 steps); rnn: h_t = tanh(h_{t-1} @ W.T + x_t @ U.T + b), h_0 = 0, every h_t kept
+# ([200, 64, 256]). The rnn row with "x@U.T hoisted" is the same recurrence with x_t @ U.T pushed
+# out of the loop as one matmul over all steps (a variant, timed against kiln's rnn row).
+SCAN_FINAL = "scan final 1000x10000"
+SCAN_STACKED = "scan stacked 1000x10000"
+SCAN_RNN = "scan rnn 200x64x256"
+SCAN_RNN_HOISTED = "scan rnn 200x64x256 x@U.T hoisted"
 WORKLOADS = [SAXPY, CHAIN, MONTE, LAUNCH, COMPILE, STENCIL, LAPLACIAN, BLUR, COLLATZ, LOOP,
-             SWITCH]
+             SWITCH, SCAN_FINAL, SCAN_STACKED, SCAN_RNN, SCAN_RNN_HOISTED]
 # The stencil workloads written as stencils (kiln: `kiln::stencil`; Numba: `@numba.stencil`), on
-# bench_report's grid ((k * 7919) % 1000) * 0.001. Their check is each peer's largest difference
-# from a float64 NumPy reference, relative to the reference's largest magnitude.
+# bench_report's grid ((k * 7919) % 1000) * 0.001, and the scans. Their check is each peer's largest
+# difference from a float64 NumPy reference: relative to the reference's largest magnitude ("rel")
+# or absolute ("abs"), within the tolerance.
 STENCILS = {LAPLACIAN, BLUR}
 STENCIL_TOL = 1e-4
+REF_CHECKS = {
+    LAPLACIAN: ("rel", STENCIL_TOL),
+    BLUR: ("rel", STENCIL_TOL),
+    SCAN_FINAL: ("rel", 1e-4),
+    SCAN_STACKED: ("rel", 1e-4),
+    SCAN_RNN: ("abs", 1e-3),
+    SCAN_RNN_HOISTED: ("abs", 1e-3),
+}
 DEFAULT_REPS = 3
 # Workloads of a few milliseconds or less: timed at least SMALL_REPS times (noise matters more).
-SMALL = {LAUNCH, LOOP, SWITCH}
+SMALL = {LAUNCH, LOOP, SWITCH, SCAN_FINAL}
 SMALL_REPS = 10
 # cold compile: every call compiles a new kernel (Numba takes ~0.3 s a kernel), so it is timed
 # COMPILE_REPS times, or --reps times when --reps is below the default.
@@ -80,6 +98,10 @@ N_SWITCH = 1_000_000
 SAXPY_A = 2.0
 COMPILE_OPS = 200  # cold compile: traced ops per kernel
 COMPILE_N = 1024  # cold compile: lanes
+SCAN_STEPS = 1000  # scan final / stacked
+SCAN_LANES = 10_000
+SCAN_X0 = 0.5
+RNN_T, RNN_B, RNN_H = 200, 64, 256  # scan rnn: steps, batch, hidden
 
 # Expected values for the checks printed after the table.
 COLLATZ_STEP_SUM = 131_435_239  # sum of steps with u32 wrap-around (109 lanes overflow u32)
@@ -101,6 +123,11 @@ def inputs():
     del k
     wx = np.linspace(0.0, 1.0, N_SWITCH, dtype=np.float32)
     return {
+        "scan_x0": np.full(SCAN_LANES, SCAN_X0, dtype=np.float32),
+        "rnn_w": rnn_data(RNN_H * RNN_H, 0.1).reshape(RNN_H, RNN_H),
+        "rnn_u": rnn_data(RNN_H * RNN_H, 0.1).reshape(RNN_H, RNN_H),
+        "rnn_b": rnn_data(RNN_H, 0.1),
+        "rnn_xs": rnn_data(RNN_T * RNN_B * RNN_H, 1.0).reshape(RNN_T, RNN_B, RNN_H),
         "compile_x": np.linspace(0.5, 1.0, COMPILE_N, dtype=np.float32),
         "saxpy_x": sx,
         "saxpy_y": sy,
@@ -114,6 +141,15 @@ def inputs():
         "switch_x": wx,
         "switch_y": (np.float32(1.0) - wx).astype(np.float32),
     }
+
+
+def rnn_data(n, s):
+    """scan rnn's data (kiln's bench uses the same): ((i * 2654435761 % 1000) / 1000 - 0.5) * s,
+    computed in float64 and cast to f32."""
+    import numpy as np
+
+    i = np.arange(n, dtype=np.int64)
+    return (((i * 2654435761) % 1000) / 1000.0 - 0.5) * s).astype(np.float32)
 
 
 def timed_calls(workload, reps):
