@@ -1157,7 +1157,9 @@ fn scan_stacked_rayon(x0: &[f32], out: &mut [f32]) {
 /// Row: `kiln::scan` of `x = x * 0.999 + 0.001`, 1000 steps on 10 000 lanes, final state only
 /// (one kernel, the state in registers) vs the rayon loop stepping 64 lanes at a time.
 fn row_scan_final(cfg: &Config, notes: &mut Vec<String>) -> Row {
-    let x0: Vec<f32> = (0..LOOP_LANES).map(|i| i as f32 / LOOP_LANES as f32).collect();
+    let x0: Vec<f32> = (0..LOOP_LANES)
+        .map(|i| i as f32 / LOOP_LANES as f32)
+        .collect();
     let x = Tensor::from_vec(x0.clone(), &[LOOP_LANES]);
     x.eval();
     let mut buf = x0.clone();
@@ -1267,7 +1269,13 @@ fn rnn_data(steps: usize, batch: usize, hidden: usize) -> Rnn {
         xs: Tensor::from_vec(mk(steps * batch * hidden, 1.0), &[steps, batch, hidden]),
         h0: Tensor::zeros(&[batch, hidden]),
     };
-    kiln::eval!(r.wt.array(), r.ut.array(), r.b.array(), r.xs.array(), r.h0.array());
+    kiln::eval!(
+        r.wt.array(),
+        r.ut.array(),
+        r.b.array(),
+        r.xs.array(),
+        r.h0.array()
+    );
     r
 }
 
@@ -1341,7 +1349,11 @@ fn row_scan_rnn(cfg: &Config, notes: &mut Vec<String>) -> Row {
         "scan rnn 200x64x256",
         ms(on.median),
         Goal::AtLeast(1.0),
-        if same && rep.matmuls_pushed_out == 1 { ratio } else { f64::NAN },
+        if same && rep.matmuls_pushed_out == 1 {
+            ratio
+        } else {
+            f64::NAN
+        },
         "push-out faster than without",
     );
     row.rayon = ms(off.median);

@@ -77,7 +77,11 @@ fn assert_mentions(msg: &str, needles: &[&str]) {
 
 /// Assert two float vectors agree to a relative tolerance.
 fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ: {got:?} vs {want:?}");
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: lengths differ: {got:?} vs {want:?}"
+    );
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let scale = w.abs().max(1.0);
         assert!(
@@ -304,7 +308,11 @@ fn sc04_power_non_sequence() {
             assert_eq!(out.shape(), &[1, 10]);
             assert_eq!(out.index_axis(0, 0).to_vec(), want, "k = {k}");
             assert_eq!(r.steps(), k);
-            assert_eq!(r.report().buffer_rows, vec![1], "only the last state is kept");
+            assert_eq!(
+                r.report().buffer_rows,
+                vec![1],
+                "only the last state is kept"
+            );
         }
         Ok(())
     })
@@ -647,10 +655,7 @@ fn sc16_push_out() {
         let rep = r.report();
         assert_eq!(rep.loops_emitted, 1, "{rep}");
         assert!(rep.ops_hoisted >= 1, "W1 + W2 outside the loop: {rep}");
-        assert!(
-            rep.rewrites.iter().any(|w| w.contains("push-out")),
-            "{rep}"
-        );
+        assert!(rep.rewrites.iter().any(|w| w.contains("push-out")), "{rep}");
         assert_eq!(
             rep.ops_in_loop, 1,
             "only the product stays in the loop, no elementwise op: {rep}"
@@ -762,10 +767,18 @@ fn sc17_save_mem() {
             assert_eq!(r.output::<f64>(0).shape(), &[0], "{what}");
             assert_eq!(r.output::<f64>(1).to_vec(), vec![u[0] + 1.0, u[1] + 1.0]);
             assert_eq!(r.output::<f64>(2).to_vec(), vec![u[4] + 2.0], "{what}");
-            assert_eq!(r.output::<f64>(3).to_vec(), vec![u[at(idx)] + 3.0], "{what}");
+            assert_eq!(
+                r.output::<f64>(3).to_vec(),
+                vec![u[at(idx)] + 3.0],
+                "{what}"
+            );
             assert_eq!(r.output::<f64>(4).shape(), &[0], "{what}");
             assert_eq!(r.output::<f64>(5).to_vec(), vec![u[10] + 5.0], "{what}");
-            assert_eq!(r.output::<f64>(6).to_vec(), vec![u[at(-jdx)] + 6.0], "{what}");
+            assert_eq!(
+                r.output::<f64>(6).to_vec(),
+                vec![u[at(-jdx)] + 6.0],
+                "{what}"
+            );
             assert_eq!(r.report().buffer_rows, vec![0, 2, 1, 1, 0, 1, 1], "{what}");
         }
 
@@ -899,7 +912,11 @@ fn sc19_in_place() {
         assert_eq!(r.output::<f64>(1).to_vec(), vec![6.0]);
         assert!(!r.report().in_place.contains(&0), "{}", r.report());
         assert!(r.report().in_place.contains(&1), "{}", r.report());
-        assert_eq!(x0.to_vec(), vec![5.0], "the caller's initial state is intact");
+        assert_eq!(
+            x0.to_vec(),
+            vec![5.0],
+            "the caller's initial state is intact"
+        );
 
         // (d) the numbers are the same with and without in-place (an RNN with two SITSOTs)
         let u = Tensor::<f64>::from_vec(float_data(24, 9), &[8, 3]);
@@ -912,14 +929,11 @@ fn sc19_in_place() {
             } else {
                 sc.output(&h1).output(&h2)
             };
-            let r = sc
-                .keep(0, Keep::Last(1))
-                .keep(1, Keep::Last(1))
-                .run(|s| {
-                    let a = (s.out(0, -1) * 0.5 + s.seq(0, 0)).tanh();
-                    let b = s.out(1, -1) * 0.25 + s.out(0, -1);
-                    (a, b)
-                })?;
+            let r = sc.keep(0, Keep::Last(1)).keep(1, Keep::Last(1)).run(|s| {
+                let a = (s.out(0, -1) * 0.5 + s.seq(0, 0)).tanh();
+                let b = s.out(1, -1) * 0.25 + s.out(0, -1);
+                (a, b)
+            })?;
             Ok((r.output::<f64>(0).to_vec(), r.output::<f64>(1).to_vec()))
         };
         let (a1, b1) = rnn(true)?;
@@ -1037,7 +1051,10 @@ fn sc21_construction_errors() {
                 .n_steps(3)
                 .run(|s| s.out(0, -1)),
         );
-        assert_mentions(&msg, &["output 0", "[-1, -1]", "all the taps must be different"]);
+        assert_mentions(
+            &msg,
+            &["output 0", "[-1, -1]", "all the taps must be different"],
+        );
         let msg = scan_err(
             Scan::<f64>::new()
                 .sequence_taps(&y, &[1, 1])
@@ -1080,7 +1097,10 @@ fn sc21_construction_errors() {
                 .n_steps(3)
                 .run(|s| (s.out(0, -1) + 1.0, s.out(0, -1) * 2.0)),
         );
-        assert_mentions(&msg, &["returns 2 output(s)", "1 are declared", ".output_none()"]);
+        assert_mentions(
+            &msg,
+            &["returns 2 output(s)", "1 are declared", ".output_none()"],
+        );
         // an initial state [1, 10] for rows [10]
         let msg = scan_err(
             Scan::<f64>::new()
@@ -1107,11 +1127,7 @@ fn sc21_construction_errors() {
         );
         assert_mentions(&msg, &["reverse", "go_backwards"]);
         // a tap the body reads that was not declared
-        let msg = scan_err(
-            Scan::<f64>::new()
-                .sequence(&xs)
-                .run(|s| s.seq(0, -1)),
-        );
+        let msg = scan_err(Scan::<f64>::new().sequence(&xs).run(|s| s.seq(0, -1)));
         assert_mentions(&msg, &["sequence 0", "tap -1", "[0]", ".sequence_taps("]);
         Ok(())
     })
@@ -1189,9 +1205,11 @@ fn sc22_jax_acceptance() {
             assert_eq!(rep.ops_in_loop, reports[0].ops_in_loop);
         }
         // (f) the run-time analogue: the carry changes shape
-        let msg = scan_err(Lax::new(&Tensor::<i32>::zeros(&[2]), &()).length(3).run(
-            |c, _| (c.reshape(&[2, 1]), ()),
-        ));
+        let msg = scan_err(
+            Lax::new(&Tensor::<i32>::zeros(&[2]), &())
+                .length(3)
+                .run(|c, _| (c.reshape(&[2, 1]), ())),
+        );
         assert_mentions(&msg, &["carry", "[2]", "[2, 1]"]);
 
         // (g) forward values of f(c, a) = (0.9 cos(d Σ sin(c a)), sin(c Σ cos(d a))), d = 0.75
@@ -1425,10 +1443,9 @@ fn run_case<T: Numeric + Signed>(case: &Case) -> kiln::Result<Vec<Vec<T>>> {
         sc = match &o.kind {
             Kind::Nit => sc.output_none(),
             Kind::Sit => sc.output(&Tensor::from_vec(conv(&o.init), &[w])),
-            Kind::Mit(taps) => sc.output_taps(
-                &Tensor::from_vec(conv(&o.init), &[o.window(), w]),
-                taps,
-            ),
+            Kind::Mit(taps) => {
+                sc.output_taps(&Tensor::from_vec(conv(&o.init), &[o.window(), w]), taps)
+            }
         };
     }
     for (j, o) in case.outs.iter().enumerate() {
@@ -1567,10 +1584,8 @@ fn rewrites_on_and_off_agree_on_integer_programs() {
     check(|| {
         let u: Vec<i64> = int_data(20, 3).iter().map(|&v| v as i64).collect();
         let ut = v1(&u);
-        let m = Tensor::<i64>::from_vec(
-            int_data(24, 8).iter().map(|&v| v as i64).collect(),
-            &[6, 4],
-        );
+        let m =
+            Tensor::<i64>::from_vec(int_data(24, 8).iter().map(|&v| v as i64).collect(), &[6, 4]);
         let captured = v1(&[3i64, -1, 4, 1]);
         let unused = v1(&[7i64, 7]);
         type Program<'a> = Box<dyn Fn(bool) -> kiln::Result<kiln::scan::ScanResult> + 'a>;
@@ -1769,8 +1784,8 @@ fn lane_independent(
             }
             let x = s.seq(0, 0);
             let a = (s.out(0, -1) * 0.9 + &x).sin();
-            let b = s.out(1, -2) * 0.5 + s.out(1, -1) * 0.25 + (&x * 0.1).exp() * 0.01
-                + s.non_seq(0);
+            let b =
+                s.out(1, -2) * 0.5 + s.out(1, -1) * 0.25 + (&x * 0.1).exp() * 0.01 + s.non_seq(0);
             let c = Tensor::select(&a.gt(&b), &(&a * &b), &(&a - &b).tanh());
             (a, b, c)
         })?;
@@ -1863,7 +1878,12 @@ fn fused_scan_agrees_across_backends() {
             results.push((kind, bits(&y), bits(&z)));
         }
         for (k, y, z) in &results[1..] {
-            assert_eq!((y, z), (&results[0].1, &results[0].2), "{k:?} vs {:?}", results[0].0);
+            assert_eq!(
+                (y, z),
+                (&results[0].1, &results[0].2),
+                "{k:?} vs {:?}",
+                results[0].0
+            );
         }
         // the float body with transcendental functions agrees bit for bit too
         let xs = Tensor::<f64>::from_vec(float_data(steps * w, 5), &[steps, w]);
@@ -1917,11 +1937,7 @@ fn keep_states_equals_forward_recompute() {
                 assert_eq!(st0.index_axis(0, 0).to_vec(), s0.to_vec(), "{what}");
                 let st1 = r.states::<f64>(1)?;
                 assert_eq!(st1.shape(), &[n + 2, w], "{what}");
-                assert_eq!(
-                    st1.slice(kiln::s![0..2]).to_vec(),
-                    m0.to_vec(),
-                    "{what}"
-                );
+                assert_eq!(st1.slice(kiln::s![0..2]).to_vec(), m0.to_vec(), "{what}");
                 let (o0, o1) = (r.output::<f64>(0), r.output::<f64>(1));
                 for t in 0..n {
                     assert_eq!(
@@ -1946,7 +1962,10 @@ fn keep_states_equals_forward_recompute() {
                 }
                 assert_close(&st0.to_vec(), &want, 1e-14, &what);
                 // a NITSOT keeps no states
-                assert_mentions(&scan_err(r.states::<f64>(2)), &["output 2", "kept no states"]);
+                assert_mentions(
+                    &scan_err(r.states::<f64>(2)),
+                    &["output 2", "kept no states"],
+                );
             }
         }
         // the JAX face: states of every carry entry, [length + 1, …]
@@ -2118,7 +2137,10 @@ fn nested_scan() {
             let s = sq.sum_axis(0);
             (c + &s, s)
         })?;
-        let want_ys: Vec<f64> = data.chunks(w).map(|r| r.iter().map(|v| v * v).sum()).collect();
+        let want_ys: Vec<f64> = data
+            .chunks(w)
+            .map(|r| r.iter().map(|v| v * v).sum())
+            .collect();
         assert_eq!(ys.to_vec(), want_ys);
         assert_eq!(c.to_vec(), vec![want_ys.iter().sum::<f64>()]);
         Ok(())
@@ -2132,12 +2154,14 @@ fn strict_mode_names_the_captured_tensor() {
     check(|| {
         let w = labeled(Tensor::<f64>::from_vec(vec![2.0, 3.0], &[2]), "W");
         let xs = Tensor::<f64>::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
-        let r = Scan::<f64>::new()
-            .sequence(&xs)
-            .run(|s| s.seq(0, 0) * &w)?;
+        let r = Scan::<f64>::new().sequence(&xs).run(|s| s.seq(0, 0) * &w)?;
         assert_eq!(r.output::<f64>(0).to_vec(), vec![2.0, 6.0, 6.0, 12.0]);
         assert_eq!(r.report().captured, vec!["W".to_string()]);
-        assert!(r.report().inputs.iter().any(|i| i.contains("`W`")), "{:?}", r.report().inputs);
+        assert!(
+            r.report().inputs.iter().any(|i| i.contains("`W`")),
+            "{:?}",
+            r.report().inputs
+        );
         let msg = scan_err(
             Scan::<f64>::new()
                 .label("strict_scan")

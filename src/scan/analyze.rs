@@ -17,10 +17,6 @@ type Deps = u128;
 /// Outer inputs in connection order: sequences, initial states, non-sequences, captured arrays.
 pub(crate) struct Inputs {
     pub names: Vec<String>,
-    pub n_seq: usize,
-    /// Per output: its index among the inputs when it feeds back.
-    pub init_of: Vec<Option<usize>>,
-    pub n_nonseq: usize,
 }
 
 pub(crate) struct Analysis {
@@ -54,6 +50,10 @@ pub(crate) struct Product {
     pub invariant_b: Option<Erased>,
     /// Ops in the right operand's expression (what hoisting it saves per step).
     pub b_ops: usize,
+    /// The left operand is the value output `j` returns this step.
+    pub a_is_output: Option<usize>,
+    /// The product is exactly what output `m` returns, and nothing else in the body uses it.
+    pub is_output: Option<usize>,
     pub m: usize,
     pub k: usize,
     pub n: usize,
@@ -294,6 +294,12 @@ pub(crate) fn analyze(
                 row_of: row_tap.get(&s.a.0).copied(),
                 invariant_b,
                 b_ops,
+                a_is_output: out.outs.iter().position(|e| e.id == s.a),
+                is_output: out.outs.iter().position(|e| e.id == s.result).filter(|_| {
+                    let users = nodes.iter().filter(|n| n.deps.contains(&s.result)).count();
+                    let returned = out.outs.iter().filter(|e| e.id == s.result).count();
+                    users == 0 && returned == 1
+                }),
                 m: s.m,
                 k: s.k,
                 n: s.n,
@@ -313,12 +319,7 @@ pub(crate) fn analyze(
         refusal,
         captured,
         captured_names,
-        inputs: Inputs {
-            names,
-            n_seq,
-            init_of,
-            n_nonseq,
-        },
+        inputs: Inputs { names },
         connection,
         invariant,
         ops_invariant,

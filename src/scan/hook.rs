@@ -13,6 +13,8 @@ use std::cell::RefCell;
 pub(crate) struct Seen {
     pub a: VarId,
     pub b: VarId,
+    /// What the (refused) product returned in the trace.
+    pub result: VarId,
     pub m: usize,
     pub k: usize,
     pub n: usize,
@@ -33,6 +35,8 @@ pub(crate) enum Subst {
     },
     /// Use `b` (the right operand, evaluated once) instead of what the step computed.
     Operand { b: VarId },
+    /// Not computed in the loop (it is computed after it, for all steps at once): zeros.
+    Skip,
 }
 
 pub(crate) enum Hook {
@@ -77,49 +81,58 @@ pub(crate) fn matmul_hook<T: Scalar>(
 ) -> Option<Result<Tensor<T>>> {
     enum Act {
         None,
+        Analyze,
         Row(VarId, VarId, usize, usize),
         Operand(VarId),
+        Skip,
     }
     let act = HOOKS.with(|s| {
         let mut s = s.borrow_mut();
         match s.last_mut() {
-            Some(Hook::Analyze(seen)) => {
-                seen.push(Seen {
-                    a: a.array().id(),
-                    b: b.array().id(),
-                    m,
-                    k,
-                    n,
-                });
-                kiln_core::inc_ref(a.array().id());
-                kiln_core::inc_ref(b.array().id());
-                Act::None
-            }
+            Some(Hook::Analyze(_)) => Act::Analyze,
             Some(Hook::Step { subst, next }) => {
                 let i = *next;
                 *next += 1;
                 match subst.get(i) {
                     Some(Subst::Row { all, row, m, n }) => Act::Row(*all, *row, *m, *n),
                     Some(Subst::Operand { b }) => Act::Operand(*b),
+                    Some(Subst::Skip) => Act::Skip,
                     _ => Act::None,
                 }
             }
             None => Act::None,
         }
     });
+    let wrap = |id: VarId| Tensor::from_array(crate::array::Array::from_id(id), &[m, n]);
     match act {
         Act::None => None,
-        Act::Row(all, row, m, n) => Some(
-            row_of(all, row, m * n)
-                .map(|id| Tensor::from_array(crate::array::Array::from_id(id), &[m, n])),
-        ),
-        Act::Operand(bid) => {
-            // the hoisted operand replaces what the step traced (which is dropped unevaluated)
-            Some(
-                kiln_core::matmul(a.array().id(), bid, m, k, n)
-                    .map(|id| Tensor::from_array(crate::array::Array::from_id(id), &[m, n])),
-            )
+        Act::Analyze => {
+            // the product itself (refused in the symbolic trace: a placeholder that depends on
+            // both operands), noted with its result
+            let r = kiln_core::matmul(a.array().id(), b.array().id(), m, k, n);
+            if let Ok(result) = r {
+                HOOKS.with(|s| {
+                    if let Some(Hook::Analyze(seen)) = s.borrow_mut().last_mut() {
+                        for v in [a.array().id(), b.array().id(), result] {
+                            kiln_core::inc_ref(v);
+                        }
+                        seen.push(Seen {
+                            a: a.array().id(),
+                            b: b.array().id(),
+                            result,
+                            m,
+                            k,
+                            n,
+                        });
+                    }
+                });
+            }
+            Some(r.map(wrap))
         }
+        Act::Row(all, row, m, n) => Some(row_of(all, row, m * n).map(wrap)),
+        // the hoisted operand replaces what the step traced (which is dropped unevaluated)
+        Act::Operand(bid) => Some(kiln_core::matmul(a.array().id(), bid, m, k, n).map(wrap)),
+        Act::Skip => Some(Ok(wrap(kiln_core::literal(T::TYPE, 0, m * n)))),
     }
 }
 
@@ -151,5 +164,6 @@ pub(crate) fn release_seen(seen: &[Seen]) {
     for s in seen {
         kiln_core::dec_ref(s.a);
         kiln_core::dec_ref(s.b);
+        kiln_core::dec_ref(s.result);
     }
 }

@@ -120,6 +120,13 @@ pub(crate) fn run(
     }
     check_inits(&spec)?;
     let n_req = step_count(&spec)?;
+    if kiln_core::freeze::record::active() {
+        // the step count is a constant of the kernels: a frozen function records anew for
+        // sequences of another length rather than replaying the old count
+        for s in &spec.seqs {
+            kiln_core::freeze::record::observe_len(s.data.id);
+        }
+    }
     evaluate_inputs(&spec)?;
     let an = analyze(&spec, body)?;
 
@@ -137,9 +144,11 @@ pub(crate) fn run(
         for (j, k) in std::mem::take(&mut spec.pending_keep) {
             match spec.outs.get_mut(j) {
                 Some(o) => o.keep = k,
-                None => return Err(Error::Scan(format!(
+                None => {
+                    return Err(Error::Scan(format!(
                     "scan {label}: `keep` names output {j}, but the body returns {n_out} output(s)"
-                ))),
+                )))
+                }
             }
         }
     } else if spec.carry_names.is_some() && n_out > spec.outs.len() {
@@ -264,19 +273,77 @@ pub(crate) fn run(
 
     // save-mem: which steps run and which rows each output stores
     let keeps: Vec<Keep> = spec.outs.iter().map(|o| o.keep.clone()).collect();
-    let (steps, stores) = if rewrites && !spec.reverse {
+    let (steps, mut stores) = if rewrites && !spec.reverse {
         plan_storage(&keeps, n_req, an.until, spec.carry_names.is_some())
     } else {
         (n_req, vec![Store::Range(0, n_req); n_out])
     };
+    // a recurrent output of which only the last row is used needs no buffer: that row is the
+    // loop's final state
+    let from_final: Vec<bool> = spec
+        .outs
+        .iter()
+        .map(|o| {
+            rewrites
+                && !an.until
+                && !spec.reverse
+                && o.init.is_some()
+                && matches!(o.keep, Keep::Last(1) | Keep::Row(-1))
+        })
+        .collect();
+    for (j, &f) in from_final.iter().enumerate() {
+        if f {
+            stores[j] = Store::Nothing;
+        }
+    }
+    // push-out of trailing work (PushOutScanOutput): an output that is a recurrent output's new
+    // value times a loop-invariant matrix is one product over all stored steps, after the loop
+    let mut post: Vec<Post> = Vec::new();
+    if rewrites {
+        for (k, p) in an.products.iter().enumerate() {
+            let (Some(j), Some(m), Some(_)) = (p.a_is_output, p.is_output, &p.invariant_b) else {
+                continue;
+            };
+            let ok = j != m
+                && spec.outs[j].init.is_some()
+                && spec.outs[m].init.is_none()
+                && spec.outs[m].keep == Keep::All
+                && stores[j] == Store::Range(0, n_req)
+                && an.out_rows[j] == [p.m, p.k]
+                && an.out_rows[m] == [p.m, p.n]
+                && !post.iter().any(|q| q.output == m);
+            if ok {
+                stores[m] = Store::Nothing;
+                post.push(Post {
+                    product: k,
+                    from: j,
+                    output: m,
+                });
+            }
+        }
+    }
     if rewrites && steps < n_req {
         log(
             &mut report,
             format!("save-mem: no output uses steps past {steps}: the loop runs {steps} of {n_req} steps"),
         );
     }
+    for (j, &f) in from_final.iter().enumerate() {
+        if f {
+            log(
+                &mut report,
+                format!(
+                    "save-mem: only the last row of {} is used: it is the loop's final state, no buffer",
+                    spec.out_name(j)
+                ),
+            );
+        }
+    }
     if rewrites {
         for (j, s) in stores.iter().enumerate() {
+            if from_final[j] {
+                continue;
+            }
             if s.rows() < n_req.min(steps) || matches!(s, Store::Ring(_)) {
                 log(
                     &mut report,
@@ -289,7 +356,11 @@ pub(crate) fn run(
             }
         }
     }
-    report.buffer_rows = stores.iter().map(Store::rows).collect();
+    report.buffer_rows = stores
+        .iter()
+        .zip(&from_final)
+        .map(|(s, &f)| if f { 1 } else { s.rows() })
+        .collect();
     report.ops_in_loop = an.ops_in_loop;
 
     // execution
@@ -347,11 +418,68 @@ pub(crate) fn run(
                 };
                 report.loops_emitted = 1;
                 tracing::info!(target: "scan", "scan {label}: stepped: {}", report.mode_reason);
-                stepped(&spec, &an, body, steps, &stores, rewrites, &mut report)?
+                stepped(&spec, &an, body, steps, &stores, rewrites, &post, &mut report)?
             }
         }
     };
     report.steps_run = exec.run;
+    let mut post_out: Vec<Option<Erased>> = (0..n_out).map(|_| None).collect();
+    for q in &post {
+        let p = &an.products[q.product];
+        let b = p.invariant_b.as_ref().expect("invariant");
+        let run = exec.run;
+        let e = if run == 0 {
+            empty_rows(an.out_types[q.output], &an.out_rows[q.output])?
+        } else {
+            let buf = exec.bufs[q.from].as_ref().expect("stored in full");
+            let w = p.m * p.k;
+            let rows = rows_view(
+                buf,
+                an.out_types[q.from],
+                &an.out_rows[q.from],
+                w,
+                n_req,
+                0,
+                run,
+                None,
+            )?;
+            let id = kiln_core::matmul(rows.id, b.id, run * p.m, p.k, p.n)?;
+            Erased::own(id, vec![run, p.m, p.n])
+        };
+        post_out[q.output] = Some(e);
+        report.matmuls_pushed_out += 1;
+        log(
+            &mut report,
+            format!(
+                "push-out (PushOutScanOutput): output {} = {}'s rows × an invariant [{}, {}], one product over all {run} steps after the loop",
+                q.output,
+                spec.out_name(q.from),
+                p.k,
+                p.n
+            ),
+        );
+    }
+    report.in_place = exec.in_place.clone();
+    for (j, o) in spec.outs.iter().enumerate() {
+        if o.owned && !exec.in_place.contains(&j) {
+            log(
+                &mut report,
+                format!(
+                    "in place: not applied to {}: writing a buffer the loop's kernel also reads needs update-in-place (issue 13); its states use buffers from the allocator's cache",
+                    spec.out_name(j)
+                ),
+            );
+        }
+    }
+    for &j in &exec.in_place {
+        log(
+            &mut report,
+            format!(
+                "in place: {}'s final state is written over its initial state's buffer (the scan owns it)",
+                spec.out_name(j)
+            ),
+        );
+    }
     if an.until && exec.run < steps {
         tracing::info!(target: "scan", "scan {label}: `until` held after step {}", exec.run - 1);
     }
@@ -365,6 +493,26 @@ pub(crate) fn run(
         let (lo, hi) = wanted(&o.keep, exec.run, n_req, an.until);
         let e = match (&exec.bufs[j], &stores[j]) {
             (_, _) if hi <= lo => empty_rows(ty, &row)?,
+            _ if post_out[j].is_some() => {
+                let e = post_out[j].take().expect("checked");
+                if (lo, hi) == (0, exec.run) {
+                    e
+                } else {
+                    let buf = V({
+                        kiln_core::inc_ref(e.id);
+                        e.id
+                    });
+                    rows_view(&buf, ty, &row, w, exec.run, lo, hi - lo, None)?
+                }
+            }
+            _ if from_final[j] => {
+                let f = exec.finals[j]
+                    .as_ref()
+                    .expect("a recurrent output's final state");
+                let mut shape = vec![1];
+                shape.extend_from_slice(&row);
+                Erased::borrow(f.id, shape)
+            }
             (Some(buf), Store::Range(a, b)) => {
                 debug_assert!(lo >= *a && hi <= *b.max(&exec.run));
                 let rows_in_buf = b - a;
@@ -383,6 +531,16 @@ pub(crate) fn run(
         states: exec.states,
         report,
     })
+}
+
+/// An output computed after the loop from a stored recurrent output (PushOutScanOutput).
+struct Post {
+    /// The body's product (in call order).
+    product: usize,
+    /// The recurrent output whose rows are the left operand.
+    from: usize,
+    /// The output it computes.
+    output: usize,
 }
 
 /// Identical sequences (same array and taps) and non-sequences.
@@ -511,6 +669,8 @@ struct Exec {
     bufs: Vec<Option<V>>,
     finals: Vec<Option<Erased>>,
     states: Vec<Option<Erased>>,
+    /// Outputs computed over their initial state's buffer.
+    in_place: Vec<usize>,
 }
 
 /// The initial rows of output `o` (`window` of them, oldest first), flat `w` elements each.
@@ -625,6 +785,7 @@ fn empty(spec: &Spec, an: &Analysis) -> Result<Exec> {
         bufs: spec.outs.iter().map(|_| None).collect(),
         finals,
         states,
+        in_place: Vec::new(),
     })
 }
 
@@ -854,6 +1015,7 @@ fn invariant(
         bufs,
         finals,
         states,
+        in_place: Vec::new(),
     })
 }
 
@@ -1027,25 +1189,26 @@ fn fused(
     } else {
         steps
     };
-    let finals = spec
-        .outs
-        .iter()
-        .enumerate()
-        .map(|(j, o)| {
-            let win = o.window();
-            (win > 0).then(|| {
-                outs[window_at[j] + win - 1]
-                    .share()
-                    .erased(an.out_rows[j].clone())
-            })
-        })
-        .collect();
+    // (computing the final state over the initial state's buffer needs update-in-place, issue
+    // 13: a kernel may not yet write a buffer it also reads)
+    let in_place = Vec::new();
+    let mut finals = Vec::new();
+    for (j, o) in spec.outs.iter().enumerate() {
+        let win = o.window();
+        if win == 0 {
+            finals.push(None);
+            continue;
+        }
+        let last = outs[window_at[j] + win - 1].share();
+        finals.push(Some(last.erased(an.out_rows[j].clone())));
+    }
     let states = states_out(sbufs, spec, an, steps, run)?;
     Ok(Exec {
         run,
         bufs,
         finals,
         states,
+        in_place,
     })
 }
 
@@ -1058,6 +1221,7 @@ fn stepped(
     steps: usize,
     stores: &[Store],
     rewrites: bool,
+    post: &[Post],
     report: &mut ScanReport,
 ) -> Result<Exec> {
     let label = spec.label.clone();
@@ -1091,9 +1255,14 @@ fn stepped(
             n: usize,
         },
         Operand(VarId),
+        Skip,
     }
     let mut plans = Vec::new();
     for (k, p) in an.products.iter().enumerate() {
+        if post.iter().any(|q| q.product == k) {
+            plans.push(Plan::Skip);
+            continue;
+        }
         let plan = match (&p.row_of, &p.invariant_b, rewrites) {
             (Some((i, tap)), Some(b), true) if spec.seqs[*i].data.shape.len() == 3 => {
                 let s = &spec.seqs[*i];
@@ -1197,6 +1366,7 @@ fn stepped(
                 .iter()
                 .map(|p| match *p {
                     Plan::Keep => Subst::Keep,
+                    Plan::Skip => Subst::Skip,
                     Plan::Operand(b) => Subst::Operand { b },
                     Plan::Row { all, seq, tap, m, n } => {
                         let k = spec.seqs[seq].taps.iter().position(|&x| x == tap).expect("a declared tap");
@@ -1326,5 +1496,6 @@ fn stepped(
         bufs: out_bufs,
         finals,
         states,
+        in_place: Vec::new(),
     })
 }

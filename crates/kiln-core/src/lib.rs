@@ -156,6 +156,17 @@ fn refuse_read(id: VarId, how: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether `id` is evaluated and its buffer is reachable through exactly one handle: writing into
+/// it then changes nothing anyone else can see (what update-in-place needs).
+pub fn sole_owner(id: VarId) -> bool {
+    let st = STATE.lock();
+    let v = st.var(id.0);
+    v.ext == 1
+        && v.int == 0
+        && !v.dirty
+        && v.data.as_ref().is_some_and(|b| Arc::strong_count(b) == 1)
+}
+
 /// An evaluated array of `len` elements whose contents are unspecified (what its memory last
 /// held). For outputs whose every exposed element is written before anyone reads it (the rows a
 /// scan stores), where zero-filling first would double the memory traffic.
