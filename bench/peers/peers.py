@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Side-by-side peer timings for kiln's workloads: NumPy, Numba, JAX (CPU) and Dr.Jit (LLVM).
+"""Side-by-side peer timings for kiln's workloads: NumPy, Numba, JAX (CPU) and Dr.Jit (LLVM), and
+PyTensor (C backend and mode NUMBA) on the scans.
 
 Every peer runs the same workloads on the same inputs (built once with NumPy and copied into each
 peer's arrays) with the same f32/u32 arithmetic. Each workload is timed as the best of N calls
@@ -1117,6 +1118,7 @@ def peer_drjit(d):
 def peer_pytensor(d, mode=None):
     """PyTensor: pytensor.scan compiled by pytensor.function, with the default mode (C backend) or
     mode="NUMBA". Only the scans are written for it."""
+    import logging
     import warnings
 
     import numpy as np
@@ -1146,10 +1148,21 @@ def peer_pytensor(d, mode=None):
         except TypeError:
             return pytensor.scan(fn, **kw)[0]
 
+    logging.getLogger("pytensor.tensor.blas").setLevel(logging.ERROR)  # (said above)
+
     def compile_(inputs, output):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return pytensor.function(inputs, output, mode=mode)
+        """The compiled function, compiled on its first call (so that the warm-up call, like the
+        other peers' first calls, includes the compilation)."""
+        fn = []
+
+        def call(*args):
+            if not fn:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    fn.append(pytensor.function(inputs, output, mode=mode))
+            return fn[0](*args)
+
+        return call
 
     def scan_steps(stacked):
         x0 = pt.vector("x0", dtype=f32)

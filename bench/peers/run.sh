@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Side-by-side peer benchmark: NumPy, Numba, JAX (CPU) and Dr.Jit (LLVM) on kiln's workloads, then
-# kiln's own bench_report, then one merged table (kiln ms, each peer's ms, peer/kiln).
+# Side-by-side peer benchmark: NumPy, Numba, JAX (CPU), Dr.Jit (LLVM) and, on the scans, PyTensor
+# on kiln's workloads, then kiln's own bench_report, then one merged table (kiln ms, each peer's ms,
+# peer/kiln).
 #
 #   bench/peers/run.sh             # full run
 #   bench/peers/run.sh --quick     # fewer repetitions (peers best of 1, bench_report --quick)
@@ -24,7 +25,7 @@ for arg in "$@"; do
         --quick) quick=1 ;;
         --no-kiln) kiln=0 ;;
         -h | --help)
-            sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,14p' "$here/run.sh" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
@@ -53,12 +54,21 @@ fi
 py="$venv/bin/python"
 
 # one package at a time, so that one that cannot be installed does not stop the others (peers.py
-# skips a peer it cannot import, and says why)
-for spec in numpy numba "jax[cpu]" drjit; do
+# skips a peer it cannot import, and says why). pytensor comes last and may not change the numpy,
+# numba and llvmlite already installed (pytensor 3.x pins numba <= 0.65.1: pip then picks the newest
+# pytensor that accepts the installed numba), so that the other peers' versions stay as they were.
+constraints="$(mktemp "${TMPDIR:-/tmp}/kiln-peers-constraints.XXXXXX")"
+trap 'rm -f "$constraints"' EXIT
+for spec in numpy numba "jax[cpu]" drjit pytensor; do
     module="${spec%%[*}"
     if ! "$py" -c "import $module" > /dev/null 2>&1; then
         echo "run.sh: installing $spec"
-        "$py" -m pip install --quiet "$spec" ||
+        pin=()
+        if [[ "$spec" == pytensor ]]; then
+            "$py" -m pip freeze 2> /dev/null | grep -iE '^(numpy|numba|llvmlite)==' > "$constraints" || true
+            pin=(-c "$constraints")
+        fi
+        "$py" -m pip install --quiet ${pin[@]+"${pin[@]}"} "$spec" ||
             echo "run.sh: pip could not install $spec (peers.py will skip it)" >&2
     fi
 done

@@ -317,3 +317,32 @@ pub(crate) fn uniform_in_loops(k: &Kernel, entry: &[bool]) -> (Vec<bool>, HashMa
         }
     }
 }
+
+/// Which instructions are `counter + uniform`: an index whose lanes are consecutive (a row of a
+/// stacked array, `t * width + lane`), so that a gather or scatter through it touches one
+/// contiguous run, which the backends turn into a vector load or store when the run is in bounds
+/// (checked at run time, which also catches wrapping). The counter must be of the index's own
+/// type, so that lanes differ by exactly one.
+pub(crate) fn contiguous_indices(k: &Kernel) -> Vec<bool> {
+    let entry: Vec<bool> = k
+        .insts
+        .iter()
+        .map(|i| {
+            i.op == Op::Literal
+                || (i.op == Op::Load
+                    && k.params[i.imm as usize].kind == crate::kernel::ParamKind::Broadcast)
+        })
+        .collect();
+    let (uniform, _) = crate::backend::uniform_in_loops(k, &entry);
+    k.insts
+        .iter()
+        .map(|i| {
+            if i.op != Op::Add || !i.ty.is_int() {
+                return false;
+            }
+            let (a, b) = (i.args[0] as usize, i.args[1] as usize);
+            let counter = |x: usize| k.insts[x].op == Op::Counter && k.insts[x].ty == i.ty;
+            (counter(a) && uniform[b]) || (counter(b) && uniform[a])
+        })
+        .collect()
+}

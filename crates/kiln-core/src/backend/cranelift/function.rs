@@ -129,6 +129,7 @@ pub(super) fn build_function(
         mem: MemFlags::new().with_notrap(),
         vals: vec![None; n],
         uniform: vec![false; n],
+        contiguous: crate::backend::contiguous_indices(k),
         lit: k
             .insts
             .iter()

@@ -7,7 +7,7 @@ use super::{is_wide, ivty, lane_ty, type_index, vty, Gen, V};
 use crate::backend::encode_reduce;
 use crate::error::Result;
 use crate::kernel::ParamKind;
-use crate::op::Op;
+use crate::op::{Op, ReduceOp};
 use crate::ty::VarType;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{self as ct, F32X4, F64X2, I32, I32X4, I64X2};
@@ -214,12 +214,14 @@ impl<'f> Gen<'_, 'f> {
             }
             Op::Gather => {
                 let (idx, mask) = (arg(self, 0)?, arg(self, 1)?);
-                self.gather(p, t, idx, from(0), mask)?
+                let run = self.contiguous[inst.args[0] as usize];
+                self.gather(p, t, idx, from(0), mask, run)?
             }
             Op::Scatter(rop) => {
                 let (val, idx, mask) = (arg(self, 0)?, arg(self, 1)?, arg(self, 2)?);
                 let op_ty = (u32::from(encode_reduce(rop)) << 8) | type_index(t);
-                self.scatter(p, t, op_ty, val, idx, from(1), mask)?;
+                let run = self.contiguous[inst.args[1] as usize] && rop == ReduceOp::None;
+                self.scatter(p, t, op_ty, val, idx, from(1), mask, run)?;
                 return Ok(None);
             }
         };

@@ -131,6 +131,30 @@ impl<'f> Gen<'_, 'f> {
         Ok(self.b.ins().band(m, active))
     }
 
+    /// Whether lanes `0..W` of the index `idx` are one in-bounds run of parameter `p` with every
+    /// lane of `m` active, and the run's first index (for row reads and writes: `contiguous`).
+    fn whole_run(
+        &mut self,
+        p: usize,
+        idx: V,
+        ity: VarType,
+        m: Value,
+    ) -> Result<(Value, Value), String> {
+        let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
+        let i0 = self.index_lane(idx, ity, 0);
+        let il = self.index_lane(idx, ity, W as usize - 1);
+        let e = self.b.ins().iadd_imm(i0, W as i64 - 1);
+        let same = self.b.ins().icmp(IntCC::Equal, il, e);
+        let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, e, len);
+        let nowrap = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, i0, e);
+        let all = self.b.ins().vall_true(m);
+        let ok = self.b.ins().band(same, inside);
+        let ok = self.b.ins().band(ok, nowrap);
+        let ok = self.b.ins().band(ok, all);
+        Ok((ok, i0))
+    }
+
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn gather(
         &mut self,
         p: usize,
@@ -138,7 +162,53 @@ impl<'f> Gen<'_, 'f> {
         idx: V,
         ity: VarType,
         mask: V,
+        run: bool,
     ) -> Result<V, String> {
+        if run && t != VarType::Bool {
+            // a row read: one vector load when the whole run is in bounds and active
+            let m = self.active_mask(mask)?;
+            let (ok, i0) = self.whole_run(p, idx, ity, m)?;
+            let fast = self.b.create_block();
+            let slow = self.b.create_block();
+            let join = self.b.create_block();
+            let parts = if is_wide(t) { 2 } else { 1 };
+            for _ in 0..parts {
+                self.b.append_block_param(join, vty(t));
+            }
+            self.b.ins().brif(ok, fast, &[], slow, &[]);
+            self.b.switch_to_block(fast);
+            self.b.seal_block(fast);
+            let addr = self.elem_addr(p, t, i0)?;
+            let mem = self.mem;
+            let args: Vec<Value> = if is_wide(t) {
+                let lo = self.b.ins().load(vty(t), mem, addr, 0);
+                let hi = self.b.ins().load(vty(t), mem, addr, 16);
+                vec![lo, hi]
+            } else {
+                vec![self.b.ins().load(vty(t), mem, addr, 0)]
+            };
+            let args: Vec<cranelift_codegen::ir::BlockArg> =
+                args.into_iter().map(Into::into).collect();
+            self.b.ins().jump(join, &args);
+            self.b.switch_to_block(slow);
+            self.b.seal_block(slow);
+            let v = self.gather(p, t, idx, ity, mask, false)?;
+            let args: Vec<Value> = match v {
+                V::One(x) => vec![self.bc(vty(t), x)],
+                V::Two(lo, hi) => vec![self.bc(vty(t), lo), self.bc(vty(t), hi)],
+            };
+            let args: Vec<cranelift_codegen::ir::BlockArg> =
+                args.into_iter().map(Into::into).collect();
+            self.b.ins().jump(join, &args);
+            self.b.switch_to_block(join);
+            self.b.seal_block(join);
+            let ps = self.b.block_params(join).to_vec();
+            return Ok(if is_wide(t) {
+                V::Two(ps[0], ps[1])
+            } else {
+                V::One(ps[0])
+            });
+        }
         let m = self.active_mask(mask)?;
         let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
         let oob_var = self.oob.ok_or("oob counter missing")?;
@@ -202,11 +272,38 @@ impl<'f> Gen<'_, 'f> {
         idx: V,
         ity: VarType,
         mask: V,
+        run: bool,
     ) -> Result<(), String> {
         let m = self.active_mask(mask)?;
         let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
         let base = self.bases[p].ok_or_else(|| format!("parameter p{p} not loaded"))?;
         let func = self.scatter.ok_or("scatter helper not declared")?;
+        let mut done = None;
+        if run && t != VarType::Bool {
+            // a row write: one vector store when the whole run is in bounds and active
+            let (ok, i0) = self.whole_run(p, idx, ity, m)?;
+            let fast = self.b.create_block();
+            let slow = self.b.create_block();
+            let join = self.b.create_block();
+            self.b.ins().brif(ok, fast, &[], slow, &[]);
+            self.b.switch_to_block(fast);
+            self.b.seal_block(fast);
+            let addr = self.elem_addr(p, t, i0)?;
+            let mem = self.mem;
+            match val {
+                V::One(x) => {
+                    self.b.ins().store(mem, x, addr, 0);
+                }
+                V::Two(lo, hi) => {
+                    self.b.ins().store(mem, lo, addr, 0);
+                    self.b.ins().store(mem, hi, addr, 16);
+                }
+            }
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(slow);
+            self.b.seal_block(slow);
+            done = Some(join);
+        }
         let bits = self.bc_v(ivty(t), val);
         for l in 0..W as usize {
             let ml = self.b.ins().extractlane(m, l as u8);
@@ -235,6 +332,11 @@ impl<'f> Gen<'_, 'f> {
             self.b.ins().jump(next, &[]);
             self.b.switch_to_block(next);
             self.b.seal_block(next);
+        }
+        if let Some(join) = done {
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(join);
+            self.b.seal_block(join);
         }
         Ok(())
     }

@@ -129,6 +129,8 @@ struct Gen<'a, 'f> {
     /// Values of the group being lowered (loop-invariant ones shared by all groups).
     vals: Vec<Option<V>>,
     uniform: Vec<bool>,
+    /// Indices that are `counter + uniform` (see `backend::contiguous_indices`).
+    contiguous: Vec<bool>,
     /// Literal bits of `Literal` registers.
     lit: Vec<Option<u64>>,
     /// Shift amounts of registers that are loop-invariant shift amounts (not literals), as the

@@ -37,7 +37,7 @@ pub fn module(k: &Kernel, name: &str, w: usize) -> String {
         active: None,
         regions: Vec::new(),
         uniform_loop: uniform_loops(k),
-        contiguous: contiguous_indices(k),
+        contiguous: crate::backend::contiguous_indices(k),
         gather_dst: None,
         streaming: false,
     };
@@ -183,38 +183,13 @@ fn uniform_loops(k: &Kernel) -> Vec<bool> {
     out
 }
 
-/// Which instructions are `counter + uniform` (see `Gen::contiguous`). The counter must be of the
-/// index's own type, so that lanes differ by exactly one (a run check at run time catches wrapping).
-fn contiguous_indices(k: &Kernel) -> Vec<bool> {
-    let entry: Vec<bool> = k
-        .insts
-        .iter()
-        .map(|i| {
-            i.op == Op::Literal
-                || (i.op == Op::Load && k.params[i.imm as usize].kind == ParamKind::Broadcast)
-        })
-        .collect();
-    let (uniform, _) = crate::backend::uniform_in_loops(k, &entry);
-    k.insts
-        .iter()
-        .map(|i| {
-            if i.op != Op::Add || !i.ty.is_int() {
-                return false;
-            }
-            let (a, b) = (i.args[0] as usize, i.args[1] as usize);
-            let counter = |x: usize| k.insts[x].op == Op::Counter && k.insts[x].ty == i.ty;
-            (counter(a) && uniform[b]) || (counter(b) && uniform[a])
-        })
-        .collect()
-}
-
 /// Lanes per iteration for `k` on a CPU whose vectors hold `base` 32-bit lanes: small kernels run
 /// several vectors side by side (independent chains hide instruction latency, as unrolling does);
 /// big ones, and ones with scatters (one call per lane), run one.
 pub fn width_for(k: &Kernel, base: usize) -> usize {
     // row reads and writes (contiguous indices) are vector loads and stores: they may go wide, and
     // a stacked output written one row segment at a time wants whole cache lines per segment
-    let contiguous = contiguous_indices(k);
+    let contiguous = crate::backend::contiguous_indices(k);
     if k.insts.iter().any(|i| match i.op {
         Op::Gather => !contiguous[i.args[0] as usize],
         Op::Scatter(_) => !contiguous[i.args[1] as usize],
