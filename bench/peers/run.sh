@@ -65,7 +65,8 @@ for spec in numpy numba "jax[cpu]" drjit pytensor; do
         echo "run.sh: installing $spec"
         pin=()
         if [[ "$spec" == pytensor ]]; then
-            "$py" -m pip freeze 2> /dev/null | grep -iE '^(numpy|numba|llvmlite)==' > "$constraints" || true
+            "$py" -m pip freeze 2> /dev/null |
+                grep -iE '^(numpy|numba|llvmlite)==' > "$constraints" || true
             pin=(-c "$constraints")
         fi
         "$py" -m pip install --quiet ${pin[@]+"${pin[@]}"} "$spec" ||

@@ -1177,6 +1177,12 @@ fn fused(
     .into_iter()
     .map(V)
     .collect();
+    // run the loop now, once: its final states and its stored rows come from the same kernel
+    // (evaluated separately, a later request for the other would run the loop again)
+    let mut now: Vec<VarId> = outs.iter().map(|v| v.0).collect();
+    now.extend(bufs.iter().flatten().map(|b| b.0));
+    now.extend(sbufs.iter().flatten().map(|b| b.0));
+    kiln_core::eval(&now)?;
     let run = if an.until {
         // the steps that ran decide the outputs' lengths: read the final step number
         let bytes = kiln_core::read_bytes(outs[0].0)?;
