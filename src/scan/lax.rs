@@ -283,6 +283,18 @@ pub fn foldl<X: Tree, C: Tree + Clone>(
     Ok(c)
 }
 
+/// PyTensor's `reduce`: [`foldl`].
+///
+/// ```
+/// use kiln::prelude::*;
+/// let xs = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]);
+/// let s = kiln::scan::reduce(&xs, &Tensor::scalar(0.0f32), |a, x| a + x).unwrap();
+/// assert_eq!(s.to_vec(), vec![6.0]);
+/// ```
+pub fn reduce<X: Tree, C: Tree + Clone>(xs: &X, init: &C, f: impl FnMut(&C, &X) -> C) -> Result<C> {
+    foldl(xs, init, f)
+}
+
 /// Fold `f(acc, x)` over the rows of `xs` from the last (PyTensor's `foldr`).
 ///
 /// ```

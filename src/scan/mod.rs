@@ -33,7 +33,7 @@ mod run;
 mod spec;
 
 pub use erased::Tree;
-pub use lax::{foldl, foldr, map, scan, Lax};
+pub use lax::{foldl, foldr, map, reduce, scan, Lax};
 pub use spec::Keep;
 
 pub(crate) use hook::matmul_hook;
