@@ -2114,38 +2114,16 @@ fn rnn_with_matmul_pushes_the_input_product_out() {
     })
 }
 
-/// A scan inside a scan's body: the outer scan runs over rows, the inner one iterates three
-/// times on the outer carry with the outer row captured.
+/// A scan inside a scan's body: a JAX scan whose body maps over its row; an outer scan over rows
+/// whose body iterates an inner scan three times on the outer carry, the outer row passed as a
+/// non-sequence, and the same with the outer row captured by the inner body's closure (the only
+/// way the JAX face has to pass it).
 #[test]
 fn nested_scan() {
     check(|| {
         let (steps, w) = (4usize, 5usize);
         let data = int_data(steps * w, 55);
         let xs = Tensor::<f64>::from_vec(data.clone(), &[steps, w]);
-        let r = Scan::<f64>::new()
-            .label("outer")
-            .sequence(&xs)
-            .output(&Tensor::zeros(&[w]))
-            .run(|s| {
-                let x = s.seq(0, 0);
-                let (c, ()) = Lax::new(&s.out(0, -1), &())
-                    .label("inner")
-                    .length(3)
-                    .run(|h, _| (h * 0.5 + &x, ()))
-                    .expect("the inner scan runs");
-                c
-            })?;
-        let mut h = vec![0.0f64; w];
-        let mut want = Vec::new();
-        for t in 0..steps {
-            for _ in 0..3 {
-                for l in 0..w {
-                    h[l] = h[l] * 0.5 + data[t * w + l];
-                }
-            }
-            want.extend_from_slice(&h);
-        }
-        assert_eq!(r.output::<f64>(0).to_vec(), want);
         // a JAX scan whose body maps over its row
         let (c, ys) = kiln::scan(&Tensor::scalar(0.0f64), &xs, |c, row| {
             let sq = kiln::scan::map(row, |v| v * v).expect("the inner map runs");
@@ -2158,6 +2136,71 @@ fn nested_scan() {
             .collect();
         assert_eq!(ys.to_vec(), want_ys);
         assert_eq!(c.to_vec(), vec![want_ys.iter().sum::<f64>()]);
+
+        // h ← h / 2 + x three times per outer row
+        let mut h = vec![0.0f64; w];
+        let mut want = Vec::new();
+        for t in 0..steps {
+            for _ in 0..3 {
+                for l in 0..w {
+                    h[l] = h[l] * 0.5 + data[t * w + l];
+                }
+            }
+            want.extend_from_slice(&h);
+        }
+        // inner errors are returned, not panicked inside the outer trace
+        let inner_error: std::cell::RefCell<Option<Error>> = Default::default();
+        let stash = |e: Error| {
+            inner_error.borrow_mut().get_or_insert(e);
+        };
+        // the outer row as the inner scan's non-sequence
+        let r = Scan::<f64>::new()
+            .label("outer")
+            .sequence(&xs)
+            .output(&Tensor::zeros(&[w]))
+            .run(|s| {
+                let inner = Scan::<f64>::new()
+                    .label("inner")
+                    .output(&s.out(0, -1))
+                    .non_sequence(&s.seq(0, 0))
+                    .n_steps(3)
+                    .keep(0, Keep::Row(-1))
+                    .run(|i| i.out(0, -1) * 0.5 + i.non_seq(0));
+                match inner {
+                    Ok(r) => r.output::<f64>(0).index_axis(0, 0),
+                    Err(e) => {
+                        stash(e);
+                        s.out(0, -1)
+                    }
+                }
+            })?;
+        if let Some(e) = inner_error.take() {
+            return Err(e);
+        }
+        assert_eq!(r.output::<f64>(0).to_vec(), want, "non-sequence");
+        // the outer row captured by the inner body
+        let r = Scan::<f64>::new()
+            .label("outer")
+            .sequence(&xs)
+            .output(&Tensor::zeros(&[w]))
+            .run(|s| {
+                let x = s.seq(0, 0);
+                match Lax::new(&s.out(0, -1), &())
+                    .label("inner")
+                    .length(3)
+                    .run(|h, _| (h * 0.5 + &x, ()))
+                {
+                    Ok((c, ())) => c,
+                    Err(e) => {
+                        stash(e);
+                        s.out(0, -1)
+                    }
+                }
+            })?;
+        if let Some(e) = inner_error.take() {
+            return Err(e);
+        }
+        assert_eq!(r.output::<f64>(0).to_vec(), want, "captured");
         Ok(())
     })
 }
