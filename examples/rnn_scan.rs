@@ -33,7 +33,10 @@ fn main() -> kiln::Result<()> {
     let u = Tensor::from_vec(values(hidden * hidden, 2, 0.2), &[hidden, hidden]).transpose();
     let v = Tensor::from_vec(values(classes * hidden, 3, 0.2), &[classes, hidden]).transpose();
     let b = Tensor::from_vec(values(hidden, 4, 0.2), &[hidden]);
-    let xs = Tensor::from_vec(values(steps * batch * hidden, 5, 2.0), &[steps, batch, hidden]);
+    let xs = Tensor::from_vec(
+        values(steps * batch * hidden, 5, 2.0),
+        &[steps, batch, hidden],
+    );
     kiln::eval!(w.array(), u.array(), v.array(), xs.array());
 
     // the RNN: the hidden state feeds back; the logits do not

@@ -890,7 +890,18 @@ fn sc19_in_place() {
             .keep(0, Keep::Last(1))
             .run(|s| s.out(0, -1) + 1.0)?;
         assert_eq!(r.output::<f64>(0).to_vec(), vec![3.0]);
-        assert_eq!(r.report().in_place, vec![0], "{}", r.report());
+        // PyTensor: destroy_map {0: [1]}. kiln writes a buffer its kernel also reads only through
+        // update-in-place (issue 13, not landed): until then the report says it was not applied
+        // and why, instead of claiming it
+        assert!(r.report().in_place.is_empty(), "{}", r.report());
+        assert!(
+            r.report()
+                .rewrites
+                .iter()
+                .any(|l| l.contains("in place: not applied to output 0") && l.contains("issue 13")),
+            "{}",
+            r.report()
+        );
 
         // (b) a pure map over a sequence: nothing in place
         let r = Scan::<f64>::new()
@@ -911,7 +922,23 @@ fn sc19_in_place() {
         assert_eq!(r.output::<f64>(0).to_vec(), vec![8.0]);
         assert_eq!(r.output::<f64>(1).to_vec(), vec![6.0]);
         assert!(!r.report().in_place.contains(&0), "{}", r.report());
-        assert!(r.report().in_place.contains(&1), "{}", r.report());
+        // (PyTensor destroys the owned one, output 1; kiln: issue 13, as above)
+        assert!(
+            r.report()
+                .rewrites
+                .iter()
+                .any(|l| l.contains("not applied to output 1")),
+            "{}",
+            r.report()
+        );
+        assert!(
+            !r.report()
+                .rewrites
+                .iter()
+                .any(|l| l.contains("not applied to output 0")),
+            "the caller's initial state is not a candidate: {}",
+            r.report()
+        );
         assert_eq!(
             x0.to_vec(),
             vec![5.0],

@@ -148,6 +148,8 @@ pub(crate) fn analyze(
         out_rows,
         non_seqs: spec.non_seqs.clone(),
     };
+    // a scan traced inside another body: the outer trace's refusal is not ours (put back below)
+    let outer_refusal = cc::take_refusal();
     let scope = cc::enter_symbolic()?;
     let installed = Installed::new(Hook::Analyze(Vec::new()));
     let result = body(&input);
@@ -158,6 +160,7 @@ pub(crate) fn analyze(
     let effects = scope.take_effects();
     drop(scope);
     let refusal = cc::take_refusal();
+    cc::restore_refusal(outer_refusal);
     let out = match result {
         Ok(o) => o,
         Err(e) => {

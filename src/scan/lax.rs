@@ -130,9 +130,11 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
         f: impl FnMut(&C, &X) -> (C, Y),
     ) -> Result<(C, Y, Vec<Tensor<U>>)> {
         let label = self.label.clone();
+        let n_carry = flatten(self.init).len();
         let (c, y, states) = self.keep_states(true).run_inner(f)?;
         let states = states
             .iter()
+            .take(n_carry)
             .enumerate()
             .map(|(i, s)| match s {
                 Some(e) => e.tensor::<U>(&|| format!("scan {label}: states of carry entry {i}")),

@@ -104,7 +104,14 @@ fn evaluate_inputs(spec: &Spec) -> Result<()> {
         .into_iter()
         .filter(|&i| !kiln_core::is_evaluated(i) && kiln_core::literal_value(i).is_none())
         .collect();
-    kiln_core::eval(&pending)
+    kiln_core::eval(&pending)?;
+    // rows are read from a sequence's buffer: a literal one (`zeros`) gets one
+    for s in &spec.seqs {
+        if !kiln_core::is_evaluated(s.data.id) {
+            kiln_core::dec_ref(kiln_core::make_opaque(s.data.id)?);
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn run(
@@ -120,6 +127,32 @@ pub(crate) fn run(
     }
     check_inits(&spec)?;
     let n_req = step_count(&spec)?;
+    // inside another loop's symbolic trace (a scan in a scan's body): only a one-kernel scan with
+    // evaluated inputs that stores no rows can become a loop in that kernel; anything else makes
+    // the enclosing loop run step by step, where this scan runs for real
+    let nested = cc::symbolic();
+    if nested {
+        let unevaluated = spec
+            .seqs
+            .iter()
+            .map(|s| s.data.id)
+            .chain(
+                spec.outs
+                    .iter()
+                    .filter_map(|o| o.init.as_ref().map(|i| i.id)),
+            )
+            .chain(spec.non_seqs.iter().map(|n| n.id))
+            .any(|i| !kiln_core::is_evaluated(i) && kiln_core::literal_value(i).is_none());
+        if unevaluated {
+            let an = analyze(&spec, body)?;
+            return nested_refusal(
+                &spec,
+                &an,
+                n_req,
+                "a scan over values the enclosing body computes",
+            );
+        }
+    }
     if kiln_core::freeze::record::active() {
         // the step count is a constant of the kernels: a frozen function records anew for
         // sequences of another length rather than replaying the old count
@@ -127,7 +160,9 @@ pub(crate) fn run(
             kiln_core::freeze::record::observe_len(s.data.id);
         }
     }
-    evaluate_inputs(&spec)?;
+    if !nested {
+        evaluate_inputs(&spec)?;
+    }
     let an = analyze(&spec, body)?;
 
     // outputs: declared, or (none declared) every value the body returns, not fed back
@@ -363,6 +398,21 @@ pub(crate) fn run(
         .collect();
     report.ops_in_loop = an.ops_in_loop;
 
+    if nested {
+        let stores_rows = stores.iter().any(|s| s.rows() > 0) || spec.keep_states;
+        let why = if an.until {
+            Some("reading its contents") // a while-scan reads its condition on the host
+        } else if an.refusal.is_some() || lane_width(&spec, &an).is_err() {
+            Some("a stepped scan")
+        } else if stores_rows {
+            Some("a scan that stores rows")
+        } else {
+            None
+        };
+        if let Some(how) = why {
+            return nested_refusal(&spec, &an, n_req, how);
+        }
+    }
     // execution
     let exec = if steps == 0 {
         report.mode = "empty";
@@ -530,6 +580,62 @@ pub(crate) fn run(
         finals: exec.finals,
         states: exec.states,
         report,
+    })
+}
+
+/// Inside a symbolic trace, a scan that cannot be part of the enclosing kernel: refuse (the
+/// enclosing loop then runs step by step and this scan for real) and return zeros of the right
+/// shapes so that the trace can finish (it is thrown away).
+fn nested_refusal(spec: &Spec, an: &Analysis, n_req: usize, how: &str) -> Result<RunOut> {
+    cc::refuse_request(format!("scan {}", spec.label), how);
+    // stand-ins that depend on everything the scan reads, so that the enclosing analysis sees
+    // what its outputs depend on
+    let mut reads: Vec<VarId> = spec.seqs.iter().map(|s| s.data.id).collect();
+    reads.extend(
+        spec.outs
+            .iter()
+            .filter_map(|o| o.init.as_ref().map(|i| i.id)),
+    );
+    reads.extend(spec.non_seqs.iter().map(|n| n.id));
+    reads.extend(an.captured.iter().map(|c| c.id));
+    let zeros = |ty: VarType, shape: Vec<usize>| -> Result<Erased> {
+        let n: usize = shape.iter().product();
+        // (its contents are never read: the enclosing trace is thrown away)
+        let out = kiln_core::uninit(ty, n)?;
+        kiln_core::inspect::note_stand_in(out, &reads);
+        Ok(Erased::own(out, shape))
+    };
+    let outputs = (0..an.out_types.len())
+        .map(|j| {
+            let mut shape = vec![n_req];
+            shape.extend_from_slice(&an.out_rows[j]);
+            zeros(an.out_types[j], shape)
+        })
+        .collect::<Result<_>>()?;
+    let finals = spec
+        .outs
+        .iter()
+        .enumerate()
+        .map(|(j, o)| {
+            o.init
+                .as_ref()
+                .map(|_| zeros(an.out_types[j], an.out_rows[j].clone()))
+                .transpose()
+        })
+        .collect::<Result<_>>()?;
+    let states = spec.outs.iter().map(|_| None).collect();
+    Ok(RunOut {
+        outputs,
+        finals,
+        states,
+        report: ScanReport {
+            label: spec.label.clone(),
+            mode: "nested",
+            mode_reason: format!(
+                "inside another loop's trace: {how} makes the enclosing loop run step by step"
+            ),
+            ..Default::default()
+        },
     })
 }
 
@@ -979,12 +1085,9 @@ fn invariant(
             // rows × the value: a view of one evaluated row
             let ity = index_type(rows * w + 1);
             let c = V(kiln_core::counter(ity, rows * w)?);
-            let idx = if w > 1 {
-                let wl = V::lit(ity, w as u64);
-                V::op(Op::Rem, &[&c, &wl])?
-            } else {
-                V::lit(ity, 0)
-            };
+            // (one index per stored element, also when a row is one element)
+            let wl = V::lit(ity, w as u64);
+            let idx = V::op(Op::Rem, &[&c, &wl])?;
             kiln_core::eval(&[y.id])?;
             let all = V::lit(VarType::Bool, 1);
             Some(V(kiln_core::gather_view(y.id, idx.0, all.0)?))
@@ -1072,6 +1175,7 @@ fn fused(
     if an.until {
         inits.push(V::lit(VarType::Bool, 0));
     }
+    let first_window = inits.len();
     let mut window_at = Vec::new();
     for o in &spec.outs {
         window_at.push(inits.len());
@@ -1085,7 +1189,12 @@ fn fused(
     let phis: Vec<V> = inits
         .iter()
         .enumerate()
-        .map(|(k, v)| V(cc::placeholder(kiln_core::var_type(v.0), w, k, like)))
+        .map(|(k, v)| {
+            // the step and the `until` flag are the same in every lane: one element, as the body
+            // sees them (`s.t()` is a scalar)
+            let n = if k < first_window { 1 } else { w };
+            V(cc::placeholder(kiln_core::var_type(v.0), n, k, like))
+        })
         .collect();
     let scope = cc::enter_symbolic()?;
     let traced = (|| -> Result<(Vec<V>, V)> {
@@ -1182,7 +1291,9 @@ fn fused(
     let mut now: Vec<VarId> = outs.iter().map(|v| v.0).collect();
     now.extend(bufs.iter().flatten().map(|b| b.0));
     now.extend(sbufs.iter().flatten().map(|b| b.0));
-    kiln_core::eval(&now)?;
+    if !cc::symbolic() {
+        kiln_core::eval(&now)?;
+    }
     let run = if an.until {
         // the steps that ran decide the outputs' lengths: read the final step number
         let bytes = kiln_core::read_bytes(outs[0].0)?;
@@ -1309,7 +1420,8 @@ fn stepped(
         };
         plans.push(plan);
     }
-    report.ops_in_loop = report.ops_in_loop.saturating_sub(report.ops_hoisted);
+    // a step recomputes its loop-invariant values unless they were hoisted
+    report.ops_in_loop = an.ops_in_loop + an.ops_invariant.saturating_sub(report.ops_hoisted);
 
     // the stored rows
     let mut bufs = Arrays::default();
@@ -1342,7 +1454,14 @@ fn stepped(
 
     let failure: std::cell::RefCell<Option<Error>> = Default::default();
     let captured = an.captured.clone();
-    let hidden: Arrays = Arrays(captured.into_iter().chain(pre.iter().cloned()).collect());
+    let hidden: Arrays = Arrays(
+        captured
+            .into_iter()
+            .chain(pre.iter().cloned())
+            .chain(spec.seqs.iter().map(|q| q.data.clone()))
+            .chain(spec.non_seqs.iter().cloned())
+            .collect(),
+    );
     let host_read = an
         .refusal
         .as_ref()

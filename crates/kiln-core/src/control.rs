@@ -98,6 +98,26 @@ pub(crate) fn refuse(label: impl FnOnce() -> String, how: &str) -> bool {
     true
 }
 
+/// Inside a symbolic body, refuse a request a front end cannot trace (a nested construct that must
+/// run for real): as [`take_refusal`] later reports. Returns whether it was refused (false outside
+/// a symbolic body).
+pub fn refuse_request(label: String, how: &str) -> bool {
+    refuse(|| label, how)
+}
+
+/// Put back a refusal taken with [`take_refusal`] (a nested trace took the slot to read its own):
+/// the first refusal still wins.
+pub fn restore_refusal(r: Option<(String, String)>) {
+    if let Some(r) = r {
+        REFUSED.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            if slot.is_none() {
+                *slot = Some(r);
+            }
+        });
+    }
+}
+
 /// The first refused request since the last call: `(label, how)`.
 pub fn take_refusal() -> Option<(String, String)> {
     REFUSED.with(|r| r.borrow_mut().take())

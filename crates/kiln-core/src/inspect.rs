@@ -24,6 +24,12 @@ pub(crate) fn note_refused(result: VarId, operands: &[VarId]) {
     });
 }
 
+/// A front end's stand-in `result` for a request it refused inside a symbolic body (see
+/// `control::refuse_request`) depends on `operands`: graph walks see through it.
+pub fn note_stand_in(result: VarId, operands: &[VarId]) {
+    note_refused(result, operands);
+}
+
 /// Forget what refused requests were about (called when an outermost symbolic trace starts).
 pub(crate) fn clear_refused() {
     REFUSED_DEPS.with(|m| m.borrow_mut().clear());
