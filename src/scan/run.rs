@@ -1331,6 +1331,7 @@ fn fused(
 
 /// One step per launch group: the step is frozen once and replayed, reading sequence rows by
 /// the step number and scattering its rows into the stored outputs.
+#[allow(clippy::too_many_arguments)]
 fn stepped(
     spec: &Spec,
     an: &Analysis,

@@ -143,7 +143,7 @@ impl<'f> Gen<'_, 'f> {
         let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
         let i0 = self.index_lane(idx, ity, 0);
         let il = self.index_lane(idx, ity, W as usize - 1);
-        let e = self.b.ins().iadd_imm(i0, W as i64 - 1);
+        let e = self.b.ins().iadd_imm(i0, W - 1);
         let same = self.b.ins().icmp(IntCC::Equal, il, e);
         let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, e, len);
         let nowrap = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, i0, e);

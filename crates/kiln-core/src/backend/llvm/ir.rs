@@ -1194,7 +1194,7 @@ impl Gen<'_> {
         self.label(&lb(&slow));
         let dst = self.r(idx);
         let vs = self.fresh();
-        let pfx_dst = std::mem::replace(&mut self.gather_dst, Some(vs.clone()));
+        let pfx_dst = self.gather_dst.replace(vs.clone());
         self.gather_any(idx, inst);
         self.gather_dst = pfx_dst;
         let slow_end = self.fresh();
