@@ -59,7 +59,7 @@ impl Erased {
                 what(),
                 self.ty,
                 T::TYPE,
-                rust_name(self.ty)
+                self.ty.name()
             )));
         }
         kiln_core::inc_ref(self.id);
@@ -68,19 +68,6 @@ impl Erased {
     /// `shape` and type for messages: `f32 [3, 4]`.
     pub fn describe(&self) -> String {
         format!("{} {:?}", self.ty, self.shape)
-    }
-}
-
-/// The Rust element type of a kiln type (for messages).
-pub(crate) fn rust_name(t: VarType) -> &'static str {
-    match t {
-        VarType::Bool => "bool",
-        VarType::I32 => "i32",
-        VarType::U32 => "u32",
-        VarType::I64 => "i64",
-        VarType::U64 => "u64",
-        VarType::F32 => "f32",
-        VarType::F64 => "f64",
     }
 }
 

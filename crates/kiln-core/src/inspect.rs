@@ -6,7 +6,7 @@
 //! operands, so that dependence analysis sees through it).
 
 use crate::op::Op;
-use crate::registry::{Region, VarId, STATE};
+use crate::registry::{VarId, STATE};
 use crate::ty::VarType;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -98,28 +98,7 @@ pub fn reachable(roots: &[VarId], stop: &[VarId]) -> Vec<Node> {
         let v = st.var(id);
         let mut deps: Vec<u32> = v.deps.iter().copied().filter(|&d| d != 0).collect();
         if let Some(region) = &v.region {
-            match &**region {
-                Region::Loop {
-                    inits,
-                    phis,
-                    cond,
-                    nexts,
-                    effects,
-                    ..
-                } => {
-                    deps.extend(inits.iter().chain(phis).chain(nexts).chain(effects));
-                    deps.push(*cond);
-                }
-                Region::Switch {
-                    masks,
-                    yields,
-                    effects,
-                    ..
-                } => {
-                    deps.extend(masks.iter().chain(yields.iter().flatten()));
-                    deps.extend(effects.iter().flatten());
-                }
-            }
+            deps.extend(region.ids());
         }
         if let Some(r) = refused.get(&id) {
             deps.extend(r.iter().copied());
@@ -133,39 +112,7 @@ pub fn reachable(roots: &[VarId], stop: &[VarId]) -> Vec<Node> {
     // region contents are operands too: keep them in the node's list
     let regions: HashMap<u32, Vec<u32>> = out
         .iter()
-        .filter_map(|n| {
-            st.var(n.id.0).region.as_ref().map(|r| {
-                let ids: Vec<u32> = match &**r {
-                    Region::Loop {
-                        inits,
-                        phis,
-                        cond,
-                        nexts,
-                        effects,
-                        ..
-                    } => inits
-                        .iter()
-                        .chain(phis)
-                        .chain(nexts)
-                        .chain(effects)
-                        .chain(std::iter::once(cond))
-                        .copied()
-                        .collect(),
-                    Region::Switch {
-                        masks,
-                        yields,
-                        effects,
-                        ..
-                    } => masks
-                        .iter()
-                        .chain(yields.iter().flatten())
-                        .chain(effects.iter().flatten())
-                        .copied()
-                        .collect(),
-                };
-                (n.id.0, ids)
-            })
-        })
+        .filter_map(|n| st.var(n.id.0).region.as_ref().map(|r| (n.id.0, r.ids())))
         .collect();
     for n in &mut out {
         if let Some(ids) = regions.get(&n.id.0) {
