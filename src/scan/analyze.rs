@@ -59,23 +59,6 @@ pub(crate) struct Product {
     pub n: usize,
 }
 
-/// Every declared input's variable (sequence data, initial states, non-sequences).
-fn declared_ids(spec: &Spec) -> HashSet<u32> {
-    let mut s = HashSet::new();
-    for q in &spec.seqs {
-        s.insert(q.data.id.0);
-    }
-    for o in &spec.outs {
-        if let Some(i) = &o.init {
-            s.insert(i.id.0);
-        }
-    }
-    for n in &spec.non_seqs {
-        s.insert(n.id.0);
-    }
-    s
-}
-
 /// Trace `body` once symbolically and analyse what it traced.
 pub(crate) fn analyze(
     spec: &Spec,
@@ -187,7 +170,7 @@ pub(crate) fn analyze(
         .enumerate()
         .map(|(k, e)| (e.id.0, first_nonseq + k))
         .collect();
-    let declared = declared_ids(spec);
+    let declared: HashSet<u32> = spec.input_ids().iter().map(|v| v.0).collect();
     let mut deps: HashMap<u32, Deps> = HashMap::new();
     let mut captured = Vec::new();
     let mut captured_names = Vec::new();

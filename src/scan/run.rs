@@ -93,13 +93,7 @@ fn check_inits(spec: &Spec) -> Result<()> {
 
 /// Make every declared input an evaluated array (rows are read from their buffers).
 fn evaluate_inputs(spec: &Spec) -> Result<()> {
-    let mut ids: Vec<VarId> = spec.seqs.iter().map(|s| s.data.id).collect();
-    ids.extend(
-        spec.outs
-            .iter()
-            .filter_map(|o| o.init.as_ref().map(|i| i.id)),
-    );
-    ids.extend(spec.non_seqs.iter().map(|n| n.id));
+    let ids = spec.input_ids();
     let pending: Vec<VarId> = ids
         .into_iter()
         .filter(|&i| !kiln_core::is_evaluated(i) && kiln_core::literal_value(i).is_none())
@@ -133,15 +127,8 @@ pub(crate) fn run(
     let nested = cc::symbolic();
     if nested {
         let unevaluated = spec
-            .seqs
-            .iter()
-            .map(|s| s.data.id)
-            .chain(
-                spec.outs
-                    .iter()
-                    .filter_map(|o| o.init.as_ref().map(|i| i.id)),
-            )
-            .chain(spec.non_seqs.iter().map(|n| n.id))
+            .input_ids()
+            .into_iter()
             .any(|i| !kiln_core::is_evaluated(i) && kiln_core::literal_value(i).is_none());
         if unevaluated {
             let an = analyze(&spec, body)?;
@@ -590,13 +577,7 @@ fn nested_refusal(spec: &Spec, an: &Analysis, n_req: usize, how: &str) -> Result
     cc::refuse_request(format!("scan {}", spec.label), how);
     // stand-ins that depend on everything the scan reads, so that the enclosing analysis sees
     // what its outputs depend on
-    let mut reads: Vec<VarId> = spec.seqs.iter().map(|s| s.data.id).collect();
-    reads.extend(
-        spec.outs
-            .iter()
-            .filter_map(|o| o.init.as_ref().map(|i| i.id)),
-    );
-    reads.extend(spec.non_seqs.iter().map(|n| n.id));
+    let mut reads = spec.input_ids();
     reads.extend(an.captured.iter().map(|c| c.id));
     let zeros = |ty: VarType, shape: Vec<usize>| -> Result<Erased> {
         let n: usize = shape.iter().product();

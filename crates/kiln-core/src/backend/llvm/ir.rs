@@ -189,12 +189,22 @@ fn uniform_loops(k: &Kernel) -> Vec<bool> {
 pub fn width_for(k: &Kernel, base: usize) -> usize {
     // row reads and writes (contiguous indices) are vector loads and stores: they may go wide, and
     // a stacked output written one row segment at a time wants whole cache lines per segment
-    let contiguous = crate::backend::contiguous_indices(k);
-    if k.insts.iter().any(|i| match i.op {
-        Op::Gather => !contiguous[i.args[0] as usize],
-        Op::Scatter(_) => !contiguous[i.args[1] as usize],
-        _ => false,
-    }) {
+    let indexed = k
+        .insts
+        .iter()
+        .any(|i| matches!(i.op, Op::Gather | Op::Scatter(_)));
+    let contiguous = if indexed {
+        crate::backend::contiguous_indices(k)
+    } else {
+        Vec::new()
+    };
+    if indexed
+        && k.insts.iter().any(|i| match i.op {
+            Op::Gather => !contiguous[i.args[0] as usize],
+            Op::Scatter(_) => !contiguous[i.args[1] as usize],
+            _ => false,
+        })
+    {
         return base;
     }
     // compile time grows with width × size: a 300-instruction kernel at 8 lanes takes ~20 ms
