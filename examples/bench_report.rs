@@ -1501,6 +1501,654 @@ fn numpy_matmul_ms(side: usize) -> Option<f64> {
     String::from_utf8(out.stdout).ok()?.trim().parse().ok()
 }
 
+// -------------------------------------------------------------------------------------------------
+// Update-in-place (issue 13): a result written into an operand's buffer when nothing else sees it
+
+/// Bytes of a `/proc/self/status` field given in kB (`VmRSS`, `VmHWM`); `None` off Linux.
+fn proc_status_bytes(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines().find_map(|l| {
+        let v = l.strip_prefix(field)?.strip_prefix(':')?.trim();
+        v.strip_suffix("kB")?
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(|kb| kb * 1024)
+    })
+}
+
+/// Run `f` (which times itself) and measure how far the process's peak RSS rose above its RSS
+/// before: the peak is reset first by writing "5" to `/proc/self/clear_refs` (Linux). `None`
+/// where that is unavailable.
+fn peak_of(f: impl FnOnce() -> f64) -> (f64, Option<u64>) {
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let rss0 = proc_status_bytes("VmRSS");
+    let t = f();
+    let hwm = proc_status_bytes("VmHWM");
+    let extra = match (reset, rss0, hwm) {
+        (true, Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    (t, extra)
+}
+
+/// The largest extra peak of the timed runs, leaving out the first (the warm-up, which also
+/// compiles the kernels: the JIT's own memory is not the operation's); `None` if any was
+/// unmeasurable.
+fn max_extra(v: &[Option<u64>]) -> Option<u64> {
+    v.iter().skip(1).try_fold(0u64, |m, e| e.map(|e| m.max(e)))
+}
+
+fn mib(b: Option<u64>) -> String {
+    match b {
+        Some(b) => format!("+{:.0} MiB", b as f64 / 1048576.0),
+        None => "+? MiB".into(),
+    }
+}
+
+/// "No extra peak memory": within 1% of the operand's size (at least 4 MiB: page-table and
+/// thread-stack noise), so that a second buffer of the operand's size can never pass.
+fn no_extra(extra: Option<u64>, operand_bytes: usize) -> bool {
+    extra.is_some_and(|e| e as f64 <= (operand_bytes as f64 * 0.01).max(4.0 * 1048576.0))
+}
+
+/// Rows and columns of the in-place matrix rows.
+fn inplace_dims(cfg: &Config) -> (usize, usize) {
+    if cfg.quick {
+        (4000, 3999)
+    } else {
+        (15000, 14999)
+    }
+}
+
+/// The in-place matrices' contents.
+fn inplace_init(i: usize) -> f64 {
+    (i % 1000) as f64 * 1e-3 + (i / 1000 % 7) as f64
+}
+
+/// Minimum and maximum of a slice: eight independent lanes per bound, so that the loop is
+/// bandwidth-bound rather than bound by one compare chain.
+fn min_max_chunk(c: &[f64]) -> (f64, f64) {
+    let mut lo = [f64::INFINITY; 8];
+    let mut hi = [f64::NEG_INFINITY; 8];
+    let mut it = c.chunks_exact(8);
+    for ch in &mut it {
+        for k in 0..8 {
+            lo[k] = if ch[k] < lo[k] { ch[k] } else { lo[k] };
+            hi[k] = if ch[k] > hi[k] { ch[k] } else { hi[k] };
+        }
+    }
+    for &v in it.remainder() {
+        lo[0] = lo[0].min(v);
+        hi[0] = hi[0].max(v);
+    }
+    (
+        lo.iter().copied().fold(f64::INFINITY, f64::min),
+        hi.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    )
+}
+
+/// `(min, max)` on all cores, one pass.
+fn par_min_max(s: &[f64]) -> (f64, f64) {
+    use rayon::prelude::*;
+    s.par_chunks(CHUNK).map(min_max_chunk).reduce(
+        || (f64::INFINITY, f64::NEG_INFINITY),
+        |a, b| (a.0.min(b.0), a.1.max(b.1)),
+    )
+}
+
+/// `min` or `max` on all cores (one pass each, as kiln's `reduce_min` / `reduce_max` do).
+fn par_bound(s: &[f64], max: bool) -> f64 {
+    use rayon::prelude::*;
+    let pick = |(lo, hi): (f64, f64)| if max { hi } else { lo };
+    s.par_chunks(CHUNK)
+        .map(|c| pick(min_max_one(c, max)))
+        .reduce(
+            || {
+                if max {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                }
+            },
+            |a, b| if max { a.max(b) } else { a.min(b) },
+        )
+}
+
+/// One bound of a slice (eight lanes), returned in the `(min, max)` slot it belongs to.
+fn min_max_one(c: &[f64], max: bool) -> (f64, f64) {
+    let mut acc = [if max {
+        f64::NEG_INFINITY
+    } else {
+        f64::INFINITY
+    }; 8];
+    let mut it = c.chunks_exact(8);
+    for ch in &mut it {
+        for k in 0..8 {
+            let better = if max { ch[k] > acc[k] } else { ch[k] < acc[k] };
+            acc[k] = if better { ch[k] } else { acc[k] };
+        }
+    }
+    let fold = |a: f64, b: f64| if max { a.max(b) } else { a.min(b) };
+    let v = it.remainder().iter().copied().fold(acc[0], fold);
+    let v = acc[1..].iter().copied().fold(v, fold);
+    if max {
+        (f64::INFINITY, v)
+    } else {
+        (v, f64::NEG_INFINITY)
+    }
+}
+
+/// One chunk of the hand-written in-place update (`v + 1`, or `(v - lo) / (hi - lo)`).
+#[inline(always)]
+fn update_chunk_generic(c: &mut [f64], op: MatrixOp, lo: f64, hi: f64) {
+    match op {
+        MatrixOp::AddOne => c.iter_mut().for_each(|v| *v += 1.0),
+        MatrixOp::Normalize => c.iter_mut().for_each(|v| *v = (*v - lo) / (hi - lo)),
+    }
+}
+
+/// [`update_chunk_generic`] compiled for AVX2 where the CPU has it (the division is
+/// compute-bound with SSE2's two lanes on two cores).
+fn update_chunk(c: &mut [f64], op: MatrixOp, lo: f64, hi: f64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(c: &mut [f64], op: MatrixOp, lo: f64, hi: f64) {
+            update_chunk_generic(c, op, lo, hi)
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { avx2(c, op, lo, hi) };
+        }
+    }
+    update_chunk_generic(c, op, lo, hi)
+}
+
+/// 1000 evenly spread element indices of an array of `n`, for spot checks without copying it out.
+fn sample_indices(n: usize) -> Vec<u32> {
+    (0..1000).map(|j| (j * (n / 1000)) as u32).collect()
+}
+
+/// Which of an in-place matrix row's workloads to run.
+#[derive(Clone, Copy, PartialEq)]
+enum MatrixOp {
+    /// `Y = X + 1`
+    AddOne,
+    /// `(X - min) / (max - min)`
+    Normalize,
+}
+
+/// Rows: `X + 1` and `normalize(X)` on a large f64 matrix, kiln with update-in-place on and off
+/// against ndarray's parallel in-place update and a rayon loop into a fresh `Vec`: time and how
+/// far the process's peak RSS rises.
+fn inplace_matrix_row(cfg: &Config, notes: &mut Vec<String>, op: MatrixOp) -> Row {
+    use ndarray::parallel::prelude::*;
+    use rayon::prelude::*;
+    use std::cell::{Cell, RefCell};
+    let (rows, cols) = inplace_dims(cfg);
+    let n = rows * cols;
+    let bytes = n * 8;
+    let data: Vec<f64> = (0..n).into_par_iter().map(inplace_init).collect();
+    let x = Cell::new(Some(Float64::from_slice(&data)));
+    let a = RefCell::new(ndarray::Array2::from_shape_vec((rows, cols), data).unwrap());
+    let what = match op {
+        MatrixOp::AddOne => "X+1",
+        MatrixOp::Normalize => "normalize",
+    };
+    let kiln_step = |x: Float64| -> Float64 {
+        match op {
+            MatrixOp::AddOne => x + 1.0,
+            MatrixOp::Normalize => {
+                let (mn, mx) = (x.reduce_min(), x.reduce_max());
+                (x - &mn) / (&mx - &mn)
+            }
+        }
+    };
+    // extra peak RSS of each variant's runs, kiln's counters, run counts (for the spot check)
+    let mut extra: [Vec<Option<u64>>; 6] = Default::default();
+    let (reuses, saved, sys_on, sys_off) = (Cell::new(0), Cell::new(0), Cell::new(0), Cell::new(0));
+    let (kiln_runs, nd_runs) = (Cell::new(0u32), Cell::new(0u32));
+    let [e_on, e_off, e_nd, e_nd1, e_hand, e_oop] = &mut extra;
+    let kiln_run = |on: bool, e: &mut Vec<Option<u64>>| {
+        kiln::trim();
+        let x0 = x.take().expect("the kiln matrix");
+        let s0 = kiln::stats();
+        let (t, ex) = peak_of(|| {
+            time(|| {
+                let y = kiln::with_inplace(on, || {
+                    let y = kiln_step(x0);
+                    y.eval();
+                    y
+                });
+                x.set(Some(y));
+            })
+        });
+        let s1 = kiln::stats();
+        let sys = s1.alloc_system_requests - s0.alloc_system_requests;
+        if on {
+            reuses.set(reuses.get() + s1.inplace_reuses - s0.inplace_reuses);
+            saved.set(saved.get() + s1.inplace_bytes_saved - s0.inplace_bytes_saved);
+            sys_on.set(sys_on.get() + sys);
+        } else {
+            sys_off.set(sys_off.get() + sys);
+        }
+        kiln_runs.set(kiln_runs.get() + 1);
+        e.push(ex);
+        t
+    };
+    let reps = if cfg.quick { 5 } else { 7 };
+    let [on, off, nd, nd1, hand, oop] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || kiln_run(true, e_on),
+            &mut || kiln_run(false, e_off),
+            // ndarray in place; normalize with min and max in two passes (as kiln does)
+            &mut || {
+                let mut a = a.borrow_mut();
+                let (t, ex) = peak_of(|| {
+                    time(|| match op {
+                        MatrixOp::AddOne => a.par_mapv_inplace(|v| v + 1.0),
+                        MatrixOp::Normalize => {
+                            let s = a.as_slice().unwrap();
+                            let (mn, mx) = (par_bound(s, false), par_bound(s, true));
+                            a.par_mapv_inplace(|v| (v - mn) / (mx - mn));
+                        }
+                    })
+                });
+                nd_runs.set(nd_runs.get() + 1);
+                e_nd.push(ex);
+                t
+            },
+            // ndarray again, the other form: X+1 through `par_map_inplace`, normalize with min
+            // and max in one pass
+            &mut || {
+                let mut a = a.borrow_mut();
+                let (t, ex) = peak_of(|| {
+                    time(|| match op {
+                        MatrixOp::AddOne => a.par_map_inplace(|v| *v += 1.0),
+                        MatrixOp::Normalize => {
+                            let (mn, mx) = par_min_max(a.as_slice().unwrap());
+                            a.par_mapv_inplace(|v| (v - mn) / (mx - mn));
+                        }
+                    })
+                });
+                nd_runs.set(nd_runs.get() + 1);
+                e_nd1.push(ex);
+                t
+            },
+            // hand-written rayon in place over the same memory: min and max in one pass, the
+            // update compiled for AVX2 too (picked at run time)
+            &mut || {
+                let mut a = a.borrow_mut();
+                let s = a.as_slice_mut().unwrap();
+                let (t, ex) = peak_of(|| {
+                    time(|| {
+                        let (lo, hi) = match op {
+                            MatrixOp::AddOne => (0.0, 0.0),
+                            MatrixOp::Normalize => par_min_max(s),
+                        };
+                        s.par_chunks_mut(CHUNK)
+                            .for_each(|c| update_chunk(c, op, lo, hi));
+                    })
+                });
+                nd_runs.set(nd_runs.get() + 1);
+                e_hand.push(ex);
+                t
+            },
+            // out of place into a fresh Vec (allocation and first touch timed, as NumPy's
+            // `Y = X + 1` pays them)
+            &mut || {
+                let a = a.borrow();
+                let s = a.as_slice().unwrap();
+                let mut out = Vec::new();
+                let (t, ex) = peak_of(|| {
+                    time(|| {
+                        out = match op {
+                            MatrixOp::AddOne => s.par_iter().map(|&v| v + 1.0).collect(),
+                            MatrixOp::Normalize => {
+                                let (mn, mx) = par_min_max(s);
+                                s.par_iter().map(|&v| (v - mn) / (mx - mn)).collect()
+                            }
+                        }
+                    })
+                });
+                black_box(&out);
+                drop(out);
+                e_oop.push(ex);
+                t
+            },
+        ],
+    );
+    // spot check: kiln's matrix against ndarray's (X+1: they differ by the difference in runs)
+    let xk = x.take().expect("the kiln matrix");
+    let idx = sample_indices(n);
+    let got = kiln::gather(&xk, &UInt32::from_slice(&idx)).to_vec();
+    let a = a.into_inner();
+    let s = a.as_slice().unwrap();
+    let offset = match op {
+        MatrixOp::AddOne => kiln_runs.get() as f64 - nd_runs.get() as f64,
+        MatrixOp::Normalize => 0.0,
+    };
+    let same = idx.iter().zip(&got).all(|(&i, &g)| {
+        let want = s[i as usize] + offset;
+        (g - want).abs() <= 1e-9 * want.abs().max(1.0)
+    });
+    // kiln's time split into its passes (one more run each)
+    let breakdown = if op == MatrixOp::Normalize {
+        let (mut mn, mut mx) = (None, None);
+        let t_min = time(|| mn = Some(xk.reduce_min()));
+        let t_max = time(|| mx = Some(xk.reduce_max()));
+        let (mn, mx) = (mn.unwrap(), mx.unwrap());
+        let t_upd = time(|| drop(black_box(((xk - &mn) / (&mx - &mn)).eval().clone())));
+        let (mut lo, mut hi) = (0.0, 0.0);
+        let s = a.as_slice().unwrap();
+        let r_min = time(|| lo = par_bound(s, false));
+        let r_max = time(|| hi = par_bound(s, true));
+        let mut a2 = a.clone();
+        let r_upd = time(|| a2.par_mapv_inplace(|v| (v - lo) / (hi - lo)));
+        drop(a2);
+        format!(
+            "; passes one by one: kiln reduce_min {}, reduce_max {}, update in place {}; rayon/ndarray min {}, max {}, update in place {}",
+            ms(t_min),
+            ms(t_max),
+            ms(t_upd),
+            ms(r_min),
+            ms(r_max),
+            ms(r_upd)
+        )
+    } else {
+        drop(xk);
+        String::new()
+    };
+    drop(a);
+    kiln::trim();
+    let (x_on, x_off, x_nd, x_nd1, x_hand, x_oop) = (
+        max_extra(e_on),
+        max_extra(e_off),
+        max_extra(e_nd),
+        max_extra(e_nd1),
+        max_extra(e_hand),
+        max_extra(e_oop),
+    );
+    let runs = on.runs;
+    notes.push(format!(
+        "inplace {what} {rows}x{cols} f64 ({:.0} MiB): kiln in place {} {} (best {}), kiln KILN_INPLACE=0 {} {} (best {}), ndarray par_mapv_inplace {} {} (best {}){}, rayon into a fresh Vec {} {}; extra = peak RSS (VmHWM, reset through /proc/self/clear_refs) above RSS before the run, largest of the {runs} timed runs (the warm-up left out); kiln::trim() before every kiln run, so the out-of-place result gets fresh memory from the system (first touch timed, as the fresh Vec's is); kiln in place: {} reuses, {:.0} MiB not allocated, {} system allocations; in place off: {} system allocations; spot check of 1000 elements: {}{breakdown}",
+        bytes as f64 / 1048576.0,
+        ms(on.median),
+        mib(x_on),
+        ms(on.min),
+        ms(off.median),
+        mib(x_off),
+        ms(off.min),
+        ms(nd.median),
+        mib(x_nd),
+        ms(nd.min),
+        if op == MatrixOp::Normalize {
+            format!(
+                " (min and max in two passes; in one pass {} {}), hand-written rayon in place (one min/max pass, AVX2) {} {}",
+                ms(nd1.median),
+                mib(x_nd1),
+                ms(hand.median),
+                mib(x_hand)
+            )
+        } else {
+            format!(
+                ", par_map_inplace {} {}, hand-written rayon in place (AVX2) {} {}",
+                ms(nd1.median),
+                mib(x_nd1),
+                ms(hand.median),
+                mib(x_hand)
+            )
+        },
+        ms(oop.median),
+        mib(x_oop),
+        reuses.get(),
+        saved.get() as f64 / 1048576.0,
+        sys_on.get(),
+        sys_off.get(),
+        if same { "agree" } else { "DIFFER" },
+    ));
+    // the reference: ndarray's parallel in-place update, the faster of its two forms
+    let nd_best = nd.median.min(nd1.median);
+    let vs_nd = nd_best / on.median;
+    let vs_off = off.median / on.median;
+    let mut row = Row::new(
+        &format!("inplace {what} {rows}x{cols} f64"),
+        format!("{} {}", ms(on.median), mib(x_on)),
+        Goal::AtLeast(1.0),
+        1.0,
+        "+0 MiB, <= ndarray, >= 1.5x off",
+    );
+    row.met = same && no_extra(x_on, bytes) && vs_nd >= 1.0 && vs_off >= 1.5;
+    row.rayon = format!(
+        "{} {} nd",
+        ms(nd_best),
+        mib(if nd_best == nd.median { x_nd } else { x_nd1 })
+    );
+    row.copy = format!("{} {} off", ms(off.median), mib(x_off));
+    row.ratio = format!("{vs_nd:.2}x nd, {vs_off:.2}x off");
+    row
+}
+
+fn row_inplace_add(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    inplace_matrix_row(cfg, notes, MatrixOp::AddOne)
+}
+
+fn row_inplace_normalize(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    inplace_matrix_row(cfg, notes, MatrixOp::Normalize)
+}
+
+/// Row: a square f32 matrix transposed in place (blocked swaps) against out of place
+/// (`transpose()` evaluated into a new buffer).
+fn row_inplace_transpose(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    use std::cell::{Cell, RefCell};
+    let side = if cfg.quick { 2048 } else { 8192 };
+    let n = side * side;
+    let bytes = n * 4;
+    let init = |i: usize| (i % 65521) as f32;
+    let t = Tensor::from_vec((0..n).map(init).collect(), &[side, side]);
+    t.eval();
+    let t = RefCell::new(t);
+    let flips = Cell::new(0u32);
+    let in_place = Cell::new(true);
+    let mut extra: [Vec<Option<u64>>; 3] = Default::default();
+    let [e_in, e_fresh, e_warm] = &mut extra;
+    let oop = |trim: bool, e: &mut Vec<Option<u64>>| {
+        if trim {
+            kiln::trim();
+        }
+        let t = t.borrow();
+        let mut u = None;
+        let (s, ex) = peak_of(|| {
+            time(|| {
+                let v = t.transpose();
+                v.eval();
+                u = Some(v);
+            })
+        });
+        drop(black_box(u));
+        e.push(ex);
+        s
+    };
+    let reps = if cfg.quick { 7 } else { 15 };
+    let [inp, fresh, warm] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || {
+                kiln::trim();
+                let mut t = t.borrow_mut();
+                let before = t.array().buffer_addr();
+                let r0 = kiln::stats().inplace_reuses;
+                let (s, ex) = peak_of(|| time(|| t.transpose_in_place()));
+                t.eval();
+                in_place.set(
+                    in_place.get()
+                        && t.array().buffer_addr() == before
+                        && kiln::stats().inplace_reuses > r0,
+                );
+                flips.set(flips.get() + 1);
+                e_in.push(ex);
+                s
+            },
+            &mut || oop(true, e_fresh),
+            &mut || oop(false, e_warm),
+        ],
+    );
+    let t = t.into_inner();
+    let idx = sample_indices(n);
+    let got = kiln::gather(t.array(), &UInt32::from_slice(&idx)).to_vec();
+    let odd = flips.get() % 2 == 1;
+    let same = idx.iter().zip(&got).all(|(&i, &g)| {
+        let (r, c) = (i as usize / side, i as usize % side);
+        g == if odd {
+            init(c * side + r)
+        } else {
+            init(i as usize)
+        }
+    });
+    drop(t);
+    kiln::trim();
+    let (x_in, x_fresh, x_warm) = (max_extra(e_in), max_extra(e_fresh), max_extra(e_warm));
+    // memory footprint: the matrix plus whatever the operation adds
+    let footprint = |e: Option<u64>| e.map(|e| bytes as f64 + e as f64);
+    let mem_ratio = match (footprint(x_in), footprint(x_fresh)) {
+        (Some(a), Some(b)) => a / b,
+        _ => f64::NAN,
+    };
+    notes.push(format!(
+        "inplace transpose {side}^2 f32 ({:.0} MiB): in place {} {} (best {}; every run in the matrix's own buffer: {}), out of place into fresh memory (kiln::trim() first) {} {} (best {}), out of place reusing kiln's cached block {} (its footprint is the same second buffer, already resident); footprint in place / out of place = {mem_ratio:.2}; values after {} transposes: {}",
+        bytes as f64 / 1048576.0,
+        ms(inp.median),
+        mib(x_in),
+        ms(inp.min),
+        in_place.get(),
+        ms(fresh.median),
+        mib(x_fresh),
+        ms(fresh.min),
+        ms(warm.median),
+        flips.get(),
+        if same { "correct" } else { "WRONG" },
+    ));
+    let _ = x_warm;
+    let ratio = fresh.median / inp.median;
+    let mut row = Row::new(
+        &format!("inplace transpose {side}^2 f32"),
+        format!("{} {}", ms(inp.median), mib(x_in)),
+        Goal::AtLeast(1.0),
+        1.0,
+        "<= out-of-place time, <= 0.55x memory",
+    );
+    row.met = same && in_place.get() && ratio >= 1.0 && mem_ratio <= 0.55;
+    row.rayon = "-".into();
+    row.copy = format!("{} {} oop", ms(fresh.median), mib(x_fresh));
+    row.ratio = format!("{ratio:.2}x oop, mem {mem_ratio:.2}x");
+    row
+}
+
+/// Row: `x = x * 0.5 + 1.0; x.eval();` repeated on 10M f32: allocator requests after the first
+/// iteration, and bandwidth against a copy loop (read + write per element and iteration).
+fn row_inplace_loop(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    use rayon::prelude::*;
+    use std::cell::Cell;
+    let n = 10_000_000;
+    let iters = if cfg.quick { 100 } else { 1000 };
+    let x0: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 1e-3).collect();
+    let x = Cell::new(Some(Float32::from_slice(&x0)));
+    let mut a = HugeBuf::from_slice(&x0);
+    let mut b = HugeBuf::from_slice(&x0);
+    let mut r = HugeBuf::from_slice(&x0);
+    let after_first = Cell::new(0u64);
+    let first = Cell::new(0u64);
+    let reuses = Cell::new(0u64);
+    let kiln_loop = |k: usize| {
+        let mut xv = x.take().expect("the loop state");
+        let s0 = kiln::stats();
+        let mut s1 = s0;
+        let start = Instant::now();
+        for i in 0..k {
+            xv = xv * 0.5 + 1.0;
+            xv.eval();
+            if i == 0 {
+                s1 = kiln::stats();
+            }
+        }
+        let t = start.elapsed().as_secs_f64();
+        let s2 = kiln::stats();
+        first.set(first.get().max(s1.alloc_requests - s0.alloc_requests));
+        after_first.set(after_first.get().max(s2.alloc_requests - s1.alloc_requests));
+        reuses.set(reuses.get() + s2.inplace_reuses - s0.inplace_reuses);
+        x.set(Some(xv));
+        t
+    };
+    let mut copy_loop = |k: usize| {
+        time(|| {
+            for _ in 0..k / 2 {
+                copy_rayon(a.slice(), b.slice_mut());
+                copy_rayon(b.slice(), a.slice_mut());
+            }
+        })
+    };
+    let mut rayon_loop = |k: usize| {
+        time(|| {
+            for _ in 0..k {
+                r.slice_mut()
+                    .par_chunks_mut(CHUNK)
+                    .for_each(|c| c.iter_mut().for_each(|v| *v = *v * 0.5 + 1.0));
+            }
+        })
+    };
+    // warm up (compile, fault in) with a few iterations, then interleaved timed loops
+    kiln_loop(4);
+    copy_loop(4);
+    rayon_loop(4);
+    first.set(0);
+    after_first.set(0);
+    reuses.set(0);
+    let reps = 3;
+    let mut samples: [Vec<f64>; 3] = Default::default();
+    for _ in 0..reps {
+        samples[0].push(kiln_loop(iters));
+        samples[1].push(copy_loop(iters));
+        samples[2].push(rayon_loop(iters));
+    }
+    let [k, c, ray] = samples.map(Timing::of);
+    let xv = x.take().expect("the loop state").to_vec();
+    let same = xv == r.slice();
+    let moved = 8.0 * n as f64 * iters as f64;
+    let ratio = c.median / k.median;
+    notes.push(format!(
+        "inplace loop {iters}x {}M f32: kiln {} ({}, best {}), copy loop {} ({}), rayon in-place loop {} ({}; baseline ISA); bytes counted read + write, 8 B/element/iteration for all three; allocator requests (free-list hits included): first iteration {}, the {} after it {} (largest of {reps} runs); {} reuses in {} iterations; kiln equals the rayon loop: {same}",
+        n / 1_000_000,
+        ms(k.median),
+        gbs(moved, k.median),
+        gbs(moved, k.min),
+        ms(c.median),
+        gbs(moved, c.median),
+        ms(ray.median),
+        gbs(moved, ray.median),
+        first.get(),
+        iters - 1,
+        after_first.get(),
+        reuses.get(),
+        reps * iters,
+    ));
+    let mut row = Row::new(
+        &format!("inplace loop {iters}x 10M f32"),
+        format!("{}, {} allocs", gbs(moved, k.median), after_first.get()),
+        Goal::AtLeast(0.8),
+        ratio,
+        "0 allocs after 1st, >= 0.80x copy",
+    );
+    row.met = row.met && same && after_first.get() == 0;
+    row.rayon = gbs(moved, ray.median);
+    row.copy = gbs(moved, c.median);
+    row.ratio = format!("{ratio:.2}x copy");
+    row
+}
+
 fn print_table(rows: &[Row]) {
     let header = [
         "workload", "kiln", "rayon", "copy", "ratio", "target", "result",
@@ -1615,7 +2263,7 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 21] = [
+    let steps: [(&str, RowFn); 25] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
         ("llvm vs cranelift", row_llvm_vs_cranelift),
@@ -1637,6 +2285,10 @@ fn main() {
         ("scan final", row_scan_final),
         ("scan stacked", row_scan_stacked),
         ("scan rnn", row_scan_rnn),
+        ("inplace add", row_inplace_add),
+        ("inplace normalize", row_inplace_normalize),
+        ("inplace transpose", row_inplace_transpose),
+        ("inplace loop", row_inplace_loop),
     ];
     let mut rows = Vec::new();
     for (name, step) in steps {

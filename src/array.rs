@@ -165,6 +165,61 @@ impl<T: Scalar> Array<T> {
         core::is_evaluated(self.id)
     }
 
+    /// The address of the buffer holding the contents, if evaluated (`None` while lazy). Two
+    /// arrays with the same address share one buffer; a result written in place into an operand
+    /// (update-in-place) has the operand's old address. For tests and diagnostics only.
+    ///
+    /// ```
+    /// let x = kiln::Float64::arange(1000);
+    /// x.eval();
+    /// let before = x.buffer_addr();
+    /// let y = x + 1.0; // `x` moved: nothing else can see it
+    /// y.eval();
+    /// assert_eq!(y.buffer_addr(), before);
+    /// ```
+    pub fn buffer_addr(&self) -> Option<usize> {
+        core::buffer_addr(self.id)
+    }
+
+    /// Evaluate `expr` into this array's buffer (a caller-provided output): when this array is
+    /// the only holder of its evaluated buffer, `expr`'s kernel stores straight into it and no
+    /// operand of `expr` is reused (DAPHNE's rule when the caller passes the result); otherwise
+    /// (a clone or view shares it, or it is lazy) `expr` gets a new buffer and the others keep
+    /// the old values (copy-on-write). `expr` may read this array elementwise
+    /// (`y.assign(&y * 2.0)`). The sizes must be equal.
+    ///
+    /// ```
+    /// use kiln::Float64;
+    /// let mut y = Float64::zeros(4);
+    /// y.eval();
+    /// let before = y.buffer_addr();
+    /// let x = Float64::arange(4);
+    /// y.assign(&x * 2.0 + 1.0);
+    /// assert_eq!(y.to_vec(), vec![1.0, 3.0, 5.0, 7.0]);
+    /// assert_eq!(y.buffer_addr(), before);
+    /// ```
+    #[track_caller]
+    pub fn assign(&mut self, expr: impl IntoArray<T>) {
+        ok(self.try_assign(expr))
+    }
+
+    /// As [`Array::assign`], returning an error naming both sizes when they differ (and any
+    /// evaluation error).
+    pub fn try_assign(&mut self, expr: impl IntoArray<T>) -> Result<()> {
+        let mut expr = expr.into_array();
+        let (n, m) = (core::size(expr.id), core::size(self.id));
+        if n != m {
+            return Err(core::Error::Invalid(format!(
+                "assign: {} has {n} elements but the target {} has {m}; assign a value of the target's size (`Array::full` for a constant), or rebind with `x = expr`",
+                core::describe(expr.id),
+                core::describe(self.id)
+            )));
+        }
+        core::schedule::eval_into(&mut expr.id, self.id)?;
+        *self = expr;
+        Ok(())
+    }
+
     /// Name the array (shown by `whos()`, logs and error messages); returns it for chaining.
     ///
     /// ```

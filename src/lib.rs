@@ -138,6 +138,26 @@ pub fn stats() -> Stats {
     kiln_core::stats()
 }
 
+/// Run `f` with update-in-place turned on or off on this thread (`KILN_INPLACE=0` turns it off
+/// for the whole process). Results are bit-identical either way; with it on, a result may be
+/// written into the buffer of an operand that nothing else can see any more (moved into the
+/// expression, no clone, no view, no pending expression), and `stats().inplace_reuses` counts it.
+///
+/// ```
+/// use kiln::Float64;
+/// let run = || {
+///     let x = Float64::arange(1 << 16);
+///     x.eval();
+///     let y = (x * 2.0).sqrt(); // one kernel; `x` moved
+///     y.eval();
+///     y.to_vec()
+/// };
+/// assert_eq!(kiln::with_inplace(true, run), kiln::with_inplace(false, run));
+/// ```
+pub fn with_inplace<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    kiln_core::inplace::with_inplace(on, f)
+}
+
 /// Release memory the allocator keeps cached for reuse.
 ///
 /// ```

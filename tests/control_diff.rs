@@ -1501,3 +1501,14 @@ fn two_scatters_into_an_unevaluated_target_in_a_symbolic_body() {
         assert_eq!(t.to_vec(), vec![2, 2, 0, 0]);
     });
 }
+
+/// A random program (nested calls whose cases hold loops and branches) that the proptest above
+/// found while issue 13 was being built; it fails the same way on the commit before that work.
+#[test]
+#[ignore = "bug (found by random_programs_agree, predates issue 13): a loop emitted inside a switch case is referenced again after the case closes, and the kernel builder panics with 'the placeholder of a loop's state is used outside its loop'"]
+fn loop_inside_nested_call_cases() {
+    let mut r = Rng::new(17123998921412477159);
+    let p = gen_block(&mut r, 3, 3);
+    let d = gen_data(&mut r, 5);
+    leak_checked(|| check(&p, &d, evaluated_is_compared(&p))).unwrap();
+}

@@ -502,7 +502,7 @@ pub(crate) fn run(
             log(
                 &mut report,
                 format!(
-                    "in place: not applied to {}: writing a buffer the loop's kernel also reads needs update-in-place (issue 13); its states use buffers from the allocator's cache",
+                    "in place: not applied to {}: update-in-place writes a result over an operand only when no handle holds it, and the scan holds its initial states until the loop has run (ScanInplace is not built); its states use buffers from the allocator's cache",
                     spec.out_name(j)
                 ),
             );
@@ -1287,8 +1287,9 @@ fn fused(
     } else {
         steps
     };
-    // (computing the final state over the initial state's buffer needs update-in-place, issue
-    // 13: a kernel may not yet write a buffer it also reads)
+    // (the engine writes a result over an operand no handle holds; the final state over an
+    // owned initial state would need the scan to let go of that state before the loop runs:
+    // not built)
     let in_place = Vec::new();
     let mut finals = Vec::new();
     for (j, o) in spec.outs.iter().enumerate() {

@@ -8,6 +8,7 @@
 //! `fmt` the printing.
 
 mod fmt;
+mod inplace;
 mod ops;
 mod reduce;
 mod view;

@@ -5,7 +5,10 @@ use super::Tensor;
 use crate::array::{ok, Array, Bool};
 use crate::types::{Numeric, Signed};
 use kiln_core::{Error, Result, Scalar};
-use std::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Rem, Sub};
+use std::ops::{
+    Add, AddAssign, BitAnd, BitAndAssign, BitOr, BitOrAssign, BitXor, BitXorAssign, Div, DivAssign,
+    Mul, MulAssign, Neg, Rem, RemAssign, Sub, SubAssign,
+};
 
 /// The broadcast shape of two shapes, or an error naming both and the rule.
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
@@ -133,6 +136,59 @@ macro_rules! binary {
         }
     };
 }
+/// Compound assignment (`t += &u`, `t *= 2.0`): `t` becomes the lazy `t op u`, which must keep
+/// `t`'s shape (NumPy's rule for in-place operators; `u` broadcasts to it). At evaluation the
+/// result is written over `t`'s old buffer when `t` was its only holder (update-in-place); a
+/// clone taken before keeps the old values.
+macro_rules! compound {
+    ($Trait:ident, $method:ident, $Assign:ident, $assign:ident, $bound:path) => {
+        impl<T: $bound> $Assign<&Tensor<T>> for Tensor<T>
+        where
+            for<'a> &'a Array<T>: $Trait<&'a Array<T>, Output = Array<T>>,
+        {
+            #[track_caller]
+            fn $assign(&mut self, rhs: &Tensor<T>) {
+                let r = ok(self.zip_with(rhs, |a, b| a.$method(b)));
+                if r.shape() != self.shape() {
+                    panic!(
+                        "{}: the result has shape {:?} but the target {:?}; an in-place operator keeps the target's shape (the right side must broadcast to it), or write `t = &t {} &u`",
+                        stringify!($assign),
+                        r.shape(),
+                        self.shape(),
+                        stringify!($method)
+                    );
+                }
+                *self = r;
+            }
+        }
+        impl<T: $bound> $Assign<Tensor<T>> for Tensor<T>
+        where
+            for<'a> &'a Array<T>: $Trait<&'a Array<T>, Output = Array<T>>,
+        {
+            #[track_caller]
+            fn $assign(&mut self, rhs: Tensor<T>) {
+                $Assign::$assign(self, &rhs)
+            }
+        }
+        impl<T: $bound> $Assign<T> for Tensor<T>
+        where
+            for<'a> &'a Array<T>: $Trait<T, Output = Array<T>>,
+        {
+            fn $assign(&mut self, rhs: T) {
+                *self = self.map(|a| a.$method(rhs));
+            }
+        }
+    };
+}
+compound!(Add, add, AddAssign, add_assign, Numeric);
+compound!(Sub, sub, SubAssign, sub_assign, Numeric);
+compound!(Mul, mul, MulAssign, mul_assign, Numeric);
+compound!(Div, div, DivAssign, div_assign, Numeric);
+compound!(Rem, rem, RemAssign, rem_assign, Numeric);
+compound!(BitAnd, bitand, BitAndAssign, bitand_assign, Scalar);
+compound!(BitOr, bitor, BitOrAssign, bitor_assign, Scalar);
+compound!(BitXor, bitxor, BitXorAssign, bitxor_assign, Scalar);
+
 binary!(Add, add, Numeric);
 binary!(Sub, sub, Numeric);
 binary!(Mul, mul, Numeric);

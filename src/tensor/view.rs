@@ -94,7 +94,7 @@ impl<T: Scalar> Tensor<T> {
         }
     }
 
-    fn check_axis(&self, op: &str, axis: usize) -> Result<()> {
+    pub(crate) fn check_axis(&self, op: &str, axis: usize) -> Result<()> {
         if axis >= self.ndim() {
             return Err(Error::Invalid(format!(
                 "{op}: axis {axis} is out of range for a tensor of rank {} (shape {:?}); axes are 0..{}",

@@ -48,6 +48,10 @@ pub struct AllocStats {
     pub peak: u64,
     /// Blocks currently handed out.
     pub live_blocks: u64,
+    /// Requests served since start, from the free lists or the system.
+    pub requests: u64,
+    /// Requests that had to go to the system (the free lists had no block of the class).
+    pub system_requests: u64,
 }
 
 struct Pool {
@@ -59,6 +63,8 @@ static ALLOCATED: AtomicU64 = AtomicU64::new(0);
 static CACHED: AtomicU64 = AtomicU64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);
 static LIVE: AtomicU64 = AtomicU64::new(0);
+static REQUESTS: AtomicU64 = AtomicU64::new(0);
+static SYSTEM_REQUESTS: AtomicU64 = AtomicU64::new(0);
 
 /// The capacity class a request of `bytes` is served from.
 fn size_class(bytes: usize) -> Option<usize> {
@@ -96,8 +102,12 @@ pub fn alloc(bytes: usize, what: &dyn Fn() -> String) -> Result<Block> {
             CACHED.fetch_sub(cap as u64, Ordering::Relaxed);
             b
         }
-        None => sys_alloc(cap).ok_or_else(oom)?,
+        None => {
+            SYSTEM_REQUESTS.fetch_add(1, Ordering::Relaxed);
+            sys_alloc(cap).ok_or_else(oom)?
+        }
     };
+    REQUESTS.fetch_add(1, Ordering::Relaxed);
     let now = ALLOCATED.fetch_add(cap as u64, Ordering::Relaxed) + cap as u64;
     PEAK.fetch_max(now, Ordering::Relaxed);
     LIVE.fetch_add(1, Ordering::Relaxed);
@@ -140,6 +150,8 @@ pub fn stats() -> AllocStats {
         cached: CACHED.load(Ordering::Relaxed),
         peak: PEAK.load(Ordering::Relaxed),
         live_blocks: LIVE.load(Ordering::Relaxed),
+        requests: REQUESTS.load(Ordering::Relaxed),
+        system_requests: SYSTEM_REQUESTS.load(Ordering::Relaxed),
     }
 }
 

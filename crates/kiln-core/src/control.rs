@@ -276,7 +276,7 @@ pub fn copy(id: VarId) -> Result<VarId> {
             Error::Invalid(format!("{} could not be evaluated", crate::describe(id)))
         })?;
     let out = crate::device::copy_buffer(&buf)?;
-    Ok(crate::data_var(out.ty, out))
+    Ok(crate::data_var(out.ty(), out))
 }
 
 /// Drop side effects taken from a trace that is thrown away (they never run, so their targets

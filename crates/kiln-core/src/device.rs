@@ -411,7 +411,7 @@ pub fn launch_split(
         .iter()
         .map(|&(b, off)| {
             b.ptr()
-                .wrapping_offset((off as isize).wrapping_mul(b.ty.size_bytes() as isize))
+                .wrapping_offset((off as isize).wrapping_mul(b.ty().size_bytes() as isize))
         })
         .collect();
     let ilens: Vec<u64> = ibufs.iter().map(|(b, _)| b.len as u64).collect();
@@ -642,8 +642,8 @@ pub(crate) fn placeholder_zeros(ty: VarType, len: usize) -> Result<Buffer> {
 
 /// A copy of `src` in a new buffer.
 pub fn copy_buffer(src: &Buffer) -> Result<Buffer> {
-    let buf = Buffer::new(src.ty, src.len, &|| {
-        format!("a copy of an array of {} × {}", src.len, src.ty)
+    let buf = Buffer::new(src.ty(), src.len, &|| {
+        format!("a copy of an array of {} × {}", src.len, src.ty())
     })?;
     // SAFETY: both hold src.bytes() bytes; distinct allocations.
     unsafe { std::ptr::copy_nonoverlapping(src.ptr(), buf.ptr(), src.bytes()) };
@@ -661,19 +661,68 @@ pub fn read(buf: &Buffer) -> Vec<u8> {
 fn elem(buf: &Buffer, i: usize) -> u64 {
     debug_assert!(i < buf.len);
     // SAFETY: i < buf.len (caller contract), so the element lies inside the buffer.
-    unsafe { crate::backend::read_bits(buf.ptr(), buf.ty, i) }
+    unsafe { crate::backend::read_bits(buf.ptr(), buf.ty(), i) }
 }
 
 /// Write element `i`. Callers pass `i < buf.len` and own element `i` (disjoint ranges per thread).
 fn set_elem(buf: &Buffer, i: usize, v: u64) {
     debug_assert!(i < buf.len);
     // SAFETY: i < buf.len and no other thread writes element i (caller contract).
-    unsafe { crate::backend::write_bits(buf.ptr(), buf.ty, i, v) }
+    unsafe { crate::backend::write_bits(buf.ptr(), buf.ty(), i, v) }
 }
 
 /// A reduction in progress over consecutive pieces of one range. Feeding pieces whose lengths are
 /// multiples of 16 (all but the last) gives the same bits as feeding the whole range at once, so a
 /// fused reduction that produces its input piece by piece agrees with one over an evaluated array.
+/// Float bits mapped to integers of the same order (−0 < +0; NaNs excluded): the smallest or
+/// largest float of a NaN-free run is then an integer minimum or maximum, which vectorises, and
+/// equals IEEE 754-2019 `minimum`/`maximum` over it. `None`: the run holds a NaN (the caller
+/// takes the exact path, which propagates it).
+macro_rules! float_extreme {
+    ($name:ident, $bits:ty, $key:ty, $lanes:expr) => {
+        fn $name(xs: &[$bits], max: bool) -> Option<$bits> {
+            const SIGN: $bits = 1 << (<$bits>::BITS - 1);
+            const INF: $bits = !SIGN
+                & !((1 << (<$bits>::BITS - 1 - if <$bits>::BITS == 32 { 8 } else { 11 })) - 1);
+            let key =
+                |b: $bits| (b ^ ((((b as $key) >> (<$bits>::BITS - 1)) as $bits) >> 1)) as $key;
+            let mut nan = false;
+            let mut acc = [if max { <$key>::MIN } else { <$key>::MAX }; $lanes];
+            let chunks = xs.chunks_exact($lanes);
+            let rest = chunks.remainder();
+            for c in chunks {
+                for (a, &b) in acc.iter_mut().zip(c) {
+                    nan |= (b & !SIGN) > INF;
+                    let k = key(b);
+                    *a = if max { (*a).max(k) } else { (*a).min(k) };
+                }
+            }
+            let mut best = if max { <$key>::MIN } else { <$key>::MAX };
+            for &b in rest {
+                nan |= (b & !SIGN) > INF;
+                best = if max {
+                    best.max(key(b))
+                } else {
+                    best.min(key(b))
+                };
+            }
+            for a in acc {
+                best = if max { best.max(a) } else { best.min(a) };
+            }
+            if nan {
+                return None;
+            }
+            if xs.is_empty() {
+                return Some(if max { SIGN | INF } else { INF });
+            }
+            // the map is its own inverse
+            Some(key(best as $bits) as $bits)
+        }
+    };
+}
+float_extreme!(extreme_f32, u32, i32, 16);
+float_extreme!(extreme_f64, u64, i64, 8);
+
 /// Typed fast paths for the hot reductions (sum of f32/f64, count of masks); others use bit-level
 /// `eval_reduce`, which defines the semantics.
 struct Accum {
@@ -740,11 +789,28 @@ impl Accum {
                 let xs = unsafe { std::slice::from_raw_parts(buf.ptr(), buf.len) };
                 self.bits &= u64::from(xs[s..e].iter().fold(1u8, |a, &b| a & b) & 1);
             }
-            (op, ty) => {
-                for i in s..e {
-                    self.bits = eval_reduce(op, ty, self.bits, elem(buf, i));
+            (ReduceOp::Min | ReduceOp::Max, VarType::F32) => {
+                let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const u32, buf.len) };
+                match extreme_f32(&xs[s..e], self.op == ReduceOp::Max) {
+                    Some(v) => self.bits = eval_reduce(self.op, self.ty, self.bits, v as u64),
+                    None => self.feed_exact(buf, s, e),
                 }
             }
+            (ReduceOp::Min | ReduceOp::Max, VarType::F64) => {
+                let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const u64, buf.len) };
+                match extreme_f64(&xs[s..e], self.op == ReduceOp::Max) {
+                    Some(v) => self.bits = eval_reduce(self.op, self.ty, self.bits, v),
+                    None => self.feed_exact(buf, s, e),
+                }
+            }
+            _ => self.feed_exact(buf, s, e),
+        }
+    }
+
+    /// Elements `s..e` one at a time through `eval_reduce` (the definition).
+    fn feed_exact(&mut self, buf: &Buffer, s: usize, e: usize) {
+        for i in s..e {
+            self.bits = eval_reduce(self.op, self.ty, self.bits, elem(buf, i));
         }
     }
 
@@ -762,7 +828,7 @@ impl Accum {
 
 /// Reduce elements `s..e` of `buf` to bits.
 fn reduce_range(op: ReduceOp, buf: &Buffer, s: usize, e: usize) -> u64 {
-    let mut acc = Accum::new(op, buf.ty);
+    let mut acc = Accum::new(op, buf.ty());
     acc.feed(buf, s, e);
     acc.finish()
 }
@@ -789,14 +855,14 @@ const RED_BLOCK: usize = 1 << 16;
 pub fn reduce_bits(op: ReduceOp, buf: &Buffer) -> u64 {
     let parts = launch::map_blocks(buf.len, RED_BLOCK, |s, e| reduce_range(op, buf, s, e));
     notify(DeviceOpKind::Read, buf.len, &[buf]);
-    combine(op, buf.ty, &parts)
+    combine(op, buf.ty(), &parts)
 }
 
 /// Reduce a buffer to a size-1 buffer (no host read of the data).
 pub fn reduce(op: ReduceOp, buf: &Buffer) -> Result<Buffer> {
     let parts = launch::map_blocks(buf.len, RED_BLOCK, |s, e| reduce_range(op, buf, s, e));
-    let out = Buffer::new(buf.ty, 1, &|| "a reduction result".into())?;
-    set_elem(&out, 0, combine(op, buf.ty, &parts));
+    let out = Buffer::new(buf.ty(), 1, &|| "a reduction result".into())?;
+    set_elem(&out, 0, combine(op, buf.ty(), &parts));
     notify(DeviceOpKind::Reduce(op), buf.len, &[buf, &out]);
     Ok(out)
 }
@@ -804,8 +870,8 @@ pub fn reduce(op: ReduceOp, buf: &Buffer) -> Result<Buffer> {
 /// Reduce each block of `block` consecutive elements (a partial last block too).
 pub fn block_reduce(op: ReduceOp, buf: &Buffer, block: usize) -> Result<Buffer> {
     let n_out = buf.len.div_ceil(block);
-    let out = Buffer::new(buf.ty, n_out, &|| {
-        format!("block reduction output of {n_out} × {}", buf.ty)
+    let out = Buffer::new(buf.ty(), n_out, &|| {
+        format!("block reduction output of {n_out} × {}", buf.ty())
     })?;
     let per_task = (RED_BLOCK / block).max(1);
     launch::for_blocks(n_out, per_task, |s, e| {
@@ -824,7 +890,7 @@ pub fn block_reduce(op: ReduceOp, buf: &Buffer, block: usize) -> Result<Buffer> 
 
 /// Inclusive or exclusive prefix sum (wrapping for integers, IEEE for floats; bools count as 0/1 into u32).
 pub fn prefix_sum(buf: &Buffer, exclusive: bool) -> Result<Buffer> {
-    let ty = buf.ty;
+    let ty = buf.ty();
     let out = Buffer::new(ty, buf.len, &|| format!("prefix sum of {} × {ty}", buf.len))?;
     let add = |a: u64, b: u64| crate::op::eval_binary(crate::op::Op::Add, ty, a, b);
     let totals = launch::map_blocks(buf.len, RED_BLOCK, |s, e| {
@@ -894,9 +960,9 @@ const MATMUL_MIN_ROWS: usize = 64;
 /// The row-major product of `a` (`m × k`) and `b` (`k × n`), f32 or f64, on all cores. Callers
 /// check the types and that `a.len == m·k`, `b.len == k·n`.
 pub fn matmul(a: &Buffer, b: &Buffer, m: usize, k: usize, n: usize) -> Result<Buffer> {
-    let ty = a.ty;
+    let ty = a.ty();
     assert!(
-        a.len == m * k && b.len == k * n && b.ty == ty && ty.is_float(),
+        a.len == m * k && b.len == k * n && b.ty() == ty && ty.is_float(),
         "kiln internal error: matmul operands do not match [{m}, {k}] × [{k}, {n}]"
     );
     let out = Buffer::new(ty, m * n, &|| format!("a matmul product of {m} × {n} {ty}"))?;
@@ -954,4 +1020,204 @@ pub fn matmul(a: &Buffer, b: &Buffer, m: usize, k: usize, n: usize) -> Result<Bu
     }
     notify(DeviceOpKind::Matmul { m, k, n }, m * n, &[a, b, &out]);
     Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-place permutations (update-in-place of transposes and flips)
+
+/// A rearrangement of a buffer's elements that [`permute_in_place`] performs without a second
+/// buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Permutation {
+    /// The transpose of a row-major `rows × cols` matrix (blocked swaps when square, cycle
+    /// following otherwise).
+    Transpose { rows: usize, cols: usize },
+    /// Reverse the middle axis of a row-major `outer × len × inner` block.
+    Flip {
+        outer: usize,
+        len: usize,
+        inner: usize,
+    },
+}
+
+impl Permutation {
+    /// The number of elements it rearranges.
+    pub fn elements(&self) -> Option<usize> {
+        match *self {
+            Permutation::Transpose { rows, cols } => rows.checked_mul(cols),
+            Permutation::Flip { outer, len, inner } => outer.checked_mul(len)?.checked_mul(inner),
+        }
+    }
+}
+
+/// A raw pointer the permutation tasks share; each task touches elements no other task does.
+#[derive(Clone, Copy)]
+struct Shared<T>(*mut T);
+impl<T> Shared<T> {
+    /// The pointer (a method, so that closures capture the whole `Send` wrapper, not the field).
+    fn at(self, i: usize) -> *mut T {
+        self.0.wrapping_add(i)
+    }
+}
+// SAFETY: the tasks of one permutation write disjoint elements (see each use).
+unsafe impl<T> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Shared<T> {}
+
+/// Rearrange `buf`'s elements as `p` says, in place. The caller guarantees that nothing else can
+/// see the buffer while this runs (a uniquely held array) and that `p.elements() == buf.len`.
+pub(crate) fn permute_in_place(buf: &Buffer, p: Permutation) {
+    assert_eq!(p.elements(), Some(buf.len), "permutation of another length");
+    let t = Instant::now();
+    // on kiln's own pool, like kernel blocks
+    launch::pool().install(|| match buf.ty().size_bytes() {
+        1 => permute_typed::<u8>(buf, p),
+        2 => permute_typed::<u16>(buf, p),
+        4 => permute_typed::<u32>(buf, p),
+        _ => permute_typed::<u64>(buf, p),
+    });
+    stats::DEVICE_OPS.fetch_add(1, Relaxed);
+    stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+}
+
+fn permute_typed<T: Copy + Send + Sync>(buf: &Buffer, p: Permutation) {
+    use rayon::prelude::*;
+    debug_assert_eq!(std::mem::size_of::<T>(), buf.ty().size_bytes());
+    let base = Shared(buf.ptr() as *mut T);
+    match p {
+        Permutation::Transpose { rows, cols } if rows == cols => {
+            let n = rows;
+            const TILE: usize = 32;
+            let tiles = n.div_ceil(TILE);
+            // every pair of tiles (a, b) with a <= b: the pair swaps with its mirror image, so
+            // the tasks touch disjoint elements
+            (0..tiles * tiles)
+                .into_par_iter()
+                .filter(|k| k / tiles <= k % tiles)
+                .for_each(|k| {
+                    let (ta, tb) = (k / tiles, k % tiles);
+                    let (r0, r1) = (ta * TILE, ((ta + 1) * TILE).min(n));
+                    let (c0, c1) = (tb * TILE, ((tb + 1) * TILE).min(n));
+                    for i in r0..r1 {
+                        let from = if ta == tb { i + 1 } else { c0 };
+                        for j in from..c1 {
+                            // SAFETY: i, j < n, so both offsets lie inside the n·n elements;
+                            // (i, j) and (j, i) belong to this task's pair of tiles only.
+                            unsafe { std::ptr::swap(base.at(i * n + j), base.at(j * n + i)) };
+                        }
+                    }
+                });
+        }
+        Permutation::Transpose { rows, cols } => {
+            // the element at k = i·cols + j goes to j·rows + i = k·rows mod (N − 1); follow each
+            // cycle once (a bit per element says which are done)
+            let n = rows * cols;
+            if n < 3 {
+                return;
+            }
+            let m = n - 1;
+            let mut done = vec![0u64; n.div_ceil(64)];
+            let dest = |k: usize| ((k as u128 * rows as u128) % m as u128) as usize;
+            for start in 1..m {
+                if done[start / 64] >> (start % 64) & 1 == 1 {
+                    continue;
+                }
+                // SAFETY: start < n; the buffer is held by this call alone.
+                let mut carried = unsafe { *base.at(start) };
+                let mut k = start;
+                loop {
+                    let to = dest(k);
+                    done[to / 64] |= 1 << (to % 64);
+                    // SAFETY: to < m < n.
+                    unsafe { std::ptr::swap(base.at(to), &mut carried) };
+                    k = to;
+                    if k == start {
+                        break;
+                    }
+                }
+            }
+        }
+        Permutation::Flip { outer, len, inner } => {
+            let half = len / 2;
+            // each (block, k) pair swaps row k with row len−1−k of its block: disjoint elements
+            (0..outer * half).into_par_iter().for_each(|t| {
+                let (o, k) = (t / half, t % half);
+                let a = (o * len + k) * inner;
+                let b = (o * len + (len - 1 - k)) * inner;
+                // SAFETY: k < len − 1 − k < len, so both runs of `inner` elements lie inside the
+                // block and do not overlap.
+                unsafe { std::ptr::swap_nonoverlapping(base.at(a), base.at(b), inner) };
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod extreme_tests {
+    use super::*;
+    use crate::op::{eval_binary, Op};
+
+    /// The vectorised float min/max equal the element-by-element definition, −0/+0 and
+    /// infinities included; a NaN sends the run to the exact path.
+    #[test]
+    fn float_extremes_match_the_definition() {
+        let specials = [
+            0.0f64,
+            -0.0,
+            1.5,
+            -1.5,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e-310,
+            -1e-310,
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for n in [0usize, 1, 7, 8, 9, 16, 17, 100] {
+            for trial in 0..50 {
+                let xs: Vec<f64> = (0..n)
+                    .map(|_| {
+                        seed = seed
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        if trial % 2 == 0 {
+                            specials[(seed >> 60) as usize % specials.len()]
+                        } else {
+                            ((seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 1e3
+                        }
+                    })
+                    .collect();
+                for (max, op) in [(false, Op::Min), (true, Op::Max)] {
+                    let bits: Vec<u64> = xs.iter().map(|v| v.to_bits()).collect();
+                    let rop = if max { ReduceOp::Max } else { ReduceOp::Min };
+                    let want = bits
+                        .iter()
+                        .fold(reduce_identity(rop, VarType::F64), |a, &b| {
+                            eval_binary(op, VarType::F64, a, b)
+                        });
+                    let got = eval_reduce(
+                        rop,
+                        VarType::F64,
+                        reduce_identity(rop, VarType::F64),
+                        extreme_f64(&bits, max).unwrap(),
+                    );
+                    assert_eq!(got, want, "{xs:?} max={max}");
+                    let b32: Vec<u32> = xs.iter().map(|&v| (v as f32).to_bits()).collect();
+                    let want = b32
+                        .iter()
+                        .fold(reduce_identity(rop, VarType::F32), |a, &b| {
+                            eval_binary(op, VarType::F32, a, b as u64)
+                        });
+                    let got = eval_reduce(
+                        rop,
+                        VarType::F32,
+                        reduce_identity(rop, VarType::F32),
+                        extreme_f32(&b32, max).unwrap() as u64,
+                    );
+                    assert_eq!(got, want, "{xs:?} f32 max={max}");
+                }
+            }
+        }
+        assert!(extreme_f64(&[1.0f64.to_bits(), f64::NAN.to_bits()], false).is_none());
+        assert!(extreme_f32(&[(-f32::NAN).to_bits()], true).is_none());
+    }
 }

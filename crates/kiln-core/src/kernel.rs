@@ -112,6 +112,33 @@ impl fmt::Display for KernelHash {
 }
 
 impl Kernel {
+    /// Whether output parameter `output` may be bound to the same buffer as input parameter
+    /// `input` (update-in-place): the input is read only at each lane's own index (`Input`), it
+    /// comes before the output in the parameter list (so a recording sees it first), and every
+    /// read of it precedes, in program order, the store into the output — a lane then reads its
+    /// element before it overwrites it, and no lane touches another's.
+    pub fn may_alias(&self, input: usize, output: usize) -> bool {
+        let (Some(i), Some(o)) = (self.params.get(input), self.params.get(output)) else {
+            return false;
+        };
+        if i.kind != ParamKind::Input || o.kind != ParamKind::Output || input >= output {
+            return false;
+        }
+        let first_store = self
+            .insts
+            .iter()
+            .position(|x| x.op == Op::Store && x.imm as usize == output);
+        let last_load = self
+            .insts
+            .iter()
+            .rposition(|x| x.op == Op::Load && x.imm as usize == input);
+        match (first_store, last_load) {
+            (Some(s), Some(l)) => l < s,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+
     /// The cache key. Stable across runs and processes (it hashes the IR, not addresses).
     pub fn hash(&self) -> KernelHash {
         let mut bytes = Vec::with_capacity(8 + self.params.len() * 2 + self.insts.len() * 24);

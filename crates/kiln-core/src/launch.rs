@@ -36,7 +36,7 @@ pub const MIN_BLOCK: usize = 512;
 /// Blocks start at multiples of this many lanes (the widest vector any backend uses).
 pub const BLOCK_ALIGN: usize = 16;
 
-fn pool() -> &'static rayon::ThreadPool {
+pub(crate) fn pool() -> &'static rayon::ThreadPool {
     static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
     POOL.get_or_init(|| {
         let n = std::env::var("KILN_THREADS")

@@ -23,6 +23,7 @@ pub mod device;
 pub mod diskcache;
 pub mod error;
 pub mod freeze;
+pub mod inplace;
 pub mod inspect;
 pub mod kernel;
 pub mod launch;
@@ -156,6 +157,80 @@ fn refuse_read(id: VarId, how: &str) -> Result<()> {
     Ok(())
 }
 
+/// The address of `id`'s buffer, if it is evaluated: two arrays with the same address share one
+/// buffer (tests of update-in-place ask this; nothing may be read or written through it).
+///
+/// ```
+/// let a = kiln_core::from_bytes(kiln_core::VarType::U32, &[1, 0, 0, 0]).unwrap();
+/// assert!(kiln_core::buffer_addr(a).is_some());
+/// kiln_core::dec_ref(a);
+/// ```
+pub fn buffer_addr(id: VarId) -> Option<usize> {
+    let st = STATE.lock();
+    st.var(id.0).data.as_ref().map(|b| b.ptr() as usize)
+}
+
+/// Rearrange the elements of `id` in place (a transpose or a flip; see [`device::Permutation`])
+/// when nothing but its one handle can see its buffer: evaluated, no clone, no view, no pending
+/// expression reading it, not a value from before a frozen function's recording (a recording
+/// has no such op; it gets the lazy view instead). Returns whether it did; the caller falls back
+/// to an out-of-place view otherwise, so nobody else ever sees the old buffer change.
+///
+/// ```
+/// use kiln_core::{device::Permutation, VarType};
+/// let bytes: Vec<u8> = (1u32..=6).flat_map(|v| v.to_le_bytes()).collect();
+/// let a = kiln_core::from_bytes(VarType::U32, &bytes).unwrap();
+/// let done = kiln_core::permute_in_place(a, Permutation::Transpose { rows: 2, cols: 3 }).unwrap();
+/// assert!(done);
+/// let want: Vec<u8> = [1u32, 4, 2, 5, 3, 6].iter().flat_map(|v| v.to_le_bytes()).collect();
+/// assert_eq!(kiln_core::read_bytes(a).unwrap(), want);
+/// kiln_core::dec_ref(a);
+/// ```
+pub fn permute_in_place(id: VarId, p: device::Permutation) -> Result<bool> {
+    let why_not = |st: &registry::State| -> Option<&'static str> {
+        let v = st.var(id.0);
+        if !inplace::enabled() {
+            Some("KILN_INPLACE=0")
+        } else if !v.is_evaluated() {
+            Some("it is not evaluated (the lazy view fuses instead)")
+        } else if p.elements() != Some(v.size) {
+            Some("the permutation's shape does not match its length")
+        } else if v.ext > 1 {
+            Some("another handle is alive")
+        } else if v.int > 0 {
+            Some("a pending expression still reads it")
+        } else if v.dirty {
+            Some("a pending scatter writes into it")
+        } else if v.data.as_ref().is_some_and(|b| Arc::strong_count(b) > 1) {
+            Some("a view or another array shares its buffer")
+        } else if freeze::record::active() {
+            Some("a frozen function is being recorded (it records the out-of-place view)")
+        } else if control::symbolic() {
+            Some("a symbolic body is being traced")
+        } else {
+            None
+        }
+    };
+    let buf = {
+        let st = STATE.lock();
+        if let Some(why) = why_not(&st) {
+            inplace::note_declined_permutation(&|| st.label_of(id.0), why);
+            return Ok(false);
+        }
+        let buf = st.var(id.0).data.clone().expect("evaluated");
+        inplace::note_reuse(
+            &|| st.label_of(id.0),
+            &|| format!("its {p:?}"),
+            buf.bytes() as u64,
+        );
+        buf
+    };
+    // (the one handle is the caller's, held for the whole call: nothing else can reach the
+    // buffer while it is rearranged)
+    device::permute_in_place(&buf, p);
+    Ok(true)
+}
+
 /// Whether `id` is evaluated and its buffer is reachable through exactly one handle: writing into
 /// it then changes nothing anyone else can see (what update-in-place needs).
 pub fn sole_owner(id: VarId) -> bool {
@@ -215,7 +290,7 @@ pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
         return Ok(data_var(ty, out));
     }
     let buf = evaluated_buffer(id)?;
-    let ty = buf.ty;
+    let ty = buf.ty();
     let out = device::reduce(op, &buf)?;
     Ok(data_var(ty, out))
 }
@@ -261,7 +336,7 @@ pub fn prefix_sum(id: VarId, exclusive: bool) -> Result<VarId> {
         return Ok(z);
     }
     let buf = evaluated_buffer(id)?;
-    let ty = buf.ty;
+    let ty = buf.ty();
     let out = device::prefix_sum(&buf, exclusive)?;
     Ok(data_var(ty, out))
 }

@@ -54,7 +54,9 @@ pub struct VarId(pub u32);
 pub struct Buffer {
     block: Option<Block>,
     pub len: usize,
-    pub ty: VarType,
+    /// The element type (a `u8` index of [`VarType::ALL`]): it changes when a result of another
+    /// type of the same width is written into the buffer in place (a cast's update-in-place).
+    ty: std::sync::atomic::AtomicU8,
 }
 
 impl Buffer {
@@ -71,8 +73,19 @@ impl Buffer {
         Ok(Buffer {
             block: Some(block),
             len,
-            ty,
+            ty: std::sync::atomic::AtomicU8::new(ty.index()),
         })
+    }
+    /// The element type.
+    pub fn ty(&self) -> VarType {
+        VarType::ALL[self.ty.load(std::sync::atomic::Ordering::Relaxed) as usize]
+    }
+    /// Declare that the buffer now holds elements of `ty` (of the same width): a result of
+    /// another type was written over the old contents in place.
+    pub(crate) fn retype(&self, ty: VarType) {
+        debug_assert_eq!(ty.size_bytes(), self.ty().size_bytes());
+        self.ty
+            .store(ty.index(), std::sync::atomic::Ordering::Relaxed);
     }
     /// Start of the data.
     pub fn ptr(&self) -> *mut u8 {
@@ -83,7 +96,7 @@ impl Buffer {
     }
     /// Size in bytes of the elements (without slack).
     pub fn bytes(&self) -> usize {
-        self.len * self.ty.size_bytes()
+        self.len * self.ty().size_bytes()
     }
     /// Copy the elements out as raw bytes.
     pub fn to_bytes(&self) -> Vec<u8> {

@@ -131,6 +131,8 @@ struct Built {
     stencil_seen: Vec<u32>,
     /// The stencil interior's kernel and the lanes it runs (see `stencil`).
     interior: Option<InteriorBuilt>,
+    /// The variable bound to each parameter (an output's: its root).
+    param_vars: Vec<u32>,
 }
 
 /// A stencil group's interior kernel: the same work with taps read through shifted pointers.
@@ -164,6 +166,8 @@ struct Builder<'a> {
     stencil_seen: Vec<u32>,
     /// Shifted input parameters: (source, flat offset) → parameter.
     shifted_of: HashMap<(u32, i64), u32>,
+    /// The variable bound to each parameter (an output's: its root).
+    param_vars: Vec<u32>,
 }
 
 impl<'a> Builder<'a> {
@@ -342,6 +346,7 @@ impl<'a> Builder<'a> {
         }
         let v = self.st.var(id);
         self.kernel.params.push(Param { ty: v.ty, kind });
+        self.param_vars.push(id);
         self.bindings.push(Binding::Input(
             v.data.clone().expect("input parameter is evaluated"),
         ));
@@ -360,6 +365,7 @@ impl<'a> Builder<'a> {
             ty: v.ty,
             kind: ParamKind::Input,
         });
+        self.param_vars.push(source);
         self.bindings.push(Binding::Shifted(
             v.data.clone().expect("a shifted source is evaluated"),
             off,
@@ -628,6 +634,7 @@ fn build_as(st: &State, g: Group, interior: bool) -> Built {
         interior,
         stencil_seen: Vec::new(),
         shifted_of: HashMap::new(),
+        param_vars: Vec::new(),
     };
     for (n_out, &r) in g.roots.iter().enumerate() {
         let reg = b.visit(r);
@@ -636,6 +643,7 @@ fn build_as(st: &State, g: Group, interior: bool) -> Built {
             ty,
             kind: ParamKind::Output,
         });
+        b.param_vars.push(r);
         b.bindings.push(Binding::Output(n_out));
         let p = b.kernel.params.len() - 1;
         b.emit(Inst::new(Op::Store, ty, &[reg], p as u64));
@@ -655,6 +663,7 @@ fn build_as(st: &State, g: Group, interior: bool) -> Built {
         loop_labels: b.loop_labels,
         stencil_seen: b.stencil_seen,
         interior: None,
+        param_vars: b.param_vars,
     }
 }
 
@@ -713,14 +722,168 @@ impl Built {
     }
 }
 
-/// Allocate the output buffers of a built kernel (one per root).
-fn allocate_outputs(st: &State, b: &mut Built) -> Result<()> {
-    for &r in &b.roots {
-        let v = st.var(r);
-        let out = Buffer::new(v.ty, b.size, &|| format!("evaluating {}", st.label_of(r)))?;
-        b.outputs.push(Arc::new(out));
+/// Allocate the output buffers of a built kernel (one per root), or take them over from inputs
+/// that nothing else can see any more (`reuse`, from [`plan_in_place`]).
+fn allocate_outputs(st: &State, b: &mut Built, mut reuse: Vec<Option<Arc<Buffer>>>) -> Result<()> {
+    for (k, &r) in b.roots.iter().enumerate() {
+        let out = match reuse.get_mut(k).and_then(Option::take) {
+            Some(buf) => buf,
+            None => {
+                let v = st.var(r);
+                Arc::new(Buffer::new(v.ty, b.size, &|| {
+                    format!("evaluating {}", st.label_of(r))
+                })?)
+            }
+        };
+        b.outputs.push(out);
     }
     Ok(())
+}
+
+/// The references left to each variable this evaluation touches once it is done: simulate what
+/// publishing the roots (each drops its operands), releasing the side effects and the
+/// intermediates that die with them does to every reference count. An evaluated variable left
+/// with none is released for good: nothing else (no handle, no pending expression, no side effect
+/// left behind) can read it afterwards.
+fn released_inputs(st: &State, roots: &[u32], side: &[u32]) -> HashMap<u32, u32> {
+    let mut left: HashMap<u32, u32> = HashMap::new();
+    let mut stack: Vec<u32> = Vec::new();
+    for &r in roots {
+        // a root becomes data: its operands lose one reference each
+        stack.extend(st.var(r).dep_ids());
+    }
+    // the pending-effects list holds one reference to each side effect
+    stack.extend(side.iter().copied());
+    while let Some(id) = stack.pop() {
+        let v = st.var(id);
+        let n = left.entry(id).or_insert(v.ext + v.int);
+        // (a root holds the evaluation's own reference until the end: it never reaches zero)
+        *n = n.saturating_sub(1);
+        if *n == 0 && !v.is_evaluated() {
+            stack.extend(v.dep_ids());
+        }
+    }
+    left
+}
+
+/// Which inputs of a built kernel take which outputs (update-in-place): an input read only at the
+/// lane's own index, with the output's length and element width, released for good by this
+/// evaluation (no references `left`), whose buffer no view, other array or other kernel of this evaluation
+/// holds. The first such input goes to the first output that fits, and so on. Logs each operand
+/// it turns down, and why, under `KILN_LOG=inplace`.
+fn plan_in_place(
+    st: &State,
+    b: &Built,
+    left: &HashMap<u32, u32>,
+    skip: Option<u32>,
+) -> Vec<Option<Arc<Buffer>>> {
+    use crate::inplace::{note_declined, note_reuse, Declined};
+    let mut out: Vec<Option<Arc<Buffer>>> = vec![None; b.roots.len()];
+    let params = &b.kernel.params;
+    let recording = crate::freeze::record::active();
+    let logging = tracing::enabled!(target: "inplace", tracing::Level::DEBUG);
+    // (variable, its buffer, element width, its parameter) of each input that may take an output
+    let mut candidates: Vec<(u32, Arc<Buffer>, usize, usize)> = Vec::new();
+    let mut seen: Vec<u32> = Vec::new();
+    for (p, param) in params.iter().enumerate() {
+        if param.kind == ParamKind::Output {
+            continue;
+        }
+        let id = b.param_vars[p];
+        if seen.contains(&id) {
+            continue;
+        }
+        seen.push(id);
+        let v = st.var(id);
+        let Some(buf) = v.data.clone() else { continue };
+        let bound: Vec<usize> = (0..params.len())
+            .filter(|&q| params[q].kind != ParamKind::Output && b.param_vars[q] == id)
+            .collect();
+        let why = if bound.iter().any(|&q| {
+            params[q].kind == ParamKind::Indexed || matches!(b.bindings[q], Binding::Shifted(..))
+        }) {
+            Some(Declined::Gathered)
+        } else if param.kind == ParamKind::Broadcast {
+            Some(Declined::Broadcast)
+        } else if v.size != b.size {
+            Some(Declined::Length)
+        } else if recording && !v.fresh {
+            Some(Declined::FrozenInput)
+        } else if v.ext > 0 {
+            Some(Declined::Handle)
+        } else if v.dirty {
+            Some(Declined::PendingScatter)
+        } else if left.get(&id) != Some(&0) {
+            Some(Declined::Pending)
+        } else if Arc::strong_count(&buf) != 2 + bound.len() {
+            // (the variable, `buf` here and this kernel's bindings; anyone else is another holder)
+            Some(Declined::SharedBuffer)
+        } else if b.interior.is_some() {
+            Some(Declined::Stencil)
+        } else {
+            None
+        };
+        match why {
+            None => candidates.push((id, buf, v.ty.size_bytes(), p)),
+            Some(why) => {
+                if logging || why != Declined::Broadcast {
+                    note_declined(&|| st.label_of(id), why);
+                }
+            }
+        }
+    }
+    for (k, &r) in b.roots.iter().enumerate() {
+        let width = st.var(r).ty.size_bytes();
+        if Some(r) == skip {
+            // (a caller-provided output: no operand is reused for it)
+            continue;
+        }
+        let out_param = b
+            .param_vars
+            .iter()
+            .zip(params)
+            .position(|(&v, p)| v == r && p.kind == ParamKind::Output)
+            .expect("a root's output parameter");
+        if let Some(i) = candidates
+            .iter()
+            .position(|c| c.2 == width && b.kernel.may_alias(c.3, out_param))
+        {
+            let (id, buf, _, _) = candidates.remove(i);
+            let bytes = (b.size * width) as u64;
+            note_reuse(&|| st.label_of(id), &|| st.label_of(r), bytes);
+            out[k] = Some(buf);
+        }
+    }
+    for (id, _, _, _) in candidates {
+        let width_fits = b
+            .roots
+            .iter()
+            .any(|&r| st.var(r).ty.size_bytes() == st.var(id).ty.size_bytes());
+        note_declined(
+            &|| st.label_of(id),
+            if width_fits {
+                Declined::Taken
+            } else {
+                Declined::Width
+            },
+        );
+    }
+    out
+}
+
+/// Whether any input of `b` could take an output at all (cheap: decides whether the reference
+/// simulation of [`released_inputs`] is worth running).
+fn may_reuse(st: &State, b: &Built) -> bool {
+    // (under `KILN_LOG=inplace`, every kernel's operands get their reason logged)
+    if tracing::enabled!(target: "inplace", tracing::Level::DEBUG) {
+        return !b.kernel.is_empty();
+    }
+    b.interior.is_none()
+        && !b.kernel.is_empty()
+        && b.kernel.params.iter().enumerate().any(|(p, param)| {
+            let v = st.var(b.param_vars[p]);
+            param.kind == ParamKind::Input && v.ext == 0 && !v.dirty && v.size == b.size
+        })
 }
 
 /// Group `roots` and `side` effects by size (order of first appearance).
@@ -816,11 +979,98 @@ pub fn eval_tiled(id: VarId, cols: usize) -> Result<()> {
     run_with(Some(&[id]), Some((id.0, cols)))
 }
 
+/// Evaluate `expr` into the buffer of `target` (a caller-provided output, `x.assign(expr)`):
+/// when `target` is evaluated, of `expr`'s type and length, and nothing but its one handle can
+/// see it once this evaluation is done (no clone, no view, no pending expression; `expr` itself
+/// may read it at each lane's own index), `expr`'s kernel stores straight into that buffer and no
+/// operand of `expr` is reused (as in DAPHNE when the caller passes a result). Returns whether it
+/// did; otherwise `expr` is evaluated as usual (the caller rebinds its handle either way, so a
+/// clone of the target keeps the old values: copy-on-write).
+pub fn eval_into(expr: &mut VarId, target: VarId) -> Result<bool> {
+    let _serial = EVAL_LOCK.lock();
+    {
+        let mut st = STATE.lock();
+        let (e, t) = (st.var(expr.0), st.var(target.0));
+        let fits = e.alive
+            && t.is_evaluated()
+            && t.ty == e.ty
+            && t.size == e.size
+            && t.ext == 1
+            && !t.dirty
+            && (t.fresh || !crate::freeze::record::active())
+            && crate::inplace::enabled();
+        if !fits {
+            drop(st);
+            run(Some(&[*expr]))?;
+            return Ok(false);
+        }
+        if e.is_evaluated() || e.is_literal() {
+            // a value with nothing left to compute is copied into the target by a kernel of
+            // its own: `select(true, v, v)`, exact for every type (NaN payloads, -0.0)
+            let (ty, size, sym) = (e.ty, e.size, e.sym);
+            let mut yes = crate::registry::Var::new(Op::Literal, VarType::Bool, 1);
+            yes.literal = 1;
+            let yes = st.insert(yes);
+            let mut copy = crate::registry::Var::new(Op::Select, ty, size);
+            copy.sym = sym;
+            copy.deps = [yes, expr.0, expr.0, 0];
+            let copy = st.insert(copy);
+            let mut garbage = Vec::new();
+            st.dec_ext(yes, &mut garbage);
+            st.dec_ext(expr.0, &mut garbage);
+            *expr = VarId(copy);
+        }
+    }
+    let mut into = Some(target.0);
+    run_with_into(Some(&[*expr]), None, &mut into)?;
+    Ok(into.is_none())
+}
+
 fn run(ids: Option<&[VarId]>) -> Result<()> {
     run_with(ids, None)
 }
 
 fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
+    run_with_into(ids, tile, &mut None)
+}
+
+/// The buffer of the assignment target `t` for root `root` of `b`, if writing there is safe
+/// (see [`eval_into`]); `left`: reference counts after this evaluation.
+fn assign_target(
+    st: &State,
+    built: &[Built],
+    bi: usize,
+    t: u32,
+    left: &HashMap<u32, u32>,
+) -> Option<Arc<Buffer>> {
+    let b = &built[bi];
+    let tv = st.var(t);
+    let buf = tv.data.clone()?;
+    let held_by = |b: &Built, lane_only: bool| {
+        b.param_vars
+            .iter()
+            .zip(&b.kernel.params)
+            .zip(&b.bindings)
+            .filter(|((&v, p), bind)| {
+                v == t
+                    && p.kind != ParamKind::Output
+                    && (!lane_only
+                        || (p.kind == ParamKind::Input && matches!(bind, Binding::Input(_))))
+            })
+            .count()
+    };
+    let all: usize = built.iter().map(|b| held_by(b, false)).sum();
+    let lane_only = held_by(b, true);
+    let after = left.get(&t).copied().unwrap_or(tv.ext + tv.int);
+    (b.interior.is_none() && all == lane_only && after == 1 && Arc::strong_count(&buf) == 2 + all)
+        .then_some(buf)
+}
+
+fn run_with_into(
+    ids: Option<&[VarId]>,
+    tile: Option<(u32, usize)>,
+    into: &mut Option<u32>,
+) -> Result<()> {
     let _serial = EVAL_LOCK.lock();
     let mut st = STATE.lock();
     let mut roots: Vec<u32> = Vec::new();
@@ -897,12 +1147,47 @@ fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
             b.tile_cols = cols;
         }
     }
+    let left = if crate::inplace::enabled()
+        && (into.is_some() || built.iter().any(|b| may_reuse(&st, b)))
+    {
+        Some(released_inputs(&st, &roots, &side))
+    } else {
+        None
+    };
+    // the assignment target's kernel and its buffer, when it can take the result
+    let target = match (*into, &left) {
+        (Some(t), Some(left)) => roots.first().and_then(|&root| {
+            let bi = built.iter().position(|b| b.roots.contains(&root))?;
+            assign_target(&st, &built, bi, t, left).map(|buf| (bi, root, buf))
+        }),
+        _ => None,
+    };
     let mut failure = None;
-    for b in &mut built {
-        if let Err(e) = allocate_outputs(&st, b) {
+    for (bi, b) in built.iter_mut().enumerate() {
+        let skip = target.as_ref().filter(|t| t.0 == bi).map(|t| t.1);
+        let mut reuse = match &left {
+            Some(left) if may_reuse(&st, b) => plan_in_place(&st, b, left, skip),
+            _ => Vec::new(),
+        };
+        if let Some((_, root, buf)) = target.as_ref().filter(|t| t.0 == bi) {
+            let k = b.roots.iter().position(|r| r == root).expect("the root");
+            reuse.resize(b.roots.len(), None);
+            let bytes = buf.bytes() as u64;
+            crate::inplace::note_reuse(
+                &|| st.label_of(into.unwrap_or(0)),
+                &|| format!("the assigned value {}", st.label_of(*root)),
+                bytes,
+            );
+            reuse[k] = Some(buf.clone());
+        }
+        if let Err(e) = allocate_outputs(&st, b, reuse) {
             failure = Some(e);
             break;
         }
+    }
+    if target.is_some() {
+        // (tells `eval_into` the result went into the target's buffer)
+        *into = None;
     }
     let result = match failure {
         Some(e) => Err(e),
@@ -919,6 +1204,12 @@ fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
         for b in &built {
             for (r, out) in b.roots.iter().zip(&b.outputs) {
                 if !st.var(*r).is_evaluated() {
+                    // (a cast written over an operand of the same width: the buffer's elements
+                    // are of the result's type now)
+                    let ty = st.var(*r).ty;
+                    if out.ty() != ty {
+                        out.retype(ty);
+                    }
                     st.set_data(*r, out.clone(), &mut garbage);
                 }
             }

@@ -134,6 +134,20 @@ pub struct Stats {
     pub bytes_peak: u64,
     /// Buffers handed out now.
     pub live_buffers: u64,
+    /// Buffer requests made to kiln's allocator since start (its free lists' hits included).
+    pub alloc_requests: u64,
+    /// Of those, the requests the free lists could not serve (new memory from the system).
+    pub alloc_system_requests: u64,
+    /// Results written into an operand's buffer instead of a new one (update-in-place: kernels,
+    /// replays, permutations, scatters into a uniquely held target, `assign`).
+    pub inplace_reuses: u64,
+    /// Bytes those reuses did not allocate.
+    pub inplace_bytes_saved: u64,
+    /// Operands examined for update-in-place that could not take a result (why:
+    /// `KILN_LOG=inplace`). An evaluation examines its kernels' operands only when one of them
+    /// has no handle left (under `KILN_LOG=inplace`, every operand, to log its reason), so this
+    /// counts the near misses, not every borrowed operand.
+    pub inplace_declined: u64,
 }
 
 pub(crate) fn snapshot(vars_alive: u64) -> Stats {
@@ -157,6 +171,11 @@ pub(crate) fn snapshot(vars_alive: u64) -> Stats {
         bytes_cached: a.cached,
         bytes_peak: a.peak,
         live_buffers: a.live_blocks,
+        alloc_requests: a.requests,
+        alloc_system_requests: a.system_requests,
+        inplace_reuses: crate::inplace::REUSES.load(Relaxed),
+        inplace_bytes_saved: crate::inplace::BYTES_SAVED.load(Relaxed),
+        inplace_declined: crate::inplace::DECLINED.load(Relaxed),
     }
 }
 
@@ -187,6 +206,14 @@ impl fmt::Display for Stats {
             crate::registry::fmt_bytes(self.bytes_allocated),
             crate::registry::fmt_bytes(self.bytes_cached),
             crate::registry::fmt_bytes(self.bytes_peak)
+        )?;
+        write!(
+            f,
+            "\nbuffers requested {} ({} from the system), written in place {} ({} saved)",
+            self.alloc_requests,
+            self.alloc_system_requests,
+            self.inplace_reuses,
+            crate::registry::fmt_bytes(self.inplace_bytes_saved)
         )
     }
 }

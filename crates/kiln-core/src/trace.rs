@@ -559,6 +559,21 @@ pub fn scatter(
             .as_ref()
             .map(|b| std::sync::Arc::strong_count(b) > 1)
             .unwrap_or(false);
+    {
+        use crate::inplace::{note_declined, note_reuse, Declined};
+        let what = || st.label_of(target.0);
+        if !shared {
+            let bytes = (tv.size * tt.size_bytes()) as u64;
+            note_reuse(&what, &|| "a scatter".into(), bytes);
+        } else if tv.ext > 1 {
+            note_declined(&what, Declined::Handle);
+        } else if tv.int > 0 {
+            note_declined(&what, Declined::Pending);
+        } else {
+            note_declined(&what, Declined::SharedBuffer);
+        }
+    }
+    let tv = st.var(target.0);
     if shared {
         let src = tv.data.clone().expect("scatter target was evaluated");
         let label = tv.label.clone();

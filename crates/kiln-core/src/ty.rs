@@ -27,6 +27,10 @@ pub enum VarType {
 }
 
 impl VarType {
+    /// The position in [`VarType::ALL`].
+    pub fn index(self) -> u8 {
+        self as u8
+    }
     /// Every type, in declaration order (used by property tests and tables).
     pub const ALL: [VarType; 7] = [
         VarType::Bool,

@@ -391,6 +391,19 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
             size_sym,
         } => {
             launch_size = r.expr(size_sym, rec.size);
+            // outputs written over an input's buffer (update-in-place decided them)
+            let in_place: Vec<(u32, u32)> = params
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.kind == ParamKind::Output)
+                .filter_map(|(o, _)| {
+                    params
+                        .iter()
+                        .enumerate()
+                        .position(|(i, p)| p.kind == ParamKind::Input && addr(i) == addr(o))
+                        .map(|i| (o as u32, i as u32))
+                })
+                .collect();
             for (i, p) in params.iter().enumerate() {
                 if p.kind == ParamKind::Output {
                     bufs.push(r.new_buf(addr(i), p.ty, launch_size, op_index));
@@ -413,6 +426,7 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
                 modified: modified.into(),
                 block,
                 tile_cols,
+                in_place: in_place.into(),
             }
         }
         DeviceOpKind::LaunchSplit {
@@ -502,7 +516,7 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
         DeviceOpKind::Reduce(op) => {
             bufs.push(r.input_buf(addr(0), name));
             let one = r.expr(0, 1);
-            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty, one, op_index));
+            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty(), one, op_index));
             ReplayKind::Reduce(op)
         }
         DeviceOpKind::BlockReduce { op, block } => {
@@ -512,14 +526,14 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
             let bl = r.expr(0, block);
             let out_len = rec.buffers[1].len as u64;
             let e = r.node(SizeNode::DivCeil(input, bl), out_len);
-            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty, e, op_index));
+            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty(), e, op_index));
             ReplayKind::BlockReduce { op, block }
         }
         DeviceOpKind::PrefixSum { exclusive } => {
             let b = r.input_buf(addr(0), name);
             bufs.push(b);
             let e = in_expr(r, b, rec.size);
-            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty, e, op_index));
+            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty(), e, op_index));
             ReplayKind::PrefixSum { exclusive }
         }
         DeviceOpKind::Compress => {
@@ -535,15 +549,15 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
             let b = r.input_buf(addr(0), name);
             bufs.push(b);
             let e = in_expr(r, b, rec.size);
-            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty, e, op_index));
+            bufs.push(r.new_buf(addr(1), rec.buffers[1].ty(), e, op_index));
             ReplayKind::Memcpy
         }
         DeviceOpKind::Upload => {
             let buf = rec.buffers[0];
             let e = r.expr(0, buf.len);
-            bufs.push(r.new_buf(addr(0), buf.ty, e, op_index));
+            bufs.push(r.new_buf(addr(0), buf.ty(), e, op_index));
             ReplayKind::Upload {
-                ty: buf.ty,
+                ty: buf.ty(),
                 bytes: buf.to_bytes().into(),
             }
         }
@@ -551,7 +565,7 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
             bufs.push(r.input_buf(addr(0), name));
             bufs.push(r.input_buf(addr(1), name));
             let e = r.expr(0, m * n);
-            bufs.push(r.new_buf(addr(2), rec.buffers[2].ty, e, op_index));
+            bufs.push(r.new_buf(addr(2), rec.buffers[2].ty(), e, op_index));
             ReplayKind::Matmul { m, k, n }
         }
         DeviceOpKind::Read => {

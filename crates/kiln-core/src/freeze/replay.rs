@@ -65,6 +65,9 @@ pub(crate) enum ReplayKind {
         modified: Arc<[u32]>,
         block: usize,
         tile_cols: usize,
+        /// (output, input) parameters that shared a buffer when recorded (update-in-place):
+        /// the only pairs a replay may write in place again.
+        in_place: Arc<[(u32, u32)]>,
     },
     LaunchSplit {
         general: (KernelHash, Arc<dyn CompiledKernel>, Arc<[Param]>),
@@ -377,7 +380,7 @@ impl Recording {
             for &k in &to_copy {
                 let src = table[k].clone().expect("a mutated input is evaluated");
                 let copy = Arc::new(device::copy_buffer(&src)?);
-                let mut v = Var::new(Op::Data, src.ty, src.len);
+                let mut v = Var::new(Op::Data, src.ty(), src.len);
                 v.data = Some(copy.clone());
                 let id = VarId(STATE.lock().insert(v));
                 own.push(id);
@@ -410,7 +413,7 @@ impl Recording {
     ) -> Result<Result<Vec<Option<u64>>, Reject>> {
         let mut data: Vec<Option<u64>> = vec![None; self.n_data as usize];
         for (i, op) in self.ops.iter().enumerate() {
-            if let Err(r) = self.run_op(op, table, &mut vals, &mut data, sizes)? {
+            if let Err(r) = self.run_op(op, table, &mut vals, &mut data, sizes, &self.frees[i])? {
                 return Ok(Err(r));
             }
             for &b in &self.frees[i] {
@@ -428,6 +431,7 @@ impl Recording {
         vals: &mut Vec<Option<u64>>,
         data: &mut [Option<u64>],
         sizes: &[u64],
+        dying: &[u32],
     ) -> Result<Result<(), Reject>> {
         let get = |table: &[Option<Arc<Buffer>>], b: u32| -> Result<Arc<Buffer>> {
             table[b as usize].clone().ok_or_else(|| {
@@ -444,9 +448,11 @@ impl Recording {
                 modified,
                 block,
                 tile_cols,
+                in_place,
             } => {
                 let size = known(vals, op.size)?;
-                let held = kernel_buffers(table, params, &op.bufs, size)?;
+                let reuse = replay_in_place(table, in_place, params, &op.bufs, size, dying);
+                let held = kernel_buffers(table, params, &op.bufs, size, reuse)?;
                 let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
                 let mut spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
                 spec.tile_cols = *tile_cols;
@@ -461,7 +467,7 @@ impl Recording {
             } => {
                 let size = known(vals, op.size)?;
                 let ng = general.2.len();
-                let mut held = kernel_buffers(table, &general.2, &op.bufs[..ng], size)?;
+                let mut held = kernel_buffers(table, &general.2, &op.bufs[..ng], size, Vec::new())?;
                 for (j, p) in interior.2.iter().enumerate() {
                     let buf = get(table, op.bufs[ng + j])?;
                     if p.kind != ParamKind::Input {
@@ -562,7 +568,7 @@ impl Recording {
                 let mut iterations = 0u64;
                 loop {
                     for b in body {
-                        if let Err(r) = self.run_op(b, table, vals, data, sizes)? {
+                        if let Err(r) = self.run_op(b, table, vals, data, sizes, &[])? {
                             return Ok(Err(r));
                         }
                     }
@@ -631,7 +637,7 @@ impl Recording {
                                 "kiln internal error: a replay lost an output buffer".into(),
                             )
                         })?;
-                        let mut v = Var::new(Op::Data, buf.ty, buf.len);
+                        let mut v = Var::new(Op::Data, buf.ty(), buf.len);
                         v.data = Some(buf);
                         let id = VarId(STATE.lock().insert(v));
                         made.insert(b, id);
@@ -677,20 +683,85 @@ fn known(vals: &[Option<u64>], e: ExprId) -> Result<usize> {
 }
 
 /// The length check that keeps a replay in bounds whatever the expressions say.
+/// Update-in-place at replay: for each output parameter of a replayed kernel that shared an
+/// input's buffer when recorded (`pairs`), that input's buffer again if the rule of the live
+/// evaluation still holds for it now — an
+/// intermediate of this replay (never an input slot: the caller can still read those) read only
+/// at each lane's own index, with the output's length and element width, that no later op and
+/// no output of the function uses (`dying`: dropped after this op) and nothing else holds.
+fn replay_in_place(
+    table: &[Option<Arc<Buffer>>],
+    pairs: &[(u32, u32)],
+    params: &[Param],
+    bufs: &[u32],
+    size: usize,
+    dying: &[u32],
+) -> Vec<Option<Arc<Buffer>>> {
+    let mut reuse: Vec<Option<Arc<Buffer>>> = vec![None; params.len()];
+    if dying.is_empty() || !crate::inplace::enabled() {
+        return reuse;
+    }
+    let mut taken: Vec<u32> = Vec::new();
+    for (p, param) in params.iter().enumerate() {
+        if param.kind != ParamKind::Output {
+            continue;
+        }
+        let fits = |q: usize| {
+            let b = bufs[q];
+            pairs.contains(&(p as u32, q as u32))
+                && params[q].kind == ParamKind::Input
+                && dying.contains(&b)
+                && !taken.contains(&b)
+                // read at the lane's own index by every parameter bound to it
+                && bufs
+                    .iter()
+                    .zip(params)
+                    .all(|(&o, op)| o != b || op.kind == ParamKind::Input)
+                && table[b as usize].as_ref().is_some_and(|buf| {
+                    buf.len == size
+                        && buf.ty().size_bytes() == param.ty.size_bytes()
+                        && Arc::strong_count(buf) == 1
+                })
+        };
+        if let Some(q) = (0..p).find(|&q| fits(q)) {
+            let b = bufs[q];
+            taken.push(b);
+            let buf = table[b as usize].clone().expect("checked");
+            crate::inplace::note_reuse(
+                &|| format!("replayed intermediate #{b} ({} × {})", buf.ty(), buf.len),
+                &|| format!("replayed output #{}", bufs[p]),
+                buf.bytes() as u64,
+            );
+            reuse[p] = Some(buf);
+        }
+    }
+    reuse
+}
+
 /// The buffers of a replayed kernel's parameters: new outputs of `size` elements (entered in
-/// `table`), recorded buffers for the rest (their lengths checked).
+/// `table`) or the input buffers `reuse` names for them, recorded buffers for the rest (their
+/// lengths checked).
 fn kernel_buffers(
     table: &mut [Option<Arc<Buffer>>],
     params: &[Param],
     bufs: &[u32],
     size: usize,
+    mut reuse: Vec<Option<Arc<Buffer>>>,
 ) -> Result<Vec<Arc<Buffer>>> {
     let mut held: Vec<Arc<Buffer>> = Vec::with_capacity(params.len());
-    for (p, &b) in params.iter().zip(bufs) {
+    for (i, (p, &b)) in params.iter().zip(bufs).enumerate() {
         if p.kind == ParamKind::Output {
-            let buf = Arc::new(Buffer::new(p.ty, size, &|| {
-                format!("a replayed kernel output of {size} × {}", p.ty)
-            })?);
+            let buf = match reuse.get_mut(i).and_then(Option::take) {
+                Some(buf) => {
+                    if buf.ty() != p.ty {
+                        buf.retype(p.ty);
+                    }
+                    buf
+                }
+                None => Arc::new(Buffer::new(p.ty, size, &|| {
+                    format!("a replayed kernel output of {size} × {}", p.ty)
+                })?),
+            };
             table[b as usize] = Some(buf.clone());
             held.push(buf);
         } else {

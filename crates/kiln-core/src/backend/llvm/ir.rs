@@ -380,6 +380,16 @@ impl Gen<'_> {
                     let _ = writeln!(setup, "  %sz{q} = icmp eq i64 %sm{q}, 0");
                     let _ = writeln!(setup, "  %sc{q} = and i1 {cond}, %sz{q}");
                     cond = format!("%sc{q}");
+                    // an output written over an input (update-in-place) has just been read:
+                    // its lines are in the cache, and plain stores keep them there
+                    for (i, ip) in k.params.iter().enumerate() {
+                        if ip.kind == ParamKind::Input {
+                            let _ =
+                                writeln!(setup, "  %sx{q}_{i} = icmp ne ptr %base{q}, %base{i}");
+                            let _ = writeln!(setup, "  %sy{q}_{i} = and i1 {cond}, %sx{q}_{i}");
+                            cond = format!("%sy{q}_{i}");
+                        }
+                    }
                 }
                 let _ = writeln!(setup, "  br i1 {cond}, label %nhead, label %ahead");
                 self.lane_loop('a', false);
