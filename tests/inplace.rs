@@ -2293,3 +2293,40 @@ fn tensor_compound_assignment() {
         assert!(msg.contains("[3, 4]") && msg.contains("[4]"), "{msg}");
     })
 }
+
+/// A replayed launch writes in place again where the recording did (an intermediate of the
+/// function that no later op and no output uses), and never with update-in-place off.
+#[test]
+fn frozen_replay_reuses_intermediates() {
+    check(|| {
+        let body = |x: &Float64| -> Float64 {
+            let t = x * 2.0 + 1.0; // a fresh buffer: x is the caller's
+            t.eval();
+            let u = t * 3.0 - 1.0; // t moved: written over t's buffer
+            u.eval();
+            u
+        };
+        let mut f = kiln::freeze(body);
+        let n = 1000;
+        let xv: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        let want: Vec<f64> = xv.iter().map(|v| (v * 2.0 + 1.0) * 3.0 - 1.0).collect();
+        let x = data(xv.clone());
+        for round in 0..3 {
+            let before = kiln::stats().inplace_reuses;
+            let y = f.call(&x).unwrap();
+            let reused = kiln::stats().inplace_reuses - before;
+            assert_eq!(y.to_vec(), want, "round {round}");
+            assert_eq!(x.to_vec(), xv, "round {round}: the input changed");
+            assert!(reused >= 1, "round {round}: {reused} reuses");
+        }
+        assert!(f.stats().replays >= 2);
+        let before = kiln::stats().inplace_reuses;
+        let y = kiln::with_inplace(false, || f.call(&x).unwrap());
+        assert_eq!(
+            kiln::stats().inplace_reuses,
+            before,
+            "switched off: no reuse"
+        );
+        assert_eq!(y.to_vec(), want);
+    })
+}
