@@ -1080,7 +1080,7 @@ pub(crate) fn permute_in_place(buf: &Buffer, p: Permutation) {
     stats::RUN_NS.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
 }
 
-fn permute_typed<T: Copy + Send + Sync>(buf: &Buffer, p: Permutation) {
+fn permute_typed<T: Copy + Default + Send + Sync>(buf: &Buffer, p: Permutation) {
     use rayon::prelude::*;
     debug_assert_eq!(std::mem::size_of::<T>(), buf.ty().size_bytes());
     let base = Shared(buf.ptr() as *mut T);
@@ -1089,8 +1089,10 @@ fn permute_typed<T: Copy + Send + Sync>(buf: &Buffer, p: Permutation) {
             let n = rows;
             const TILE: usize = 32;
             let tiles = n.div_ceil(TILE);
-            // every pair of tiles (a, b) with a <= b: the pair swaps with its mirror image, so
-            // the tasks touch disjoint elements
+            // every pair of tiles (a, b) with a <= b trades places with its mirror image, so the
+            // tasks touch disjoint elements. Both tiles are copied row by row into local arrays
+            // and written back transposed, row by row: every access to the matrix runs along a
+            // row (prefetchable), and the transposition happens in L1.
             (0..tiles * tiles)
                 .into_par_iter()
                 .filter(|k| k / tiles <= k % tiles)
@@ -1098,12 +1100,47 @@ fn permute_typed<T: Copy + Send + Sync>(buf: &Buffer, p: Permutation) {
                     let (ta, tb) = (k / tiles, k % tiles);
                     let (r0, r1) = (ta * TILE, ((ta + 1) * TILE).min(n));
                     let (c0, c1) = (tb * TILE, ((tb + 1) * TILE).min(n));
-                    for i in r0..r1 {
-                        let from = if ta == tb { i + 1 } else { c0 };
-                        for j in from..c1 {
-                            // SAFETY: i, j < n, so both offsets lie inside the n·n elements;
-                            // (i, j) and (j, i) belong to this task's pair of tiles only.
-                            unsafe { std::ptr::swap(base.at(i * n + j), base.at(j * n + i)) };
+                    let (h, w) = (r1 - r0, c1 - c0);
+                    let mut a = [T::default(); TILE * TILE];
+                    let mut b = [T::default(); TILE * TILE];
+                    // (rows and columns stay below n, so every offset below lies inside the n·n
+                    // elements; tile (ta, tb) and its mirror (tb, ta) belong to this task only)
+                    for i in 0..h {
+                        let src =
+                            // SAFETY: a run of one tile's row inside the matrix, touched by this task alone.
+                            unsafe { std::slice::from_raw_parts(base.at((r0 + i) * n + c0), w) };
+                        a[i * TILE..i * TILE + w].copy_from_slice(src);
+                    }
+                    if ta != tb {
+                        for i in 0..w {
+                            // SAFETY: a run of one tile's row inside the matrix, touched by this task alone.
+                            let src = unsafe {
+                                std::slice::from_raw_parts(base.at((c0 + i) * n + r0), h)
+                            };
+                            b[i * TILE..i * TILE + h].copy_from_slice(src);
+                        }
+                    } else {
+                        b = a;
+                    }
+                    // tile (ta, tb) gets the mirror's transpose, the mirror gets this one's
+                    for i in 0..h {
+                        // SAFETY: a run of one tile's row inside the matrix, touched by this task alone.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(base.at((r0 + i) * n + c0), w)
+                        };
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            *d = b[j * TILE + i];
+                        }
+                    }
+                    if ta != tb {
+                        for i in 0..w {
+                            // SAFETY: a run of one tile's row inside the matrix, touched by this task alone.
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(base.at((c0 + i) * n + r0), h)
+                            };
+                            for (j, d) in dst.iter_mut().enumerate() {
+                                *d = a[j * TILE + i];
+                            }
                         }
                     }
                 });
