@@ -1040,10 +1040,24 @@ fn assign_target(
     st: &State,
     built: &[Built],
     bi: usize,
+    root: u32,
     t: u32,
     left: &HashMap<u32, u32>,
 ) -> Option<Arc<Buffer>> {
     let b = &built[bi];
+    let out_param = b
+        .param_vars
+        .iter()
+        .zip(&b.kernel.params)
+        .position(|(&v, p)| v == root && p.kind == ParamKind::Output)?;
+    // where the kernel reads the target itself, every read comes before the store
+    let ordered = b
+        .param_vars
+        .iter()
+        .zip(&b.kernel.params)
+        .enumerate()
+        .filter(|(_, (&v, p))| v == t && p.kind != ParamKind::Output)
+        .all(|(q, _)| b.kernel.may_alias(q, out_param));
     let tv = st.var(t);
     let buf = tv.data.clone()?;
     let held_by = |b: &Built, lane_only: bool| {
@@ -1062,7 +1076,11 @@ fn assign_target(
     let all: usize = built.iter().map(|b| held_by(b, false)).sum();
     let lane_only = held_by(b, true);
     let after = left.get(&t).copied().unwrap_or(tv.ext + tv.int);
-    (b.interior.is_none() && all == lane_only && after == 1 && Arc::strong_count(&buf) == 2 + all)
+    (b.interior.is_none()
+        && ordered
+        && all == lane_only
+        && after == 1
+        && Arc::strong_count(&buf) == 2 + all)
         .then_some(buf)
 }
 
@@ -1158,7 +1176,7 @@ fn run_with_into(
     let target = match (*into, &left) {
         (Some(t), Some(left)) => roots.first().and_then(|&root| {
             let bi = built.iter().position(|b| b.roots.contains(&root))?;
-            assign_target(&st, &built, bi, t, left).map(|buf| (bi, root, buf))
+            assign_target(&st, &built, bi, root, t, left).map(|buf| (bi, root, buf))
         }),
         _ => None,
     };
