@@ -674,54 +674,86 @@ fn set_elem(buf: &Buffer, i: usize, v: u64) {
 /// A reduction in progress over consecutive pieces of one range. Feeding pieces whose lengths are
 /// multiples of 16 (all but the last) gives the same bits as feeding the whole range at once, so a
 /// fused reduction that produces its input piece by piece agrees with one over an evaluated array.
-/// Float bits mapped to integers of the same order (−0 < +0; NaNs excluded): the smallest or
-/// largest float of a NaN-free run is then an integer minimum or maximum, which vectorises, and
-/// equals IEEE 754-2019 `minimum`/`maximum` over it. `None`: the run holds a NaN (the caller
-/// takes the exact path, which propagates it).
+/// The smallest (or largest) float of a run given as bits, as IEEE 754-2019 `minimum` /
+/// `maximum` over it would give, or `None` when the run holds a NaN (the caller then takes the
+/// exact path, which propagates it). Plain float comparisons vectorise (`vminpd`); the one case
+/// they get wrong, −0 against +0, is settled from two flags: a zero result is −0 for a minimum
+/// when the run holds a −0, +0 for a maximum when it holds a +0.
 macro_rules! float_extreme {
-    ($name:ident, $bits:ty, $key:ty, $lanes:expr) => {
+    ($name:ident, $imp:ident, $f:ty, $bits:ty, $lanes:expr) => {
         fn $name(xs: &[$bits], max: bool) -> Option<$bits> {
+            if max {
+                $imp::<true>(xs)
+            } else {
+                $imp::<false>(xs)
+            }
+        }
+        fn $imp<const MAX: bool>(xs: &[$bits]) -> Option<$bits> {
             const SIGN: $bits = 1 << (<$bits>::BITS - 1);
-            const INF: $bits = !SIGN
-                & !((1 << (<$bits>::BITS - 1 - if <$bits>::BITS == 32 { 8 } else { 11 })) - 1);
-            let key =
-                |b: $bits| (b ^ ((((b as $key) >> (<$bits>::BITS - 1)) as $bits) >> 1)) as $key;
-            let mut nan = false;
-            let mut acc = [if max { <$key>::MIN } else { <$key>::MAX }; $lanes];
+            let init = if MAX {
+                <$f>::NEG_INFINITY
+            } else {
+                <$f>::INFINITY
+            };
+            let mut acc = [init; $lanes];
+            // per lane: the sum of v − v, which stays 0 unless a NaN (or an infinity) comes by
+            let mut check = [0.0 as $f; $lanes];
+            // (one compare and a blend per element; zeros of either sign compare equal and are
+            // settled afterwards)
+            let pick = |a: $f, v: $f| {
+                if MAX {
+                    if v > a {
+                        v
+                    } else {
+                        a
+                    }
+                } else if v < a {
+                    v
+                } else {
+                    a
+                }
+            };
             let chunks = xs.chunks_exact($lanes);
             let rest = chunks.remainder();
             for c in chunks {
-                for (a, &b) in acc.iter_mut().zip(c) {
-                    nan |= (b & !SIGN) > INF;
-                    let k = key(b);
-                    *a = if max { (*a).max(k) } else { (*a).min(k) };
+                for l in 0..$lanes {
+                    let v = <$f>::from_bits(c[l]);
+                    check[l] += v - v;
+                    acc[l] = pick(acc[l], v);
                 }
             }
-            let mut best = if max { <$key>::MIN } else { <$key>::MAX };
+            let mut best = init;
+            let mut sum = 0.0 as $f;
             for &b in rest {
-                nan |= (b & !SIGN) > INF;
-                best = if max {
-                    best.max(key(b))
+                let v = <$f>::from_bits(b);
+                sum += v - v;
+                best = pick(best, v);
+            }
+            for l in 0..$lanes {
+                sum += check[l];
+                best = pick(best, acc[l]);
+            }
+            if sum != 0.0 {
+                // a NaN, or an infinity: the NaN check again, exactly
+                if xs.iter().any(|&b| <$f>::from_bits(b).is_nan()) {
+                    return None;
+                }
+            }
+            if best == 0.0 {
+                // −0 for a minimum when the run holds a −0, +0 for a maximum when it holds a +0
+                let negative = if MAX {
+                    !xs.iter().any(|&b| b == 0)
                 } else {
-                    best.min(key(b))
+                    xs.iter().any(|&b| b == SIGN)
                 };
+                return Some(if negative { SIGN } else { 0 });
             }
-            for a in acc {
-                best = if max { best.max(a) } else { best.min(a) };
-            }
-            if nan {
-                return None;
-            }
-            if xs.is_empty() {
-                return Some(if max { SIGN | INF } else { INF });
-            }
-            // the map is its own inverse
-            Some(key(best as $bits) as $bits)
+            Some(best.to_bits())
         }
     };
 }
-float_extreme!(extreme_f32, u32, i32, 16);
-float_extreme!(extreme_f64, u64, i64, 8);
+float_extreme!(extreme_f32, extreme_f32_as, f32, u32, 16);
+float_extreme!(extreme_f64, extreme_f64_as, f64, u64, 8);
 
 /// Typed fast paths for the hot reductions (sum of f32/f64, count of masks); others use bit-level
 /// `eval_reduce`, which defines the semantics.
