@@ -195,14 +195,8 @@ pub fn permute_in_place(id: VarId, p: device::Permutation) -> Result<bool> {
             Some("it is not evaluated (the lazy view fuses instead)")
         } else if p.elements() != Some(v.size) {
             Some("the permutation's shape does not match its length")
-        } else if v.ext > 1 {
-            Some("another handle is alive")
-        } else if v.int > 0 {
-            Some("a pending expression still reads it")
-        } else if v.dirty {
-            Some("a pending scatter writes into it")
-        } else if v.data.as_ref().is_some_and(|b| Arc::strong_count(b) > 1) {
-            Some("a view or another array shares its buffer")
+        } else if let Some(why) = not_sole_owner(v) {
+            Some(why)
         } else if freeze::record::active() {
             Some("a frozen function is being recorded (it records the out-of-place view)")
         } else if control::symbolic() {
@@ -236,10 +230,23 @@ pub fn permute_in_place(id: VarId, p: device::Permutation) -> Result<bool> {
 pub fn sole_owner(id: VarId) -> bool {
     let st = STATE.lock();
     let v = st.var(id.0);
-    v.ext == 1
-        && v.int == 0
-        && !v.dirty
-        && v.data.as_ref().is_some_and(|b| Arc::strong_count(b) == 1)
+    v.ext == 1 && v.is_evaluated() && not_sole_owner(v).is_none()
+}
+
+/// Why an evaluated variable's buffer is visible through more than its one handle (`None`: it
+/// is not): the rule of [`sole_owner`] and of the in-place permutations, with its reason.
+fn not_sole_owner(v: &Var) -> Option<&'static str> {
+    if v.ext > 1 {
+        Some("another handle is alive")
+    } else if v.int > 0 {
+        Some("a pending expression still reads it")
+    } else if v.dirty {
+        Some("a pending scatter writes into it")
+    } else if v.data.as_ref().is_some_and(|b| Arc::strong_count(b) > 1) {
+        Some("a view or another array shares its buffer")
+    } else {
+        None
+    }
 }
 
 /// An evaluated array of `len` elements whose contents are unspecified (what its memory last

@@ -1165,9 +1165,8 @@ fn run_with_into(
             b.tile_cols = cols;
         }
     }
-    let left = if crate::inplace::enabled()
-        && (into.is_some() || built.iter().any(|b| may_reuse(&st, b)))
-    {
+    let reusable: Vec<bool> = built.iter().map(|b| may_reuse(&st, b)).collect();
+    let left = if crate::inplace::enabled() && (into.is_some() || reusable.iter().any(|&r| r)) {
         Some(released_inputs(&st, &roots, &side))
     } else {
         None
@@ -1184,7 +1183,7 @@ fn run_with_into(
     for (bi, b) in built.iter_mut().enumerate() {
         let skip = target.as_ref().filter(|t| t.0 == bi).map(|t| t.1);
         let mut reuse = match &left {
-            Some(left) if may_reuse(&st, b) => plan_in_place(&st, b, left, skip),
+            Some(left) if reusable[bi] => plan_in_place(&st, b, left, skip),
             _ => Vec::new(),
         };
         if let Some((_, root, buf)) = target.as_ref().filter(|t| t.0 == bi) {

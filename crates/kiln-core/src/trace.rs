@@ -573,7 +573,6 @@ pub fn scatter(
             note_declined(&what, Declined::SharedBuffer);
         }
     }
-    let tv = st.var(target.0);
     if shared {
         let src = tv.data.clone().expect("scatter target was evaluated");
         let label = tv.label.clone();

@@ -697,10 +697,11 @@ fn replay_in_place(
     size: usize,
     dying: &[u32],
 ) -> Vec<Option<Arc<Buffer>>> {
-    let mut reuse: Vec<Option<Arc<Buffer>>> = vec![None; params.len()];
-    if dying.is_empty() || !crate::inplace::enabled() {
-        return reuse;
+    // (nothing recorded in place or nothing dies here: no allocation on the replay path)
+    if pairs.is_empty() || dying.is_empty() || !crate::inplace::enabled() {
+        return Vec::new();
     }
+    let mut reuse: Vec<Option<Arc<Buffer>>> = vec![None; params.len()];
     let mut taken: Vec<u32> = Vec::new();
     for (p, param) in params.iter().enumerate() {
         if param.kind != ParamKind::Output {
