@@ -47,7 +47,10 @@ pub fn symbolic() -> bool {
 /// Marks this thread as tracing a symbolic body until dropped; records where the pending side
 /// effects ended, so that the body's own can be taken (`take_effects`).
 pub struct SymbolicScope {
-    mark: usize,
+    mark: u64,
+    /// Whether `take_effects` ran: a scope dropped without it (a panic in the body, an error)
+    /// discards the body's side effects, which must never run outside their region.
+    taken: Cell<bool>,
 }
 
 /// Start tracing a symbolic body (pending side effects are flushed first: they are not the body's).
@@ -57,23 +60,32 @@ pub fn enter_symbolic() -> Result<SymbolicScope> {
         crate::inspect::clear_refused();
     }
     DEPTH.with(|d| d.set(d.get() + 1));
-    let mark = STATE.lock().side_effects.len();
-    Ok(SymbolicScope { mark })
+    let mark = STATE.lock().effect_mark();
+    Ok(SymbolicScope {
+        mark,
+        taken: Cell::new(false),
+    })
 }
 
 impl SymbolicScope {
     /// The side effects created since the scope began (scatters in the body), removed from the
     /// pending list: they belong to the region and run inside it, masked. Each keeps its reference.
     pub fn take_effects(&self) -> Vec<u32> {
-        let mut st = STATE.lock();
-        let mark = self.mark.min(st.side_effects.len());
-        st.side_effects.split_off(mark)
+        self.taken.set(true);
+        let me = crate::registry::thread_token();
+        let mark = self.mark;
+        STATE
+            .lock()
+            .take_effects(|p| p.thread == me && p.symbolic && p.seq >= mark)
     }
 }
 
 impl Drop for SymbolicScope {
     fn drop(&mut self) {
         DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        if !self.taken.get() {
+            discard_effects(self.take_effects());
+        }
     }
 }
 
@@ -177,7 +189,7 @@ fn finish_node(node: Var, tys: &[VarType], has_effects: bool) -> Vec<VarId> {
         .insert(id, outs.iter().map(|o| o.0).collect());
     if has_effects {
         st.inc_int(id);
-        st.side_effects.push(id);
+        st.push_effect(id, symbolic());
     }
     let mut garbage = Vec::new();
     st.dec_ext(id, &mut garbage);

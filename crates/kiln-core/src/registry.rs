@@ -144,6 +144,8 @@ pub(crate) struct Var {
     pub alive: bool,
     /// A loop or switch node (`op` is `LoopBegin` or `Switch`): its parts, each an operand.
     pub region: Option<Box<Region>>,
+    /// The thread that traced it ([`thread_token`]): `eval_all` evaluates only its own thread's.
+    pub thread: u32,
 }
 
 /// The parts of a control-flow node in the traced graph (see `control`).
@@ -221,6 +223,7 @@ impl Var {
             fresh: false,
             alive: true,
             region: None,
+            thread: 0,
         }
     }
     pub fn is_evaluated(&self) -> bool {
@@ -258,13 +261,57 @@ impl CseKey {
     }
 }
 
+/// A pending side effect (a scatter, or a loop or switch node holding scatters) and the thread
+/// that traced it. Side effects are per thread: an evaluation runs its own thread's (and those of
+/// threads that ended), never another thread's, which may be in the middle of tracing a loop body
+/// or recording a frozen function. Another thread's are run only for a reader of their target
+/// (an array handed over with a scatter pending), and never while they are part of a body trace.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pending {
+    pub id: u32,
+    /// [`thread_token`] of the tracing thread; 0 once that thread has ended.
+    pub thread: u32,
+    /// Creation order over all threads (a symbolic scope takes its thread's from a mark on).
+    pub seq: u64,
+    /// Traced inside a symbolic body: it belongs to that body's region, not to the thread's list.
+    pub symbolic: bool,
+}
+
+static NEXT_THREAD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+/// A thread's identity in the registry; when the thread ends, its pending side effects become
+/// orphans (thread 0) that the next evaluation of any thread runs, so none is lost or leaked.
+struct ThreadToken(u32);
+
+impl Drop for ThreadToken {
+    fn drop(&mut self) {
+        let mut st = STATE.lock();
+        for p in st.side_effects.iter_mut().filter(|p| p.thread == self.0) {
+            p.thread = 0;
+            p.symbolic = false;
+        }
+    }
+}
+
+thread_local! {
+    static TOKEN: ThreadToken =
+        ThreadToken(NEXT_THREAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+}
+
+/// This thread's token (never 0; 0 while the thread is being torn down).
+pub(crate) fn thread_token() -> u32 {
+    TOKEN.try_with(|t| t.0).unwrap_or(0)
+}
+
 /// All registry state. Reached only through `STATE`.
 pub(crate) struct State {
     pub vars: Vec<Var>,
     free_ids: Vec<u32>,
     cse: HashMap<CseKey, u32, BuildHasherDefault<FxHasher>>,
-    /// Pending side effects (scatters), in creation order; each holds an internal reference.
-    pub side_effects: Vec<u32>,
+    /// Pending side effects of all threads, in creation order; each holds an internal reference.
+    /// Reach them through the methods below, which keep each thread to its own.
+    side_effects: Vec<Pending>,
+    next_seq: u64,
     /// The outputs of each loop or switch node (no references: an evaluation of one output
     /// evaluates the others a user still holds with it, so the region runs once).
     pub region_outs: HashMap<u32, Vec<u32>, BuildHasherDefault<FxHasher>>,
@@ -282,6 +329,7 @@ impl State {
             free_ids: Vec::new(),
             cse: HashMap::with_hasher(BuildHasherDefault::new()),
             side_effects: Vec::new(),
+            next_seq: 0,
             region_outs: HashMap::with_hasher(BuildHasherDefault::new()),
             stencil: HashMap::with_hasher(BuildHasherDefault::new()),
             alive: 0,
@@ -323,6 +371,7 @@ impl State {
         v.ext = 1;
         v.in_cse = cse_ok;
         v.fresh = recording;
+        v.thread = thread_token();
         let id = match self.free_ids.pop() {
             Some(id) => {
                 self.vars[id as usize] = v;
@@ -426,6 +475,98 @@ impl State {
     pub fn set_sym(&mut self, id: u32, sym: u32) {
         self.uncse(id);
         self.vars[id as usize].sym = sym;
+    }
+
+    /// Add side effect `id` (its internal reference is the list's) to this thread's pending list;
+    /// `symbolic`: traced inside a symbolic body. Returns its sequence number.
+    pub fn push_effect(&mut self, id: u32, symbolic: bool) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.side_effects.push(Pending {
+            id,
+            thread: thread_token(),
+            seq,
+            symbolic,
+        });
+        seq
+    }
+
+    /// The sequence number the next side effect will get (a symbolic scope's mark).
+    pub fn effect_mark(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Remove and return (in order) the pending side effects that `take` selects.
+    pub fn take_effects(&mut self, take: impl Fn(&Pending) -> bool) -> Vec<u32> {
+        let mut out = Vec::new();
+        self.side_effects.retain(|p| {
+            let t = take(p);
+            if t {
+                out.push(p.id);
+            }
+            !t
+        });
+        out
+    }
+
+    /// The side effects this thread's evaluation runs: its own outside symbolic bodies, and those
+    /// of ended threads. Removed from the list (each keeps its reference).
+    pub fn take_runnable_effects(&mut self) -> Vec<u32> {
+        let me = thread_token();
+        self.take_effects(|p| (p.thread == me && !p.symbolic) || p.thread == 0)
+    }
+
+    /// This thread's pending side effects, as `take_runnable_effects` would take them (not removed).
+    pub fn runnable_effects(&self) -> Vec<u32> {
+        let me = thread_token();
+        self.side_effects
+            .iter()
+            .filter(|p| (p.thread == me && !p.symbolic) || p.thread == 0)
+            .map(|p| p.id)
+            .collect()
+    }
+
+    /// The arrays side effect `id` writes: a scatter's target, or the targets of a region node's
+    /// scatters.
+    pub fn effect_targets(&self, id: u32) -> Vec<u32> {
+        let v = self.var(id);
+        match v.region.as_deref() {
+            Some(Region::Loop { effects, .. }) => {
+                effects.iter().map(|&e| self.var(e).deps[0]).collect()
+            }
+            Some(Region::Switch { effects, .. }) => effects
+                .iter()
+                .flatten()
+                .map(|&e| self.var(e).deps[0])
+                .collect(),
+            None => vec![v.deps[0]],
+        }
+    }
+
+    /// Whether any pending side effect of any thread writes one of `ids`.
+    pub fn pending_writes(&self, ids: &[u32]) -> bool {
+        self.side_effects
+            .iter()
+            .any(|p| self.effect_targets(p.id).iter().any(|t| ids.contains(t)))
+    }
+
+    /// Hand to this thread the side effects of other threads that write one of `ids` and are
+    /// not part of a body being traced (an array was passed on with its scatter pending: its
+    /// reader runs that scatter). Returns how many were taken over.
+    pub fn adopt_effects(&mut self, ids: &[u32]) -> usize {
+        let me = thread_token();
+        let mut n = 0;
+        for k in 0..self.side_effects.len() {
+            let p = self.side_effects[k];
+            if p.thread != me
+                && !p.symbolic
+                && self.effect_targets(p.id).iter().any(|t| ids.contains(t))
+            {
+                self.side_effects[k].thread = me;
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Forget every size expression and freshness mark (a recording ended; its expression ids mean

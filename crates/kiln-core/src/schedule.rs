@@ -940,7 +940,7 @@ pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
             roots.push(id.0);
         }
     }
-    let side = st.side_effects.clone();
+    let side = st.runnable_effects();
     group(&st, &roots, &side)
         .into_iter()
         .map(|g| build(&st, g).kernel)
@@ -966,7 +966,8 @@ pub fn eval_side_effects() -> Result<()> {
     run(Some(&[]))
 }
 
-/// Evaluate every variable a user handle refers to, and every pending side effect.
+/// Evaluate every variable that this thread traced and a user handle refers to, and this
+/// thread's pending side effects (another thread's values may be in the middle of a body trace).
 pub fn eval_all() -> Result<()> {
     run(None)
 }
@@ -1104,8 +1105,10 @@ fn run_with_into(
         None => {
             // inside a frozen function's recording, only what the function made
             let recording = crate::freeze::active();
+            let me = crate::registry::thread_token();
             for (i, v) in st.vars.iter().enumerate().skip(1) {
                 if v.alive
+                    && v.thread == me
                     && v.ext > 0
                     && !v.is_evaluated()
                     && !matches!(v.op, Op::Scatter(_))
@@ -1149,7 +1152,7 @@ fn run_with_into(
         }
         return Ok(());
     }
-    let side = std::mem::take(&mut st.side_effects);
+    let side = st.take_runnable_effects();
     if roots.is_empty() && side.is_empty() {
         return Ok(());
     }
@@ -1234,17 +1237,7 @@ fn run_with_into(
     }
     for &s in &side {
         // a scatter's target, or the targets of the scatters inside a region node
-        let mut targets = vec![st.var(s).deps[0]];
-        if let Some(r) = &st.var(s).region {
-            let effects: Vec<u32> = match &**r {
-                crate::registry::Region::Loop { effects, .. } => effects.clone(),
-                crate::registry::Region::Switch { effects, .. } => {
-                    effects.iter().flatten().copied().collect()
-                }
-            };
-            targets.extend(effects.iter().map(|&e| st.var(e).deps[0]));
-        }
-        for t in targets {
+        for t in st.effect_targets(s) {
             st.var_mut(t).dirty = false;
         }
         st.dec_int(s, &mut garbage);

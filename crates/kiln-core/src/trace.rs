@@ -35,9 +35,14 @@ pub(crate) fn lock_clean(ids: &[u32]) -> Result<MutexGuard<'static, State>> {
         if !ids.iter().any(|&i| i != 0 && st.var(i).dirty) {
             return Ok(st);
         }
-        if st.side_effects.is_empty() && !crate::control::symbolic() {
+        let dirty: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&i| i != 0 && st.var(i).dirty)
+            .collect();
+        if !crate::control::symbolic() && !st.pending_writes(&dirty) {
             // nothing pending can write these any more (a discarded trace's scatters)
-            for &i in ids.iter().filter(|&&i| i != 0) {
+            for &i in &dirty {
                 st.var_mut(i).dirty = false;
             }
             return Ok(st);
@@ -47,6 +52,15 @@ pub(crate) fn lock_clean(ids: &[u32]) -> Result<MutexGuard<'static, State>> {
             "reading an array that the body also writes",
         ) {
             return Ok(st);
+        }
+        // (another thread's scatter into an array handed to this one runs here, for its reader)
+        let mine = !st.runnable_effects().is_empty();
+        if st.adopt_effects(&dirty) == 0 && !mine {
+            let label = st.label_of(dirty[0]);
+            return Err(Error::Invalid(format!(
+                "{label} has a pending scatter that another thread is tracing inside a loop, \
+                 branch or scan body; read it after that thread's body trace has ended"
+            )));
         }
         drop(st);
         crate::schedule::eval_side_effects()?;
@@ -597,7 +611,7 @@ pub fn scatter(
     let sv = st.var_mut(id);
     sv.ext -= 1;
     sv.int += 1;
-    st.side_effects.push(id);
+    st.push_effect(id, symbolic);
     st.var_mut(target.0).dirty = true;
     log_append(&st, id);
     Ok(())

@@ -21,7 +21,7 @@ use kiln_core::{Op, ReduceOp, VarType};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 // ---------------------------------------------------------------------------------------------
 // Buffers with slack, launching.
@@ -181,13 +181,94 @@ fn check(
         .compile(kernel)
         .map_err(|e| format!("{e}\n{kernel}"))?;
     check_compiled(kernel, &*compiled, bufs, start, end)?;
-    // every hand-written case runs through LLVM too, when this machine has it
+    // every hand-written case runs through LLVM too, when this machine has it: at the width this
+    // host's backend picks, and at the widest one any host's can pick
     if let Some(l) = llvm() {
         let compiled = l
             .compile(kernel)
             .map_err(|e| format!("llvm: {e}\n{kernel}"))?;
         check_compiled(kernel, &*compiled, bufs, start, end).map_err(|e| format!("llvm: {e}"))?;
     }
+    if let Some(bes) = llvm_widths() {
+        let (w, l) = bes.last().expect("widths");
+        let compiled = l
+            .compile(kernel)
+            .map_err(|e| format!("llvm w{w}: {e}\n{kernel}"))?;
+        check_compiled(kernel, &*compiled, bufs, start, end)
+            .map_err(|e| format!("llvm w{w}: {e}"))?;
+    }
+    compiles_for_other_hosts(kernel)
+}
+
+/// LLVM backends generating code for the kinds of x86-64 host kiln runs on, whichever this one
+/// is, each at the widest width its default backend picks (base lanes × 4 for small kernels):
+/// AVX-512 (16 × 4), AVX2 (8 × 4) and baseline x86-64 (4 × 4). Their code is only compiled here
+/// (verifier, O2, instruction selection), never run: it may not run on this CPU.
+fn llvm_other_hosts() -> &'static [(String, LlvmBackend)] {
+    static BE: OnceLock<Vec<(String, LlvmBackend)>> = OnceLock::new();
+    BE.get_or_init(|| {
+        if llvm().is_none() {
+            return Vec::new();
+        }
+        [("skylake-avx512", 64), ("haswell", 32), ("x86-64", 16)]
+            .into_iter()
+            .map(|(cpu, w)| {
+                let be = LlvmBackend::create_for_cpu(w, cpu, "")
+                    .unwrap_or_else(|e| panic!("LLVM for {cpu}: {e}"));
+                (format!("{cpu} w{w}"), be)
+            })
+            .collect()
+    })
+}
+
+/// Cranelift with the AVX-512 flags of the other kind of host: off where this host has AVX-512
+/// (its code runs here: the AVX2 host's code paths), on where it lacks it (compiled only).
+fn cranelift_other_host() -> (&'static CraneliftBackend, bool) {
+    static BE: OnceLock<(CraneliftBackend, bool)> = OnceLock::new();
+    let (be, runs) = BE.get_or_init(|| {
+        let here = std::is_x86_feature_detected!("avx512f");
+        let v = if here { "false" } else { "true" };
+        let mut s: Vec<(&str, &str)> = [
+            "has_avx512f",
+            "has_avx512vl",
+            "has_avx512dq",
+            "has_avx512bitalg",
+            "has_avx512vbmi",
+        ]
+        .iter()
+        .map(|k| (*k, v))
+        .collect();
+        if !here {
+            // (AVX-512 implies the AVX2 family)
+            s.extend(
+                ["has_avx", "has_avx2", "has_fma", "has_sse41", "has_sse42"].map(|k| (k, "true")),
+            );
+        }
+        s.push(("enable_verifier", "true"));
+        let be = CraneliftBackend::with_settings(&s).expect("cranelift for the other host");
+        (be, here)
+    });
+    (be, *runs)
+}
+
+/// `kernel` compiles for every other kind of host (see `llvm_other_hosts`, `cranelift_other_host`);
+/// once per distinct kernel (the hand-written cases check each kernel on many variants).
+fn compiles_for_other_hosts(kernel: &Kernel) -> Result<(), String> {
+    static DONE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let key = kernel.hash().to_string();
+    if DONE.lock().unwrap().contains(&key) {
+        return Ok(());
+    }
+    for (name, be) in llvm_other_hosts() {
+        be.object_code(kernel)
+            .map_err(|e| format!("llvm for {name}: {e}\n{kernel}"))?;
+    }
+    let (be, runs) = cranelift_other_host();
+    if !runs {
+        be.compile(kernel)
+            .map_err(|e| format!("cranelift with AVX-512: {e}\n{kernel}"))?;
+    }
+    DONE.lock().unwrap().push(key);
     Ok(())
 }
 
@@ -3139,12 +3220,14 @@ const EDGE_RANGES: [(u64, u64); 9] = [
 /// Checks `k` on every code-generation variant against the interpreter (buffers and status), and
 /// returns the interpreter's buffers and status after asserting that the default Cranelift
 /// backend reports the same status.
-/// LLVM backends at 4, 8 and 16 lanes per vector (None where this machine has no libLLVM).
+/// LLVM backends at every width the backend can pick on any host (4, 8 or 16 lanes per vector,
+/// times 1, 2 or 4 for smaller kernels), run on this CPU whatever its vector registers (LLVM
+/// splits or merges them); None where this machine has no libLLVM.
 fn llvm_widths() -> Option<&'static [(usize, LlvmBackend)]> {
     static BE: OnceLock<Option<Vec<(usize, LlvmBackend)>>> = OnceLock::new();
     llvm()?;
     BE.get_or_init(|| {
-        [4usize, 8, 16]
+        [4usize, 8, 16, 32, 64]
             .into_iter()
             .map(|w| {
                 LlvmBackend::create_with(false, w)
@@ -3164,11 +3247,15 @@ proptest! {
         choices in prop::collection::vec(choice(), 1..20),
         r1 in small_range(),
         r2 in small_range(),
-        width in 0usize..3,
+        width in 0usize..5,
         seed in any::<u64>(),
     ) {
         if let Some(bes) = llvm_widths() {
             diff_case(&choices, &[r1, r2], seed, &bes[width].1)?;
+            if seed % 16 == 0 {
+                // (a sixteenth of the cases: three more LLVM compiles each)
+                compiles_for_other_hosts(&build_kernel(&choices)).map_err(TestCaseError::fail)?;
+            }
         }
     }
 }
@@ -3195,12 +3282,15 @@ proptest! {
     fn llvm_random_region_kernels_agree(
         tape in prop::collection::vec(any::<u64>(), 0..200),
         r in region_range(),
-        width in 0usize..3,
+        width in 0usize..5,
         seed in any::<u64>(),
     ) {
         if let Some(bes) = llvm_widths() {
             let (w, be) = &bes[width];
             let kernel = build_region_kernel(&tape, true, true);
+            if seed % 4 == 0 {
+                compiles_for_other_hosts(&kernel).map_err(TestCaseError::fail)?;
+            }
             let compiled = be
                 .compile(&kernel)
                 .map_err(|e| TestCaseError::fail(format!("llvm w{w}: {e}\n{kernel}")))?;

@@ -295,7 +295,12 @@ impl Gen<'_> {
         let vt = self.v("i1");
         self.line(format!("{bitsv} = bitcast {vt} {m} to i{w}"));
         self.line(format!("{c} = call i{w} @llvm.ctpop.i{w}(i{w} {bitsv})"));
-        self.line(format!("{r} = zext i{w} {c} to i64"));
+        // (64 lanes: the count is already an i64, and LLVM rejects a zext to the same width)
+        match w.cmp(&64) {
+            std::cmp::Ordering::Less => self.line(format!("{r} = zext i{w} {c} to i64")),
+            std::cmp::Ordering::Equal => return c,
+            std::cmp::Ordering::Greater => self.line(format!("{r} = trunc i{w} {c} to i64")),
+        }
         r
     }
     fn call1(&mut self, dst: &str, name: &str, t: VarType, a: &str) {

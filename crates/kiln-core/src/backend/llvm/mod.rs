@@ -107,6 +107,27 @@ impl LlvmBackend {
     /// As `create`, with `width` lanes per vector iteration (any power of two from 2 to 64; tests
     /// run every width on any CPU, LLVM splitting or merging registers as needed).
     pub fn create_with(disk_cache: bool, width: usize) -> std::result::Result<LlvmBackend, String> {
+        LlvmBackend::create_for(disk_cache, width, None)
+    }
+
+    /// A backend that generates code for another x86-64 CPU (`cpu` as LLVM names it, e.g.
+    /// `"skylake-avx512"`, `"haswell"`, `"x86-64"`; `features` e.g. `"+avx512f,+avx512vl"` or
+    /// `""`), at `width` lanes. Its code may not run on this machine: use
+    /// [`LlvmBackend::object_code`] to check that LLVM accepts and compiles a kernel for it (tests
+    /// cover an AVX-512 host's code on an AVX2 host this way, and the other way round).
+    pub fn create_for_cpu(
+        width: usize,
+        cpu: &str,
+        features: &str,
+    ) -> std::result::Result<LlvmBackend, String> {
+        LlvmBackend::create_for(false, width, Some((cpu, features)))
+    }
+
+    fn create_for(
+        disk_cache: bool,
+        width: usize,
+        target_cpu: Option<(&str, &str)>,
+    ) -> std::result::Result<LlvmBackend, String> {
         if !(2..=64).contains(&width) || !width.is_power_of_two() {
             return Err(format!(
                 "{width} lanes per vector is not a power of two from 2 to 64"
@@ -129,8 +150,13 @@ impl LlvmBackend {
             (a.LLVMInitializeX86AsmPrinter)();
             let triple_raw = (a.LLVMGetDefaultTargetTriple)();
             let triple = lib.take_message(triple_raw);
-            let cpu = lib.take_message((a.LLVMGetHostCPUName)());
-            let features = lib.take_message((a.LLVMGetHostCPUFeatures)());
+            let (cpu, features) = match target_cpu {
+                Some((cpu, features)) => (cpu.to_string(), features.to_string()),
+                None => (
+                    lib.take_message((a.LLVMGetHostCPUName)()),
+                    lib.take_message((a.LLVMGetHostCPUFeatures)()),
+                ),
+            };
             let triple_c = CString::new(triple.clone()).map_err(|e| e.to_string())?;
             let cpu_c = CString::new(cpu.clone()).map_err(|e| e.to_string())?;
             let feat_c = CString::new(features.clone()).map_err(|e| e.to_string())?;
@@ -237,6 +263,15 @@ impl LlvmBackend {
             &format!("kiln_{}", kernel.hash()),
             self.width_of(kernel),
         )
+    }
+
+    /// Optimised object code for `kernel` for this backend's CPU, without linking or running it:
+    /// the IR must pass LLVM's verifier, its O2 pipeline and code generation. An `Err` carries
+    /// LLVM's message.
+    pub fn object_code(&self, kernel: &Kernel) -> std::result::Result<Vec<u8>, String> {
+        let ir = self.ir_text(kernel);
+        let jit = self.jit.lock();
+        self.codegen(&jit, &ir)
     }
 
     /// Lanes per iteration of `kernel`'s code.
