@@ -2246,9 +2246,27 @@ fn main() {
             false
         }
     };
+    let avx512 = {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::is_x86_feature_detected!("avx512f")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    };
+    // (figures differ between AVX2 and AVX-512 hosts: every report says which it came from)
     println!(
-        "kiln bench report{}: backend {}, kiln threads {}, rayon threads {}, baselines {}",
+        "kiln bench report{}: host {}, backend {}, kiln threads {}, rayon threads {}, baselines {}",
         if quick { " (--quick)" } else { "" },
+        if avx512 {
+            "AVX-512 (avx512f)"
+        } else if avx2 {
+            "AVX2 (no avx512f)"
+        } else {
+            "no AVX2"
+        },
         kiln::backend(),
         kiln::kiln_core::launch::threads(),
         rayon::current_num_threads(),
