@@ -75,8 +75,17 @@ impl<T: Scalar> Array<T> {
                 T::TYPE
             )));
         }
-        let id = kiln_core::op(op, &[a.id(), b.id()])
-            .map_err(|e| Error::Invalid(format!("try_binary: {e}")))?;
+        let special = matches!(
+            op,
+            Op::Literal | Op::Counter | Op::Cast | Op::Bitcast | Op::Tap | Op::Split
+        );
+        if special || !op.is_pure() {
+            return Err(Error::Invalid(format!(
+                "try_binary: `{name}` is not an arithmetic or logic op; use the function that makes it (`kiln::gather`, `kiln::scatter`, a stencil, …) instead"
+            )));
+        }
+        // size mismatches and unsupported types come back as the engine's own errors
+        let id = kiln_core::op(op, &[a.id(), b.id()])?;
         // every op `op` accepts gives its operands' type, or Bool for comparisons (checked above)
         Array::try_from_id(id).inspect_err(|_| kiln_core::dec_ref(id))
     }
