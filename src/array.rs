@@ -58,8 +58,38 @@ pub(crate) fn ok<R>(r: Result<R>) -> R {
 }
 
 impl<T: Scalar> Array<T> {
-    /// Wrap an id that carries one external reference (taken over by the handle).
+    /// Wrap an id that carries one external reference (taken over by the handle). Panics if the
+    /// variable's type is not `T`; see [`Array::try_from_id`].
+    #[track_caller]
     pub fn from_id(id: VarId) -> Self {
+        ok(Self::try_from_id(id))
+    }
+    /// As [`Array::from_id`], returning an error naming both types when the variable's type is
+    /// not `T`. On error the reference stays with the caller (wrap it with the right type, or
+    /// release it with `kiln_core::dec_ref`).
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let id = Float32::from_slice(&[1.0]).into_id();
+    /// assert!(Float64::try_from_id(id).is_err());
+    /// let back = Float32::try_from_id(id).unwrap();
+    /// ```
+    pub fn try_from_id(id: VarId) -> Result<Self> {
+        let ty = core::var_type(id);
+        if ty != T::TYPE {
+            return Err(Error::Invalid(format!(
+                "{} holds {ty} values and cannot be wrapped as an Array<{}>; wrap it as an Array<{ty}> and `cast::<{}>()` that if you need {} values",
+                core::describe(id),
+                T::TYPE,
+                T::TYPE,
+                T::TYPE
+            )));
+        }
+        Ok(Self::wrap(id))
+    }
+    /// As [`Array::from_id`] for an id whose type is known to be `T` (the engine calls below
+    /// create it with `T::TYPE`): no registry lookup.
+    fn wrap(id: VarId) -> Self {
         debug_assert_eq!(core::var_type(id), T::TYPE, "type of var {id:?}");
         Array {
             id,
@@ -92,7 +122,7 @@ impl<T: Scalar> Array<T> {
         for v in data {
             bytes.extend_from_slice(&v.to_bits64().to_le_bytes()[..T::TYPE.size_bytes()]);
         }
-        Ok(Self::from_id(core::from_bytes(T::TYPE, &bytes)?))
+        Ok(Self::wrap(core::from_bytes(T::TYPE, &bytes)?))
     }
     /// An evaluated array taking the values of `data`.
     ///
@@ -111,7 +141,7 @@ impl<T: Scalar> Array<T> {
     ///
     /// `n` may be a [`Size`] (`x.size()`), which inside a frozen function follows the inputs.
     pub fn full(value: T, n: impl Into<Size>) -> Self {
-        Self::from_id(core::literal(T::TYPE, value.to_bits64(), n))
+        Self::wrap(core::literal(T::TYPE, value.to_bits64(), n))
     }
     /// A size-1 array holding `value` in memory rather than as a literal: kernels read it, so a
     /// new value needs no new kernel and no new recording of a frozen function.
@@ -309,7 +339,7 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(x.cast::<i32>().to_vec(), vec![1, -2, 0]);
     /// ```
     pub fn cast<U: Scalar>(&self) -> Array<U> {
-        Array::from_id(ok(core::convert(Op::Cast, self.id, U::TYPE)))
+        Array::wrap(ok(core::convert(Op::Cast, self.id, U::TYPE)))
     }
     /// Reinterpret the bits as `U` (same width).
     ///
@@ -318,17 +348,17 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(x.bitcast::<u32>().item(), 0x3f80_0000);
     /// ```
     pub fn bitcast<U: Scalar>(&self) -> Array<U> {
-        Array::from_id(ok(core::convert(Op::Bitcast, self.id, U::TYPE)))
+        Array::wrap(ok(core::convert(Op::Bitcast, self.id, U::TYPE)))
     }
 
     /// Apply a core op to this array and others of the same type.
     pub(crate) fn apply(op: Op, args: &[&Array<T>]) -> Result<Self> {
         let ids: Vec<VarId> = args.iter().map(|a| a.id).collect();
-        Ok(Self::from_id(core::op(op, &ids)?))
+        Ok(Self::wrap(core::op(op, &ids)?))
     }
     /// Apply a comparison.
     pub(crate) fn compare(op: Op, a: &Array<T>, b: &Array<T>) -> Result<Bool> {
-        Ok(Bool::from_id(core::op(op, &[a.id, b.id])?))
+        Ok(Bool::wrap(core::op(op, &[a.id, b.id])?))
     }
 }
 
@@ -366,7 +396,7 @@ impl<T: Numeric> Array<T> {
         let c = ok(core::counter(idx_ty, n));
         let r = ok(core::convert(Op::Cast, c, T::TYPE));
         core::dec_ref(c);
-        Self::from_id(r)
+        Self::wrap(r)
     }
 }
 

@@ -8,7 +8,7 @@
 
 use crate::array::{ok, Array, Bool, IntoArray};
 use crate::types::{Float, Integer, Numeric, Signed};
-use kiln_core::{Op, Result, Scalar};
+use kiln_core::{Error, Op, Result, Scalar, VarType};
 use std::ops::*;
 
 /// Marker: element types with bitwise `& | ^` (integers and masks).
@@ -48,16 +48,46 @@ macro_rules! float_rem {
 float_rem!(f32, f64);
 
 impl<T: Scalar> Array<T> {
-    /// A binary op that reports size mismatches as `Err` instead of panicking.
+    /// A binary op that reports size mismatches as `Err` instead of panicking. `op` must be a
+    /// binary arithmetic or logic op whose result has the operands' type: a unary or ternary op,
+    /// an op such as `Gather`, or a comparison (whose result is a `Bool`; use `lt`, `eq`, … for
+    /// those) is an error too.
     ///
     /// ```
     /// use kiln::prelude::*;
     /// let a = Float32::zeros(3);
     /// let b = Float32::zeros(5);
     /// assert!(Float32::try_binary(Op::Add, &a, &b).is_err());
+    /// assert!(Float32::try_binary(Op::Lt, &a, &a).is_err());
     /// ```
     pub fn try_binary(op: Op, a: &Array<T>, b: &Array<T>) -> Result<Array<T>> {
-        Array::apply(op, &[a, b])
+        let name = op.name();
+        if op.arity() != 2 {
+            let n = op.arity();
+            return Err(Error::Invalid(format!(
+                "try_binary: `{name}` is not a binary op (it takes {n} operand{}); call its method or function instead",
+                if n == 1 { "" } else { "s" }
+            )));
+        }
+        if op.is_comparison() && T::TYPE != VarType::Bool {
+            return Err(Error::Invalid(format!(
+                "try_binary: `{name}` gives a bool array, not an Array<{}> like its operands; use the comparison method (`a.{name}(&b)`), which returns a Bool",
+                T::TYPE
+            )));
+        }
+        let special = matches!(
+            op,
+            Op::Literal | Op::Counter | Op::Cast | Op::Bitcast | Op::Tap | Op::Split
+        );
+        if special || !op.is_pure() {
+            return Err(Error::Invalid(format!(
+                "try_binary: `{name}` is not an arithmetic or logic op; use the function that makes it (`kiln::gather`, `kiln::scatter`, a stencil, …) instead"
+            )));
+        }
+        // size mismatches and unsupported types come back as the engine's own errors
+        let id = kiln_core::op(op, &[a.id(), b.id()])?;
+        // every op `op` accepts gives its operands' type, or Bool for comparisons (checked above)
+        Array::try_from_id(id).inspect_err(|_| kiln_core::dec_ref(id))
     }
 }
 

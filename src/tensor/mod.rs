@@ -296,8 +296,11 @@ impl<T: Numeric> Tensor<T> {
     /// use kiln::prelude::*;
     /// assert_eq!(Tensor::<f64>::eye(2).to_vec(), vec![1.0, 0.0, 0.0, 1.0]);
     /// ```
+    ///
+    /// Panics, naming the shape, when `n × n` does not fit in `usize`.
+    #[track_caller]
     pub fn eye(n: usize) -> Self {
-        let i = crate::UInt64::arange(n * n);
+        let i = crate::UInt64::arange(ok(numel(&[n, n])));
         let diag = (&i % (n as u64 + 1)).eq(0u64);
         Tensor {
             array: crate::select(&diag, T::one(), T::zero()),

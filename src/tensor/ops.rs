@@ -247,6 +247,8 @@ impl<T: crate::types::Float> Tensor<T> {
             )));
         }
         let (m, k, n) = (a[0], a[1], b[1]);
+        // the product's shape, checked before anything (the scan hook included) multiplies it
+        super::numel(&[m, n])?;
         if let Some(r) = crate::scan::matmul_hook(self, other, m, k, n) {
             return r;
         }

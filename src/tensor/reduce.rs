@@ -4,7 +4,8 @@
 //!
 //! An axis reduction reduces each slice along the axis with a block reduction: the axis is moved
 //! last (a view; contiguous inner axes need no move), so each output element is one contiguous
-//! block. An empty axis gives the reduction's identity.
+//! block. An empty axis gives the reduction's identity (+0 for float sums, NaN for means); `argmax`
+//! along an empty axis is an error.
 
 use super::{numel, Tensor};
 use crate::array::{ok, Array};
@@ -111,7 +112,8 @@ impl<T: Numeric> Tensor<T> {
     pub fn max_axis_keepdim(&self, axis: usize) -> Tensor<T> {
         ok(self.reduce_axis(ReduceOp::Max, axis, true))
     }
-    /// Index of the first largest element along `axis` (dropped); an empty axis gives 0.
+    /// Index of the first largest element along `axis` (dropped). Panics if the axis is empty
+    /// (there is no index to give; NumPy raises too); see [`Tensor::try_argmax_axis`].
     ///
     /// ```
     /// use kiln::prelude::*;
@@ -127,14 +129,27 @@ impl<T: Numeric> Tensor<T> {
     pub fn argmax_axis_keepdim(&self, axis: usize) -> Tensor<u64> {
         ok(self.argmax(axis, true))
     }
+    /// As [`Tensor::argmax_axis`], returning an error for an axis out of range or empty.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let e = Tensor::<f32>::zeros(&[2, 0]).try_argmax_axis(1).unwrap_err();
+    /// assert!(e.to_string().contains("empty"));
+    /// ```
+    pub fn try_argmax_axis(&self, axis: usize) -> Result<Tensor<u64>> {
+        self.argmax(axis, false)
+    }
+    /// As [`Tensor::argmax_axis_keepdim`], returning an error for an axis out of range or empty.
+    pub fn try_argmax_axis_keepdim(&self, axis: usize) -> Result<Tensor<u64>> {
+        self.argmax(axis, true)
+    }
     fn argmax(&self, axis: usize, keepdim: bool) -> Result<Tensor<u64>> {
         let best = self.reduce_axis(ReduceOp::Max, axis, true)?;
         if self.shape[axis] == 0 {
-            let mut shape = best.shape.clone();
-            if !keepdim {
-                shape.remove(axis);
-            }
-            return Ok(Tensor::zeros(&shape));
+            return Err(core::Error::Invalid(format!(
+                "argmax along axis {axis} of a tensor of shape {:?}: the axis is empty, so it has no largest element to index; reduce along a non-empty axis or check its length first",
+                self.shape
+            )));
         }
         // NaN is the maximum of a slice holding one (as in NumPy): its first NaN wins
         let is_best = self.eq(&best) | (self.ne(self) & best.ne(&best));

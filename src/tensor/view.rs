@@ -177,7 +177,9 @@ impl<T: Scalar> Tensor<T> {
     }
 
     /// Slice every axis (NumPy/ndarray semantics: negative positions count from the end, negative
-    /// steps walk backwards; an index drops its axis). Use the [`s!`](crate::s) macro:
+    /// steps walk backwards; an index drops its axis). A position past the axis is an error, as
+    /// in ndarray (NumPy would clamp it), and so is a `usize` too large for `isize`: it is never
+    /// wrapped to a negative position. Use the [`s!`](crate::s) macro:
     ///
     /// ```
     /// use kiln::prelude::*;
@@ -202,7 +204,17 @@ impl<T: Scalar> Tensor<T> {
         let st = strides(&self.shape);
         let (mut out, mut mults, mut offset) = (Vec::new(), Vec::new(), 0i64);
         for (axis, (&dim, &stride)) in self.shape.iter().zip(&st).enumerate() {
-            let d = dim as i64;
+            // positions are isize, and one that did not fit (a usize beyond isize::MAX) arrives
+            // as isize::MAX: below that, it is out of range on every axis it may be given for
+            let d = match i64::try_from(dim) {
+                Ok(d) if d < isize::MAX as i64 => d,
+                _ => {
+                    return Err(Error::Invalid(format!(
+                        "slice: axis {axis} has length {dim}, too long to slice (positions are isize, at most {}); reshape it into shorter axes first",
+                        isize::MAX - 1
+                    )))
+                }
+            };
             let arg = args.get(axis).copied().unwrap_or(SliceArg::ALL);
             let resolve = |p: i64| if p < 0 { p + d } else { p };
             match arg {
@@ -210,7 +222,8 @@ impl<T: Scalar> Tensor<T> {
                     let p = resolve(i as i64);
                     if p < 0 || p >= d {
                         return Err(Error::Invalid(format!(
-                            "slice: index {i} is out of range for axis {axis} of length {d} (tensor of rank {}, shape {:?})",
+                            "slice: index {} is out of range for axis {axis} of length {d} (tensor of rank {}, shape {:?})",
+                            position(i as i64),
                             self.ndim(),
                             self.shape
                         )));
@@ -227,7 +240,8 @@ impl<T: Scalar> Tensor<T> {
                         let r = resolve(p);
                         if r < 0 || r > d {
                             Err(Error::Invalid(format!(
-                                "slice: {what} {p} is out of range for axis {axis} of length {d} (tensor of rank {}, shape {:?})",
+                                "slice: {what} {} is out of range for axis {axis} of length {d} (tensor of rank {}, shape {:?})",
+                                position(p),
                                 self.ndim(),
                                 self.shape
                             )))
@@ -281,7 +295,7 @@ impl<T: Scalar> Tensor<T> {
     pub fn index_axis(&self, axis: usize, i: usize) -> Tensor<T> {
         ok(self.check_axis("index_axis", axis));
         let mut args = vec![SliceArg::ALL; self.ndim()];
-        args[axis] = SliceArg::Index(i as isize);
+        args[axis] = SliceArg::from(i);
         self.slice(&args)
     }
 
@@ -382,7 +396,12 @@ impl<T: Scalar> Tensor<T> {
                     p.shape, first.shape
                 )));
             }
-            out[axis] += p.shape[axis];
+            out[axis] = out[axis].checked_add(p.shape[axis]).ok_or_else(|| {
+                let shapes: Vec<&[usize]> = parts.iter().map(|p| p.shape()).collect();
+                Error::Invalid(format!(
+                    "concat along axis {axis} of shapes {shapes:?}: the joined axis has more elements than fit in memory; concatenate fewer or shorter parts"
+                ))
+            })?;
         }
         let n = numel(&out)?;
         if n == 0 {
@@ -450,49 +469,64 @@ impl SliceArg {
     }
 }
 
+/// A position as `isize`, never wrapped: one too large for `isize` (a `usize` beyond
+/// `isize::MAX`) becomes `isize::MAX`, which `try_slice` reports as out of range on every axis.
+fn pos<T: TryInto<isize>>(p: T) -> isize {
+    p.try_into().unwrap_or(isize::MAX)
+}
+
+/// A position for an error message: `isize::MAX` stands for every larger one.
+fn position(p: i64) -> String {
+    if p == isize::MAX as i64 {
+        format!("{p} or more")
+    } else {
+        p.to_string()
+    }
+}
+
 macro_rules! slice_from {
     ($($t:ty),*) => {$(
         impl From<$t> for SliceArg {
             fn from(i: $t) -> SliceArg {
-                // an index too large for isize is out of range anyway
-                SliceArg::Index(isize::try_from(i).unwrap_or(isize::MAX))
+                SliceArg::Index(pos(i))
             }
         }
         impl From<Range<$t>> for SliceArg {
             fn from(r: Range<$t>) -> SliceArg {
-                SliceArg::Range { start: Some(r.start as isize), stop: Some(r.end as isize), step: 1 }
+                SliceArg::Range { start: Some(pos(r.start)), stop: Some(pos(r.end)), step: 1 }
             }
         }
         impl From<RangeInclusive<$t>> for SliceArg {
             fn from(r: RangeInclusive<$t>) -> SliceArg {
-                SliceArg::Range { start: Some(*r.start() as isize), stop: inclusive_stop(*r.end() as isize), step: 1 }
+                SliceArg::Range { start: Some(pos(*r.start())), stop: inclusive_stop(pos(*r.end())), step: 1 }
             }
         }
         impl From<RangeFrom<$t>> for SliceArg {
             fn from(r: RangeFrom<$t>) -> SliceArg {
-                SliceArg::Range { start: Some(r.start as isize), stop: None, step: 1 }
+                SliceArg::Range { start: Some(pos(r.start)), stop: None, step: 1 }
             }
         }
         impl From<RangeTo<$t>> for SliceArg {
             fn from(r: RangeTo<$t>) -> SliceArg {
-                SliceArg::Range { start: None, stop: Some(r.end as isize), step: 1 }
+                SliceArg::Range { start: None, stop: Some(pos(r.end)), step: 1 }
             }
         }
         impl From<RangeToInclusive<$t>> for SliceArg {
             fn from(r: RangeToInclusive<$t>) -> SliceArg {
-                SliceArg::Range { start: None, stop: inclusive_stop(r.end as isize), step: 1 }
+                SliceArg::Range { start: None, stop: inclusive_stop(pos(r.end)), step: 1 }
             }
         }
     )*};
 }
 slice_from!(i32, isize, usize);
 
-/// The exclusive stop of an inclusive end: `..=-1` runs to the end of the axis.
+/// The exclusive stop of an inclusive end: `..=-1` runs to the end of the axis; an end of
+/// `isize::MAX` (or a larger `usize`) stays `isize::MAX`, out of range like the end itself.
 fn inclusive_stop(end: isize) -> Option<isize> {
     if end == -1 {
         None
     } else {
-        end.checked_add(1)
+        Some(end.saturating_add(1))
     }
 }
 

@@ -865,13 +865,15 @@ fn reduce_range(op: ReduceOp, buf: &Buffer, s: usize, e: usize) -> u64 {
     acc.finish()
 }
 
-/// Combine per-block partial results (f32 partials were carried as f32 bits).
+/// Combine per-block partial results (f32 partials were carried as f32 bits). Float sums start
+/// at +0.0, the identity `reduce_identity` gives: `Iterator::sum` of floats starts at -0.0, which
+/// made the sum of an empty f32 array -0.0 (NumPy and f64 give +0.0).
 fn combine(op: ReduceOp, ty: VarType, parts: &[u64]) -> u64 {
     match (op, ty) {
         (ReduceOp::Add, VarType::F32) => (parts
             .iter()
-            .map(|&b| f32::from_bits(b as u32) as f64)
-            .sum::<f64>() as f32)
+            .fold(0.0f64, |a, &b| a + f32::from_bits(b as u32) as f64)
+            as f32)
             .to_bits() as u64,
         (ReduceOp::Add, VarType::Bool) => parts.iter().sum(),
         _ => parts

@@ -261,7 +261,12 @@ pub fn uninit(ty: VarType, len: usize) -> Result<VarId> {
 pub fn read_bytes(id: VarId) -> Result<Vec<u8>> {
     log::init_from_env();
     if control::refuse(|| describe(id), "reading its contents") {
-        return Ok(vec![0; size(id) * var_type(id).size_bytes()]);
+        let (n, width) = (size(id), var_type(id).size_bytes());
+        let bytes = n.checked_mul(width).ok_or_else(|| Error::OutOfMemory {
+            bytes: n as u128 * width as u128,
+            what: format!("the placeholder contents of {}", describe(id)),
+        })?;
+        return Ok(vec![0; bytes]);
     }
     refuse_read(id, "reading its contents")?;
     eval(&[id])?;

@@ -599,7 +599,15 @@ impl State {
 
 /// Human-readable byte count.
 pub fn fmt_bytes(b: u64) -> String {
-    let b = b as f64;
+    fmt_bytes_f64(b as f64)
+}
+
+/// As [`fmt_bytes`], for byte counts that may exceed `u64` (the memory of huge lazy arrays).
+fn fmt_bytes_wide(b: u128) -> String {
+    fmt_bytes_f64(b as f64)
+}
+
+fn fmt_bytes_f64(b: f64) -> String {
     if b < 1024.0 {
         format!("{b} B")
     } else if b < 1024.0 * 1024.0 {
@@ -631,13 +639,15 @@ pub fn whos() -> Whos {
         "\n  {:<8}{:<6}{:<11}{:<12}{:<13}{:<8}Label",
         "ID", "Type", "E/I Refs", "Size", "Memory", "Ready"
     );
-    let (mut ready, mut scheduled, mut savings) = (0u64, 0u64, 0u64);
+    // in u128: a lazy array may have up to usize::MAX elements, whose bytes (and their totals)
+    // do not fit in u64 (this wrapped to 0 B before)
+    let (mut ready, mut scheduled, mut savings) = (0u128, 0u128, 0u128);
     let mut rows = 0;
     for (id, v) in st.vars.iter().enumerate() {
         if !v.alive || id == 0 {
             continue;
         }
-        let mem = (v.size * v.ty.size_bytes()) as u64;
+        let mem = v.size as u128 * v.ty.size_bytes() as u128;
         let is_ready = v.is_evaluated();
         if is_ready {
             ready += mem;
@@ -654,8 +664,9 @@ pub fn whos() -> Whos {
                 id,
                 v.ty.name(),
                 format!("{} / {}", v.ext, v.int),
-                v.size,
-                fmt_bytes(mem),
+                // a trailing space keeps a size wider than its column apart from the next
+                format!("{} ", v.size),
+                format!("{} ", fmt_bytes_wide(mem)),
                 if is_ready { "[x]" } else { "[ ]" },
                 v.label.as_deref().unwrap_or("")
             );
@@ -665,14 +676,18 @@ pub fn whos() -> Whos {
         let _ = writeln!(t, "  ... {} more rows", rows - 200);
     }
     let _ = writeln!(t);
-    let _ = writeln!(t, "  Memory usage (ready)     : {}", fmt_bytes(ready));
+    let _ = writeln!(t, "  Memory usage (ready)     : {}", fmt_bytes_wide(ready));
     let _ = writeln!(
         t,
         "  Memory usage (scheduled) : {} + {} = {}",
-        fmt_bytes(ready),
-        fmt_bytes(scheduled),
-        fmt_bytes(ready + scheduled)
+        fmt_bytes_wide(ready),
+        fmt_bytes_wide(scheduled),
+        fmt_bytes_wide(ready.saturating_add(scheduled))
     );
-    let _ = writeln!(t, "  Memory savings           : {}", fmt_bytes(savings));
+    let _ = writeln!(
+        t,
+        "  Memory savings           : {}",
+        fmt_bytes_wide(savings)
+    );
     Whos { text: t }
 }

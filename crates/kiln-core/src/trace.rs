@@ -225,10 +225,23 @@ fn check_types(st: &State, op: Op, ids: &[u32]) -> Result<VarType> {
     }
 }
 
-/// Apply a pure arithmetic/logic op (unary, binary, `Fma`, `Select`) to operands.
+/// Apply a pure arithmetic/logic op (unary, binary, `Fma`, `Select`) to operands. Any other op,
+/// or a wrong number of operands, is an error naming the op and the function that creates it.
 pub fn op(op: Op, args: &[VarId]) -> Result<VarId> {
-    assert_eq!(args.len(), op.arity(), "{op} takes {} operands", op.arity());
-    assert!(op.is_pure() && !matches!(op, Op::Literal | Op::Counter | Op::Cast | Op::Bitcast));
+    if let Some(instead) = not_by_op(op) {
+        return Err(Error::Invalid(format!(
+            "`{}` cannot be created with `op`, which applies pure arithmetic and logic ops (unary, binary, `fma`, `select`); use {instead}",
+            op.name()
+        )));
+    }
+    if args.len() != op.arity() {
+        return Err(Error::Invalid(format!(
+            "`{}` takes {}, {} given; pass exactly that many operand ids",
+            op.name(),
+            operands(op.arity()),
+            args.len()
+        )));
+    }
     let ids: Vec<u32> = args.iter().map(|a| a.0).collect();
     let mut st = lock_clean(&ids)?;
     let ty = check_types(&st, op, &ids)?;
@@ -242,6 +255,31 @@ pub fn op(op: Op, args: &[VarId]) -> Result<VarId> {
     let id = st.insert(v);
     log_append(&st, id);
     Ok(VarId(id))
+}
+
+/// "1 operand", "2 operands".
+fn operands(n: usize) -> String {
+    if n == 1 {
+        "1 operand".into()
+    } else {
+        format!("{n} operands")
+    }
+}
+
+/// For an op that [`op`] does not create, the function that does (`None`: [`op`] creates it).
+fn not_by_op(op: Op) -> Option<&'static str> {
+    match op {
+        Op::Literal => Some("`literal`"),
+        Op::Counter => Some("`counter`"),
+        Op::Cast | Op::Bitcast => Some("`convert`"),
+        Op::Data => Some("`from_bytes`"),
+        Op::Gather => Some("`gather` or `gather_view`"),
+        Op::Scatter(_) => Some("`scatter`"),
+        Op::Tap | Op::Split => Some("`stencil_node`"),
+        Op::Load | Op::Store => Some("evaluation: loads and stores exist only inside kernels"),
+        _ if !op.is_pure() => Some("the control-flow API (`control`), which traces regions"),
+        _ => None,
+    }
 }
 
 /// Try to replace `op(ids)` by something already known. Returns a new external reference.
@@ -395,6 +433,12 @@ fn simplify(
 
 /// Convert values to type `to` (`Op::Cast`) or reinterpret their bits (`Op::Bitcast`).
 pub fn convert(op: Op, a: VarId, to: VarType) -> Result<VarId> {
+    if !matches!(op, Op::Cast | Op::Bitcast) {
+        return Err(Error::Invalid(format!(
+            "`convert` takes `Op::Cast` or `Op::Bitcast`, not `{}`; use `op` for arithmetic",
+            op.name()
+        )));
+    }
     let mut st = lock_clean(&[a.0])?;
     let v = st.var(a.0);
     let (from, size, sym) = (v.ty, v.size, v.sym);
