@@ -207,8 +207,10 @@ impl<T: Scalar> Array<T> {
     /// evaluation error).
     pub fn try_assign(&mut self, expr: impl IntoArray<T>) -> Result<()> {
         let mut expr = expr.into_array();
-        let (n, m) = (core::size(expr.id), core::size(self.id));
-        if n != m {
+        // compared as sizes, not numbers: inside a frozen function a replay whose sizes break
+        // (or newly meet) the check records anew and reports what an unfrozen call would
+        let (n, m) = (expr.size(), self.size());
+        if !n.same_as(m) {
             return Err(core::Error::Invalid(format!(
                 "assign: {} has {n} elements but the target {} has {m}; assign a value of the target's size (`Array::full` for a constant), or rebind with `x = expr`",
                 core::describe(expr.id),
@@ -289,11 +291,13 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(kiln::Float32::from(2.5).try_item().unwrap(), 2.5);
     /// ```
     pub fn try_item(&self) -> Result<T> {
-        let n = core::size(self.id);
-        if n != 1 {
+        // a literal of a size that follows a frozen function's inputs is read without the device:
+        // a replay at a size where the answer changes records anew
+        let n = self.size();
+        if !n.same_as(1) {
             return Err(Error::NotScalar {
                 label: core::describe(self.id),
-                size: n,
+                size: n.peek(),
             });
         }
         if let Some(bits) = core::literal_value(self.id) {
