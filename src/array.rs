@@ -53,8 +53,20 @@ impl<T: Scalar> Drop for Array<T> {
 pub(crate) fn ok<R>(r: Result<R>) -> R {
     match r {
         Ok(v) => v,
-        Err(e) => panic!("kiln: {e}"),
+        Err(e) => raise(e),
     }
+}
+
+/// Panic with an engine error. A read refused inside a frozen function's recording (`item()`,
+/// `to_vec()`, `any()` in the function) is the frozen call's `Err`, not a crash: it unwinds to the
+/// recording with a private payload through `resume_unwind`, which does not run the panic hook,
+/// so nothing is printed for an error the caller gets back.
+#[track_caller]
+pub(crate) fn raise(e: Error) -> ! {
+    if matches!(e, Error::FrozenRead { .. }) && core::freeze::in_recording() {
+        crate::freeze::unwind_refused_read(e);
+    }
+    panic!("kiln: {e}")
 }
 
 impl<T: Scalar> Array<T> {

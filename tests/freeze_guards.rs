@@ -3,13 +3,15 @@
 //! replay, not a new recording), then calls it with inputs that break the check: the frozen call
 //! must fail exactly as the unfrozen one (same error, nothing modified or resized), because the
 //! recording holds the relation as a guard and such a call records anew.
+//!
+//! Also: a read refused inside a frozen function is the call's `Err` and prints nothing.
 
 mod common;
 use common::{leak_checked, panic_message};
 use kiln::control::{Branch, Loop};
 use kiln::prelude::*;
 use std::cell::RefCell;
-use std::panic::AssertUnwindSafe;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// An error message with variable ids (`r123`) blanked: the frozen and the unfrozen call name
 /// different variables.
@@ -559,4 +561,64 @@ fn tensor_shapes_are_checked_on_replay() {
         assert!(body(&x, &w2).is_some());
         assert_eq!(f.call(&x, &w2).unwrap(), body(&x, &w2));
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading inside a frozen function
+
+/// `item()` inside a frozen function: the call returns `Err(FrozenRead)` and prints nothing (no
+/// panic message on stderr). Runs in a child process whose stderr the parent reads.
+#[test]
+fn refused_read_prints_no_panic_message() {
+    if std::env::var_os("KILN_FROZEN_READ_CHILD").is_some() {
+        let mut f = kiln::freeze(|x: &Float32| -> Float32 {
+            let s = x.sum().item();
+            x * s
+        });
+        let e = f.call(&Float32::arange(4)).unwrap_err();
+        assert!(
+            matches!(e, kiln::kiln_core::Error::FrozenRead { .. }),
+            "{e}"
+        );
+        let mut g = kiln::freeze(|x: &Float32| -> Float32 { x * x.to_vec()[0] });
+        assert!(g.call(&Float32::arange(4)).is_err());
+        let mut h = kiln::freeze(|x: &Float32| -> Float32 {
+            if x.gt(2.0).any() {
+                x * 2.0
+            } else {
+                x.clone()
+            }
+        });
+        assert!(h.call(&Float32::arange(4)).is_err());
+        // a user's own panic inside the function still prints (and propagates)
+        let mut p = kiln::freeze(|x: &Float32| -> Float32 { panic!("user panic {}", x.len()) });
+        assert!(catch_unwind(AssertUnwindSafe(|| p.call(&Float32::arange(4)))).is_err());
+        eprintln!("child done");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "refused_read_prints_no_panic_message",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("KILN_FROZEN_READ_CHILD", "1")
+        .env_remove("KILN_LOG")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &stderr;
+    assert!(out.status.success(), "{text}");
+    assert!(stderr.contains("child done"), "{text}");
+    let panics: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("panicked at"))
+        .collect();
+    assert_eq!(panics.len(), 1, "only the user's panic prints:\n{text}");
+    assert!(
+        stderr.contains("user panic 4"),
+        "a user's panic prints as usual:\n{text}"
+    );
 }
