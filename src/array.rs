@@ -53,8 +53,20 @@ impl<T: Scalar> Drop for Array<T> {
 pub(crate) fn ok<R>(r: Result<R>) -> R {
     match r {
         Ok(v) => v,
-        Err(e) => panic!("kiln: {e}"),
+        Err(e) => raise(e),
     }
+}
+
+/// Panic with an engine error. A read refused inside a frozen function's recording (`item()`,
+/// `to_vec()`, `any()` in the function) is the frozen call's `Err`, not a crash: it unwinds to the
+/// recording with a private payload through `resume_unwind`, which does not run the panic hook,
+/// so nothing is printed for an error the caller gets back.
+#[track_caller]
+pub(crate) fn raise(e: Error) -> ! {
+    if matches!(e, Error::FrozenRead { .. }) && core::freeze::in_recording() {
+        crate::freeze::unwind_refused_read(e);
+    }
+    panic!("kiln: {e}")
 }
 
 impl<T: Scalar> Array<T> {
@@ -237,8 +249,10 @@ impl<T: Scalar> Array<T> {
     /// evaluation error).
     pub fn try_assign(&mut self, expr: impl IntoArray<T>) -> Result<()> {
         let mut expr = expr.into_array();
-        let (n, m) = (core::size(expr.id), core::size(self.id));
-        if n != m {
+        // compared as sizes, not numbers: inside a frozen function a replay whose sizes break
+        // (or newly meet) the check records anew and reports what an unfrozen call would
+        let (n, m) = (expr.size(), self.size());
+        if !n.same_as(m) {
             return Err(core::Error::Invalid(format!(
                 "assign: {} has {n} elements but the target {} has {m}; assign a value of the target's size (`Array::full` for a constant), or rebind with `x = expr`",
                 core::describe(expr.id),
@@ -319,11 +333,13 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(kiln::Float32::from(2.5).try_item().unwrap(), 2.5);
     /// ```
     pub fn try_item(&self) -> Result<T> {
-        let n = core::size(self.id);
-        if n != 1 {
+        // a literal of a size that follows a frozen function's inputs is read without the device:
+        // a replay at a size where the answer changes records anew
+        let n = self.size();
+        if !n.same_as(1) {
             return Err(Error::NotScalar {
                 label: core::describe(self.id),
-                size: n,
+                size: n.peek(),
             });
         }
         if let Some(bits) = core::literal_value(self.id) {

@@ -11,7 +11,7 @@
 
 use crate::array::{Bool, UInt32};
 use crate::freeze::traverse::{Assign, Traversal, Traverse};
-use kiln_core::{control as cc, Error, Op, ReduceOp, Result, VarId, VarType};
+use kiln_core::{control as cc, Error, Op, ReduceOp, Result, Size, VarId, VarType};
 
 /// How a loop, branch or call runs.
 ///
@@ -87,13 +87,15 @@ fn entry_name(path: &str, k: usize) -> String {
     }
 }
 
-/// The common size of `ids` (each equal to it or 1), or an error naming the odd one.
-fn common_size(what: &str, ids: &[VarId], paths: &[String]) -> Result<usize> {
-    let mut n = 1usize;
+/// The common size of `ids` (each equal to it or 1), or an error naming the odd one. Sizes are
+/// compared as [`Size`]s: inside a frozen function, a replay for which the answer would change
+/// records anew (and fails here as an unfrozen call would).
+fn common_size(what: &str, ids: &[VarId], paths: &[String]) -> Result<Size> {
+    let mut n = Size::fixed(1);
     let mut first = None;
     for (k, &id) in ids.iter().enumerate() {
-        let s = kiln_core::size(id);
-        if s == 1 {
+        let s = kiln_core::freeze::size_of(id);
+        if s.is_one() {
             continue;
         }
         match first {
@@ -101,7 +103,7 @@ fn common_size(what: &str, ids: &[VarId], paths: &[String]) -> Result<usize> {
                 n = s;
                 first = Some(k);
             }
-            Some(f) if s != n => {
+            Some(f) if !s.same_as(n) => {
                 return Err(Error::ControlFlow(format!(
                     "{what}: entry {} has {s} elements but entry {} has {n}; all entries must have one size (or size 1, broadcast) — slice or broadcast them first",
                     entry_name(&paths[k], k),
@@ -114,7 +116,19 @@ fn common_size(what: &str, ids: &[VarId], paths: &[String]) -> Result<usize> {
     Ok(n)
 }
 
-fn mask_size_error(what: &str, mask: VarId, n: usize) -> Error {
+/// Whether `id` fits a loop or call of `n` lanes: of size `n`, or 1 (compared as sizes, see
+/// [`common_size`]).
+fn fits_lanes(id: VarId, n: Size) -> bool {
+    let s = kiln_core::freeze::size_of(id);
+    s.is_one() || s.same_as(n)
+}
+
+/// Whether `n` is more than one lane (a decision a frozen replay must find again).
+fn several(n: Size) -> bool {
+    !n.is_zero() && !n.is_one()
+}
+
+fn mask_size_error(what: &str, mask: VarId, n: Size) -> Error {
     Error::ControlFlow(format!(
         "{what}: the condition {} has {} elements but the state has {n}; it must be a Bool of the state's size (or size 1)",
         kiln_core::describe(mask),
@@ -196,7 +210,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             )));
         }
         let n = common_size(&what, &ids, &paths)?;
-        if n == 0 {
+        if n.is_zero() {
             return Ok(self.state);
         }
         let refusal = if self.mode != Mode::Evaluated {
@@ -227,14 +241,14 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
     fn probe(
         &self,
         ids: &[VarId],
-        n: usize,
+        n: Size,
         cond: &mut impl FnMut(&S) -> Bool,
         body: &mut impl FnMut(&S) -> S,
     ) -> Result<Option<String>> {
         let placeholders: Vec<VarId> = ids
             .iter()
             .enumerate()
-            .map(|(k, &i)| cc::placeholder(kiln_core::var_type(i), n, k, i))
+            .map(|(k, &i)| cc::placeholder(kiln_core::var_type(i), n.peek(), k, i))
             .collect();
         let traced_state = rebuild(&self.state, &placeholders);
         let scope = cc::enter_symbolic()?;
@@ -252,7 +266,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
     /// state back. The step is frozen once and replayed (its sizes follow the lane count).
     fn evaluated_compressed(
         self,
-        n: usize,
+        n: Size,
         cond: &mut impl FnMut(&S) -> Bool,
         body: &mut impl FnMut(&S) -> S,
         frozen: bool,
@@ -286,9 +300,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 let running = at(&full, lanes.id())?;
                 let view = rebuild(s, &running);
                 let c = cond(&view);
-                let m = kiln_core::size(lanes.id());
-                let csize = kiln_core::size(c.id());
-                if csize != m && csize != 1 {
+                if !fits_lanes(c.id(), lanes.size()) {
                     return Err(mask_size_error(&what, c.id(), n));
                 }
                 let c = &c & &Bool::full(true, kiln_core::freeze::size_of(lanes.id()));
@@ -296,7 +308,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 let next_lanes = kiln_core::gather(lanes.id(), keep, all)?;
                 let kept = at(&running, keep)?;
                 release(&running);
-                let k = kiln_core::size(keep);
+                let k = kiln_core::freeze::size_of(keep);
                 kiln_core::dec_ref(keep);
                 let next = body(&rebuild(s, &kept));
                 release(&kept);
@@ -350,19 +362,20 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         &self,
         ids: &[VarId],
         paths: &[String],
-        n: usize,
+        n: Size,
         cond: &mut impl FnMut(&S) -> Bool,
         body: &mut impl FnMut(&S) -> S,
     ) -> Result<std::result::Result<S, Refusal>> {
         let what = format!("loop {}", self.label);
+        // (which entry that is was settled by `common_size`'s comparisons)
         let like = *ids
             .iter()
-            .find(|&&i| kiln_core::size(i) == n)
+            .find(|&&i| kiln_core::size(i) == n.peek())
             .unwrap_or(&ids[0]);
         let placeholders: Vec<VarId> = ids
             .iter()
             .enumerate()
-            .map(|(k, &i)| cc::placeholder(kiln_core::var_type(i), n, k, like))
+            .map(|(k, &i)| cc::placeholder(kiln_core::var_type(i), n.peek(), k, like))
             .collect();
         // entries found unchanged by the body are not carried: traced again with their values
         let mut carried = vec![true; ids.len()];
@@ -383,8 +396,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 discard_effects(effects);
                 break Ok(Err(refusal));
             }
-            let csize = kiln_core::size(c.id());
-            if csize != n && csize != 1 {
+            if !fits_lanes(c.id(), n) {
                 discard_effects(effects);
                 break Err(mask_size_error(&what, c.id(), n));
             }
@@ -417,7 +429,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 .collect();
             let outs = cc::make_loop(
                 &self.label,
-                n,
+                n.peek(),
                 like,
                 &keep.iter().map(|&k| ids[k]).collect::<Vec<_>>(),
                 &keep.iter().map(|&k| placeholders[k]).collect::<Vec<_>>(),
@@ -442,7 +454,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
     /// and replayed per iteration, until no lane is active.
     fn evaluated(
         self,
-        n: usize,
+        n: Size,
         cond: &mut impl FnMut(&S) -> Bool,
         body: &mut impl FnMut(&S) -> S,
         frozen: bool,
@@ -468,16 +480,16 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         let mut state = rebuild(&self.state, &opaque);
         release(&opaque);
         // sized like the state (symbolically, inside a frozen function)
+        // (which entry that is was settled by `common_size`'s comparisons)
         let like = *ids
             .iter()
-            .find(|&&i| kiln_core::size(i) == n)
+            .find(|&&i| kiln_core::size(i) == n.peek())
             .unwrap_or(&ids[0]);
         let mut active = crate::make_opaque(&Bool::full(true, kiln_core::freeze::size_of(like)));
         let failure: std::cell::RefCell<Option<Error>> = Default::default();
         let mut step = crate::freeze::freeze(|s: &mut S, active: &mut Bool| {
             let c = cond(s);
-            let csize = kiln_core::size(c.id());
-            if csize != n && csize != 1 {
+            if !fits_lanes(c.id(), n) {
                 *failure.borrow_mut() = Some(mask_size_error(&what, c.id(), n));
                 return;
             }
@@ -587,7 +599,7 @@ fn check_same_layout(
     old: &[VarId],
     paths: &[String],
     new: &[VarId],
-    n: usize,
+    n: Size,
 ) -> Result<()> {
     if old.len() != new.len() {
         return Err(Error::ControlFlow(format!(
@@ -599,13 +611,14 @@ fn check_same_layout(
     for (k, (&o, &x)) in old.iter().zip(new).enumerate() {
         let (to, tx) = (kiln_core::var_type(o), kiln_core::var_type(x));
         let (so, sx) = (kiln_core::size(o), kiln_core::size(x));
+        let fits = fits_lanes(x, n);
         if to != tx {
             return Err(Error::ControlFlow(format!(
                 "{what}: state entry {} changes type in the body, from {to} to {tx}; cast it back (`.cast()`) or make it {tx} before the loop",
                 entry_name(&paths[k], k)
             )));
         }
-        if sx != n && sx != 1 {
+        if !fits {
             return Err(Error::ControlFlow(format!(
                 "{what}: state entry {} changes size in the body, from {so} to {sx}; a loop keeps one size ({n} lanes) — reduce or gather outside the loop",
                 entry_name(&paths[k], k)
@@ -685,7 +698,7 @@ fn check_outputs(what: &str, first: &[VarId], other: &[VarId], k: usize) -> Resu
 }
 
 /// The lane count of a call: the index's and the arguments' common size.
-fn call_size<A: Traverse>(what: &str, index: VarId, args: &A) -> Result<usize> {
+fn call_size<A: Traverse>(what: &str, index: VarId, args: &A) -> Result<Size> {
     let (mut ids, mut paths) = positions(args);
     ids.insert(0, index);
     paths.insert(0, "index".into());
@@ -700,7 +713,7 @@ fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
     masks: &[VarId],
     targets: &[Target<'_, A, O>],
     args: &A,
-    n: usize,
+    n: Size,
 ) -> Result<O> {
     if mode != Mode::Evaluated {
         let mut traced: Vec<Option<Traced>> = Vec::new();
@@ -786,7 +799,7 @@ fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
                 }
             }
             let like = masks[0];
-            let outs = cc::make_switch(kind, n, like, &case_masks, &yields, effects);
+            let outs = cc::make_switch(kind, n.peek(), like, &case_masks, &yields, effects);
             drop(alive);
             let result = rebuild(&template, &outs);
             release(&outs);
@@ -810,14 +823,14 @@ fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
     masks: &[VarId],
     targets: &[Target<'_, A, O>],
     args: &A,
-    n: usize,
+    n: Size,
 ) -> Result<O> {
     let (arg_ids, _) = positions(args);
     let mut result: Option<(O, Vec<VarId>)> = None;
     let all = kiln_core::literal(VarType::Bool, 1, 1);
     for (k, t) in targets.iter().enumerate() {
         let Some(f) = t else { continue };
-        let mask = if kiln_core::size(masks[k]) == n {
+        let mask = if kiln_core::freeze::size_of(masks[k]).same_as(n) {
             masks[k]
         } else {
             // a broadcast mask: all lanes or none
@@ -841,7 +854,7 @@ fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
             .iter()
             .map(|&a| {
                 // size-1 arguments broadcast (unless the call has one lane: then it is that lane)
-                if kiln_core::size(a) == 1 && n > 1 {
+                if kiln_core::freeze::size_of(a).is_one() && several(n) {
                     kiln_core::inc_ref(a);
                     Ok(a)
                 } else {
@@ -857,6 +870,7 @@ fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
             let zeros: Vec<VarId> = out_ids
                 .iter()
                 .map(|&o| {
+                    // sized by `n` as a Size: inside a frozen function the result follows the inputs
                     let z = kiln_core::literal(kiln_core::var_type(o), 0, n);
                     let e = kiln_core::make_opaque(z);
                     kiln_core::dec_ref(z);

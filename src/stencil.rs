@@ -600,8 +600,10 @@ impl<F> Stencil<F> {
         }
         let ids = inputs.arrays();
         for (i, (s, &id)) in shapes.iter().zip(&ids).enumerate() {
-            let len = kiln_core::size(id);
-            if len != s.iter().product::<usize>() {
+            // compared as sizes: inside a frozen function, lanes compressed away by a branch
+            // are a count known only as the replay runs, and it must find this check again
+            let len = kiln_core::freeze::size_of(id);
+            if !len.same_as(s.iter().product::<usize>()) {
                 return Err(Error::Stencil(format!(
                     "input `{}` holds {len} elements but its shape {s:?} has {}: a stencil reads neighbours by position, which the lanes an evaluated loop or branch compressed away no longer have; apply the stencil outside the branch, or run the loop with `.compress(false)`",
                     names[i],

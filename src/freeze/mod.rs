@@ -185,6 +185,16 @@ fn warn_once(warned: &mut HashSet<String>, key: String, msg: impl FnOnce() -> St
     }
 }
 
+/// The unwinding payload of a read refused inside a recording (see `array::raise`): the
+/// recording returns the error instead of propagating the unwind.
+struct RefusedRead(Error);
+
+/// Unwind from a refused read to the recording in progress, without the panic hook (nothing is
+/// printed: the frozen call returns the error).
+pub(crate) fn unwind_refused_read(e: Error) -> ! {
+    resume_unwind(Box::new(RefusedRead(e)))
+}
+
 /// Ends a recording if the traced function unwinds.
 struct RecordingGuard(bool);
 impl Drop for RecordingGuard {
@@ -369,9 +379,13 @@ impl FrozenState {
         let out = match catch_unwind(AssertUnwindSafe(|| run(args))) {
             Ok(o) => o,
             Err(panic) => {
-                // a refused read inside the function panics through `to_vec()`/`item()`: report
+                // a refused read inside the function unwinds through `to_vec()`/`item()`: report
                 // the read as the call's error
                 drop(guard);
+                if let Some(RefusedRead(e)) = panic.downcast_ref::<RefusedRead>() {
+                    engine::take_refusal();
+                    return Err(e.clone());
+                }
                 if let Some(e) = engine::take_refusal() {
                     let message = panic
                         .downcast_ref::<String>()

@@ -370,7 +370,14 @@ pub fn matmul(a: VarId, b: VarId, m: usize, k: usize, n: usize) -> Result<VarId>
             "matmul of [{m}, {k}] × [{k}, {n}]: the product has more elements than fit in memory"
         )));
     }
-    if Some(sa) != m.checked_mul(k) || Some(sb) != k.checked_mul(n) {
+    // compared as sizes: inside a frozen function an operand's length may be a count known only
+    // as the replay runs (lanes an evaluated branch compressed), and the replay must check it too
+    let fits = |id: VarId, rows: usize, cols: usize| {
+        rows.checked_mul(cols)
+            .is_some_and(|e| freeze::size_of(id).same_as(e))
+    };
+    let (fa, fb) = (fits(a, m, k), fits(b, k, n));
+    if !fa || !fb {
         return Err(Error::Invalid(format!(
             "matmul of [{m}, {k}] × [{k}, {n}]: {} has {sa} elements and {} has {sb}",
             describe(a),

@@ -288,6 +288,28 @@ pub(crate) fn observe_value(
     });
 }
 
+/// Rust code compared two sizes (`Size::same_as`): a replay must find the same answer. Equal sizes
+/// become an equality of their expressions (so replays at any width where they stay equal still
+/// replay); different ones keep their values, which the failed check's error message names.
+pub(crate) fn observe_same(a: Size, b: Size) -> bool {
+    let same = a.value == b.value;
+    let (xa, xb) = (a.live_expr(), b.live_expr());
+    if xa == 0 && xb == 0 {
+        return same;
+    }
+    with(|r| {
+        let (ea, eb) = (r.expr(xa, a.value), r.expr(xb, b.value));
+        if same {
+            r.guard_eq(ea, eb);
+        } else {
+            for (e, v) in [(ea, a.value as u64), (eb, b.value as u64)] {
+                r.guard_range(e, v, v, None);
+            }
+        }
+    });
+    same
+}
+
 /// Rust code saw whether a symbolic size lies in `[lo, hi]` (`is_empty()`, `is_one()`, the index
 /// type of `arange`): a replay must find the same answer.
 pub(crate) fn observe_range(sym: ExprId, value: usize, lo: u64, hi: u64) {

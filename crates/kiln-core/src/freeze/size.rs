@@ -135,6 +135,22 @@ impl Size {
     pub fn peek(self) -> usize {
         self.value
     }
+    /// Whether the two sizes are equal: what a check that compares two sizes (an assignment's
+    /// target and value, a loop's state entries) must use. Inside a recording the answer becomes a
+    /// condition of the recording: a replay for which it would change records anew, so the check
+    /// runs again and fails (or passes) exactly as it would unfrozen. Equal sizes stay symbolic
+    /// (replays at any width where they remain equal still replay); different ones tie the
+    /// recording to both values (the failed check's message names them). `==` instead ties the
+    /// recording to the values in every case.
+    ///
+    /// ```
+    /// use kiln_core::Size;
+    /// assert!(Size::fixed(4).same_as(4));
+    /// assert!(!Size::fixed(4).same_as(Size::fixed(8)));
+    /// ```
+    pub fn same_as(self, other: impl Into<Size>) -> bool {
+        super::record::observe_same(self, other.into())
+    }
     /// Whether the size is 1 (a broadcast). Inside a recording, a replay records anew if the answer
     /// changes.
     pub fn is_one(self) -> bool {
