@@ -877,7 +877,6 @@ fn nested_evaluated_loops() {
 /// `STATE.lock().var(id.0).data.clone().ok_or_else(...)`, i.e. while the registry lock is still
 /// held: `describe` locks again and the thread deadlocks instead of returning the error.
 #[test]
-#[ignore = "bug: kiln_core::control::copy deadlocks (describe() under the STATE lock) when its input has no buffer"]
 fn copy_of_an_unevaluated_array_deadlocks() {
     let r = leak_checked(|| {
         within(10, || {

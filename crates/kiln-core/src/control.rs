@@ -271,10 +271,10 @@ pub fn make_switch(
 /// A copy of `id` in a buffer of its own (a recorded `Memcpy` inside a frozen function).
 pub fn copy(id: VarId) -> Result<VarId> {
     crate::eval(&[id])?;
-    let buf =
-        STATE.lock().var(id.0).data.clone().ok_or_else(|| {
-            Error::Invalid(format!("{} could not be evaluated", crate::describe(id)))
-        })?;
+    // (the lock is released before `describe` takes it again)
+    let data = STATE.lock().var(id.0).data.clone();
+    let buf = data
+        .ok_or_else(|| Error::Invalid(format!("{} could not be evaluated", crate::describe(id))))?;
     let out = crate::device::copy_buffer(&buf)?;
     Ok(crate::data_var(out.ty(), out))
 }
