@@ -284,10 +284,18 @@ pub fn copy(id: VarId) -> Result<VarId> {
 pub fn discard_effects(effects: Vec<u32>) {
     {
         let mut st = STATE.lock();
-        for &e in &effects {
+        // the scatters among them, and those inside the region nodes among them (a loop or a
+        // branch traced in the discarded body), at any depth
+        let mut stack = effects.clone();
+        while let Some(e) = stack.pop() {
             if matches!(st.var(e).op, Op::Scatter(_)) {
                 let t = st.var(e).deps[0];
                 st.var_mut(t).dirty = false;
+            } else if let Some(r) = &st.var(e).region {
+                match &**r {
+                    Region::Loop { effects, .. } => stack.extend(effects),
+                    Region::Switch { effects, .. } => stack.extend(effects.iter().flatten()),
+                }
             }
         }
     }
