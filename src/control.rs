@@ -297,6 +297,13 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         } else {
             self.probe(&ids, n, &mut cond, &mut body)?
         };
+        if cc::symbolic() {
+            // inside an enclosing symbolic trace nothing runs, so neither can a host-driven loop:
+            // refuse (the enclosing construct then runs in evaluated mode, and this loop for
+            // real) and go on with the state unchanged (the enclosing trace is thrown away)
+            cc::refuse_request(what, "running a loop in evaluated mode");
+            return Ok(self.state);
+        }
         // a body that reads data on the host decides by it in Rust: it is traced at every
         // iteration (a frozen step could not replay that decision)
         let frozen = !refusal.is_some_and(|how| cc::is_host_read(&how));

@@ -578,13 +578,15 @@ fn a_wrongly_sized_index_is_a_size_error() {
     }
 }
 
-/// A loop inside an evaluated loop's body: the inner loop's scatters happen only for lanes that
-/// run both bodies.
+/// A loop inside a loop's body (symbolic or evaluated, in either): the inner loop's scatters
+/// happen only for lanes that run both bodies.
 #[test]
-fn nested_evaluated_and_symbolic_loops_mask_by_both() {
+fn nested_loops_mask_by_both() {
     for (outer, inner) in [
         (Mode::Evaluated, Mode::Symbolic),
         (Mode::Evaluated, Mode::Auto),
+        (Mode::Evaluated, Mode::Evaluated),
+        (Mode::Auto, Mode::Evaluated),
         (Mode::Symbolic, Mode::Symbolic),
     ] {
         let h = leak_checked(|| {
