@@ -65,6 +65,12 @@ const CONSTRUCTS: [Construct; 7] = [
 ];
 const INDICES: [Index; 3] = [Index::Lane, Index::Literal, Index::Captured];
 
+/// Zeros computed from a reduction over every lane: a body using it needs other lanes' values,
+/// which symbolic mode refuses (`Mode::Auto` then runs the body in evaluated mode).
+fn needs_all_lanes(x: &UInt32) -> UInt32 {
+    x.reduce_max() * std::hint::black_box(0u32)
+}
+
 /// Per lane: how many iterations it runs (0 for some: those never enter the loop).
 fn trip_count(l: usize) -> u32 {
     ((l * 7 + 3) % 5) as u32
@@ -153,7 +159,7 @@ fn run(
                         );
                         let mut next = i + 1u32;
                         if c == Construct::LoopReducing {
-                            next = next + i.reduce_max() * 0u32;
+                            next += needs_all_lanes(i);
                         }
                         (lane.clone(), next, t.clone())
                     },
@@ -171,7 +177,7 @@ fn run(
                         let at = index_for(index, x, &captured);
                         scatter_reduce(ReduceOp::Add, &mut *h[0].borrow_mut(), 1u32, &at);
                         if c == Construct::BranchReducing {
-                            x + 100u32 + x.reduce_max() * 0u32
+                            x + 100u32 + needs_all_lanes(x)
                         } else {
                             x + 100u32
                         }
@@ -356,7 +362,7 @@ fn a_finished_lane_stops_scattering_in_the_fallback() {
                 |(v,)| v.gt(0u32),
                 |(v,)| {
                     scatter_reduce(ReduceOp::Add, &mut h, 1u32, v);
-                    (v - 1u32 + v.reduce_max() * 0u32,)
+                    (v - 1u32 + needs_all_lanes(v),)
                 },
             )
             .unwrap();

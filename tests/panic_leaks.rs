@@ -29,7 +29,7 @@ fn held() -> Held {
     // a pending scatter left behind by a failed trace would break this
     match run_case(kiln::sync) {
         Ended::Ok => {}
-        e => panic!("kiln::sync() after the case: {e:?}"),
+        e => panic!("kiln::sync() after the case: {e}"),
     }
     let s = kiln::stats();
     Held {
@@ -40,11 +40,20 @@ fn held() -> Held {
 }
 
 /// How a case ended.
-#[derive(Debug)]
 enum Ended {
     Panicked(String),
     Err(String),
     Ok,
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ended::Panicked(m) => write!(f, "a panic ({m})"),
+            Ended::Err(e) => write!(f, "an error ({e})"),
+            Ended::Ok => write!(f, "success"),
+        }
+    }
 }
 
 /// Run `f` with the panic message silenced.
@@ -235,7 +244,8 @@ fn loop_cases() -> Vec<Case> {
             v.push((
                 name("body with a reduction panics in the evaluated run"),
                 Box::new(move || {
-                    let bomb = Bomb::new(if mode == Mode::Evaluated { 2 } else { 2 });
+                    // call 1: the symbolic trace (Auto's attempt, Evaluated's probe)
+                    let bomb = Bomb::new(2);
                     Loop::new(Float32::arange(4))
                         .mode(mode)
                         .compress(compress)
@@ -609,12 +619,12 @@ fn no_leaks_after_a_panic_or_an_error_in_a_traced_closure() {
         let after = held();
         if after != before {
             failures.push(format!(
-                "{name}: leaked after {ended:?}: before {before:?}, after {after:?}\n{}",
+                "{name}: leaked after {ended}: before {before:?}, after {after:?}\n{}",
                 kiln::whos()
             ));
         }
         if let Err(e) = engine_still_works() {
-            failures.push(format!("{name}: the engine is broken after {ended:?}: {e}"));
+            failures.push(format!("{name}: the engine is broken after {ended}: {e}"));
         }
         let again = held();
         if again != after {
