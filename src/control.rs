@@ -136,9 +136,93 @@ fn mask_size_error(what: &str, mask: VarId, n: Size) -> Error {
     ))
 }
 
-/// Drop the references that side effects taken from a discarded trace hold.
-fn discard_effects(effects: Vec<u32>) {
-    cc::discard_effects(effects);
+/// References released when dropped, however the function holding them returns (an error, or a
+/// panic in a user's closure unwinding through it).
+struct Owned(Vec<VarId>);
+
+impl Owned {
+    fn new() -> Owned {
+        Owned(Vec::new())
+    }
+    /// Keep `id` (a new reference) until this is dropped; returns it.
+    fn keep(&mut self, id: VarId) -> VarId {
+        self.0.push(id);
+        id
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        release(&self.0);
+    }
+}
+
+/// Side effects taken from a symbolic trace (each with its reference): discarded when dropped,
+/// unless handed over to a node with [`Effects::take`].
+pub(crate) struct Effects(Vec<u32>);
+
+impl Effects {
+    pub(crate) fn take(mut self) -> Vec<u32> {
+        std::mem::take(&mut self.0)
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub(crate) fn ids(&self) -> &[u32] {
+        &self.0
+    }
+    /// Every side effect must run over the region's `n` lanes, or be of size 1 (then it runs once
+    /// per lane that runs the region): any other size would be read at the wrong elements.
+    fn check_sizes(&self, what: &str, n: Size) -> Result<()> {
+        for &e in &self.0 {
+            if !fits_lanes(VarId(e), n) {
+                let s = kiln_core::size(VarId(e));
+                return Err(Error::ControlFlow(format!(
+                    "{what}: a scatter in it has {s} elements (its index, values or mask), but it runs over {n} lanes; a scatter in a loop body, branch or call needs one element per lane (or size 1: it then runs once per lane that runs it) — build its index from the state or the arguments"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Effects {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            cc::discard_effects(std::mem::take(&mut self.0));
+        }
+    }
+}
+
+/// A symbolic trace in progress. Dropped before [`Trace::finish`] — a traced closure panicked, or
+/// the trace was abandoned — it discards the side effects traced so far (they hold placeholders
+/// that mean nothing outside the trace) and, if it was the outermost trace, the refusal it noted.
+pub(crate) struct Trace(Option<cc::SymbolicScope>);
+
+impl Trace {
+    pub(crate) fn enter() -> Result<Trace> {
+        Ok(Trace(Some(cc::enter_symbolic()?)))
+    }
+    /// End the trace: the side effects traced in it.
+    pub(crate) fn finish(mut self) -> Effects {
+        let scope = self.0.take().expect("a trace is finished once");
+        let effects = Effects(scope.take_effects());
+        drop(scope);
+        effects
+    }
+}
+
+impl Drop for Trace {
+    fn drop(&mut self) {
+        if let Some(scope) = self.0.take() {
+            let effects = Effects(scope.take_effects());
+            drop(scope);
+            drop(effects);
+            if !cc::symbolic() {
+                drop(cc::take_refusal());
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -227,6 +311,13 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         } else {
             self.probe(&ids, n, &mut cond, &mut body)?
         };
+        if cc::symbolic() {
+            // inside an enclosing symbolic trace nothing runs, so neither can a host-driven loop:
+            // refuse (the enclosing construct then runs in evaluated mode, and this loop for
+            // real) and go on with the state unchanged (the enclosing trace is thrown away)
+            cc::refuse_request(what, "running a loop in evaluated mode");
+            return Ok(self.state);
+        }
         // a body that reads data on the host decides by it in Rust: it is traced at every
         // iteration (a frozen step could not replay that decision)
         let frozen = !refusal.is_some_and(|how| cc::is_host_read(&how));
@@ -245,19 +336,16 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         cond: &mut impl FnMut(&S) -> Bool,
         body: &mut impl FnMut(&S) -> S,
     ) -> Result<Option<String>> {
-        let placeholders: Vec<VarId> = ids
-            .iter()
-            .enumerate()
-            .map(|(k, &i)| cc::placeholder(kiln_core::var_type(i), n.peek(), k, i))
-            .collect();
-        let traced_state = rebuild(&self.state, &placeholders);
-        let scope = cc::enter_symbolic()?;
+        let mut placeholders = Owned::new();
+        for (k, &i) in ids.iter().enumerate() {
+            placeholders.keep(cc::placeholder(kiln_core::var_type(i), n.peek(), k, i));
+        }
+        let traced_state = rebuild(&self.state, &placeholders.0);
+        let trace = Trace::enter()?;
         drop(cond(&traced_state));
         drop(body(&traced_state));
-        discard_effects(scope.take_effects());
-        drop(scope);
+        drop(trace.finish());
         drop(traced_state);
-        release(&placeholders);
         Ok(cc::take_refusal().map(|(_, how)| how))
     }
 
@@ -275,53 +363,56 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         let (ids, _) = positions(&self.state);
         let everywhere = Bool::full(true, n);
         // each entry in a buffer of its own, of n lanes (the step scatters into them)
-        let own: Vec<VarId> = ids
-            .iter()
-            .map(|&i| {
-                let wide = kiln_core::op(Op::Select, &[everywhere.id(), i, i])?;
-                let c = cc::copy(wide);
-                kiln_core::dec_ref(wide);
-                c
-            })
-            .collect::<Result<_>>()?;
-        let mut state = rebuild(&self.state, &own);
-        release(&own);
+        let mut own = Owned::new();
+        for &i in &ids {
+            let wide = Owned(vec![kiln_core::op(Op::Select, &[everywhere.id(), i, i])?]);
+            own.keep(cc::copy(wide.0[0])?);
+        }
+        let mut state = rebuild(&self.state, &own.0);
+        drop(own);
         let mut lanes = crate::make_opaque(&UInt32::arange(n));
         let failure: std::cell::RefCell<Option<Error>> = Default::default();
-        let all = kiln_core::literal(VarType::Bool, 1, 1);
+        let mut consts = Owned::new();
+        let all = consts.keep(kiln_core::literal(VarType::Bool, 1, 1));
         let mut step = crate::freeze::freeze(|s: &mut S, lanes: &mut UInt32| {
             let r = (|| -> Result<()> {
                 let (full, paths) = positions(s);
-                let at = |src: &[VarId], idx: VarId| -> Result<Vec<VarId>> {
-                    src.iter()
-                        .map(|&a| kiln_core::gather(a, idx, all))
-                        .collect()
+                let at = |src: &[VarId], idx: VarId| -> Result<Owned> {
+                    let mut out = Owned::new();
+                    for &a in src {
+                        out.keep(kiln_core::gather(a, idx, all)?);
+                    }
+                    Ok(out)
                 };
                 let running = at(&full, lanes.id())?;
-                let view = rebuild(s, &running);
+                let view = rebuild(s, &running.0);
                 let c = cond(&view);
                 if !fits_lanes(c.id(), lanes.size()) {
                     return Err(mask_size_error(&what, c.id(), n));
                 }
                 let c = &c & &Bool::full(true, kiln_core::freeze::size_of(lanes.id()));
-                let keep = kiln_core::compress(c.id())?;
-                let next_lanes = kiln_core::gather(lanes.id(), keep, all)?;
-                let kept = at(&running, keep)?;
-                release(&running);
-                let k = kiln_core::freeze::size_of(keep);
-                kiln_core::dec_ref(keep);
-                let next = body(&rebuild(s, &kept));
-                release(&kept);
+                let keep = Owned(vec![kiln_core::compress(c.id())?]);
+                let next_lanes = UInt32::from_id(kiln_core::gather(lanes.id(), keep.0[0], all)?);
+                let kept = at(&running.0, keep.0[0])?;
+                drop(running);
+                let k = kiln_core::freeze::size_of(keep.0[0]);
+                drop(keep);
+                let next = {
+                    // side effects in the body happen once per lane that runs it
+                    let _lanes = kiln_core::lanes::push_compact(next_lanes.id(), n.peek(), None)?;
+                    body(&rebuild(s, &kept.0))
+                };
+                drop(kept);
                 let (new, _) = positions(&next);
                 check_same_layout(&what, &full, &paths, &new, k)?;
-                let mut targets = full.clone();
-                targets.iter().for_each(|&t| kiln_core::inc_ref(t));
-                for (t, &v) in targets.iter_mut().zip(&new) {
-                    kiln_core::scatter(t, v, next_lanes, all, ReduceOp::None)?;
+                let mut targets = Owned(full.clone());
+                targets.0.iter().for_each(|&t| kiln_core::inc_ref(t));
+                for (t, &v) in targets.0.iter_mut().zip(&new) {
+                    kiln_core::scatter(t, v, next_lanes.id(), all, ReduceOp::None)?;
                 }
-                *s = rebuild(s, &targets);
-                release(&targets);
-                *lanes = UInt32::from_id(next_lanes);
+                *s = rebuild(s, &targets.0);
+                drop(targets);
+                *lanes = next_lanes;
                 Ok(())
             })();
             if let Err(e) = r {
@@ -346,12 +437,10 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             }
             step.call(&mut state, &mut lanes)?;
             if let Some(e) = failure.borrow_mut().take() {
-                kiln_core::dec_ref(all);
                 return Err(e);
             }
             iterations += 1;
         }
-        kiln_core::dec_ref(all);
         tracing::debug!(target: "kiln::control", "{what}: evaluated mode with compression ran {iterations} iterations; step: {}", step.stats());
         Ok(state)
     }
@@ -372,11 +461,11 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             .iter()
             .find(|&&i| kiln_core::size(i) == n.peek())
             .unwrap_or(&ids[0]);
-        let placeholders: Vec<VarId> = ids
-            .iter()
-            .enumerate()
-            .map(|(k, &i)| cc::placeholder(kiln_core::var_type(i), n.peek(), k, like))
-            .collect();
+        let mut held = Owned::new();
+        for (k, &i) in ids.iter().enumerate() {
+            held.keep(cc::placeholder(kiln_core::var_type(i), n.peek(), k, like));
+        }
+        let placeholders = &held.0;
         // entries found unchanged by the body are not carried: traced again with their values
         let mut carried = vec![true; ids.len()];
         let mut attempt = 0;
@@ -386,23 +475,22 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 .map(|k| if carried[k] { placeholders[k] } else { ids[k] })
                 .collect();
             let traced_state = rebuild(&self.state, &inputs);
-            let scope = cc::enter_symbolic()?;
+            let trace = Trace::enter()?;
             let c = cond(&traced_state);
             let next = body(&traced_state);
-            let effects = scope.take_effects();
-            drop(scope);
+            let effects = trace.finish();
             drop(traced_state);
             if let Some(refusal) = cc::take_refusal() {
-                discard_effects(effects);
                 break Ok(Err(refusal));
             }
             if !fits_lanes(c.id(), n) {
-                discard_effects(effects);
                 break Err(mask_size_error(&what, c.id(), n));
             }
             let (next_ids, _) = positions(&next);
             if let Err(e) = check_same_layout(&what, ids, paths, &next_ids, n) {
-                discard_effects(effects);
+                break Err(e);
+            }
+            if let Err(e) = effects.check_sizes(&what, n) {
                 break Err(e);
             }
             let unchanged: Vec<bool> = (0..ids.len())
@@ -415,12 +503,10 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                         carried[k] = false;
                     }
                 }
-                discard_effects(effects);
                 continue;
             }
             if kiln_core::literal_value(c.id()) == Some(0) {
                 // the loop never runs
-                discard_effects(effects);
                 break Ok(Ok(self.state.clone()));
             }
             // entries still equal to their input are loop-invariant: they keep their value
@@ -435,7 +521,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 &keep.iter().map(|&k| placeholders[k]).collect::<Vec<_>>(),
                 c.id(),
                 &keep.iter().map(|&k| next_ids[k]).collect::<Vec<_>>(),
-                effects,
+                effects.take(),
                 self.max_iterations,
             );
             let mut final_ids = ids.to_vec();
@@ -446,7 +532,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             release(&outs);
             break Ok(Ok(s));
         };
-        release(&placeholders);
+        drop(held);
         result
     }
 
@@ -467,18 +553,16 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         // would be baked into the recording, and change at every iteration); in a recording they
         // are copies, which the driver may rebind between iterations without touching an input
         let (ids, _) = positions(&self.state);
-        let opaque: Vec<VarId> = ids
-            .iter()
-            .map(|&i| {
-                if recording {
-                    cc::copy(i)
-                } else {
-                    kiln_core::make_opaque(i)
-                }
-            })
-            .collect::<Result<_>>()?;
-        let mut state = rebuild(&self.state, &opaque);
-        release(&opaque);
+        let mut opaque = Owned::new();
+        for &i in &ids {
+            opaque.keep(if recording {
+                cc::copy(i)?
+            } else {
+                kiln_core::make_opaque(i)?
+            });
+        }
+        let mut state = rebuild(&self.state, &opaque.0);
+        drop(opaque);
         // sized like the state (symbolically, inside a frozen function)
         // (which entry that is was settled by `common_size`'s comparisons)
         let like = *ids
@@ -494,7 +578,16 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 return;
             }
             let c = &c & &*active;
+            // side effects in the body happen only for the lanes that run it
+            let lanes = match kiln_core::lanes::push_mask(c.id()) {
+                Ok(l) => l,
+                Err(e) => {
+                    *failure.borrow_mut() = Some(e);
+                    return;
+                }
+            };
             let next = body(s);
+            drop(lanes);
             let (old, paths) = positions(s);
             let (new, _) = positions(&next);
             if let Err(e) = check_same_layout(&what, &old, &paths, &new, n) {
@@ -520,13 +613,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         let mark = kiln_core::freeze::driver_mark();
         let mut first: Option<(Vec<VarId>, Vec<VarId>)> = None;
         // references held for the driver, released however this function returns
-        struct Held(Vec<VarId>);
-        impl Drop for Held {
-            fn drop(&mut self) {
-                release(&self.0);
-            }
-        }
-        let mut held = Held(Vec::new());
+        let mut held = Owned::new();
         let mut paused = None;
         loop {
             if self.max_iterations > 0 && iterations >= self.max_iterations {
@@ -657,7 +744,7 @@ pub fn while_loop<S: Traverse + Clone + 'static>(
 /// What one traced target produced.
 struct Traced {
     outs: Vec<VarId>,
-    effects: Vec<u32>,
+    effects: Effects,
 }
 
 /// Trace `f(args)` symbolically. `Err(refusal)` when it needs evaluated mode.
@@ -665,12 +752,10 @@ fn trace_target<A, O: Traverse>(
     f: &dyn Fn(&A) -> O,
     args: &A,
 ) -> Result<(O, std::result::Result<Traced, Refusal>)> {
-    let scope = cc::enter_symbolic()?;
+    let trace = Trace::enter()?;
     let out = f(args);
-    let effects = scope.take_effects();
-    drop(scope);
+    let effects = trace.finish();
     if let Some(r) = cc::take_refusal() {
-        discard_effects(effects);
         return Ok((out, Err(r)));
     }
     let (outs, _) = positions(&out);
@@ -728,6 +813,7 @@ fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
                     let (out, r) = trace_target(*f, args)?;
                     match r {
                         Ok(tr) => {
+                            tr.effects.check_sizes(what, n)?;
                             if template.is_none() {
                                 template = Some(out.clone());
                             }
@@ -743,9 +829,7 @@ fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
             }
         }
         if let Some((label, how)) = refused {
-            for t in traced.into_iter().flatten() {
-                discard_effects(t.effects);
-            }
+            drop(traced);
             if mode == Mode::Symbolic {
                 return Err(cc::refusal_error(label, how, what));
             }
@@ -762,19 +846,14 @@ fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
                 .unwrap_or_default();
             for (k, t) in traced.iter().enumerate() {
                 if let Some(t) = t {
-                    if let Err(e) = check_outputs(what, &first, &t.outs, k) {
-                        for t in traced.into_iter().flatten() {
-                            discard_effects(t.effects);
-                        }
-                        return Err(e);
-                    }
+                    check_outputs(what, &first, &t.outs, k)?;
                 }
             }
             // identical targets (same outputs, no side effects) run once, on all their lanes
             let mut case_masks: Vec<VarId> = Vec::new();
             let mut yields: Vec<Vec<VarId>> = Vec::new();
-            let mut effects: Vec<Vec<u32>> = Vec::new();
-            let mut owned: Vec<VarId> = Vec::new();
+            let mut effects: Vec<Effects> = Vec::new();
+            let mut owned = Owned::new();
             for (k, t) in traced.into_iter().enumerate() {
                 let Some(t) = t else { continue };
                 let same = (t.effects.is_empty())
@@ -787,8 +866,7 @@ fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
                     .flatten();
                 match same {
                     Some(c) => {
-                        let m = kiln_core::op(Op::Or, &[case_masks[c], masks[k]])?;
-                        owned.push(m);
+                        let m = owned.keep(kiln_core::op(Op::Or, &[case_masks[c], masks[k]])?);
                         case_masks[c] = m;
                     }
                     None => {
@@ -799,11 +877,12 @@ fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
                 }
             }
             let like = masks[0];
+            let effects: Vec<Vec<u32>> = effects.into_iter().map(Effects::take).collect();
             let outs = cc::make_switch(kind, n.peek(), like, &case_masks, &yields, effects);
             drop(alive);
             let result = rebuild(&template, &outs);
             release(&outs);
-            release(&owned);
+            drop(owned);
             return Ok(result);
         }
     }
@@ -826,74 +905,66 @@ fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
     n: Size,
 ) -> Result<O> {
     let (arg_ids, _) = positions(args);
-    let mut result: Option<(O, Vec<VarId>)> = None;
-    let all = kiln_core::literal(VarType::Bool, 1, 1);
+    // the results so far (a template and arrays of n lanes), released on an early return
+    let mut result: Option<(O, Owned)> = None;
+    let mut consts = Owned::new();
+    let all = consts.keep(kiln_core::literal(VarType::Bool, 1, 1));
     for (k, t) in targets.iter().enumerate() {
         let Some(f) = t else { continue };
+        let mut refs = Owned::new();
         let mask = if kiln_core::freeze::size_of(masks[k]).same_as(n) {
             masks[k]
         } else {
             // a broadcast mask: all lanes or none
-            kiln_core::op(
-                Op::Select,
-                &[
-                    masks[k],
-                    kiln_core::literal(VarType::Bool, 1, n),
-                    kiln_core::literal(VarType::Bool, 0, n),
-                ],
-            )?
+            let yes = refs.keep(kiln_core::literal(VarType::Bool, 1, n));
+            let no = refs.keep(kiln_core::literal(VarType::Bool, 0, n));
+            refs.keep(kiln_core::op(Op::Select, &[masks[k], yes, no])?)
         };
-        let lanes = kiln_core::compress(mask)?;
+        let lanes = refs.keep(kiln_core::compress(mask)?);
         // a target with no lanes still runs (on empty arrays): inside a frozen function the
         // recording must contain it for replays whose lanes do select it
         if kiln_core::size(lanes) == 0 && result.is_some() && !kiln_core::freeze::in_recording() {
-            kiln_core::dec_ref(lanes);
             continue;
         }
-        let compact: Vec<VarId> = arg_ids
-            .iter()
-            .map(|&a| {
-                // size-1 arguments broadcast (unless the call has one lane: then it is that lane)
-                if kiln_core::freeze::size_of(a).is_one() && several(n) {
-                    kiln_core::inc_ref(a);
-                    Ok(a)
-                } else {
-                    kiln_core::gather(a, lanes, all)
-                }
-            })
-            .collect::<Result<_>>()?;
-        let local = rebuild(args, &compact);
-        release(&compact);
-        let out = f(&local);
+        let mut compact = Owned::new();
+        for &a in &arg_ids {
+            // size-1 arguments broadcast (unless the call has one lane: then it is that lane)
+            if kiln_core::freeze::size_of(a).is_one() && several(n) {
+                kiln_core::inc_ref(a);
+                compact.keep(a);
+            } else {
+                compact.keep(kiln_core::gather(a, lanes, all)?);
+            }
+        }
+        let local = rebuild(args, &compact.0);
+        drop(compact);
+        let out = {
+            // side effects in the target happen only for its lanes
+            let _lanes = kiln_core::lanes::push_compact(lanes, n.peek(), Some(mask))?;
+            f(&local)
+        };
+        drop(local);
         let (out_ids, _) = positions(&out);
         if result.is_none() {
-            let zeros: Vec<VarId> = out_ids
-                .iter()
-                .map(|&o| {
-                    // sized by `n` as a Size: inside a frozen function the result follows the inputs
-                    let z = kiln_core::literal(kiln_core::var_type(o), 0, n);
-                    let e = kiln_core::make_opaque(z);
-                    kiln_core::dec_ref(z);
-                    e
-                })
-                .collect::<Result<_>>()?;
+            let mut zeros = Owned::new();
+            for &o in &out_ids {
+                // sized by `n` as a Size: inside a frozen function the result follows the inputs
+                let z = Owned(vec![kiln_core::literal(kiln_core::var_type(o), 0, n)]);
+                zeros.keep(kiln_core::make_opaque(z.0[0])?);
+            }
             result = Some((out.clone(), zeros));
         }
         let (template, acc) = result.as_mut().expect("set above");
         let (first, _) = positions(template);
         check_outputs(what, &first, &out_ids, k)?;
-        for (dst, &src) in acc.iter_mut().zip(&out_ids) {
+        for (dst, &src) in acc.0.iter_mut().zip(&out_ids) {
             kiln_core::scatter(dst, src, lanes, all, ReduceOp::None)?;
         }
-        kiln_core::dec_ref(lanes);
     }
-    kiln_core::dec_ref(all);
     let Some((template, acc)) = result else {
         return Err(no_target(what));
     };
-    let out = rebuild(&template, &acc);
-    release(&acc);
-    Ok(out)
+    Ok(rebuild(&template, &acc.0))
 }
 
 /// Per-lane branch: lanes where `cond` holds get `then_f(args)`, the others `else_f(args)`. Both
@@ -1025,6 +1096,36 @@ impl Switch {
         self.mode = mode;
         self
     }
+    /// [`dispatch`] in this mode.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// use kiln::control::Switch;
+    /// let scales = [2u32, 10];
+    /// let refs: Vec<&u32> = scales.iter().collect();
+    /// let y = Switch::new()
+    ///     .mode(Mode::Evaluated)
+    ///     .dispatch(&UInt32::from_slice(&[1, 0, 1]), &refs, &UInt32::arange(3), |s, x| x * *s)
+    ///     .unwrap();
+    /// assert_eq!(y.to_vec(), vec![0, 2, 20]);
+    /// ```
+    pub fn dispatch<T: ?Sized, A: Traverse + Clone, O: Traverse + Clone>(
+        self,
+        index: &UInt32,
+        instances: &[&T],
+        args: &A,
+        call: impl Fn(&T, &A) -> O,
+    ) -> Result<O> {
+        let closures: Vec<BoxedTarget<'_, A, O>> = instances
+            .iter()
+            .map(|&inst| {
+                let call = &call;
+                Box::new(move |a: &A| call(inst, a)) as BoxedTarget<'_, A, O>
+            })
+            .collect();
+        let targets: Vec<Target<'_, A, O>> = closures.iter().map(|c| Some(c.as_ref())).collect();
+        self.run(index, &targets, args)
+    }
     /// See [`switch`]; a `None` target masks its lanes off (outputs 0).
     pub fn run<A: Traverse + Clone, O: Traverse + Clone>(
         self,
@@ -1060,15 +1161,7 @@ pub fn dispatch<T: ?Sized, A: Traverse + Clone, O: Traverse + Clone>(
     args: &A,
     call: impl Fn(&T, &A) -> O,
 ) -> Result<O> {
-    let closures: Vec<BoxedTarget<'_, A, O>> = instances
-        .iter()
-        .map(|&inst| {
-            let call = &call;
-            Box::new(move |a: &A| call(inst, a)) as BoxedTarget<'_, A, O>
-        })
-        .collect();
-    let targets: Vec<Target<'_, A, O>> = closures.iter().map(|c| Some(c.as_ref())).collect();
-    Switch::new().run(index, &targets, args)
+    Switch::new().dispatch(index, instances, args, call)
 }
 
 /// Instances of a trait registered under ids (their position), for [`dispatch`]. It implements

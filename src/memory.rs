@@ -150,7 +150,8 @@ pub fn try_scatter<T: Scalar, I: Integer>(
 ) -> Result<()> {
     let (value, mask) = (value.into_array(), mask.into_array());
     let mut id = target.id();
-    kiln_core::scatter(&mut id, value.id(), index.id(), mask.id(), op)?;
+    // masked by the lanes that run the evaluated loop body, branch or call it is in, if any
+    kiln_core::lanes::scatter(&mut id, value.id(), index.id(), mask.id(), op)?;
     if id != target.id() {
         // copy-on-write replaced the target: the old handle's reference was already released
         let old = std::mem::replace(target, Array::from_id(id));

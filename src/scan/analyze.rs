@@ -7,6 +7,7 @@
 use super::erased::Erased;
 use super::hook::{self, Hook, Installed, Seen};
 use super::spec::{seq_span, Spec, StepIn, StepOut};
+use crate::control::Trace;
 use kiln_core::control as cc;
 use kiln_core::{inspect, Error, Op, Result, VarId, VarType};
 use std::collections::{HashMap, HashSet};
@@ -133,23 +134,23 @@ pub(crate) fn analyze(
     };
     // a scan traced inside another body: the outer trace's refusal is not ours (put back below)
     let outer_refusal = cc::take_refusal();
-    let scope = cc::enter_symbolic()?;
+    // the placeholders, released however this returns (a panic in the body included)
+    let ph = Owned(ph);
+    let trace = Trace::enter()?;
     let installed = Installed::new(Hook::Analyze(Vec::new()));
     let result = body(&input);
     let seen = match installed.take() {
         Hook::Analyze(s) => s,
         Hook::Step { .. } => Vec::new(),
     };
-    let effects = scope.take_effects();
-    drop(scope);
+    let effects = trace.finish();
     let refusal = cc::take_refusal();
     cc::restore_refusal(outer_refusal);
     let out = match result {
         Ok(o) => o,
         Err(e) => {
-            cc::discard_effects(effects);
+            drop(effects);
             hook::release_seen(&seen);
-            release(&ph);
             return Err(e);
         }
     };
@@ -157,7 +158,7 @@ pub(crate) fn analyze(
     if let Some(u) = &out.until {
         roots.push(u.id);
     }
-    roots.extend(effects.iter().map(|&e| VarId(e)));
+    roots.extend(effects.ids().iter().map(|&e| VarId(e)));
     for s in &seen {
         roots.push(s.b);
     }
@@ -318,18 +319,18 @@ pub(crate) fn analyze(
         if u.numel() != 1 || u.ty != VarType::Bool {
             let d = u.describe();
             drop(out);
-            cc::discard_effects(effects);
+            drop(effects);
             hook::release_seen(&seen);
-            release(&ph);
+            drop(ph);
             return Err(Error::Scan(format!(
                 "scan {label}: the `until` condition is {d}; it must be one bool (reduce a per-lane condition with `.any()` or `.all()`)"
             )));
         }
     }
     drop(out);
-    cc::discard_effects(effects);
+    drop(effects);
     hook::release_seen(&seen);
-    release(&ph);
+    drop(ph);
     // the sequences' usable lengths are already checked; keep the helper's view consistent
     let _ = seq_span;
     Ok(analysis)
@@ -359,8 +360,13 @@ fn step_bits(spec: &Spec, init_of: &[Option<usize>]) -> Deps {
     m
 }
 
-fn release(ids: &[VarId]) {
-    for &i in ids {
-        kiln_core::dec_ref(i);
+/// References released on drop.
+struct Owned(Vec<VarId>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        for &i in &self.0 {
+            kiln_core::dec_ref(i);
+        }
     }
 }

@@ -67,7 +67,10 @@ impl Installed {
 
 impl Drop for Installed {
     fn drop(&mut self) {
-        HOOKS.with(|s| s.borrow_mut().pop());
+        // not taken: the body unwound; what the analysis saw holds references
+        if let Some(Hook::Analyze(seen)) = HOOKS.with(|s| s.borrow_mut().pop()) {
+            release_seen(&seen);
+        }
     }
 }
 

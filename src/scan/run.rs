@@ -1177,7 +1177,8 @@ fn fused(
             V(cc::placeholder(kiln_core::var_type(v.0), n, k, like))
         })
         .collect();
-    let scope = cc::enter_symbolic()?;
+    // a panic in the body discards what the trace made (its side effects hold placeholders)
+    let trace = crate::control::Trace::enter()?;
     let traced = (|| -> Result<(Vec<V>, V)> {
         let t = &phis[0];
         let lane = V(kiln_core::counter(ity, w)?);
@@ -1242,17 +1243,16 @@ fn fused(
         }
         Ok((nexts, cond))
     })();
-    let effects = scope.take_effects();
-    drop(scope);
+    let effects = trace.finish();
     let refusal = cc::take_refusal();
     let (nexts, cond) = match (traced, refusal) {
         (Ok(x), None) => x,
         (Err(e), _) => {
-            cc::discard_effects(effects);
+            drop(effects);
             return Err(e);
         }
         (Ok(_), Some((l, how))) => {
-            cc::discard_effects(effects);
+            drop(effects);
             return Err(Error::Scan(format!(
                 "kiln internal error: scan {label}'s one-kernel trace asked for {how} of {l}, which its analysis did not"
             )));
@@ -1262,7 +1262,15 @@ fn fused(
     let phi_ids: Vec<VarId> = phis.iter().map(|v| v.0).collect();
     let next_ids: Vec<VarId> = nexts.iter().map(|v| v.0).collect();
     let outs: Vec<V> = cc::make_loop(
-        label, w, like, &init_ids, &phi_ids, cond.0, &next_ids, effects, 0,
+        label,
+        w,
+        like,
+        &init_ids,
+        &phi_ids,
+        cond.0,
+        &next_ids,
+        effects.take(),
+        0,
     )
     .into_iter()
     .map(V)

@@ -283,10 +283,10 @@ pub fn make_switch(
 /// A copy of `id` in a buffer of its own (a recorded `Memcpy` inside a frozen function).
 pub fn copy(id: VarId) -> Result<VarId> {
     crate::eval(&[id])?;
-    let buf =
-        STATE.lock().var(id.0).data.clone().ok_or_else(|| {
-            Error::Invalid(format!("{} could not be evaluated", crate::describe(id)))
-        })?;
+    // (the lock is released before `describe` takes it again)
+    let data = STATE.lock().var(id.0).data.clone();
+    let buf = data
+        .ok_or_else(|| Error::Invalid(format!("{} could not be evaluated", crate::describe(id))))?;
     let out = crate::device::copy_buffer(&buf)?;
     Ok(crate::data_var(out.ty(), out))
 }
@@ -296,10 +296,18 @@ pub fn copy(id: VarId) -> Result<VarId> {
 pub fn discard_effects(effects: Vec<u32>) {
     {
         let mut st = STATE.lock();
-        for &e in &effects {
+        // the scatters among them, and those inside the region nodes among them (a loop or a
+        // branch traced in the discarded body), at any depth
+        let mut stack = effects.clone();
+        while let Some(e) = stack.pop() {
             if matches!(st.var(e).op, Op::Scatter(_)) {
                 let t = st.var(e).deps[0];
                 st.var_mut(t).dirty = false;
+            } else if let Some(r) = &st.var(e).region {
+                match &**r {
+                    Region::Loop { effects, .. } => stack.extend(effects),
+                    Region::Switch { effects, .. } => stack.extend(effects.iter().flatten()),
+                }
             }
         }
     }

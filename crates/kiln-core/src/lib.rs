@@ -26,6 +26,7 @@ pub mod freeze;
 pub mod inplace;
 pub mod inspect;
 pub mod kernel;
+pub mod lanes;
 pub mod launch;
 pub(crate) mod log;
 pub mod op;

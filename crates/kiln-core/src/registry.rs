@@ -526,21 +526,20 @@ impl State {
             .collect()
     }
 
-    /// The arrays side effect `id` writes: a scatter's target, or the targets of a region node's
-    /// scatters.
+    /// The arrays side effect `id` writes: a scatter's target, or the targets of the scatters
+    /// inside a region node (and inside the regions nested in it).
     pub fn effect_targets(&self, id: u32) -> Vec<u32> {
-        let v = self.var(id);
-        match v.region.as_deref() {
-            Some(Region::Loop { effects, .. }) => {
-                effects.iter().map(|&e| self.var(e).deps[0]).collect()
+        let mut out = Vec::new();
+        let mut stack = vec![id];
+        while let Some(e) = stack.pop() {
+            let v = self.var(e);
+            match v.region.as_deref() {
+                Some(Region::Loop { effects, .. }) => stack.extend(effects),
+                Some(Region::Switch { effects, .. }) => stack.extend(effects.iter().flatten()),
+                None => out.push(v.deps[0]),
             }
-            Some(Region::Switch { effects, .. }) => effects
-                .iter()
-                .flatten()
-                .map(|&e| self.var(e).deps[0])
-                .collect(),
-            None => vec![v.deps[0]],
         }
+        out
     }
 
     /// Whether any pending side effect of any thread writes one of `ids`.
