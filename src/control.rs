@@ -138,7 +138,7 @@ fn mask_size_error(what: &str, mask: VarId, n: Size) -> Error {
 
 /// References released when dropped, however the function holding them returns (an error, or a
 /// panic in a user's closure unwinding through it).
-struct Owned(Vec<VarId>);
+pub(crate) struct Owned(pub(crate) Vec<VarId>);
 
 impl Owned {
     fn new() -> Owned {

@@ -7,7 +7,7 @@
 use super::erased::Erased;
 use super::hook::{self, Hook, Installed, Seen};
 use super::spec::{seq_span, Spec, StepIn, StepOut};
-use crate::control::Trace;
+use crate::control::{Owned, Trace};
 use kiln_core::control as cc;
 use kiln_core::{inspect, Error, Op, Result, VarId, VarType};
 use std::collections::{HashMap, HashSet};
@@ -358,15 +358,4 @@ fn step_bits(spec: &Spec, init_of: &[Option<usize>]) -> Deps {
         m |= bit(*b);
     }
     m
-}
-
-/// References released on drop.
-struct Owned(Vec<VarId>);
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        for &i in &self.0 {
-            kiln_core::dec_ref(i);
-        }
-    }
 }

@@ -118,6 +118,7 @@ fn and(refs: &mut Refs, a: VarId, b: Option<VarId>) -> Result<VarId> {
 /// A copy of the top frame's facts needed to compose a new one.
 struct Top {
     size: usize,
+    like: VarId,
     mask: Option<VarId>,
     wide: Vec<(usize, VarId, Option<VarId>)>,
     unknown: Option<(usize, String)>,
@@ -127,6 +128,7 @@ fn top() -> Option<Top> {
     STACK.with(|s| {
         s.borrow().last().map(|f| Top {
             size: f.size,
+            like: f.like,
             mask: f.mask,
             wide: f.wide.iter().map(|w| (w.size, w.lanes, w.mask)).collect(),
             unknown: f.unknown.clone(),
@@ -284,23 +286,16 @@ pub fn scatter(
             crate::freeze::record::captured_expression(label);
         }
     }
-    let Some(frame) = STACK.with(|s| {
-        s.borrow().last().map(|f| {
-            (
-                f.size,
-                f.like,
-                f.mask,
-                f.wide
-                    .iter()
-                    .map(|w| (w.size, w.lanes, w.mask))
-                    .collect::<Vec<_>>(),
-                f.unknown.clone(),
-            )
-        })
-    }) else {
+    let Some(Top {
+        size: fsize,
+        like,
+        mask: fmask,
+        wide,
+        unknown,
+    }) = top()
+    else {
         return crate::scatter(target, value, index, mask, rop);
     };
-    let (fsize, like, fmask, wide, unknown) = frame;
     let sizes = [value, index, mask].map(crate::size);
     let s = sizes.iter().copied().find(|&s| s != 1).unwrap_or(1);
     if sizes.iter().any(|&x| x != 1 && x != s) || s == 0 {

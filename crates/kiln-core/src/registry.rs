@@ -277,6 +277,13 @@ pub(crate) struct Pending {
     pub symbolic: bool,
 }
 
+impl Pending {
+    /// Whether thread `me`'s evaluation runs it: its own outside symbolic bodies, and orphans.
+    fn runnable_by(&self, me: u32) -> bool {
+        (self.thread == me && !self.symbolic) || self.thread == 0
+    }
+}
+
 static NEXT_THREAD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
 
 /// A thread's identity in the registry; when the thread ends, its pending side effects become
@@ -513,7 +520,7 @@ impl State {
     /// of ended threads. Removed from the list (each keeps its reference).
     pub fn take_runnable_effects(&mut self) -> Vec<u32> {
         let me = thread_token();
-        self.take_effects(|p| (p.thread == me && !p.symbolic) || p.thread == 0)
+        self.take_effects(|p| p.runnable_by(me))
     }
 
     /// This thread's pending side effects, as `take_runnable_effects` would take them (not removed).
@@ -521,9 +528,15 @@ impl State {
         let me = thread_token();
         self.side_effects
             .iter()
-            .filter(|p| (p.thread == me && !p.symbolic) || p.thread == 0)
+            .filter(|p| p.runnable_by(me))
             .map(|p| p.id)
             .collect()
+    }
+
+    /// Whether this thread's evaluation would run any pending side effect.
+    pub fn has_runnable_effects(&self) -> bool {
+        let me = thread_token();
+        self.side_effects.iter().any(|p| p.runnable_by(me))
     }
 
     /// The arrays side effect `id` writes: a scatter's target, or the targets of the scatters

@@ -54,7 +54,7 @@ pub(crate) fn lock_clean(ids: &[u32]) -> Result<MutexGuard<'static, State>> {
             return Ok(st);
         }
         // (another thread's scatter into an array handed to this one runs here, for its reader)
-        let mine = !st.runnable_effects().is_empty();
+        let mine = st.has_runnable_effects();
         if st.adopt_effects(&dirty) == 0 && !mine {
             let label = st.label_of(dirty[0]);
             return Err(Error::Invalid(format!(
