@@ -19,6 +19,8 @@ use std::marker::PhantomData;
 /// ```
 pub struct Array<T: Scalar> {
     id: VarId,
+    /// The AD graph node when the array can carry a gradient (`crate::ad`), else 0.
+    pub(crate) ad: crate::ad::AdIndex,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -34,8 +36,10 @@ pub type Float64 = Array<f64>;
 impl<T: Scalar> Clone for Array<T> {
     fn clone(&self) -> Self {
         core::inc_ref(self.id);
+        crate::ad::graph::inc_ref(self.ad);
         Array {
             id: self.id,
+            ad: self.ad,
             _t: PhantomData,
         }
     }
@@ -44,6 +48,7 @@ impl<T: Scalar> Clone for Array<T> {
 impl<T: Scalar> Drop for Array<T> {
     fn drop(&mut self) {
         core::dec_ref(self.id);
+        crate::ad::graph::dec_ref(self.ad);
     }
 }
 
@@ -101,20 +106,28 @@ impl<T: Scalar> Array<T> {
     }
     /// As [`Array::from_id`] for an id whose type is known to be `T` (the engine calls below
     /// create it with `T::TYPE`): no registry lookup.
-    fn wrap(id: VarId) -> Self {
+    pub(crate) fn wrap(id: VarId) -> Self {
         debug_assert_eq!(core::var_type(id), T::TYPE, "type of var {id:?}");
         Array {
             id,
+            ad: 0,
             _t: PhantomData,
         }
+    }
+    /// This handle with AD node `ad` (whose reference it takes over) in place of its own.
+    pub(crate) fn with_ad(mut self, ad: crate::ad::AdIndex) -> Self {
+        crate::ad::graph::dec_ref(std::mem::replace(&mut self.ad, ad));
+        self
     }
     /// The engine id (for kiln-core interop).
     pub fn id(&self) -> VarId {
         self.id
     }
-    /// Give up the handle without releasing its reference.
+    /// Give up the handle without releasing its reference. The id carries no gradient: an
+    /// array rebuilt from it (`Array::from_id`) is detached from the AD graph.
     pub fn into_id(self) -> VarId {
         let id = self.id;
+        crate::ad::graph::dec_ref(self.ad);
         std::mem::forget(self);
         id
     }
@@ -355,7 +368,8 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(x.cast::<i32>().to_vec(), vec![1, -2, 0]);
     /// ```
     pub fn cast<U: Scalar>(&self) -> Array<U> {
-        Array::wrap(ok(core::convert(Op::Cast, self.id, U::TYPE)))
+        let out = Array::wrap(ok(core::convert(Op::Cast, self.id, U::TYPE)));
+        crate::ad::rules::record_cast(self, out)
     }
     /// Reinterpret the bits as `U` (same width).
     ///
@@ -370,7 +384,8 @@ impl<T: Scalar> Array<T> {
     /// Apply a core op to this array and others of the same type.
     pub(crate) fn apply(op: Op, args: &[&Array<T>]) -> Result<Self> {
         let ids: Vec<VarId> = args.iter().map(|a| a.id).collect();
-        Ok(Self::wrap(core::op(op, &ids)?))
+        let out = Self::wrap(core::op(op, &ids)?);
+        Ok(crate::ad::rules::record_op(op, args, out))
     }
     /// Apply a comparison.
     pub(crate) fn compare(op: Op, a: &Array<T>, b: &Array<T>) -> Result<Bool> {

@@ -18,6 +18,7 @@
 
 extern crate self as kiln;
 
+pub mod ad;
 pub mod array;
 pub mod control;
 pub mod freeze;
@@ -135,7 +136,9 @@ pub fn whos() -> Whos {
 /// assert!(s.launches >= s.cache_hits);
 /// ```
 pub fn stats() -> Stats {
-    kiln_core::stats()
+    let mut s = kiln_core::stats();
+    (s.ad_nodes, s.ad_edges, s.ad_grad_bytes) = ad::counters();
+    s
 }
 
 /// Run `f` with update-in-place turned on or off on this thread (`KILN_INPLACE=0` turns it off

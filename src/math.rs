@@ -578,6 +578,9 @@ impl<T: Float> Array<T> {
     /// assert_eq!(y[3], f32::INFINITY);
     /// ```
     pub fn exp(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("exp", self, Self::exp, |x| x.exp()) {
+            return y;
+        }
         let x = self.max(kc::<T>(-104.0, -746.0)).min(kc::<T>(89.0, 710.0));
         let (tb, r) = exp_reduce(&x);
         scale2(&exp_poly(&r), &tb, 0)
@@ -592,6 +595,11 @@ impl<T: Float> Array<T> {
     /// assert!((y[2] - std::f64::consts::SQRT_2).abs() <= 1e-15);
     /// ```
     pub fn exp2(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("exp2", self, Self::exp2, |x| {
+            x.exp2() * T::from_f64(std::f64::consts::LN_2)
+        }) {
+            return y;
+        }
         let x = self
             .max(kc::<T>(-152.0, -1080.0))
             .min(kc::<T>(129.0, 1025.0));
@@ -619,6 +627,9 @@ impl<T: Float> Array<T> {
     /// assert!(y[3].is_nan());
     /// ```
     pub fn log(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("log", self, Self::log, |x| x.rcp()) {
+            return y;
+        }
         let (e, f) = log_reduce(self);
         let y = log1p_reduced(&f);
         let lo = e.fma(kc::<T>(LN2_LO_32, LN2_LO_64), &y);
@@ -635,6 +646,11 @@ impl<T: Float> Array<T> {
     /// assert!((y[2] - 10f64.log2()).abs() <= 1e-15);
     /// ```
     pub fn log2(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("log2", self, Self::log2, |x| {
+            (x * T::from_f64(std::f64::consts::LN_2)).rcp()
+        }) {
+            return y;
+        }
         let (e, f) = log_reduce(self);
         let y = log1p_reduced(&f);
         let lo = y.fma(kc::<T>(LOG2E_LO_32, LOG2E_LO_64), &e);
@@ -656,6 +672,9 @@ impl<T: Float> Array<T> {
     /// assert!((y[2] - 0.82687956).abs() <= 1e-6);
     /// ```
     pub fn sin(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("sin", self, Self::sin, |x| x.cos()) {
+            return y;
+        }
         let (tb, r) = trig_reduce(self);
         let (s, c) = sin_cos_poly(&r);
         let y = select(&bit::<T>(&tb, 0), &c, &s);
@@ -673,6 +692,9 @@ impl<T: Float> Array<T> {
     /// assert!((y[2] - 1e4f64.cos()).abs() <= 1e-15);
     /// ```
     pub fn cos(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("cos", self, Self::cos, |x| -x.sin()) {
+            return y;
+        }
         let (tb, r) = trig_reduce(self);
         let (s, c) = sin_cos_poly(&r);
         let y = select(&bit::<T>(&tb, 0), &s, &c);
@@ -690,6 +712,12 @@ impl<T: Float> Array<T> {
     /// assert!((y[2] + 1.5574077).abs() <= 2e-7);
     /// ```
     pub fn tan(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("tan", self, Self::tan, |x| {
+            let c = x.cos();
+            (&c * &c).rcp()
+        }) {
+            return y;
+        }
         let (tb, r) = trig_reduce(self);
         let (s, c) = sin_cos_poly(&r);
         let odd = bit::<T>(&tb, 0);
@@ -711,6 +739,11 @@ impl<T: Float> Array<T> {
     /// assert!(y[3].is_nan());
     /// ```
     pub fn asin(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("asin", self, Self::asin, |x| {
+            (Array::scalar(T::one()) - x * x).rsqrt()
+        }) {
+            return y;
+        }
         let (p, big) = asin_parts(self);
         let rb = pio2_minus(&(&p * k::<T>(2.0)));
         let rb = neg_where(&self.lt(k::<T>(0.0)), rb);
@@ -726,6 +759,11 @@ impl<T: Float> Array<T> {
     /// assert!((y[2] - std::f64::consts::FRAC_PI_3).abs() <= 1e-15);
     /// ```
     pub fn acos(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("acos", self, Self::acos, |x| {
+            -(Array::scalar(T::one()) - x * x).rsqrt()
+        }) {
+            return y;
+        }
         let (p, big) = asin_parts(self);
         let p2 = &p * k::<T>(2.0);
         let rb = select(&self.lt(k::<T>(0.0)), pi_minus(&p2), &p2);
@@ -743,6 +781,11 @@ impl<T: Float> Array<T> {
     /// assert_eq!(y, vec![0.0, std::f32::consts::FRAC_PI_4, -std::f32::consts::FRAC_PI_2]);
     /// ```
     pub fn atan(&self) -> Array<T> {
+        if let Some(y) =
+            crate::ad::rules::unary("atan", self, Self::atan, |x| (x * x + T::one()).rcp())
+        {
+            return y;
+        }
         let a = self.abs();
         let one = k::<T>(1.0);
         let p = atan_core(&a.min(one), &a.max(one));
@@ -763,6 +806,13 @@ impl<T: Float> Array<T> {
     /// ```
     pub fn atan2(&self, x: impl IntoArray<T>) -> Array<T> {
         let x = x.into_array();
+        let d = |y: &Array<T>, x: &Array<T>| {
+            let r = (x * x + y * y).rcp();
+            (x * &r, -(y * &r))
+        };
+        if let Some(v) = crate::ad::rules::binary("atan2", self, &x, |y, x| y.atan2(x), d) {
+            return v;
+        }
         let (ay, ax) = (self.abs(), x.abs());
         let a = ay.min(&ax);
         let b = ay.max(&ax);
@@ -791,6 +841,9 @@ impl<T: Float> Array<T> {
     /// assert!((y[2] + 3.6268604).abs() <= 1e-6);
     /// ```
     pub fn sinh(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("sinh", self, Self::sinh, |x| x.cosh()) {
+            return y;
+        }
         let a = self.abs();
         let z = self * self;
         let small = (self * &z).fma(horner(&z, tab::<T>(&SINH_F32, &SINH_F64)), self);
@@ -809,6 +862,9 @@ impl<T: Float> Array<T> {
     /// assert!((y[1] - 1f64.cosh()).abs() <= 1e-15);
     /// ```
     pub fn cosh(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("cosh", self, Self::cosh, |x| x.sinh()) {
+            return y;
+        }
         let h = exp_half(&self.abs());
         &h + Array::scalar(k::<T>(0.25)) / &h
     }
@@ -824,6 +880,12 @@ impl<T: Float> Array<T> {
     /// assert_eq!(y[2..], [-1.0, 1.0]);
     /// ```
     pub fn tanh(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("tanh", self, Self::tanh, |x| {
+            let t = x.tanh();
+            Array::scalar(T::one()) - &t * &t
+        }) {
+            return y;
+        }
         let z = self * self;
         let small = (self * &z).fma(horner(&z, tab::<T>(&TANH_F32, &TANH_F64)), self);
         // |x| >= 0.55: on |x|, so that u >= 0 and its error is not amplified
@@ -847,6 +909,11 @@ impl<T: Float> Array<T> {
     /// assert_eq!(y[3], 1.0);
     /// ```
     pub fn erf(&self) -> Array<T> {
+        if let Some(y) = crate::ad::rules::unary("erf", self, Self::erf, |x| {
+            (-(x * x)).exp() * T::from_f64(std::f64::consts::FRAC_2_SQRT_PI)
+        }) {
+            return y;
+        }
         let (t_lo, t_hi) = (kc::<T>(0.875, 1.0), kc::<T>(3.95, 5.95));
         let z = self * self;
         let small = self.fma(horner(&z, tab::<T>(&ERF_SMALL_F32, &ERF_SMALL_F64)), self);
@@ -875,6 +942,15 @@ impl<T: Float> Array<T> {
     /// ```
     pub fn pow(&self, e: impl IntoArray<T>) -> Array<T> {
         let y = e.into_array();
+        let d = |x: &Array<T>, e: &Array<T>| {
+            let dx = e * x.pow(e - T::one());
+            // JAX's convention: no derivative in the exponent where the base is 0
+            let safe = select(&x.eq(T::zero()), Array::scalar(T::one()), x);
+            (dx, safe.log() * x.pow(e))
+        };
+        if let Some(v) = crate::ad::rules::binary("pow", self, &y, |x, e| x.pow(e), d) {
+            return v;
+        }
         let (x, y) = (self.cast::<f64>(), y.cast::<f64>());
         let core = if is_f32::<T>() {
             pow_core_f32(&x, &y)

@@ -270,7 +270,8 @@ comparisons!(
 #[track_caller]
 pub fn select<T: Scalar>(mask: &Bool, a: impl IntoArray<T>, b: impl IntoArray<T>) -> Array<T> {
     let (a, b) = (a.into_array(), b.into_array());
-    Array::from_id(ok(kiln_core::op(Op::Select, &[mask.id(), a.id(), b.id()])))
+    let out = Array::from_id(ok(kiln_core::op(Op::Select, &[mask.id(), a.id(), b.id()])));
+    crate::ad::rules::record_select(mask, &a, &b, out)
 }
 
 /// Free-function forms of the elementwise methods, for code that reads like math.

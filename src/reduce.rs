@@ -14,7 +14,8 @@ use kiln_core::{self as core, ReduceOp, Result, Scalar};
 
 impl<T: Scalar> Array<T> {
     fn reduce_with(&self, op: ReduceOp) -> Result<Array<T>> {
-        Ok(Array::from_id(core::reduce(op, self.id())?))
+        let out = Array::from_id(core::reduce(op, self.id())?);
+        Ok(crate::ad::reduce::record_reduce(op, self, out))
     }
 }
 

@@ -103,6 +103,19 @@ pub enum Error {
     /// the sequence, output or carry entry, both values that disagree, and the fix.
     #[error("scan: {0}")]
     Scan(String),
+    /// Reverse-mode differentiation reached a construct that has no backward pass yet (loops,
+    /// scans, stencils): never a wrong gradient.
+    #[error(
+        "{construct} is not differentiable in reverse mode yet ({detail}); reverse mode through \
+         loops, scans and stencils is coming. Until then, compute it outside the gradient \
+         (`kiln::ad::suspend_grad`, `detach()`), or use forward mode (`kiln::jvp`) where it is supported"
+    )]
+    NotDifferentiable { construct: String, detail: String },
+    /// Automatic differentiation was asked something it cannot answer as asked (a non-scalar
+    /// `backward` without a seed, an integer array, a graph already consumed …); the message
+    /// names the array and the fix.
+    #[error("autodiff: {0}")]
+    Ad(String),
 }
 
 /// kiln's result type.

@@ -148,6 +148,13 @@ pub struct Stats {
     /// has no handle left (under `KILN_LOG=inplace`, every operand, to log its reason), so this
     /// counts the near misses, not every borrowed operand.
     pub inplace_declined: u64,
+    /// Automatic differentiation: nodes alive in the AD graph (one per array that can carry a
+    /// gradient). Filled in by the front end (`kiln::stats()`); 0 from `kiln_core::stats()`.
+    pub ad_nodes: u64,
+    /// AD graph edges alive (node to input).
+    pub ad_edges: u64,
+    /// Bytes of gradients held by AD nodes (their arrays' sizes times element width).
+    pub ad_grad_bytes: u64,
 }
 
 pub(crate) fn snapshot(vars_alive: u64) -> Stats {
@@ -176,6 +183,9 @@ pub(crate) fn snapshot(vars_alive: u64) -> Stats {
         inplace_reuses: crate::inplace::REUSES.load(Relaxed),
         inplace_bytes_saved: crate::inplace::BYTES_SAVED.load(Relaxed),
         inplace_declined: crate::inplace::DECLINED.load(Relaxed),
+        ad_nodes: 0,
+        ad_edges: 0,
+        ad_grad_bytes: 0,
     }
 }
 

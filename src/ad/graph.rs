@@ -1,0 +1,235 @@
+//! The AD graph: one node per array that can carry a gradient, edges to the nodes it was
+//! computed from, and the rule that maps a cotangent (or tangents) across the node.
+//!
+//! It is a layer above the registry: a node never holds a kernel or a buffer of its own, only
+//! ordinary lazy arrays (captured operands inside its rule, an accumulated gradient), so a backward
+//! pass is traced and fused like any kiln code. Nodes are reference counted by the handles that
+//! carry their index (`Array`'s `ad` field) and by their children's edges, so a node lives exactly
+//! as long as something can still ask for a gradient through it. The graph is shared by all
+//! threads behind one lock (an array with a gradient may be sent across threads); the lock is never
+//! held while a rule runs, because rules trace array code that may record nodes of its own.
+
+use super::value::Grad;
+use kiln_core::VarType;
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// A node's index; 0 means "no node" (an array that carries no gradient).
+pub(crate) type AdIndex = u32;
+
+/// How a node maps derivatives across itself.
+pub(crate) trait Rule: Send + Sync {
+    /// A short name for `whos()` and error messages (`mul`, `exp`, `gather`, …).
+    fn name(&self) -> &'static str;
+    /// The contributions to each input (in the order of the node's parents) of the cotangent
+    /// `ct` of the output; `None` for an input that gets nothing.
+    fn backward(&self, ct: &Grad) -> Vec<Option<Grad>>;
+    /// The tangent of the output given the inputs' tangents (`None`: zero).
+    fn forward(&self, tangents: &[Option<Grad>]) -> Option<Grad>;
+    /// Why reverse mode cannot cross this node, if it cannot (a loop, a scan, a stencil).
+    fn refuses_reverse(&self) -> Option<(String, String)> {
+        None
+    }
+}
+
+pub(crate) struct Node {
+    /// Handles and child edges that refer to the node.
+    refs: u32,
+    pub ty: VarType,
+    pub size: usize,
+    /// Inputs that carry gradients (each holds one reference).
+    pub parents: Vec<AdIndex>,
+    /// Nodes computed from this one (not counted: a child holds its parent, not the reverse).
+    pub children: Vec<AdIndex>,
+    /// `None` for a leaf (`enable_grad`), or once a backward pass consumed the node.
+    pub rule: Option<Arc<dyn Rule>>,
+    /// The gradient (reverse mode) or tangent (forward mode) accumulated here.
+    pub grad: Option<Grad>,
+    /// Whether backward passes store this node's gradient (leaves, and nodes the user called
+    /// `enable_grad` on).
+    pub keeps_grad: bool,
+    /// A backward pass crossed the node and dropped its edges.
+    pub consumed: bool,
+    /// Creation order (isolate scopes stop at nodes older than their start).
+    pub seq: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Graph {
+    nodes: Vec<Option<Node>>,
+    free: Vec<AdIndex>,
+    seq: u64,
+    alive: u64,
+    edges: u64,
+}
+
+static GRAPH: Mutex<Graph> = Mutex::new(Graph {
+    nodes: Vec::new(),
+    free: Vec::new(),
+    seq: 0,
+    alive: 0,
+    edges: 0,
+});
+
+/// What the graph holds now (for `kiln::stats()`).
+pub(crate) fn counters() -> (u64, u64, u64) {
+    let g = GRAPH.lock();
+    let bytes = g
+        .nodes
+        .iter()
+        .flatten()
+        .filter_map(|n| n.grad.as_ref())
+        .map(|gr| (kiln_core::size(gr.id()) * gr.ty().size_bytes()) as u64)
+        .sum();
+    (g.alive, g.edges, bytes)
+}
+
+/// Run `f` on the graph under its lock. Whatever `f` returns is dropped after the lock is
+/// released (it may hold arrays whose drop touches the graph).
+pub(crate) fn with<R>(f: impl FnOnce(&mut Graph) -> R) -> R {
+    f(&mut GRAPH.lock())
+}
+
+/// A new node with the given parents (one reference taken on each) and rule.
+pub(crate) fn new_node(
+    ty: VarType,
+    size: usize,
+    parents: Vec<AdIndex>,
+    rule: Option<Arc<dyn Rule>>,
+) -> AdIndex {
+    with(|g| g.insert(ty, size, parents, rule))
+}
+
+pub(crate) fn inc_ref(ad: AdIndex) {
+    if ad != 0 {
+        with(|g| g.node_mut(ad).refs += 1);
+    }
+}
+
+pub(crate) fn dec_ref(ad: AdIndex) {
+    if ad == 0 {
+        return;
+    }
+    // rules and gradients of freed nodes hold arrays: drop them once the lock is released
+    let garbage = with(|g| g.release(ad));
+    drop(garbage);
+}
+
+/// Nodes' rules and gradients freed by a release, dropped outside the lock.
+pub(crate) type Garbage = Vec<(Option<Arc<dyn Rule>>, Option<Grad>)>;
+
+impl Graph {
+    fn insert(
+        &mut self,
+        ty: VarType,
+        size: usize,
+        parents: Vec<AdIndex>,
+        rule: Option<Arc<dyn Rule>>,
+    ) -> AdIndex {
+        self.seq += 1;
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                if self.nodes.is_empty() {
+                    self.nodes.push(None); // index 0 is "no node"
+                }
+                self.nodes.push(None);
+                (self.nodes.len() - 1) as AdIndex
+            }
+        };
+        for &p in &parents {
+            let pn = self.node_mut(p);
+            pn.refs += 1;
+            pn.children.push(idx);
+        }
+        self.edges += parents.len() as u64;
+        self.alive += 1;
+        self.nodes[idx as usize] = Some(Node {
+            refs: 1,
+            ty,
+            size,
+            parents,
+            children: Vec::new(),
+            rule,
+            grad: None,
+            keeps_grad: false,
+            consumed: false,
+            seq: self.seq,
+        });
+        idx
+    }
+
+    pub fn node(&self, ad: AdIndex) -> &Node {
+        self.nodes[ad as usize]
+            .as_ref()
+            .unwrap_or_else(|| panic!("kiln: AD node {ad} used after it was freed"))
+    }
+
+    pub fn node_mut(&mut self, ad: AdIndex) -> &mut Node {
+        self.nodes[ad as usize]
+            .as_mut()
+            .unwrap_or_else(|| panic!("kiln: AD node {ad} used after it was freed"))
+    }
+
+    /// The sequence number the next node will get.
+    pub fn next_seq(&self) -> u64 {
+        self.seq + 1
+    }
+
+    /// Drop one reference; free the node (and, iteratively, parents left without references).
+    pub fn release(&mut self, ad: AdIndex) -> Garbage {
+        let mut garbage = Vec::new();
+        let mut stack = vec![ad];
+        while let Some(i) = stack.pop() {
+            let n = self.node_mut(i);
+            n.refs -= 1;
+            if n.refs > 0 {
+                continue;
+            }
+            let n = self.nodes[i as usize].take().expect("live node");
+            self.alive -= 1;
+            self.free.push(i);
+            self.edges -= n.parents.len() as u64;
+            for &p in &n.parents {
+                let pn = self.node_mut(p);
+                if let Some(k) = pn.children.iter().position(|&c| c == i) {
+                    pn.children.swap_remove(k);
+                }
+                stack.push(p);
+            }
+            garbage.push((n.rule, n.grad));
+        }
+        garbage
+    }
+
+    /// Cut a node's edges after a backward pass crossed it (its rule and captured arrays go).
+    pub fn consume(&mut self, ad: AdIndex) -> Garbage {
+        let n = self.node_mut(ad);
+        if n.rule.is_none() {
+            return Vec::new();
+        }
+        let rule = n.rule.take();
+        n.consumed = true;
+        let parents = std::mem::take(&mut n.parents);
+        self.edges -= parents.len() as u64;
+        let mut garbage = vec![(rule, None)];
+        for p in parents {
+            let pn = self.node_mut(p);
+            if let Some(k) = pn.children.iter().position(|&c| c == ad) {
+                pn.children.swap_remove(k);
+            }
+            garbage.extend(self.release(p));
+        }
+        garbage
+    }
+
+    /// Take one more reference on a live node.
+    pub fn retain(&mut self, ad: AdIndex) {
+        self.node_mut(ad).refs += 1;
+    }
+
+    /// Whether `ad` is a live node.
+    pub fn contains(&self, ad: AdIndex) -> bool {
+        self.nodes.get(ad as usize).is_some_and(|n| n.is_some())
+    }
+}

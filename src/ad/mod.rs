@@ -1,0 +1,429 @@
+//! Automatic differentiation: forward and reverse mode on the lazy engine.
+//!
+//! An array that can carry a gradient has a node in the AD graph (`graph`) besides its variable
+//! in the engine's registry; ops on such arrays record a node with a derivative rule (`rules`),
+//! and a pass (`propagate`) runs those rules as ordinary traced array code, so a backward pass is
+//! fused into kernels like anything else. This module holds Dr.Jit's face of it (methods on
+//! arrays, passes started from an array, scopes); the JAX face (`kiln::grad`, `vjp`, `jvp`) is
+//! built on the same mechanism.
+//!
+//! ```
+//! use kiln::prelude::*;
+//! let mut x = Float64::from_slice(&[1.0, 2.0, 3.0]);
+//! x.enable_grad();
+//! let y = (&x * &x).sum();          // y = Σ x²
+//! y.backward();
+//! assert_eq!(x.grad().to_vec(), vec![2.0, 4.0, 6.0]);
+//! ```
+//!
+//! Conventions: the gradient of something that does not depend on an input is zero (as in
+//! Dr.Jit and JAX); integer and mask arrays carry no gradient; a backward pass consumes the graph
+//! it crosses (a second one through it is an error) unless asked to retain it.
+
+pub(crate) mod graph;
+mod propagate;
+pub(crate) mod reduce;
+pub(crate) mod rules;
+mod value;
+
+pub(crate) use graph::AdIndex;
+pub(crate) use value::Grad;
+
+use crate::array::{ok, Array};
+use crate::types::Float;
+use kiln_core::{Error, Result, Scalar};
+use propagate::Backward;
+use std::cell::{Cell, RefCell};
+
+thread_local! {
+    /// Whether ops on this thread record AD nodes (`suspend_grad` / `resume_grad`).
+    static RECORDING: Cell<bool> = const { Cell::new(true) };
+    /// Sequence numbers at which the open `isolate_grad` scopes began (innermost last).
+    static ISOLATE: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// Cotangents that reached a node older than the innermost isolate scope.
+    static STASH: RefCell<Vec<Vec<(AdIndex, Grad)>>> = const { RefCell::new(Vec::new()) };
+}
+
+pub(crate) fn recording() -> bool {
+    RECORDING.with(|r| r.get())
+}
+
+/// Sets the recording flag and restores the previous one on drop (also on a panic).
+pub(crate) struct RecordingGuard(bool);
+impl RecordingGuard {
+    pub(crate) fn set(on: bool) -> RecordingGuard {
+        RecordingGuard(RECORDING.with(|r| r.replace(on)))
+    }
+}
+impl Drop for RecordingGuard {
+    fn drop(&mut self) {
+        RECORDING.with(|r| r.set(self.0));
+    }
+}
+
+fn isolate_boundary() -> u64 {
+    ISOLATE.with(|s| s.borrow().last().copied().unwrap_or(0))
+}
+
+fn stash_isolated(ad: AdIndex, ct: Grad) {
+    STASH.with(|s| {
+        if let Some(top) = s.borrow_mut().last_mut() {
+            top.push((ad, ct));
+        }
+    })
+}
+
+/// Run `f` without recording derivatives: arrays computed inside carry no gradient.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut x = Float32::from_slice(&[1.0, 2.0]);
+/// x.enable_grad();
+/// let y = kiln::ad::suspend_grad(|| &x * 2.0);
+/// assert!(!y.grad_enabled());
+/// ```
+pub fn suspend_grad<R>(f: impl FnOnce() -> R) -> R {
+    let _g = RecordingGuard::set(false);
+    f()
+}
+
+/// Run `f` recording derivatives again (inside a [`suspend_grad`] scope).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut x = Float32::from_slice(&[1.0]);
+/// x.enable_grad();
+/// let y = kiln::ad::suspend_grad(|| kiln::ad::resume_grad(|| &x * 2.0));
+/// assert!(y.grad_enabled());
+/// ```
+pub fn resume_grad<R>(f: impl FnOnce() -> R) -> R {
+    let _g = RecordingGuard::set(true);
+    f()
+}
+
+/// Run `f` with backward passes stopping at the nodes that existed before it: inside, a
+/// `backward` reaches only what `f` computed; what arrives at the older nodes is propagated
+/// further when `f` returns (Dr.Jit's `isolate_grad`, used to bound the work of a pass that must
+/// run inside a larger computation).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut x = Float64::from_slice(&[3.0]);
+/// x.enable_grad();
+/// let y = &x * 2.0;
+/// kiln::ad::isolate_grad(|| {
+///     let z = &y * &y;       // z = 4x²
+///     z.backward();
+///     assert_eq!(x.grad().item(), 0.0); // held at y until the scope ends
+/// });
+/// assert_eq!(x.grad().item(), 24.0);
+/// ```
+pub fn isolate_grad<R>(f: impl FnOnce() -> R) -> R {
+    let start = graph::with(|g| g.next_seq());
+    ISOLATE.with(|s| s.borrow_mut().push(start));
+    STASH.with(|s| s.borrow_mut().push(Vec::new()));
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            ISOLATE.with(|s| s.borrow_mut().pop());
+            let held = STASH.with(|s| s.borrow_mut().pop()).unwrap_or_default();
+            if !held.is_empty() && !std::thread::panicking() {
+                let r = propagate::backward(held, Backward::default(), &[]);
+                if let Err(e) = r {
+                    tracing::warn!(target: "kiln::ad", "isolate_grad: propagating past the scope failed: {e}");
+                }
+            }
+        }
+    }
+    let _pop = Pop;
+    f()
+}
+
+impl<T: Scalar> Array<T> {
+    /// Whether the array has a node in the AD graph (it can carry a gradient).
+    ///
+    /// ```
+    /// assert!(!kiln::Float32::zeros(2).grad_enabled());
+    /// ```
+    pub fn grad_enabled(&self) -> bool {
+        self.ad != 0
+    }
+    /// The same values, detached from the AD graph (no gradient flows through the result).
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let mut x = Float32::from_slice(&[1.0]);
+    /// x.enable_grad();
+    /// assert!(!x.detach().grad_enabled());
+    /// ```
+    pub fn detach(&self) -> Array<T> {
+        kiln_core::inc_ref(self.id());
+        Array::wrap(self.id())
+    }
+}
+
+impl<T: Float> Array<T> {
+    /// Make this array a leaf of the AD graph: operations on it record derivatives, and
+    /// `backward` passes store its gradient (readable with [`Array::grad`]). On an array that is
+    /// already in the graph (computed from one that is), its gradient is kept by later passes.
+    /// Only float arrays have this method (integer arrays carry no gradient; see
+    /// `kiln::ad::enable_grad` for sets with mixed types).
+    ///
+    /// ```
+    /// let mut x = kiln::Float32::from_slice(&[1.0, 2.0]);
+    /// x.enable_grad();
+    /// assert!(x.grad_enabled());
+    /// ```
+    pub fn enable_grad(&mut self) -> &mut Self {
+        if self.ad == 0 {
+            let ad = graph::new_node(T::TYPE, self.len(), Vec::new(), None);
+            self.ad = ad;
+        }
+        graph::with(|g| g.node_mut(self.ad).keeps_grad = true);
+        self
+    }
+    /// The gradient accumulated by backward passes (or the tangent set by a forward pass); zeros
+    /// when there is none or the array carries no gradient (Dr.Jit and JAX do the same). A lazy
+    /// array: reading it inside a frozen function records the kernels that compute it.
+    ///
+    /// ```
+    /// let x = kiln::Float32::from_slice(&[1.0, 2.0]);
+    /// assert_eq!(x.grad().to_vec(), vec![0.0, 0.0]);
+    /// ```
+    pub fn grad(&self) -> Array<T> {
+        if self.ad != 0 {
+            if let Some(g) = graph::with(|g| g.node(self.ad).grad.clone()) {
+                return rules::broadcast(g.array::<T>(), self.len());
+            }
+        }
+        Array::zeros(self.size())
+    }
+    /// Replace the gradient (size 1 or the array's size).
+    ///
+    /// ```
+    /// let mut x = kiln::Float32::from_slice(&[1.0, 2.0]);
+    /// x.enable_grad();
+    /// x.set_grad(&kiln::Float32::from(3.0f32));
+    /// assert_eq!(x.grad().to_vec(), vec![3.0, 3.0]);
+    /// ```
+    pub fn set_grad(&self, g: &Array<T>) {
+        ok(self.try_set_grad(g, false))
+    }
+    /// Add to the gradient.
+    ///
+    /// ```
+    /// let mut x = kiln::Float32::from_slice(&[1.0]);
+    /// x.enable_grad();
+    /// x.accum_grad(&kiln::Float32::from(1.0f32));
+    /// x.accum_grad(&kiln::Float32::from(2.0f32));
+    /// assert_eq!(x.grad().item(), 3.0);
+    /// ```
+    pub fn accum_grad(&self, g: &Array<T>) {
+        ok(self.try_set_grad(g, true))
+    }
+    fn try_set_grad(&self, g: &Array<T>, add: bool) -> Result<()> {
+        if self.ad == 0 {
+            return Err(Error::Ad(format!(
+                "set_grad/accum_grad on {}, which carries no gradient; call `enable_grad()` on it first",
+                kiln_core::describe(self.id())
+            )));
+        }
+        let n = g.len();
+        if n != 1 && n != self.len() {
+            return Err(Error::Ad(format!(
+                "a gradient of {n} elements for {} of {}; give one value or one per element",
+                kiln_core::describe(self.id()),
+                self.len()
+            )));
+        }
+        let new = g.detach();
+        let old = graph::with(|gr| gr.node_mut(self.ad).grad.take());
+        let v = match (add, old) {
+            (true, Some(o)) => o.array::<T>() + new,
+            _ => new,
+        };
+        let prev = graph::with(|gr| gr.node_mut(self.ad).grad.replace(Grad::of(v)));
+        drop(prev);
+        Ok(())
+    }
+    /// Forget the gradient.
+    ///
+    /// ```
+    /// let mut x = kiln::Float32::from_slice(&[1.0]);
+    /// x.enable_grad();
+    /// x.set_grad(&kiln::Float32::from(1.0f32));
+    /// x.clear_grad();
+    /// assert_eq!(x.grad().item(), 0.0);
+    /// ```
+    pub fn clear_grad(&self) {
+        if self.ad != 0 {
+            let prev = graph::with(|gr| gr.node_mut(self.ad).grad.take());
+            drop(prev);
+        }
+    }
+    /// Reverse mode from this scalar: the gradient of `self` with respect to every leaf it
+    /// depends on is added to that leaf's [`Array::grad`]. Panics on a non-scalar or a consumed
+    /// graph; see [`Array::try_backward`].
+    ///
+    /// ```
+    /// let mut x = kiln::Float64::from(3.0);
+    /// x.enable_grad();
+    /// (&x * &x * &x).backward();
+    /// assert_eq!(x.grad().item(), 27.0);
+    /// ```
+    #[track_caller]
+    pub fn backward(&self) {
+        ok(self.try_backward())
+    }
+    /// As [`Array::backward`], returning an error on a non-scalar (use [`backward_from`] with a
+    /// seed), or on a graph an earlier pass consumed. On an array that carries no gradient it
+    /// does nothing (every gradient it could give is zero).
+    pub fn try_backward(&self) -> Result<()> {
+        let n = self.len();
+        if n != 1 {
+            return Err(Error::Ad(format!(
+                "backward() on {}, which has {n} elements, not one: seed it with `kiln::ad::backward_from(&y, &seed)` (a seed of y's size, e.g. ones for the gradient of y.sum()), or reduce it first",
+                kiln_core::describe(self.id())
+            )));
+        }
+        backward_from(self, &Array::ones(1))
+    }
+}
+
+/// Reverse mode from `y` with cotangent `seed` (size 1 or `y`'s size).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut x = Float64::from_slice(&[1.0, 2.0]);
+/// x.enable_grad();
+/// let y = &x * 3.0;
+/// kiln::ad::backward_from(&y, &Float64::from_slice(&[1.0, 10.0])).unwrap();
+/// assert_eq!(x.grad().to_vec(), vec![3.0, 30.0]);
+/// ```
+pub fn backward_from<T: Float>(y: &Array<T>, seed: &Array<T>) -> Result<()> {
+    backward_with(y, seed, false)
+}
+
+/// As [`backward_from`]; with `retain_graph` the pass leaves the graph in place, so that
+/// another pass may cross it.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut x = Float64::from(2.0);
+/// x.enable_grad();
+/// let y = &x * &x;
+/// kiln::ad::backward_with(&y, &Float64::from(1.0), true).unwrap();
+/// kiln::ad::backward_with(&y, &Float64::from(1.0), false).unwrap();
+/// assert_eq!(x.grad().item(), 8.0);
+/// assert!(kiln::ad::backward_from(&y, &Float64::from(1.0)).is_err()); // consumed
+/// ```
+pub fn backward_with<T: Float>(y: &Array<T>, seed: &Array<T>, retain_graph: bool) -> Result<()> {
+    let (n, m) = (seed.len(), y.len());
+    if n != 1 && n != m {
+        return Err(Error::Ad(format!(
+            "backward_from: the seed has {n} elements but {} has {m}; give one value or one per element",
+            kiln_core::describe(y.id())
+        )));
+    }
+    if y.ad == 0 {
+        return Ok(());
+    }
+    let seed = rules::broadcast(seed.detach(), m);
+    let how = Backward {
+        retain_graph,
+        create_graph: false,
+    };
+    propagate::backward(vec![(y.ad, Grad::of(seed))], how, &[]).map(|_| ())
+}
+
+/// Forward mode from `x`: its gradient (set with [`Array::set_grad`]; ones if none) is pushed
+/// through everything computed from it, and each result's [`Array::grad`] then holds its
+/// tangent (Dr.Jit's `forward_from`).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut x = Float64::from_slice(&[1.0, 2.0]);
+/// x.enable_grad();
+/// let y = &x * &x;
+/// kiln::ad::forward(&x).unwrap();
+/// assert_eq!(y.grad().to_vec(), vec![2.0, 4.0]);
+/// ```
+pub fn forward<T: Float>(x: &Array<T>) -> Result<()> {
+    push_forward(x, None)
+}
+
+/// Forward mode from every leaf with a gradient set towards `y` only: `y.grad()` is then the
+/// directional derivative along those gradients (Dr.Jit's `forward_to`).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let (mut a, mut b) = (Float64::from(2.0), Float64::from(5.0));
+/// a.enable_grad();
+/// b.enable_grad();
+/// let y = &a * &b;
+/// a.set_grad(&Float64::from(1.0));
+/// b.set_grad(&Float64::from(0.5));
+/// kiln::ad::forward_to(&y).unwrap();
+/// assert_eq!(y.grad().item(), 5.0 + 0.5 * 2.0);
+/// ```
+pub fn forward_to<T: Float>(y: &Array<T>) -> Result<()> {
+    if y.ad == 0 {
+        return Ok(());
+    }
+    // seeds: the ancestors of y that hold a gradient
+    let seeds = seeds_above(y.ad);
+    let ts = propagate::forward(seeds, Some(&[y.ad]))?;
+    if let Some(t) = ts.get(&y.ad) {
+        let prev = graph::with(|g| g.node_mut(y.ad).grad.replace(t.detached()));
+        drop(prev);
+    }
+    Ok(())
+}
+
+fn seeds_above(ad: AdIndex) -> Vec<(AdIndex, Grad)> {
+    graph::with(|g| {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![ad];
+        let mut out = Vec::new();
+        while let Some(i) = stack.pop() {
+            if !seen.insert(i) {
+                continue;
+            }
+            let n = g.node(i);
+            if i != ad {
+                if let Some(gr) = &n.grad {
+                    out.push((i, gr.clone()));
+                    continue;
+                }
+            }
+            stack.extend(n.parents.iter().copied());
+        }
+        out
+    })
+}
+
+fn push_forward<T: Float>(x: &Array<T>, to: Option<&[AdIndex]>) -> Result<()> {
+    if x.ad == 0 {
+        return Err(Error::Ad(format!(
+            "forward from {}, which carries no gradient; call `enable_grad()` on it before computing from it",
+            kiln_core::describe(x.id())
+        )));
+    }
+    let seed = match graph::with(|g| g.node(x.ad).grad.clone()) {
+        Some(g) => g,
+        None => Grad::of(Array::<T>::ones(x.len())),
+    };
+    let ts = propagate::forward(vec![(x.ad, seed)], to)?;
+    for (ad, t) in ts {
+        if ad != x.ad {
+            let prev = graph::with(|g| g.node_mut(ad).grad.replace(t.detached()));
+            drop(prev);
+        }
+    }
+    Ok(())
+}
+
+/// The AD graph's size now: (nodes, edges, bytes of gradients held). Also in `kiln::stats()`.
+pub(crate) fn counters() -> (u64, u64, u64) {
+    graph::counters()
+}

@@ -1,0 +1,236 @@
+//! Backward and forward passes over the AD graph.
+//!
+//! A pass collects the nodes it crosses under the graph's lock, then runs their rules with the
+//! lock released, in creation order (children are always created after their parents, so the
+//! sequence number is a topological order). Rules trace ordinary lazy array code, so the whole
+//! pass is traced and fused like any other kiln code: nothing runs until a gradient is read.
+
+use super::graph::{self, AdIndex, Rule};
+use super::value::Grad;
+use super::{isolate_boundary, stash_isolated, RecordingGuard};
+use kiln_core::{Error, Result};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What a pass needs of a node, copied out under the lock.
+struct Step {
+    ad: AdIndex,
+    seq: u64,
+    rule: Option<Arc<dyn Rule>>,
+    parents: Vec<AdIndex>,
+    keeps_grad: bool,
+}
+
+/// The nodes reachable from `roots` through parents, oldest first, each with one reference
+/// taken for the pass (released by `release`). Refuses a graph consumed by an earlier pass or
+/// one that crosses a construct with no reverse rule.
+fn ancestors(roots: &[AdIndex], stop_before: u64) -> Result<Vec<Step>> {
+    graph::with(|g| {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack: Vec<AdIndex> = roots.to_vec();
+        let mut steps = Vec::new();
+        while let Some(i) = stack.pop() {
+            if !seen.insert(i) {
+                continue;
+            }
+            let n = g.node(i);
+            if n.consumed {
+                return Err(Error::Ad(format!(
+                    "a backward pass reached a {}-element {} array whose graph an earlier `backward` already consumed; call `backward_with(.., retain_graph = true)` (or `kiln::vjp`, whose pullback may be called again) the first time, or recompute the expression",
+                    n.size, n.ty
+                )));
+            }
+            if let Some(r) = &n.rule {
+                if let Some((construct, detail)) = r.refuses_reverse() {
+                    return Err(Error::NotDifferentiable { construct, detail });
+                }
+            }
+            let crosses = n.seq >= stop_before;
+            steps.push(Step {
+                ad: i,
+                seq: n.seq,
+                rule: if crosses { n.rule.clone() } else { None },
+                parents: if crosses {
+                    n.parents.clone()
+                } else {
+                    Vec::new()
+                },
+                keeps_grad: n.keeps_grad,
+            });
+            if crosses {
+                stack.extend(n.parents.iter().copied());
+            }
+        }
+        steps.sort_by_key(|s| s.seq);
+        for s in &steps {
+            g.retain(s.ad);
+        }
+        Ok(steps)
+    })
+}
+
+fn release(steps: &[Step]) {
+    for s in steps {
+        graph::dec_ref(s.ad);
+    }
+}
+
+/// `a + b` for two gradients of one type.
+fn add(a: Grad, b: &Grad) -> Grad {
+    match a.ty() {
+        kiln_core::VarType::F32 => Grad::of(a.array::<f32>() + b.array::<f32>()),
+        _ => Grad::of(a.array::<f64>() + b.array::<f64>()),
+    }
+}
+
+fn accumulate(map: &mut HashMap<AdIndex, Grad>, ad: AdIndex, g: Grad) {
+    let v = match map.remove(&ad) {
+        Some(old) => add(old, &g),
+        None => g,
+    };
+    map.insert(ad, v);
+}
+
+/// Store `g` into the node's gradient (added to what is there).
+fn store(ad: AdIndex, g: Grad) {
+    let old = graph::with(|gr| gr.node_mut(ad).grad.take());
+    let new = match old {
+        Some(o) => add(o, &g),
+        None => g,
+    };
+    let prev = graph::with(|gr| gr.node_mut(ad).grad.replace(new));
+    drop(prev);
+}
+
+/// How a backward pass runs.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Backward {
+    /// Keep the nodes' edges (otherwise the pass consumes the graph it crossed).
+    pub retain_graph: bool,
+    /// Record the pass itself in the AD graph (gradients of gradients); the leaves' gradients
+    /// are returned instead of stored.
+    pub create_graph: bool,
+}
+
+/// Propagate the cotangents `seeds` back to every node they reach. Gradients are stored in the
+/// nodes that keep theirs, or, with `create_graph`, returned for the nodes in `want`.
+pub(crate) fn backward(
+    seeds: Vec<(AdIndex, Grad)>,
+    how: Backward,
+    want: &[AdIndex],
+) -> Result<HashMap<AdIndex, Grad>> {
+    let roots: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
+    let boundary = isolate_boundary();
+    let steps = ancestors(&roots, boundary)?;
+    let _rec = RecordingGuard::set(how.create_graph);
+    let mut cts: HashMap<AdIndex, Grad> = HashMap::new();
+    for (ad, g) in seeds {
+        accumulate(&mut cts, ad, g);
+    }
+    let mut out = HashMap::new();
+    for s in steps.iter().rev() {
+        let Some(ct) = cts.remove(&s.ad) else {
+            continue;
+        };
+        if s.seq < boundary {
+            stash_isolated(s.ad, ct);
+            continue;
+        }
+        if how.create_graph && want.contains(&s.ad) {
+            out.insert(s.ad, ct.clone());
+        } else if s.keeps_grad && !how.create_graph {
+            store(s.ad, ct.detached());
+        }
+        if let Some(rule) = &s.rule {
+            for (p, c) in s.parents.iter().zip(rule.backward(&ct)) {
+                if let Some(c) = c {
+                    accumulate(&mut cts, *p, c);
+                }
+            }
+        }
+    }
+    drop(cts);
+    if !how.retain_graph {
+        for s in steps.iter().rev() {
+            if s.rule.is_some() {
+                let garbage = graph::with(|g| g.consume(s.ad));
+                drop(garbage);
+            }
+        }
+    }
+    release(&steps);
+    Ok(out)
+}
+
+/// The descendants of `from` (and `from` themselves), oldest first, one reference each.
+fn descendants(from: &[AdIndex]) -> Vec<Step> {
+    graph::with(|g| {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack: Vec<AdIndex> = from.to_vec();
+        let mut steps = Vec::new();
+        while let Some(i) = stack.pop() {
+            if !seen.insert(i) {
+                continue;
+            }
+            let n = g.node(i);
+            steps.push(Step {
+                ad: i,
+                seq: n.seq,
+                rule: n.rule.clone(),
+                parents: n.parents.clone(),
+                keeps_grad: n.keeps_grad,
+            });
+            stack.extend(n.children.iter().copied());
+        }
+        steps.sort_by_key(|s| s.seq);
+        for s in &steps {
+            g.retain(s.ad);
+        }
+        steps
+    })
+}
+
+/// Forward mode: push the tangents `seeds` through every node reachable from them (`to`: only
+/// towards these nodes). Returns the tangent of every node reached.
+pub(crate) fn forward(
+    seeds: Vec<(AdIndex, Grad)>,
+    to: Option<&[AdIndex]>,
+) -> Result<HashMap<AdIndex, Grad>> {
+    let from: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
+    let mut steps = descendants(&from);
+    if let Some(to) = to {
+        // only the nodes on a path to a target matter
+        let up = ancestors(to, 0);
+        let keep: std::collections::HashSet<AdIndex> = match &up {
+            Ok(v) => v.iter().map(|s| s.ad).collect(),
+            Err(_) => steps.iter().map(|s| s.ad).collect(),
+        };
+        if let Ok(v) = &up {
+            release(v);
+        }
+        let (kept, dropped): (Vec<Step>, Vec<Step>) =
+            steps.into_iter().partition(|s| keep.contains(&s.ad));
+        release(&dropped);
+        steps = kept;
+    }
+    let _rec = RecordingGuard::set(false);
+    let mut ts: HashMap<AdIndex, Grad> = HashMap::new();
+    for (ad, g) in seeds {
+        accumulate(&mut ts, ad, g);
+    }
+    for s in &steps {
+        if ts.contains_key(&s.ad) {
+            continue;
+        }
+        let Some(rule) = &s.rule else { continue };
+        let inputs: Vec<Option<Grad>> = s.parents.iter().map(|p| ts.get(p).cloned()).collect();
+        if inputs.iter().all(|t| t.is_none()) {
+            continue;
+        }
+        if let Some(t) = rule.forward(&inputs) {
+            ts.insert(s.ad, t);
+        }
+    }
+    release(&steps);
+    Ok(ts)
+}

@@ -1,0 +1,385 @@
+//! Derivative rules of the elementwise ops and the math library, and the hooks through which the
+//! front end records a node when an operand carries a gradient.
+//!
+//! Elementwise ops are *linear* nodes: the local partial of the output with respect to each input
+//! (a lazy array computed from the captured operands when a pass needs it) serves both directions,
+//! `ct * w` backwards and `Σ w * t` forwards. Math functions record one node with a closed-form
+//! partial, never the partials of their polynomial implementation: the primal is computed on
+//! detached operands, so nothing inside it is recorded. Conventions at non-differentiable points
+//! follow JAX: `abs'(0) = 0`, `sqrt'(0) = +inf`, `max`/`min` ties split the gradient evenly,
+//! rounding has zero derivative, `pow(0, y)` has zero derivative in `y`.
+
+use super::graph::{self, AdIndex, Rule};
+use super::recording;
+use super::value::Grad;
+use crate::array::{Array, Bool};
+use crate::ops::select;
+use crate::types::Float;
+use kiln_core::{Op, Scalar, VarType};
+use std::any::Any;
+use std::sync::Arc;
+
+/// Whether `a` carries a gradient that an op on it should record now.
+pub(crate) fn tracks<T: Scalar>(a: &Array<T>) -> bool {
+    a.ad != 0 && recording()
+}
+
+/// The same array seen as `Array<F>` (same element type, checked by `Any`).
+pub(crate) fn as_float<T: Scalar, F: Scalar>(a: &Array<T>) -> &Array<F> {
+    (a as &dyn Any)
+        .downcast_ref::<Array<F>>()
+        .expect("kiln: AD on a non-float array")
+}
+
+/// Move an `Array<T>` into an `Array<F>` of the same element type.
+pub(crate) fn into_type<T: Scalar, F: Scalar>(a: Array<T>) -> Array<F> {
+    let mut slot = Some(a);
+    (&mut slot as &mut dyn Any)
+        .downcast_mut::<Option<Array<F>>>()
+        .expect("kiln: AD on a non-float array")
+        .take()
+        .expect("value")
+}
+
+/// The local partials of a node, computed on demand from what the closure captured.
+pub(crate) type Weights<T> = Box<dyn Fn() -> Vec<Array<T>> + Send + Sync>;
+
+/// An elementwise node: output = f(inputs), partial `w_i` per input that carries a gradient.
+pub(crate) struct Linear<T: Float> {
+    pub name: &'static str,
+    pub out_size: usize,
+    /// Sizes of the inputs that carry gradients (a size-1 input broadcast over the output gets
+    /// the sum of its lanes' contributions).
+    pub sizes: Vec<usize>,
+    pub weights: Weights<T>,
+}
+
+/// `c` summed to one lane when it stands for a broadcast size-1 input.
+pub(crate) fn unbroadcast<T: Float>(c: Array<T>, to: usize, from: usize) -> Array<T> {
+    if to == 1 && from != 1 {
+        c.sum()
+    } else {
+        c
+    }
+}
+
+/// `t` widened to `n` lanes when it is a single lane standing for all of them.
+pub(crate) fn broadcast<T: Float>(t: Array<T>, n: usize) -> Array<T> {
+    if t.len() == 1 && n != 1 {
+        &t + &Array::<T>::zeros(n)
+    } else {
+        t
+    }
+}
+
+impl<T: Float> Rule for Linear<T> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
+        let ct = ct.array::<T>();
+        (self.weights)()
+            .iter()
+            .zip(&self.sizes)
+            .map(|(w, &n)| Some(Grad::of(unbroadcast(&ct * w, n, self.out_size))))
+            .collect()
+    }
+    fn forward(&self, tangents: &[Option<Grad>]) -> Option<Grad> {
+        let ws = (self.weights)();
+        let mut acc: Option<Array<T>> = None;
+        for (w, t) in ws.iter().zip(tangents) {
+            if let Some(t) = t {
+                let term = w * &t.array::<T>();
+                acc = Some(match acc {
+                    None => term,
+                    Some(a) => a + term,
+                });
+            }
+        }
+        acc.map(|a| Grad::of(broadcast(a, self.out_size)))
+    }
+}
+
+/// A node with its own backward and forward closures (reductions, memory ops, views, selects).
+pub(crate) struct Custom {
+    pub name: &'static str,
+    #[allow(clippy::type_complexity)]
+    pub backward: Box<dyn Fn(&Grad) -> Vec<Option<Grad>> + Send + Sync>,
+    #[allow(clippy::type_complexity)]
+    pub forward: Box<dyn Fn(&[Option<Grad>]) -> Option<Grad> + Send + Sync>,
+}
+
+impl Rule for Custom {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
+        (self.backward)(ct)
+    }
+    fn forward(&self, tangents: &[Option<Grad>]) -> Option<Grad> {
+        (self.forward)(tangents)
+    }
+}
+
+/// Give `out` a node whose parents are the AD nodes of `inputs` that carry one (`None` entries
+/// and untracked inputs are skipped: the rule sees only the tracked ones, in order).
+pub(crate) fn attach<T: Scalar>(
+    out: Array<T>,
+    parents: &[AdIndex],
+    rule: Arc<dyn Rule>,
+) -> Array<T> {
+    let size = out.len();
+    let ad = graph::new_node(T::TYPE, size, parents.to_vec(), Some(rule));
+    out.with_ad(ad)
+}
+
+/// Record the node of elementwise op `op` applied to `args`, whose untracked result is `out`.
+pub(crate) fn record_op<T: Scalar>(op: Op, args: &[&Array<T>], out: Array<T>) -> Array<T> {
+    if !recording() || args.iter().all(|a| a.ad == 0) {
+        return out;
+    }
+    match T::TYPE {
+        VarType::F32 => into_type(float_op::<f32>(
+            op,
+            &args.iter().map(|a| as_float(*a)).collect::<Vec<_>>(),
+            into_type(out),
+        )),
+        VarType::F64 => into_type(float_op::<f64>(
+            op,
+            &args.iter().map(|a| as_float(*a)).collect::<Vec<_>>(),
+            into_type(out),
+        )),
+        _ => out,
+    }
+}
+
+fn one<T: Float>() -> Array<T> {
+    Array::scalar(T::one())
+}
+
+/// `sign(x)` with `sign(0) = 0` (and NaN for NaN).
+fn sign<T: Float>(x: &Array<T>) -> Array<T> {
+    let pos = select(&x.gt(T::zero()), one::<T>(), Array::scalar(T::zero()));
+    select(&x.lt(T::zero()), Array::scalar(T::from_f64(-1.0)), pos)
+}
+
+/// The weight of `a` in `max(a, b)` (`min` when `is_max` is false): 1 where it wins, ½ on ties.
+fn pick_weight<T: Float>(a: &Array<T>, b: &Array<T>, is_max: bool) -> Array<T> {
+    let wins = if is_max { a.gt(b) } else { a.lt(b) };
+    let tie = select(
+        &a.eq(b),
+        Array::scalar(T::from_f64(0.5)),
+        Array::scalar(T::zero()),
+    );
+    select(&wins, one::<T>(), tie)
+}
+
+fn float_op<T: Float>(op: Op, args: &[&Array<T>], out: Array<T>) -> Array<T> {
+    // rounding has zero derivative: the result carries no gradient
+    if matches!(op, Op::Floor | Op::Ceil | Op::Round | Op::Trunc) {
+        return out;
+    }
+    let cap: Vec<Array<T>> = args.iter().map(|a| (*a).clone()).collect();
+    let tracked: Vec<usize> = (0..args.len()).filter(|&i| args[i].ad != 0).collect();
+    let parents: Vec<AdIndex> = tracked.iter().map(|&i| args[i].ad).collect();
+    let sizes: Vec<usize> = tracked.iter().map(|&i| args[i].len()).collect();
+    let all: fn(&[Array<T>]) -> Vec<Array<T>> = match op {
+        Op::Add => |_| vec![one(), one()],
+        Op::Sub => |_| vec![one(), Array::scalar(T::from_f64(-1.0))],
+        Op::Mul => |a| vec![a[1].clone(), a[0].clone()],
+        Op::Div => |a| {
+            let r = a[1].rcp();
+            let w1 = -(&a[0] * &r * &r);
+            vec![r, w1]
+        },
+        Op::Neg => |_| vec![Array::scalar(T::from_f64(-1.0))],
+        Op::Abs => |a| vec![sign(&a[0])],
+        Op::Sqrt => |a| vec![Array::scalar(T::from_f64(0.5)) / a[0].sqrt()],
+        Op::Min => |a| {
+            let w = pick_weight(&a[0], &a[1], false);
+            let v = one::<T>() - &w;
+            vec![w, v]
+        },
+        Op::Max => |a| {
+            let w = pick_weight(&a[0], &a[1], true);
+            let v = one::<T>() - &w;
+            vec![w, v]
+        },
+        Op::Fma => |a| vec![a[1].clone(), a[0].clone(), one()],
+        _ => panic!(
+            "kiln: no derivative rule for `{}`; this is a kiln bug, please report it",
+            op.name()
+        ),
+    };
+    let keep = tracked.clone();
+    let weights: Weights<T> = Box::new(move || {
+        let w = all(&cap);
+        keep.iter().map(|&i| w[i].clone()).collect()
+    });
+    let rule = Linear {
+        name: op.name(),
+        out_size: out.len(),
+        sizes,
+        weights,
+    };
+    attach(out, &parents, Arc::new(rule))
+}
+
+/// `mask ? a : b` with gradients: each branch gets the cotangent of the lanes it supplied.
+pub(crate) fn record_select<T: Scalar>(
+    mask: &Bool,
+    a: &Array<T>,
+    b: &Array<T>,
+    out: Array<T>,
+) -> Array<T> {
+    if !recording() || (a.ad == 0 && b.ad == 0) {
+        return out;
+    }
+    match T::TYPE {
+        VarType::F32 => into_type(float_select::<f32>(
+            mask,
+            as_float(a),
+            as_float(b),
+            into_type(out),
+        )),
+        VarType::F64 => into_type(float_select::<f64>(
+            mask,
+            as_float(a),
+            as_float(b),
+            into_type(out),
+        )),
+        _ => out,
+    }
+}
+
+fn float_select<T: Float>(mask: &Bool, a: &Array<T>, b: &Array<T>, out: Array<T>) -> Array<T> {
+    let (ta, tb) = (a.ad != 0, b.ad != 0);
+    let parents: Vec<AdIndex> = [a.ad, b.ad].into_iter().filter(|&p| p != 0).collect();
+    let (na, nb, n) = (a.len(), b.len(), out.len());
+    let (m1, m2) = (mask.clone(), mask.clone());
+    let zero = || Array::<T>::scalar(T::zero());
+    let backward = move |ct: &Grad| {
+        let ct = ct.array::<T>();
+        let mut v = Vec::new();
+        if ta {
+            v.push(Some(Grad::of(unbroadcast(select(&m1, &ct, zero()), na, n))));
+        }
+        if tb {
+            v.push(Some(Grad::of(unbroadcast(select(&m1, zero(), &ct), nb, n))));
+        }
+        v
+    };
+    let forward = move |t: &[Option<Grad>]| {
+        let mut it = t.iter();
+        let ga = if ta {
+            it.next().cloned().flatten()
+        } else {
+            None
+        };
+        let gb = if tb {
+            it.next().cloned().flatten()
+        } else {
+            None
+        };
+        if ga.is_none() && gb.is_none() {
+            return None;
+        }
+        let pa = ga.map(|g| g.array::<T>()).unwrap_or_else(zero);
+        let pb = gb.map(|g| g.array::<T>()).unwrap_or_else(zero);
+        Some(Grad::of(broadcast(select(&m2, pa, pb), n)))
+    };
+    let rule = Custom {
+        name: "select",
+        backward: Box::new(backward),
+        forward: Box::new(forward),
+    };
+    attach(out, &parents, Arc::new(rule))
+}
+
+/// A float→float cast passes gradients through (converted back to the input's type); casts to
+/// or from integers carry none.
+pub(crate) fn record_cast<S: Scalar, U: Scalar>(x: &Array<S>, out: Array<U>) -> Array<U> {
+    if !tracks(x) || !U::TYPE.is_float() {
+        return out;
+    }
+    let (from, to) = (S::TYPE, U::TYPE);
+    let rule = Custom {
+        name: "cast",
+        backward: Box::new(move |ct| vec![Some(cast_grad(ct, from))]),
+        forward: Box::new(move |t| t[0].as_ref().map(|t| cast_grad(t, to))),
+    };
+    attach(out, &[x.ad], Arc::new(rule))
+}
+
+/// `g` converted to float type `to` (recorded when gradients of gradients are being traced).
+pub(crate) fn cast_grad(g: &Grad, to: VarType) -> Grad {
+    match (g.ty(), to) {
+        (a, b) if a == b => g.clone(),
+        (VarType::F32, VarType::F64) => Grad::of(g.array::<f32>().cast::<f64>()),
+        (VarType::F64, VarType::F32) => Grad::of(g.array::<f64>().cast::<f32>()),
+        (a, b) => panic!("kiln: AD cast from {a} to {b} has no gradient"),
+    }
+}
+
+/// One-input math function `f` with closed-form partial `d(x)`: `None` when `x` carries no
+/// gradient (the caller computes as usual), else the result computed on the detached input with
+/// one node.
+pub(crate) fn unary<T: Float>(
+    name: &'static str,
+    x: &Array<T>,
+    f: fn(&Array<T>) -> Array<T>,
+    d: fn(&Array<T>) -> Array<T>,
+) -> Option<Array<T>> {
+    if !tracks(x) {
+        return None;
+    }
+    let out = f(&x.detach());
+    let xc = x.clone();
+    let rule = Linear {
+        name,
+        out_size: out.len(),
+        sizes: vec![x.len()],
+        weights: Box::new(move || vec![d(&xc)]),
+    };
+    Some(attach(out, &[x.ad], Arc::new(rule)))
+}
+
+/// Two-input math function `f(x, y)` with partials `d(x, y) = (∂f/∂x, ∂f/∂y)`.
+pub(crate) fn binary<T: Float>(
+    name: &'static str,
+    x: &Array<T>,
+    y: &Array<T>,
+    f: fn(&Array<T>, &Array<T>) -> Array<T>,
+    d: fn(&Array<T>, &Array<T>) -> (Array<T>, Array<T>),
+) -> Option<Array<T>> {
+    if !(tracks(x) || tracks(y)) {
+        return None;
+    }
+    let out = f(&x.detach(), &y.detach());
+    let (xc, yc) = (x.clone(), y.clone());
+    let (tx, ty) = (x.ad != 0, y.ad != 0);
+    let parents: Vec<AdIndex> = [x.ad, y.ad].into_iter().filter(|&p| p != 0).collect();
+    let sizes: Vec<usize> = [(tx, x.len()), (ty, y.len())]
+        .into_iter()
+        .filter(|p| p.0)
+        .map(|p| p.1)
+        .collect();
+    let weights: Weights<T> = Box::new(move || {
+        let (dx, dy) = d(&xc, &yc);
+        let mut v = Vec::new();
+        if tx {
+            v.push(dx);
+        }
+        if ty {
+            v.push(dy);
+        }
+        v
+    });
+    let rule = Linear {
+        name,
+        out_size: out.len(),
+        sizes,
+        weights,
+    };
+    Some(attach(out, &parents, Arc::new(rule)))
+}

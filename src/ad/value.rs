@@ -1,0 +1,65 @@
+//! `Grad`: an owned, untyped array handle (engine id plus AD node) for the parts of the AD layer
+//! that hold arrays of different element types side by side (a node's gradient, the cotangents
+//! of a backward pass), with checked conversions to and from `Array<T>`.
+
+use super::graph::{self, AdIndex};
+use crate::array::Array;
+use kiln_core::{Scalar, VarId, VarType};
+
+/// An owned handle to an array of any element type, possibly with an AD node.
+pub(crate) struct Grad {
+    id: VarId,
+    ad: AdIndex,
+}
+
+impl Grad {
+    pub fn of<T: Scalar>(a: Array<T>) -> Grad {
+        let ad = a.ad;
+        let id = a.id();
+        std::mem::forget(a);
+        Grad { id, ad }
+    }
+    /// A typed handle sharing this one's references. Panics on a type mismatch (an AD rule bug).
+    pub fn array<T: Scalar>(&self) -> Array<T> {
+        assert_eq!(
+            self.ty(),
+            T::TYPE,
+            "kiln: AD rule got a gradient of the wrong type"
+        );
+        kiln_core::inc_ref(self.id);
+        graph::inc_ref(self.ad);
+        Array::wrap(self.id).with_ad(self.ad)
+    }
+    pub fn id(&self) -> VarId {
+        self.id
+    }
+    pub fn ad(&self) -> AdIndex {
+        self.ad
+    }
+    pub fn ty(&self) -> VarType {
+        kiln_core::var_type(self.id)
+    }
+    /// The same values without the AD node.
+    pub fn detached(&self) -> Grad {
+        kiln_core::inc_ref(self.id);
+        Grad { id: self.id, ad: 0 }
+    }
+}
+
+impl Clone for Grad {
+    fn clone(&self) -> Self {
+        kiln_core::inc_ref(self.id);
+        graph::inc_ref(self.ad);
+        Grad {
+            id: self.id,
+            ad: self.ad,
+        }
+    }
+}
+
+impl Drop for Grad {
+    fn drop(&mut self) {
+        kiln_core::dec_ref(self.id);
+        graph::dec_ref(self.ad);
+    }
+}
