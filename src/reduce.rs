@@ -78,11 +78,8 @@ impl<T: Numeric> Array<T> {
     }
     /// As [`Array::block_sum`], returning an error for `block_size == 0`.
     pub fn try_block_sum(&self, block_size: usize) -> Result<Array<T>> {
-        Ok(Array::from_id(core::block_reduce(
-            ReduceOp::Add,
-            self.id(),
-            block_size,
-        )?))
+        let out = Array::from_id(core::block_reduce(ReduceOp::Add, self.id(), block_size)?);
+        Ok(crate::ad::memory::record_block_sum(self, block_size, out))
     }
     /// Running sum; `exclusive` starts at 0 and leaves out each element itself.
     ///
@@ -93,7 +90,8 @@ impl<T: Numeric> Array<T> {
     /// ```
     #[track_caller]
     pub fn prefix_sum(&self, exclusive: bool) -> Array<T> {
-        ok(core::prefix_sum(self.id(), exclusive).map(Array::from_id))
+        let out = ok(core::prefix_sum(self.id(), exclusive).map(Array::from_id));
+        crate::ad::memory::record_prefix_sum(self, exclusive, out)
     }
 }
 

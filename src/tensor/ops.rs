@@ -247,6 +247,11 @@ impl<T: crate::types::Float> Tensor<T> {
             )));
         }
         let (m, k, n) = (a[0], a[1], b[1]);
+        if crate::ad::rules::tracks(&self.array) || crate::ad::rules::tracks(&other.array) {
+            // the product of the detached values, with one node for both operands
+            let out = self.detached().try_matmul(&other.detached())?;
+            return Ok(crate::ad::tensor::record_matmul(self, other, out));
+        }
         // the product's shape, checked before anything (the scan hook included) multiplies it
         super::numel(&[m, n])?;
         if let Some(r) = crate::scan::matmul_hook(self, other, m, k, n) {

@@ -58,6 +58,29 @@ fn affine_index<I: Integer + Remainder>(out: &[usize], offset: i64, mults: &[i64
     idx
 }
 
+/// The adjoint of an injective affine view (a slice: no two output lanes read one source
+/// element): `ct` written at the view's indices into zeros of `src_len` elements, a plain
+/// scatter (no atomics: there are no collisions).
+pub(crate) fn scatter_adjoint<T: Scalar>(
+    ct: &Array<T>,
+    src_len: usize,
+    out: &[usize],
+    offset: i64,
+    mults: &[i64],
+) -> Array<T> {
+    let mut z = Array::<T>::full(T::from_bits64(0), src_len);
+    let n = numel(out).unwrap_or(0);
+    if n == 0 || src_len == 0 {
+        return z;
+    }
+    if n <= u32::MAX as usize && src_len <= u32::MAX as usize {
+        crate::memory::scatter(&mut z, ct, &affine_index::<u32>(out, offset, mults));
+    } else {
+        crate::memory::scatter(&mut z, ct, &affine_index::<u64>(out, offset, mults));
+    }
+    z
+}
+
 impl<T: Scalar> Tensor<T> {
     /// A view with shape `out` reading source element `offset + Σ c[d]·mult[d]` at coordinate `c`.
     pub(crate) fn affine_view(&self, out: &[usize], offset: i64, mults: &[i64]) -> Tensor<T> {
@@ -161,7 +184,8 @@ impl<T: Scalar> Tensor<T> {
         let st = strides(&self.shape);
         let out: Vec<usize> = axes.iter().map(|&a| self.shape[a]).collect();
         let mults: Vec<i64> = axes.iter().map(|&a| st[a] as i64).collect();
-        Ok(self.affine_view(&out, 0, &mults))
+        let view = self.affine_view(&out, 0, &mults);
+        Ok(crate::ad::tensor::record_permute(self, axes, view))
     }
     /// Reverse the axes (the matrix transpose for rank 2).
     ///
@@ -287,7 +311,8 @@ impl<T: Scalar> Tensor<T> {
                 }
             }
         }
-        Ok(self.affine_view(&out, offset, &mults))
+        let view = self.affine_view(&out, offset, &mults);
+        Ok(crate::ad::tensor::record_slice(self, offset, &mults, view))
     }
 
     /// The sub-tensor at index `i` of `axis` (that axis dropped).
@@ -343,7 +368,8 @@ impl<T: Scalar> Tensor<T> {
                 return Err(bad());
             }
         }
-        Ok(self.affine_view(shape, 0, &mults))
+        let view = self.affine_view(shape, 0, &mults);
+        Ok(crate::ad::tensor::record_broadcast(self, view))
     }
 
     /// Drop every axis of length 1.
@@ -428,11 +454,12 @@ impl<T: Scalar> Tensor<T> {
             }
             lo += len;
         }
-        Ok(Tensor {
+        let joined = Tensor {
             array: acc,
             shape: out,
             transposed: acc_transposed,
-        })
+        };
+        Ok(crate::ad::tensor::record_concat(parts, axis, joined))
     }
     /// Join tensors of one shape along a new axis.
     #[track_caller]
