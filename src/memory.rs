@@ -162,7 +162,7 @@ pub fn scatter_reduce_masked<T: Scalar, I: Integer>(
 /// let mut t = Float64::zeros(2);
 /// let mut v = Float64::from(1.0);
 /// v.enable_grad();
-/// let e = try_scatter(ReduceOp::Mul, &mut t, &v, &UInt32::from(0u32), true).unwrap_err();
+/// let e = kiln::try_scatter(ReduceOp::Mul, &mut t, &v, &UInt32::from(0u32), true).unwrap_err();
 /// assert!(e.to_string().contains("scatter_reduce"));
 /// ```
 pub fn try_scatter<T: Scalar, I: Integer>(
