@@ -185,7 +185,8 @@ pub fn try_scatter<T: Scalar, I: Integer>(
         std::mem::forget(old);
     }
     if records && done.is_ok() {
-        *target = crate::ad::memory::record_scatter(op, target.clone(), old_ad, &value, index, &mask);
+        *target =
+            crate::ad::memory::record_scatter(op, target.clone(), old_ad, &value, index, &mask);
         crate::ad::graph::dec_ref(old_ad);
     } else {
         // not recorded (recording suspended, or no float operand carries a gradient): the

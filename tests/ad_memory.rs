@@ -22,8 +22,11 @@ fn gather_masked_and_out_of_range_lanes() {
     let mut x = Float64::from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0]);
     x.enable_grad();
     let y = gather_masked(&x, &idx, &mask);
-    kiln::ad::backward_from(&y, &Float64::from_slice(&[1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]))
-        .unwrap();
+    kiln::ad::backward_from(
+        &y,
+        &Float64::from_slice(&[1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]),
+    )
+    .unwrap();
     assert_eq!(x.grad().to_vec(), vec![1.0, 1e5, 110.0, 1e6, 0.0]);
 }
 
@@ -75,7 +78,7 @@ fn gather_with_heavy_collisions_small_source() {
     // exact: the gradient of Σ gather is the masked histogram of the in-range indices
     let mut x = Float64::from_slice(&rand(5, 4));
     x.enable_grad();
-    let y = gather_masked(&x, &UInt32::from_slice(&idx), &Bool::from_slice(&mask)).sum();
+    let y = gather_masked(&x, &UInt32::from_slice(&idx), Bool::from_slice(&mask)).sum();
     y.backward();
     let mut want = vec![0.0; 5];
     for (k, &j) in idx.iter().enumerate() {
@@ -90,7 +93,10 @@ fn gather_with_heavy_collisions_small_source() {
 fn gather_with_collisions_large_source() {
     let _s = serial();
     // 300 lanes from 100 sources: the scatter-add adjoint, with repeats
-    let idx: Vec<u32> = rand(300, 5).iter().map(|v| ((v + 1.0) * 55.0) as u32).collect();
+    let idx: Vec<u32> = rand(300, 5)
+        .iter()
+        .map(|v| ((v + 1.0) * 55.0) as u32)
+        .collect();
     let i = UInt32::from_slice(&idx);
     check(&[rand(100, 6)], move |x| gather(&x[0], &i).sqr_like(), TOL);
 }
@@ -114,7 +120,7 @@ fn scatter_overwrites_target_and_value() {
         &[rand(6, 7), rand(4, 8)],
         move |x| {
             let mut t = &x[0] * 2.0;
-            scatter_masked(&mut t, &x[1].exp(), &i, &m);
+            scatter_masked(&mut t, x[1].exp(), &i, &m);
             t.sin() * &x[0]
         },
         TOL,
@@ -165,7 +171,7 @@ fn scatter_add_with_duplicates() {
         &[rand(4, 12), rand(7, 13)],
         move |x| {
             let mut t = &x[0] * &x[0];
-            scatter_reduce_masked(ReduceOp::Add, &mut t, &x[1].sin(), &i, &m);
+            scatter_reduce_masked(ReduceOp::Add, &mut t, x[1].sin(), &i, &m);
             &t * &t
         },
         TOL,
@@ -195,7 +201,12 @@ fn other_scatter_reductions_refuse_tracked_operands() {
     }
     // untracked: as before
     let mut t = Float64::from_slice(&[1.0, 1.0]);
-    scatter_reduce(ReduceOp::Mul, &mut t, &v.detach(), &UInt32::from_slice(&[1]));
+    scatter_reduce(
+        ReduceOp::Mul,
+        &mut t,
+        v.detach(),
+        &UInt32::from_slice(&[1]),
+    );
     assert_eq!(t.to_vec(), vec![1.0, 2.0]);
     // under suspend_grad nothing is recorded, so nothing is refused
     let mut t = Float64::from_slice(&[1.0, 1.0]);
@@ -206,8 +217,20 @@ fn other_scatter_reductions_refuse_tracked_operands() {
 #[test]
 fn block_sum_rule() {
     let _s = serial();
-    for (n, b) in [(0usize, 2usize), (1, 1), (1, 3), (5, 2), (7, 3), (6, 1), (6, 6)] {
-        check(&[rand(n, 15)], move |x| (&x[0] * &x[0]).block_sum(b).sin(), TOL);
+    for (n, b) in [
+        (0usize, 2usize),
+        (1, 1),
+        (1, 3),
+        (5, 2),
+        (7, 3),
+        (6, 1),
+        (6, 6),
+    ] {
+        check(
+            &[rand(n, 15)],
+            move |x| (&x[0] * &x[0]).block_sum(b).sin(),
+            TOL,
+        );
     }
 }
 
@@ -228,16 +251,24 @@ fn prefix_sum_rule() {
 #[test]
 fn dot_and_vector_ops() {
     let _s = serial();
-    check(&[rand(5, 17), rand(5, 18)], |x| x[0].dot(&x[1]) * x[0].dot(&x[0]), TOL);
+    check(
+        &[rand(5, 17), rand(5, 18)],
+        |x| x[0].dot(&x[1]) * x[0].dot(&x[0]),
+        TOL,
+    );
     let vec3 = |x: &Float64, k: usize| -> Vector3d {
         let part = |j: u32| gather(x, &(UInt32::arange(2) * 3 + j + k as u32 * 6));
         Vector3d::new(part(0), part(1), part(2))
     };
-    check(&[rand(12, 19)], move |x| {
-        let (a, b) = (vec3(&x[0], 0), vec3(&x[0], 1));
-        let c = a.cross(&b).normalize();
-        c.dot(&a) + a.norm() * &c[0] + &c[1] * b.norm() + &c[2]
-    }, TOL);
+    check(
+        &[rand(12, 19)],
+        move |x| {
+            let (a, b) = (vec3(&x[0], 0), vec3(&x[0], 1));
+            let c = a.cross(&b).normalize();
+            c.dot(&a) + a.norm() * &c[0] + &c[1] * b.norm() + &c[2]
+        },
+        TOL,
+    );
 }
 
 #[test]

@@ -13,10 +13,7 @@ fn t(x: &Float64, shape: &[usize]) -> Tensor<f64> {
 
 /// A tensor function checked as a function of the flat arrays (the output weighted so that
 /// every element matters differently).
-fn check_t(
-    shapes: &[&[usize]],
-    f: impl Fn(&[Tensor<f64>]) -> Tensor<f64> + 'static,
-) {
+fn check_t(shapes: &[&[usize]], f: impl Fn(&[Tensor<f64>]) -> Tensor<f64> + 'static) {
     let shapes: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
     let xs: Vec<Vec<f64>> = shapes
         .iter()
@@ -55,15 +52,21 @@ fn slices_flips_and_index_axis() {
     check_t(&[&[1]], |x| x[0].slice(kiln::s![..]));
     check_t(&[&[3, 2, 2]], |x| x[0].flip(1) * &x[0]);
     check_t(&[&[3, 4]], |x| x[0].index_axis(1, 2));
-    check_t(&[&[3, 4]], |x| &x[0].index_axis(0, 0) + &x[0].index_axis(0, 2));
+    check_t(&[&[3, 4]], |x| {
+        &x[0].index_axis(0, 0) + &x[0].index_axis(0, 2)
+    });
     // overlapping slices of one tensor add up
-    check_t(&[&[8]], |x| &x[0].slice(kiln::s![..6]) * &x[0].slice(kiln::s![2..]));
+    check_t(&[&[8]], |x| {
+        &x[0].slice(kiln::s![..6]) * &x[0].slice(kiln::s![2..])
+    });
 }
 
 #[test]
 fn reshape_squeeze_and_get() {
     let _s = serial();
-    check_t(&[&[2, 6]], |x| x[0].reshape(&[3, 4]).transpose().reshape(&[12]));
+    check_t(&[&[2, 6]], |x| {
+        x[0].reshape(&[3, 4]).transpose().reshape(&[12])
+    });
     check_t(&[&[1, 3, 1]], |x| x[0].squeeze().unsqueeze(0));
     check_t(&[&[2, 3]], |x| {
         let g = x[0].get(&[1, 2]);
@@ -92,8 +95,12 @@ fn concat_and_stack() {
     check_t(&[&[1, 2], &[3, 2]], |x| {
         Tensor::concat(&[x[0].clone(), Tensor::full(5.0, &[2, 2]), x[1].clone()], 0) * 1.5
     });
-    check_t(&[&[3], &[3]], |x| Tensor::stack(&[x[0].clone(), x[1].exp()], 1));
-    check_t(&[&[2, 2]], |x| Tensor::stack(&[x[0].clone(), x[0].transpose()], 0));
+    check_t(&[&[3], &[3]], |x| {
+        Tensor::stack(&[x[0].clone(), x[1].exp()], 1)
+    });
+    check_t(&[&[2, 2]], |x| {
+        Tensor::stack(&[x[0].clone(), x[0].transpose()], 0)
+    });
 }
 
 #[test]
@@ -130,7 +137,10 @@ fn argmax_has_no_gradient_and_records_nothing() {
     let before = kiln::stats().ad_nodes;
     let i = t(&x, &[2, 3]).argmax_axis(1);
     assert_eq!(kiln::stats().ad_nodes, before);
-    let picked = gather(&x, &(i.into_array().cast::<u32>() + UInt32::from_slice(&[0, 3])));
+    let picked = gather(
+        &x,
+        &(i.into_array().cast::<u32>() + UInt32::from_slice(&[0, 3])),
+    );
     picked.sum().backward();
     let v = x.detach().to_vec();
     let g = x.grad().to_vec();
@@ -151,7 +161,9 @@ fn matmul_rule() {
     check_t(&[&[2, 0], &[0, 3]], |x| x[0].matmul(&x[1]) + 1.0);
     check_t(&[&[3, 3]], |x| x[0].matmul(&x[0].transpose()));
     // one operand a constant
-    check_t(&[&[2, 3]], |x| x[0].matmul(&Tensor::eye(3)).matmul(&x[0].transpose()));
+    check_t(&[&[2, 3]], |x| {
+        x[0].matmul(&Tensor::eye(3)).matmul(&x[0].transpose())
+    });
 }
 
 #[test]
@@ -188,7 +200,13 @@ fn no_leak_across_the_rules() {
             let ta = t(&a, &[3, 4]);
             let tb = t(&b, &[4, 1]);
             let c = ta.matmul(&tb).broadcast_to(&[2, 3, 1]);
-            let d = Tensor::concat(&[c.permute(&[1, 0, 2]).reshape(&[3, 2]), ta.slice(kiln::s![.., 1..3])], 1);
+            let d = Tensor::concat(
+                &[
+                    c.permute(&[1, 0, 2]).reshape(&[3, 2]),
+                    ta.slice(kiln::s![.., 1..3]),
+                ],
+                1,
+            );
             let y = (d.flip(0).max_axis(1).sum_axis(0).sum() + ta.prod_axis(0).mean_axis(0).sum())
                 .sum();
             y.backward();

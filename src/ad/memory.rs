@@ -85,7 +85,13 @@ pub(crate) fn scatter_add_into<F: Float, I: Integer>(
         return concat_scalars(&parts);
     }
     let mut out = Array::<F>::zeros(n);
-    scatter_reduce_masked(ReduceOp::Add, &mut out, value, index, &in_range(index, mask, n));
+    scatter_reduce_masked(
+        ReduceOp::Add,
+        &mut out,
+        value,
+        index,
+        &in_range(index, mask, n),
+    );
     out
 }
 
@@ -225,8 +231,16 @@ fn scatter_rule<F: Float, I: Integer>(
     };
     let forward = move |t: &[Option<Grad>]| {
         let mut it = t.iter();
-        let gt = if tt { it.next().cloned().flatten() } else { None };
-        let gv = if tv { it.next().cloned().flatten() } else { None };
+        let gt = if tt {
+            it.next().cloned().flatten()
+        } else {
+            None
+        };
+        let gv = if tv {
+            it.next().cloned().flatten()
+        } else {
+            None
+        };
         if gt.is_none() && gv.is_none() {
             return None;
         }
@@ -299,7 +313,11 @@ fn reversed<F: Float>(a: &Array<F>) -> Array<F> {
 /// Give `out = x.prefix_sum(exclusive)` its node. Lane `j` of the input reaches every output
 /// lane after it (and itself unless exclusive), so its cotangent is the same kind of prefix sum
 /// run from the other end.
-pub(crate) fn record_prefix_sum<T: Scalar>(x: &Array<T>, exclusive: bool, out: Array<T>) -> Array<T> {
+pub(crate) fn record_prefix_sum<T: Scalar>(
+    x: &Array<T>,
+    exclusive: bool,
+    out: Array<T>,
+) -> Array<T> {
     if !tracks(x) {
         return out;
     }
@@ -309,7 +327,9 @@ pub(crate) fn record_prefix_sum<T: Scalar>(x: &Array<T>, exclusive: bool, out: A
             name: "prefix_sum",
             backward: Box::new(move |ct| {
                 let ct = ct.array::<F>();
-                vec![Some(Grad::of(reversed(&reversed(&ct).prefix_sum(exclusive))))]
+                vec![Some(Grad::of(reversed(
+                    &reversed(&ct).prefix_sum(exclusive),
+                )))]
             }),
             forward: Box::new(move |t| {
                 let t = t[0].as_ref()?.array::<F>();

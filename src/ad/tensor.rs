@@ -71,8 +71,24 @@ pub(crate) fn record_permute<T: Scalar>(
         "permute",
         src,
         out,
-        move |ct| per_float(ty, ct, &so, |t| Ok(t.permute(&inv)), |t| Ok(t.permute(&inv))),
-        move |t| per_float(ty, t, &ss, |t| Ok(t.permute(&axes)), |t| Ok(t.permute(&axes))),
+        move |ct| {
+            per_float(
+                ty,
+                ct,
+                &so,
+                |t| Ok(t.permute(&inv)),
+                |t| Ok(t.permute(&inv)),
+            )
+        },
+        move |t| {
+            per_float(
+                ty,
+                t,
+                &ss,
+                |t| Ok(t.permute(&axes)),
+                |t| Ok(t.permute(&axes)),
+            )
+        },
     )
 }
 
@@ -175,12 +191,24 @@ pub(crate) fn record_broadcast<T: Scalar>(src: &Tensor<T>, out: Tensor<T>) -> Te
                 |t| Ok(unbroadcast_tensor(t, &ss, &so)),
             )
         },
-        move |t| per_float(ty, t, &ss2, |t| t.try_broadcast_to(&so2), |t| t.try_broadcast_to(&so2)),
+        move |t| {
+            per_float(
+                ty,
+                t,
+                &ss2,
+                |t| t.try_broadcast_to(&so2),
+                |t| t.try_broadcast_to(&so2),
+            )
+        },
     )
 }
 
 /// The node of `out = concat(parts, axis)`: each part's cotangent is its slice of the output's.
-pub(crate) fn record_concat<T: Scalar>(parts: &[Tensor<T>], axis: usize, out: Tensor<T>) -> Tensor<T> {
+pub(crate) fn record_concat<T: Scalar>(
+    parts: &[Tensor<T>],
+    axis: usize,
+    out: Tensor<T>,
+) -> Tensor<T> {
     if !parts.iter().any(tracked) {
         return out;
     }
@@ -215,7 +243,13 @@ fn concat_rule<T: Scalar>(parts: &[Tensor<T>], axis: usize, out: Tensor<T>) -> T
                     stop: Some((lo + len) as isize),
                     step: 1,
                 };
-                Some(per_float(ty, ct, &so, |t| t.try_slice(&args), |t| t.try_slice(&args)))
+                Some(per_float(
+                    ty,
+                    ct,
+                    &so,
+                    |t| t.try_slice(&args),
+                    |t| t.try_slice(&args),
+                ))
             })
             .collect()
     };
@@ -247,7 +281,11 @@ fn concat_tangents<F: Float>(
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            match which.iter().position(|&w| w == i).and_then(|k| t[k].as_ref()) {
+            match which
+                .iter()
+                .position(|&w| w == i)
+                .and_then(|k| t[k].as_ref())
+            {
                 Some(g) => tensor::<F>(g, s),
                 None => Tensor::zeros(s),
             }
@@ -264,7 +302,12 @@ pub(crate) fn record_reduce_axis<T: Scalar>(
     keepdim: bool,
     out: Tensor<T>,
 ) -> Tensor<T> {
-    if !tracked(src) || !matches!(op, ReduceOp::Add | ReduceOp::Mul | ReduceOp::Min | ReduceOp::Max) {
+    if !tracked(src)
+        || !matches!(
+            op,
+            ReduceOp::Add | ReduceOp::Mul | ReduceOp::Min | ReduceOp::Max
+        )
+    {
         return out;
     }
     let ad = src.array().ad;
@@ -279,7 +322,12 @@ pub(crate) fn record_reduce_axis<T: Scalar>(
 /// The local partial of each element of `x` in `op(x, axis)` (`r`: the result with the axis
 /// kept); `None` for a sum (all ones). Products are exact with zeros in a slice (never `0/0`);
 /// ties of `min`/`max` split the cotangent evenly (as `reduce_min`/`reduce_max` do).
-fn axis_partials<F: Float>(op: ReduceOp, x: &Tensor<F>, r: &Tensor<F>, axis: usize) -> Option<Tensor<F>> {
+fn axis_partials<F: Float>(
+    op: ReduceOp,
+    x: &Tensor<F>,
+    r: &Tensor<F>,
+    axis: usize,
+) -> Option<Tensor<F>> {
     let zero = Tensor::<F>::scalar(F::zero());
     let one = Tensor::<F>::scalar(F::one());
     match op {
@@ -386,8 +434,16 @@ fn matmul_rule<F: Float>(
     };
     let forward = move |t: &[Option<Grad>]| {
         let mut it = t.iter();
-        let da = if ta { it.next().cloned().flatten() } else { None };
-        let db = if tb { it.next().cloned().flatten() } else { None };
+        let da = if ta {
+            it.next().cloned().flatten()
+        } else {
+            None
+        };
+        let db = if tb {
+            it.next().cloned().flatten()
+        } else {
+            None
+        };
         let l = da.map(|g| tensor::<F>(&g, &sa).matmul(&b));
         let r = db.map(|g| a.matmul(&tensor::<F>(&g, &sb)));
         let s = match (l, r) {

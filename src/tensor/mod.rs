@@ -14,8 +14,8 @@ mod reduce;
 mod view;
 
 pub use ops::broadcast_shapes;
-pub use view::SliceArg;
 pub(crate) use view::scatter_adjoint;
+pub use view::SliceArg;
 
 use crate::array::{ok, Array};
 use crate::types::Numeric;

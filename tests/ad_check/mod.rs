@@ -40,7 +40,11 @@ pub fn check(xs: &[Vec<f64>], f: impl Fn(&[Float64]) -> Float64, tol: f64) {
         a.enable_grad();
     }
     let y = f(&args);
-    assert_eq!(y.to_vec(), y0, "the primal must not change when gradients are tracked");
+    assert_eq!(
+        y.to_vec(),
+        y0,
+        "the primal must not change when gradients are tracked"
+    );
     if !y0.is_empty() {
         kiln::ad::backward_from(&y, &Float64::from_slice(&w)).unwrap();
     }
@@ -55,7 +59,11 @@ pub fn check(xs: &[Vec<f64>], f: impl Fn(&[Float64]) -> Float64, tol: f64) {
             p[k][i] += h;
             m[k][i] -= h;
             let (yp, ym) = (eval(f, &p), eval(f, &m));
-            let fd: Vec<f64> = yp.iter().zip(&ym).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+            let fd: Vec<f64> = yp
+                .iter()
+                .zip(&ym)
+                .map(|(a, b)| (a - b) / (2.0 * h))
+                .collect();
             // forward: the tangent of y along e_(k,i)
             let mut args: Vec<Float64> = xs.iter().map(|v| Float64::from_slice(v)).collect();
             for a in &mut args {
