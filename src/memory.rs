@@ -17,6 +17,17 @@ use kiln_core::{ReduceOp, Result, Scalar};
 /// let out = gather(&src, &UInt32::from_slice(&[2, 0, 7]));
 /// assert_eq!(out.to_vec(), vec![30.0, 10.0, 0.0]);   // index 7 is out of range
 /// ```
+///
+/// Gradients: the source's gradient is the scatter-add of the result's at the indices (a lane
+/// read twice counts twice; masked lanes and out-of-range indices give nothing).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut src = Float64::from_slice(&[10.0, 20.0, 30.0]);
+/// src.enable_grad();
+/// gather(&src, &UInt32::from_slice(&[2, 0, 2, 7])).sum().backward();
+/// assert_eq!(src.grad().to_vec(), vec![1.0, 0.0, 2.0]);
+/// ```
 #[track_caller]
 pub fn gather<T: Scalar, I: Integer>(source: &Array<T>, index: &Array<I>) -> Array<T> {
     gather_masked(source, index, true)

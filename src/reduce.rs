@@ -67,7 +67,7 @@ impl<T: Numeric> Array<T> {
         (self * other).sum()
     }
     /// Sums of consecutive blocks of `block_size` elements; a partial last block is summed too
-    /// (size 5, block 2 → 3 values).
+    /// (size 5, block 2 → 3 values). Gradient: each element gets its block's.
     ///
     /// ```
     /// assert_eq!(kiln::Int32::arange(5).block_sum(2).to_vec(), vec![1, 5, 4]);
@@ -81,7 +81,9 @@ impl<T: Numeric> Array<T> {
         let out = Array::from_id(core::block_reduce(ReduceOp::Add, self.id(), block_size)?);
         Ok(crate::ad::memory::record_block_sum(self, block_size, out))
     }
-    /// Running sum; `exclusive` starts at 0 and leaves out each element itself.
+    /// Running sum; `exclusive` starts at 0 and leaves out each element itself. Gradient: the
+    /// same running sum of the result's gradient taken from the end (each element reaches every
+    /// later output).
     ///
     /// ```
     /// let x = kiln::Int32::from_slice(&[1, 2, 3]);

@@ -201,12 +201,7 @@ fn other_scatter_reductions_refuse_tracked_operands() {
     }
     // untracked: as before
     let mut t = Float64::from_slice(&[1.0, 1.0]);
-    scatter_reduce(
-        ReduceOp::Mul,
-        &mut t,
-        v.detach(),
-        &UInt32::from_slice(&[1]),
-    );
+    scatter_reduce(ReduceOp::Mul, &mut t, v.detach(), &UInt32::from_slice(&[1]));
     assert_eq!(t.to_vec(), vec![1.0, 2.0]);
     // under suspend_grad nothing is recorded, so nothing is refused
     let mut t = Float64::from_slice(&[1.0, 1.0]);
@@ -297,4 +292,33 @@ fn no_leak_across_the_rules() {
     };
     run(); // warm-up: anything cached on first use is not a leak
     no_leak(run);
+}
+
+#[test]
+fn scatter_of_tracked_values_in_an_evaluated_branch_is_refused() {
+    let _s = serial();
+    let mut v = Float64::from_slice(&[1.0, 2.0, 3.0]);
+    v.enable_grad();
+    let refused = std::cell::Cell::new(None);
+    let x = Float64::from_slice(&[0.0, 0.0, 0.0]);
+    let body = |x: &Float64| {
+        let mut t = x.clone();
+        let r = kiln::try_scatter(ReduceOp::None, &mut t, &v, &UInt32::arange(3), true);
+        refused.set(Some(matches!(
+            r,
+            Err(kiln::Error::NotDifferentiable { .. })
+        )));
+        t
+    };
+    let _ = kiln::control::Branch::new().mode(Mode::Evaluated).run(
+        &UInt32::arange(3).lt(2),
+        body,
+        |x: &Float64| x.clone(),
+        &x,
+    );
+    assert_eq!(refused.get(), Some(true));
+    // outside an evaluated body the same scatter is differentiable
+    let mut t = x.clone();
+    kiln::try_scatter(ReduceOp::None, &mut t, &v, &UInt32::arange(3), true).unwrap();
+    assert!(t.grad_enabled());
 }

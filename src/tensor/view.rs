@@ -6,6 +6,11 @@
 //! number with integer division and remainder by constants, in 32-bit arithmetic when the sizes
 //! allow (wrapping is exact: the final index is in range), and read with `gather_view`, so views of
 //! lazy expressions fuse into the consumer's kernel.
+//!
+//! Gradients flow through every view (rules in `ad::tensor`): a permutation's adjoint is the
+//! inverse permutation, a slice's (and `flip`'s, `index_axis`'s) a plain scatter into zeros, a
+//! broadcast's a sum over the broadcast axes, a concatenation's the slices of the cotangent;
+//! `reshape` keeps the array, and with it the gradient.
 
 use super::{numel, Tensor};
 use crate::array::{ok, Array};
