@@ -220,3 +220,23 @@ fn no_leak_across_the_rules() {
     run();
     no_leak(run);
 }
+
+#[test]
+fn in_place_transpose_and_flip_keep_gradients_right() {
+    let _s = serial();
+    check_t(&[&[2, 3]], |x| {
+        let mut y = &x[0] * 1.0;
+        y.eval();
+        y.transpose_in_place();
+        &y * &Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])
+    });
+    check_t(&[&[3, 2]], |x| {
+        let y = (&x[0] * 1.0).into_flipped(0);
+        &y * &Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])
+    });
+    check_t(&[&[2, 2]], |x| {
+        let y = x[0].exp();
+        y.eval();
+        y.into_transposed() * &Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])
+    });
+}
