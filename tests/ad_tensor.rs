@@ -55,6 +55,10 @@ fn slices_flips_and_index_axis() {
     check_t(&[&[3, 4]], |x| {
         &x[0].index_axis(0, 0) + &x[0].index_axis(0, 2)
     });
+    check_t(&[&[2, 5]], |x| x[0].slice(kiln::s![1..2;5, 4..0;-2]));
+    check_t(&[&[3, 7, 2]], |x| {
+        x[0].slice(kiln::s![..;2, 1..;3, -1]).exp()
+    });
     // overlapping slices of one tensor add up
     check_t(&[&[8]], |x| {
         &x[0].slice(kiln::s![..6]) * &x[0].slice(kiln::s![2..])

@@ -5,8 +5,8 @@
 //! Each rule works on whole tensors: the primal is computed on detached arrays (the view's
 //! `gather_view` never records the generic gather rule, whose adjoint would be an atomic
 //! scatter-add), and the node maps the cotangent tensor back with the inverse view. A
-//! permutation's adjoint is the inverse permutation (a view, fused into its reader), a slice's a
-//! plain scatter into zeros (no two lanes collide, so no atomics), a broadcast's a sum over the
+//! permutation's adjoint is the inverse permutation, a slice's a masked view of the cotangent
+//! (both views, fused into their reader: no scatter, no atomics), a broadcast's a sum over the
 //! broadcast axes, a concatenation's the slices of the cotangent, an axis reduction's the
 //! cotangent broadcast back along the axis (times the local partials for `prod`/`min`/`max`),
 //! and `matmul`'s two products `dA = dC·Bᵀ`, `dB = Aᵀ·dC`.
@@ -16,7 +16,7 @@ use super::memory::on_float;
 use super::rules::{as_float, attach, into_type, tracks, Custom};
 use super::value::Grad;
 use crate::array::Array;
-use crate::tensor::{SliceArg, Tensor};
+use crate::tensor::{slice_adjoint, AxisSel, SliceArg, Tensor};
 use crate::types::Float;
 use kiln_core::{ReduceOp, Scalar, VarType};
 use std::sync::Arc;
@@ -106,10 +106,12 @@ fn per_float(
     }
 }
 
-/// The node of the slice `out` of `src` (the view reading `offset + Σ c·mults`): its adjoint
-/// writes the cotangent back where it was read, a plain scatter into zeros.
+/// The node of the slice `out` of `src` (the view reading `offset + Σ c·mults`, taking `sel` of
+/// each source axis): its adjoint is a masked view of the cotangent that puts each element back
+/// where it was read (zeros elsewhere; no scatter).
 pub(crate) fn record_slice<T: Scalar>(
     src: &Tensor<T>,
+    sel: &[AxisSel],
     offset: i64,
     mults: &[i64],
     out: Tensor<T>,
@@ -117,37 +119,24 @@ pub(crate) fn record_slice<T: Scalar>(
     if !tracked(src) {
         return out;
     }
-    let (so, ss, n) = (out.shape().to_vec(), src.shape().to_vec(), src.len());
-    let (m1, m2) = (mults.to_vec(), mults.to_vec());
-    let so2 = so.clone();
+    let (so, ss) = (out.shape().to_vec(), src.shape().to_vec());
+    let (so2, ss2, sel, mults) = (so.clone(), ss.clone(), sel.to_vec(), mults.to_vec());
     let ty = T::TYPE;
     view_node(
         "slice",
         src,
         out,
         move |ct| match ty {
-            VarType::F32 => Grad::of(crate::tensor::scatter_adjoint(
-                &ct.array::<f32>(),
-                n,
-                &so,
-                offset,
-                &m1,
-            )),
-            _ => Grad::of(crate::tensor::scatter_adjoint(
-                &ct.array::<f64>(),
-                n,
-                &so,
-                offset,
-                &m1,
-            )),
+            VarType::F32 => Grad::of(slice_adjoint(&ct.array::<f32>(), &ss, &so, &sel)),
+            _ => Grad::of(slice_adjoint(&ct.array::<f64>(), &ss, &so, &sel)),
         },
         move |t| {
             per_float(
                 ty,
                 t,
-                &ss,
-                |t| Ok(t.affine_view(&so2, offset, &m2)),
-                |t| Ok(t.affine_view(&so2, offset, &m2)),
+                &ss2,
+                |t| Ok(t.affine_view(&so2, offset, &mults)),
+                |t| Ok(t.affine_view(&so2, offset, &mults)),
             )
         },
     )

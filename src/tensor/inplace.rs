@@ -120,7 +120,10 @@ impl<T: Scalar> Tensor<T> {
             return Ok(());
         }
         if self.array.ad == 0
-            && kiln_core::permute_in_place(self.array.id(), Permutation::Flip { outer, len, inner })?
+            && kiln_core::permute_in_place(
+                self.array.id(),
+                Permutation::Flip { outer, len, inner },
+            )?
         {
             self.transposed = false;
             return Ok(());

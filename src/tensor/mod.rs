@@ -14,8 +14,8 @@ mod reduce;
 mod view;
 
 pub use ops::broadcast_shapes;
-pub(crate) use view::scatter_adjoint;
 pub use view::SliceArg;
+pub(crate) use view::{slice_adjoint, AxisSel};
 
 use crate::array::{ok, Array};
 use crate::types::Numeric;

@@ -8,7 +8,7 @@
 //! lazy expressions fuse into the consumer's kernel.
 //!
 //! Gradients flow through every view (rules in `ad::tensor`): a permutation's adjoint is the
-//! inverse permutation, a slice's (and `flip`'s, `index_axis`'s) a plain scatter into zeros, a
+//! inverse permutation, a slice's (and `flip`'s, `index_axis`'s) a masked view of the cotangent, a
 //! broadcast's a sum over the broadcast axes, a concatenation's the slices of the cotangent;
 //! `reshape` keeps the array, and with it the gradient.
 
@@ -63,27 +63,71 @@ fn affine_index<I: Integer + Remainder>(out: &[usize], offset: i64, mults: &[i64
     idx
 }
 
-/// The adjoint of an injective affine view (a slice: no two output lanes read one source
-/// element): `ct` written at the view's indices into zeros of `src_len` elements, a plain
-/// scatter (no atomics: there are no collisions).
-pub(crate) fn scatter_adjoint<T: Scalar>(
+/// What a slice takes of one source axis: one position (the axis is dropped), or `count`
+/// positions from `first` in steps of `step` (negative: walking down).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum AxisSel {
+    At(i64),
+    Range { first: i64, step: i64, count: i64 },
+}
+
+/// The adjoint of a slice, itself a view: each element of the source (shape `src`) reads the
+/// element of `ct` (shape `out`) that the slice read from it, or 0 when the slice skipped it. No
+/// scatter: it fuses into the kernel that consumes it, as the slice did.
+pub(crate) fn slice_adjoint<T: Scalar>(
     ct: &Array<T>,
-    src_len: usize,
+    src: &[usize],
     out: &[usize],
-    offset: i64,
-    mults: &[i64],
+    sel: &[AxisSel],
 ) -> Array<T> {
-    let mut z = Array::<T>::full(T::from_bits64(0), src_len);
-    let n = numel(out).unwrap_or(0);
-    if n == 0 || src_len == 0 {
-        return z;
+    let n = numel(src).unwrap_or(0);
+    if n == 0 || numel(out).unwrap_or(0) == 0 {
+        return Array::full(T::from_bits64(0), n);
     }
-    if n <= u32::MAX as usize && src_len <= u32::MAX as usize {
-        crate::memory::scatter(&mut z, ct, &affine_index::<u32>(out, offset, mults));
-    } else {
-        crate::memory::scatter(&mut z, ct, &affine_index::<u64>(out, offset, mults));
+    let ost = strides(out);
+    let mut idx: Option<Array<i64>> = None;
+    let mut mask: Option<crate::Bool> = None;
+    let mut o = 0;
+    for (d, s) in sel.iter().enumerate() {
+        let c = coordinate::<i64>(src, d);
+        let (cond, k) = match *s {
+            AxisSel::At(p) => (Some(c.eq(p)), None),
+            AxisSel::Range { first, step, count } => {
+                let whole = first == 0 && step == 1 && count == src[d] as i64;
+                let st = step.abs();
+                let diff = if step > 0 { c - first } else { first - c };
+                let cond = (!whole).then(|| {
+                    let inside = diff.ge(0i64) & diff.lt(st * count);
+                    if st == 1 {
+                        inside
+                    } else {
+                        inside & (&diff % st).eq(0i64)
+                    }
+                });
+                let k = if st == 1 { diff } else { diff / st };
+                (cond, Some(k))
+            }
+        };
+        if let Some(k) = k {
+            if out[o] > 1 {
+                let term = k * ost[o] as i64;
+                idx = Some(match idx {
+                    None => term,
+                    Some(i) => i + term,
+                });
+            }
+            o += 1;
+        }
+        if let Some(cond) = cond {
+            mask = Some(match mask {
+                None => cond,
+                Some(m) => m & cond,
+            });
+        }
     }
-    z
+    let idx = idx.unwrap_or_else(|| Array::<i64>::zeros(n));
+    let mask = mask.unwrap_or_else(|| crate::Bool::scalar(true));
+    crate::memory::gather_view_masked(ct, &idx, &mask)
 }
 
 impl<T: Scalar> Tensor<T> {
@@ -232,6 +276,7 @@ impl<T: Scalar> Tensor<T> {
         }
         let st = strides(&self.shape);
         let (mut out, mut mults, mut offset) = (Vec::new(), Vec::new(), 0i64);
+        let mut sel = Vec::with_capacity(self.ndim());
         for (axis, (&dim, &stride)) in self.shape.iter().zip(&st).enumerate() {
             // positions are isize, and one that did not fit (a usize beyond isize::MAX) arrives
             // as isize::MAX: below that, it is out of range on every axis it may be given for
@@ -258,6 +303,7 @@ impl<T: Scalar> Tensor<T> {
                         )));
                     }
                     offset += p * stride as i64;
+                    sel.push(AxisSel::At(p));
                 }
                 SliceArg::Range { start, stop, step } => {
                     if step == 0 {
@@ -313,11 +359,14 @@ impl<T: Scalar> Tensor<T> {
                     if count > 0 {
                         offset += first * stride as i64;
                     }
+                    sel.push(AxisSel::Range { first, step, count });
                 }
             }
         }
         let view = self.affine_view(&out, offset, &mults);
-        Ok(crate::ad::tensor::record_slice(self, offset, &mults, view))
+        Ok(crate::ad::tensor::record_slice(
+            self, &sel, offset, &mults, view,
+        ))
     }
 
     /// The sub-tensor at index `i` of `axis` (that axis dropped).
