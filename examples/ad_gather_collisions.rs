@@ -4,6 +4,9 @@
 //! and the two adjoints it can choose from on their own: a scatter-add, and one one-hot sum per
 //! source (what kiln uses for few sources). Prints times; asserts only that both adjoints agree.
 //!
+//! Last, the same for two tensor views whose adjoints are views too (a transpose and a strided
+//! slice): their gradient should cost about what their forward does.
+//!
 //! `cargo run --release --example ad_gather_collisions [lanes]`
 use kiln::prelude::*;
 use std::time::Instant;
@@ -104,5 +107,30 @@ fn main() {
             gradient(n, idx),
             scatter_add(n, idx).0
         );
+    }
+    // views: forward vs gradient (the adjoints are views, no scatter)
+    let rows = 2500;
+    let cols = n / rows;
+    let x0 = Float32::linspace(-1.0, 1.0, rows * cols);
+    x0.eval();
+    let mut x = x0.clone();
+    x.enable_grad();
+    type View = fn(&Tensor<f32>) -> Tensor<f32>;
+    let views: [(&str, View); 2] = [
+        ("transpose", |t| t.transpose()),
+        ("slice ..;2, 1..;3", |t| t.slice(kiln::s![..;2, 1..;3])),
+    ];
+    for (name, view) in views {
+        let fwd = best(|| {
+            let t = Tensor::from_array(x0.clone(), &[rows, cols]);
+            view(&t).sum().eval();
+        });
+        let grad = best(|| {
+            x.clear_grad();
+            let t = Tensor::from_array(x.clone(), &[rows, cols]);
+            (view(&t).map(|a| a * 2.0)).sum().backward();
+            x.grad().eval();
+        });
+        println!("{rows}x{cols} {name}: forward {fwd:7.2}  gradient {grad:7.2}");
     }
 }

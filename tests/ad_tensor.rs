@@ -165,6 +165,7 @@ fn matmul_rule() {
     check_t(&[&[1, 1], &[1, 5]], |x| x[0].matmul(&x[1]));
     check_t(&[&[2, 0], &[0, 3]], |x| x[0].matmul(&x[1]) + 1.0);
     check_t(&[&[3, 3]], |x| x[0].matmul(&x[0].transpose()));
+    check_t(&[&[3, 3]], |x| x[0].matmul(&x[0]));
     // one operand a constant
     check_t(&[&[2, 3]], |x| {
         x[0].matmul(&Tensor::eye(3)).matmul(&x[0].transpose())
