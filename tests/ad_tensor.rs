@@ -246,3 +246,31 @@ fn in_place_transpose_and_flip_keep_gradients_right() {
         y.into_transposed() * &Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])
     });
 }
+
+#[test]
+fn view_adjoints_are_views_fused_into_one_kernel() {
+    let _s = serial();
+    type View = fn(&Tensor<f64>) -> Tensor<f64>;
+    let views: [View; 4] = [
+        |t| t.permute(&[1, 0, 2]),
+        |t| t.slice(kiln::s![1.., ..;-2, 1]),
+        |t| t.flip(2).index_axis(0, 1),
+        |t| Tensor::concat(&[t.slice(kiln::s![..1]), t.slice(kiln::s![1..])], 0).transpose(),
+    ];
+    for view in views {
+        let mut x = Float64::from_slice(&rand(24, 3));
+        x.eval();
+        x.enable_grad();
+        let y = (view(&t(&x, &[2, 3, 4])) * 3.0).exp().sum();
+        y.eval();
+        y.backward();
+        let before = kiln::stats();
+        let g = x.grad();
+        g.eval();
+        let after = kiln::stats();
+        // one kernel (no scatter, no intermediate array) and nothing read out of range
+        assert_eq!(after.launches - before.launches, 1);
+        assert_eq!(after.oob_reads, before.oob_reads);
+        assert!(g.to_vec().iter().any(|&v| v != 0.0));
+    }
+}
