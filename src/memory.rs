@@ -17,6 +17,17 @@ use kiln_core::{ReduceOp, Result, Scalar};
 /// let out = gather(&src, &UInt32::from_slice(&[2, 0, 7]));
 /// assert_eq!(out.to_vec(), vec![30.0, 10.0, 0.0]);   // index 7 is out of range
 /// ```
+///
+/// Gradients: the source's gradient is the scatter-add of the result's at the indices (a lane
+/// read twice counts twice; masked lanes and out-of-range indices give nothing).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut src = Float64::from_slice(&[10.0, 20.0, 30.0]);
+/// src.enable_grad();
+/// gather(&src, &UInt32::from_slice(&[2, 0, 2, 7])).sum().backward();
+/// assert_eq!(src.grad().to_vec(), vec![1.0, 0.0, 2.0]);
+/// ```
 #[track_caller]
 pub fn gather<T: Scalar, I: Integer>(source: &Array<T>, index: &Array<I>) -> Array<T> {
     gather_masked(source, index, true)
@@ -41,12 +52,22 @@ pub fn gather<T: Scalar, I: Integer>(source: &Array<T>, index: &Array<I>) -> Arr
 /// ```
 #[track_caller]
 pub fn gather_view<T: Scalar, I: Integer>(source: &Array<T>, index: &Array<I>) -> Array<T> {
-    let mask = Bool::scalar(true);
-    Array::from_id(ok(kiln_core::gather_view(
+    gather_view_masked(source, index, &Bool::scalar(true))
+}
+
+/// `gather_view` reading only where `mask` holds (0 elsewhere).
+#[track_caller]
+pub(crate) fn gather_view_masked<T: Scalar, I: Integer>(
+    source: &Array<T>,
+    index: &Array<I>,
+    mask: &Bool,
+) -> Array<T> {
+    let out = Array::from_id(ok(kiln_core::gather_view(
         source.id(),
         index.id(),
         mask.id(),
-    )))
+    )));
+    crate::ad::memory::record_gather(source, index, mask, true, out)
 }
 
 /// `mask ? source[index] : 0` lane by lane.
@@ -73,11 +94,10 @@ pub fn try_gather_masked<T: Scalar, I: Integer>(
     mask: impl IntoArray<bool>,
 ) -> Result<Array<T>> {
     let mask = mask.into_array();
-    Ok(Array::from_id(kiln_core::gather(
-        source.id(),
-        index.id(),
-        mask.id(),
-    )?))
+    let out = Array::from_id(kiln_core::gather(source.id(), index.id(), mask.id())?);
+    Ok(crate::ad::memory::record_gather(
+        source, index, &mask, false, out,
+    ))
 }
 
 /// `target[index] = value` lane by lane; out-of-range lanes are dropped.
@@ -141,6 +161,21 @@ pub fn scatter_reduce_masked<T: Scalar, I: Integer>(
 }
 
 /// Any scatter, returning errors instead of panicking.
+///
+/// Gradients: `scatter` and `scatter_reduce(Add)` are differentiable in the target and the
+/// value (the overwritten elements of the old target get zero gradient; with duplicate indices
+/// in a plain scatter, every lane that wrote a position gets that position's cotangent). Other
+/// reductions on an operand that carries a gradient return `Error::NotDifferentiable` and leave
+/// the target unchanged.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut t = Float64::zeros(2);
+/// let mut v = Float64::from(1.0);
+/// v.enable_grad();
+/// let e = kiln::try_scatter(ReduceOp::Mul, &mut t, &v, &UInt32::from(0u32), true).unwrap_err();
+/// assert!(e.to_string().contains("scatter_reduce"));
+/// ```
 pub fn try_scatter<T: Scalar, I: Integer>(
     op: ReduceOp,
     target: &mut Array<T>,
@@ -149,13 +184,25 @@ pub fn try_scatter<T: Scalar, I: Integer>(
     mask: impl IntoArray<bool>,
 ) -> Result<()> {
     let (value, mask) = (value.into_array(), mask.into_array());
+    let records = crate::ad::memory::scatter_records(op, target, &value)?;
+    // the old target's AD node, held here while the engine replaces the values
+    let old_ad = std::mem::replace(&mut target.ad, 0);
     let mut id = target.id();
     // masked by the lanes that run the evaluated loop body, branch or call it is in, if any
-    kiln_core::lanes::scatter(&mut id, value.id(), index.id(), mask.id(), op)?;
+    let done = kiln_core::lanes::scatter(&mut id, value.id(), index.id(), mask.id(), op);
     if id != target.id() {
         // copy-on-write replaced the target: the old handle's reference was already released
-        let old = std::mem::replace(target, Array::from_id(id));
+        let old = std::mem::replace(target, Array::wrap(id));
         std::mem::forget(old);
     }
-    Ok(())
+    if records && done.is_ok() {
+        *target =
+            crate::ad::memory::record_scatter(op, target.clone(), old_ad, &value, index, &mask);
+        crate::ad::graph::dec_ref(old_ad);
+    } else {
+        // not recorded (recording suspended, or no float operand carries a gradient): the
+        // target keeps its node, as an in-place update always did
+        target.ad = old_ad;
+    }
+    done
 }

@@ -67,7 +67,7 @@ impl<T: Numeric> Array<T> {
         (self * other).sum()
     }
     /// Sums of consecutive blocks of `block_size` elements; a partial last block is summed too
-    /// (size 5, block 2 → 3 values).
+    /// (size 5, block 2 → 3 values). Gradient: each element gets its block's.
     ///
     /// ```
     /// assert_eq!(kiln::Int32::arange(5).block_sum(2).to_vec(), vec![1, 5, 4]);
@@ -78,13 +78,12 @@ impl<T: Numeric> Array<T> {
     }
     /// As [`Array::block_sum`], returning an error for `block_size == 0`.
     pub fn try_block_sum(&self, block_size: usize) -> Result<Array<T>> {
-        Ok(Array::from_id(core::block_reduce(
-            ReduceOp::Add,
-            self.id(),
-            block_size,
-        )?))
+        let out = Array::from_id(core::block_reduce(ReduceOp::Add, self.id(), block_size)?);
+        Ok(crate::ad::memory::record_block_sum(self, block_size, out))
     }
-    /// Running sum; `exclusive` starts at 0 and leaves out each element itself.
+    /// Running sum; `exclusive` starts at 0 and leaves out each element itself. Gradient: the
+    /// same running sum of the result's gradient taken from the end (each element reaches every
+    /// later output).
     ///
     /// ```
     /// let x = kiln::Int32::from_slice(&[1, 2, 3]);
@@ -93,7 +92,8 @@ impl<T: Numeric> Array<T> {
     /// ```
     #[track_caller]
     pub fn prefix_sum(&self, exclusive: bool) -> Array<T> {
-        ok(core::prefix_sum(self.id(), exclusive).map(Array::from_id))
+        let out = ok(core::prefix_sum(self.id(), exclusive).map(Array::from_id));
+        crate::ad::memory::record_prefix_sum(self, exclusive, out)
     }
 }
 

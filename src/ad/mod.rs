@@ -21,9 +21,11 @@
 //! it crosses (a second one through it is an error) unless asked to retain it.
 
 pub(crate) mod graph;
+pub(crate) mod memory;
 mod propagate;
 pub(crate) mod reduce;
 pub(crate) mod rules;
+pub(crate) mod tensor;
 mod value;
 
 pub(crate) use graph::AdIndex;

@@ -4,7 +4,8 @@
 //!
 //! Each falls back to what the out-of-place operation gives (a lazy view, a new buffer) when
 //! anything else can still see the buffer — a clone, a view, a pending expression — so no value
-//! anyone holds ever changes (copy-on-write). `KILN_LOG=inplace` says which happened and why.
+//! anyone holds ever changes (copy-on-write). `KILN_LOG=inplace` says which happened and why. A
+//! tensor that carries a gradient always takes the view, so that its gradient follows the move.
 
 use super::Tensor;
 use crate::array::{ok, Array};
@@ -61,7 +62,9 @@ impl<T: Scalar> Tensor<T> {
                 self.shape = vec![c, r];
                 return Ok(());
             }
+            // a tensor that carries a gradient takes the view, whose node maps it back
             if (any_shape || r == c)
+                && self.array.ad == 0
                 && kiln_core::permute_in_place(
                     self.array.id(),
                     Permutation::Transpose { rows: r, cols: c },
@@ -116,7 +119,12 @@ impl<T: Scalar> Tensor<T> {
         if len <= 1 || outer == 0 || inner == 0 {
             return Ok(());
         }
-        if kiln_core::permute_in_place(self.array.id(), Permutation::Flip { outer, len, inner })? {
+        if self.array.ad == 0
+            && kiln_core::permute_in_place(
+                self.array.id(),
+                Permutation::Flip { outer, len, inner },
+            )?
+        {
             self.transposed = false;
             return Ok(());
         }

@@ -15,6 +15,7 @@ mod view;
 
 pub use ops::broadcast_shapes;
 pub use view::SliceArg;
+pub(crate) use view::{slice_adjoint, AxisSel};
 
 use crate::array::{ok, Array};
 use crate::types::Numeric;
@@ -150,6 +151,24 @@ impl<T: Scalar> Tensor<T> {
     /// A rank-0 tensor (one element).
     pub fn scalar(value: T) -> Self {
         Self::full(value, &[])
+    }
+
+    /// The same tensor with its flat array replaced by `f(array)` (same size; for the AD hooks).
+    pub(crate) fn map_array(self, f: impl FnOnce(Array<T>) -> Array<T>) -> Tensor<T> {
+        Tensor {
+            array: f(self.array),
+            shape: self.shape,
+            transposed: self.transposed,
+        }
+    }
+    /// The same values, detached from the AD graph (primals of tensor-level rules are computed
+    /// on these, so that no generic rule records a second path for the gradient).
+    pub(crate) fn detached(&self) -> Tensor<T> {
+        Tensor {
+            array: self.array.detach(),
+            shape: self.shape.clone(),
+            transposed: self.transposed,
+        }
     }
 
     /// The flat row-major array.

@@ -234,6 +234,17 @@ impl<T: crate::types::Float> Tensor<T> {
     /// let b = Tensor::<f32>::eye(2) * 2.0;
     /// assert_eq!(a.matmul(&b).to_vec(), vec![2.0, 4.0, 6.0, 8.0]);
     /// ```
+    ///
+    /// Gradients: `dA = dC·Bᵀ` and `dB = Aᵀ·dC` (two more products).
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let mut a = Float64::from_slice(&[1.0, 2.0, 3.0, 4.0]);
+    /// a.enable_grad();
+    /// let b = Tensor::<f64>::from_vec(vec![1.0, 0.0, 0.0, 2.0], &[2, 2]);
+    /// Tensor::from_array(a.clone(), &[2, 2]).matmul(&b).sum().backward();
+    /// assert_eq!(a.grad().to_vec(), vec![1.0, 2.0, 1.0, 2.0]); // ones · Bᵀ
+    /// ```
     #[track_caller]
     pub fn matmul(&self, other: &Tensor<T>) -> Tensor<T> {
         ok(self.try_matmul(other))
@@ -247,6 +258,11 @@ impl<T: crate::types::Float> Tensor<T> {
             )));
         }
         let (m, k, n) = (a[0], a[1], b[1]);
+        if crate::ad::rules::tracks(&self.array) || crate::ad::rules::tracks(&other.array) {
+            // the product of the detached values, with one node for both operands
+            let out = self.detached().try_matmul(&other.detached())?;
+            return Ok(crate::ad::tensor::record_matmul(self, other, out));
+        }
         // the product's shape, checked before anything (the scan hook included) multiplies it
         super::numel(&[m, n])?;
         if let Some(r) = crate::scan::matmul_hook(self, other, m, k, n) {

@@ -31,6 +31,13 @@ impl<T: Numeric> Tensor<T> {
     }
 
     fn reduce_axis(&self, op: ReduceOp, axis: usize, keepdim: bool) -> Result<Tensor<T>> {
+        if crate::ad::rules::tracks(&self.array) {
+            // computed on the detached values: the axis move must not record a view node too
+            let out = self.detached().reduce_axis(op, axis, keepdim)?;
+            return Ok(crate::ad::tensor::record_reduce_axis(
+                self, op, axis, keepdim, out,
+            ));
+        }
         if axis >= self.ndim() {
             return Err(core::Error::Invalid(format!(
                 "reduction along axis {axis} of a tensor of rank {} (shape {:?}); axes are 0..{}",
@@ -144,6 +151,10 @@ impl<T: Numeric> Tensor<T> {
         self.argmax(axis, true)
     }
     fn argmax(&self, axis: usize, keepdim: bool) -> Result<Tensor<u64>> {
+        if self.array.ad != 0 {
+            // an index has no gradient: nothing here records a node
+            return self.detached().argmax(axis, keepdim);
+        }
         let best = self.reduce_axis(ReduceOp::Max, axis, true)?;
         if self.shape[axis] == 0 {
             return Err(core::Error::Invalid(format!(

@@ -6,6 +6,11 @@
 //! number with integer division and remainder by constants, in 32-bit arithmetic when the sizes
 //! allow (wrapping is exact: the final index is in range), and read with `gather_view`, so views of
 //! lazy expressions fuse into the consumer's kernel.
+//!
+//! Gradients flow through every view (rules in `ad::tensor`): a permutation's adjoint is the
+//! inverse permutation, a slice's (and `flip`'s, `index_axis`'s) a masked view of the cotangent, a
+//! broadcast's a sum over the broadcast axes, a concatenation's the slices of the cotangent;
+//! `reshape` keeps the array, and with it the gradient.
 
 use super::{numel, Tensor};
 use crate::array::{ok, Array};
@@ -56,6 +61,73 @@ fn affine_index<I: Integer + Remainder>(out: &[usize], offset: i64, mults: &[i64
         }
     }
     idx
+}
+
+/// What a slice takes of one source axis: one position (the axis is dropped), or `count`
+/// positions from `first` in steps of `step` (negative: walking down).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum AxisSel {
+    At(i64),
+    Range { first: i64, step: i64, count: i64 },
+}
+
+/// The adjoint of a slice, itself a view: each element of the source (shape `src`) reads the
+/// element of `ct` (shape `out`) that the slice read from it, or 0 when the slice skipped it. No
+/// scatter: it fuses into the kernel that consumes it, as the slice did.
+pub(crate) fn slice_adjoint<T: Scalar>(
+    ct: &Array<T>,
+    src: &[usize],
+    out: &[usize],
+    sel: &[AxisSel],
+) -> Array<T> {
+    let n = numel(src).unwrap_or(0);
+    if n == 0 || numel(out).unwrap_or(0) == 0 {
+        return Array::full(T::from_bits64(0), n);
+    }
+    let ost = strides(out);
+    let mut idx: Option<Array<i64>> = None;
+    let mut mask: Option<crate::Bool> = None;
+    let mut o = 0;
+    for (d, s) in sel.iter().enumerate() {
+        let c = coordinate::<i64>(src, d);
+        let (cond, k) = match *s {
+            AxisSel::At(p) => (Some(c.eq(p)), None),
+            AxisSel::Range { first, step, count } => {
+                let whole = first == 0 && step == 1 && count == src[d] as i64;
+                let st = step.abs();
+                let diff = if step > 0 { c - first } else { first - c };
+                let cond = (!whole).then(|| {
+                    let inside = diff.ge(0i64) & diff.lt(st * count);
+                    if st == 1 {
+                        inside
+                    } else {
+                        inside & (&diff % st).eq(0i64)
+                    }
+                });
+                let k = if st == 1 { diff } else { diff / st };
+                (cond, Some(k))
+            }
+        };
+        if let Some(k) = k {
+            if out[o] > 1 {
+                let term = k * ost[o] as i64;
+                idx = Some(match idx {
+                    None => term,
+                    Some(i) => i + term,
+                });
+            }
+            o += 1;
+        }
+        if let Some(cond) = cond {
+            mask = Some(match mask {
+                None => cond,
+                Some(m) => m & cond,
+            });
+        }
+    }
+    let idx = idx.unwrap_or_else(|| Array::<i64>::zeros(n));
+    let mask = mask.unwrap_or_else(|| crate::Bool::scalar(true));
+    crate::memory::gather_view_masked(ct, &idx, &mask)
 }
 
 impl<T: Scalar> Tensor<T> {
@@ -161,7 +233,8 @@ impl<T: Scalar> Tensor<T> {
         let st = strides(&self.shape);
         let out: Vec<usize> = axes.iter().map(|&a| self.shape[a]).collect();
         let mults: Vec<i64> = axes.iter().map(|&a| st[a] as i64).collect();
-        Ok(self.affine_view(&out, 0, &mults))
+        let view = self.affine_view(&out, 0, &mults);
+        Ok(crate::ad::tensor::record_permute(self, axes, view))
     }
     /// Reverse the axes (the matrix transpose for rank 2).
     ///
@@ -203,6 +276,7 @@ impl<T: Scalar> Tensor<T> {
         }
         let st = strides(&self.shape);
         let (mut out, mut mults, mut offset) = (Vec::new(), Vec::new(), 0i64);
+        let mut sel = Vec::with_capacity(self.ndim());
         for (axis, (&dim, &stride)) in self.shape.iter().zip(&st).enumerate() {
             // positions are isize, and one that did not fit (a usize beyond isize::MAX) arrives
             // as isize::MAX: below that, it is out of range on every axis it may be given for
@@ -229,6 +303,7 @@ impl<T: Scalar> Tensor<T> {
                         )));
                     }
                     offset += p * stride as i64;
+                    sel.push(AxisSel::At(p));
                 }
                 SliceArg::Range { start, stop, step } => {
                     if step == 0 {
@@ -284,10 +359,14 @@ impl<T: Scalar> Tensor<T> {
                     if count > 0 {
                         offset += first * stride as i64;
                     }
+                    sel.push(AxisSel::Range { first, step, count });
                 }
             }
         }
-        Ok(self.affine_view(&out, offset, &mults))
+        let view = self.affine_view(&out, offset, &mults);
+        Ok(crate::ad::tensor::record_slice(
+            self, &sel, offset, &mults, view,
+        ))
     }
 
     /// The sub-tensor at index `i` of `axis` (that axis dropped).
@@ -343,7 +422,8 @@ impl<T: Scalar> Tensor<T> {
                 return Err(bad());
             }
         }
-        Ok(self.affine_view(shape, 0, &mults))
+        let view = self.affine_view(shape, 0, &mults);
+        Ok(crate::ad::tensor::record_broadcast(self, view))
     }
 
     /// Drop every axis of length 1.
@@ -428,11 +508,12 @@ impl<T: Scalar> Tensor<T> {
             }
             lo += len;
         }
-        Ok(Tensor {
+        let joined = Tensor {
             array: acc,
             shape: out,
             transposed: acc_transposed,
-        })
+        };
+        Ok(crate::ad::tensor::record_concat(parts, axis, joined))
     }
     /// Join tensors of one shape along a new axis.
     #[track_caller]
