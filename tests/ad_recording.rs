@@ -1,0 +1,144 @@
+//! The recorded nodes of elementwise ops (the compact rules that keep tracing with gradients
+//! cheap): each op's reverse gradient against central finite differences in f64, with a size-1
+//! input broadcast over the others, and forward mode against reverse mode.
+use kiln::prelude::*;
+
+const XS: [f64; 5] = [-1.7, -0.4, 0.3, 0.9, 2.2];
+const S: f64 = 0.6;
+
+type F = fn(&Float64, &Float64) -> Float64;
+
+/// The ops under test, as functions of `x` (5 lanes) and `s` (1 lane, broadcast).
+fn cases() -> Vec<(&'static str, F)> {
+    vec![
+        ("add", |x, s| x + s),
+        ("sub", |x, s| s - x),
+        ("mul", |x, s| x * s),
+        ("mul self", |x, _| x * x),
+        ("div x/s", |x, s| x / s),
+        ("div s/x", |x, s| s / x),
+        ("neg", |x, s| -(x * s)),
+        ("abs sqrt", |x, s| (x * s).abs().sqrt()),
+        ("min", |x, s| x.min(s)),
+        ("max", |x, s| x.max(s)),
+        ("fma", |x, s| x.fma(s, x)),
+        ("fma 3", |x, s| s.fma(x, s)),
+        ("chain", |x, s| ((x * s + 1.0) * x - s) / (x.abs() + s)),
+    ]
+}
+
+fn total(f: F, xs: &[f64], s: f64) -> f64 {
+    f(&Float64::from_slice(xs), &Float64::from(s)).sum().item()
+}
+
+/// Central differences of `sum(f(x, s))` with respect to each lane of x and to s.
+fn numeric(f: F) -> (Vec<f64>, f64) {
+    let h = 1e-6;
+    let gx = (0..XS.len())
+        .map(|i| {
+            let (mut up, mut dn) = (XS.to_vec(), XS.to_vec());
+            up[i] += h;
+            dn[i] -= h;
+            (total(f, &up, S) - total(f, &dn, S)) / (2.0 * h)
+        })
+        .collect();
+    let gs = (total(f, &XS, S + h) - total(f, &XS, S - h)) / (2.0 * h);
+    (gx, gs)
+}
+
+fn close(what: &str, got: f64, want: f64) {
+    assert!(
+        (got - want).abs() <= 1e-6 * (1.0 + want.abs()),
+        "{what}: {got} vs finite differences {want}"
+    );
+}
+
+#[test]
+fn reverse_mode_matches_finite_differences() {
+    for (name, f) in cases() {
+        let (mut x, mut s) = (Float64::from_slice(&XS), Float64::from(S));
+        x.enable_grad();
+        s.enable_grad();
+        f(&x, &s).sum().backward();
+        let (gx, gs) = numeric(f);
+        for (i, (got, want)) in x.grad().to_vec().into_iter().zip(gx).enumerate() {
+            close(&format!("{name}: d/dx[{i}]"), got, want);
+        }
+        let g = s.grad();
+        assert_eq!(
+            g.len(),
+            1,
+            "{name}: the size-1 input's gradient has one lane"
+        );
+        close(&format!("{name}: d/ds"), g.item(), gs);
+    }
+}
+
+#[test]
+fn only_the_tracked_operand_gets_a_gradient() {
+    // x carries a gradient, s does not (and the reverse): the rule captures only what the
+    // tracked side's partial needs, and the untracked side stays without a node
+    for (name, f) in cases() {
+        let (gx, gs) = numeric(f);
+        let mut x = Float64::from_slice(&XS);
+        x.enable_grad();
+        let s = Float64::from(S);
+        f(&x, &s).sum().backward();
+        for (i, (got, want)) in x.grad().to_vec().into_iter().zip(&gx).enumerate() {
+            close(&format!("{name} (x only): d/dx[{i}]"), got, *want);
+        }
+        assert!(!s.grad_enabled());
+        let x = Float64::from_slice(&XS);
+        let mut s = Float64::from(S);
+        s.enable_grad();
+        f(&x, &s).sum().backward();
+        close(&format!("{name} (s only): d/ds"), s.grad().item(), gs);
+    }
+}
+
+#[test]
+fn forward_mode_matches_reverse_mode() {
+    for (name, f) in cases() {
+        // the tangent along x = 1 in every lane: lane i of the output's tangent is d f_i / d x_i
+        let (mut x, s) = (Float64::from_slice(&XS), Float64::from(S));
+        x.enable_grad();
+        let y = f(&x, &s);
+        kiln::ad::forward(&x).unwrap();
+        let fwd = y.grad().to_vec();
+        let mut x2 = Float64::from_slice(&XS);
+        x2.enable_grad();
+        f(&x2, &s).sum().backward();
+        for (i, (a, b)) in fwd.into_iter().zip(x2.grad().to_vec()).enumerate() {
+            close(&format!("{name}: forward vs reverse [{i}]"), a, b);
+        }
+        // along s (one lane standing for all of the output's lanes)
+        let (x, mut s) = (Float64::from_slice(&XS), Float64::from(S));
+        s.enable_grad();
+        let y = f(&x, &s);
+        kiln::ad::forward(&s).unwrap();
+        let t = y.grad();
+        assert_eq!(
+            t.len(),
+            XS.len(),
+            "{name}: the tangent has the output's lanes"
+        );
+        let (_, gs) = numeric(f);
+        close(&format!("{name}: forward along s"), t.sum().item(), gs);
+    }
+}
+
+#[test]
+fn size_one_input_against_an_untracked_wide_one() {
+    // s (1 lane, tracked) times c (5 lanes, no gradient): d/ds sum(s * c) = sum(c)
+    let c = Float64::from_slice(&XS);
+    let mut s = Float64::from(S);
+    s.enable_grad();
+    let y = (&s * &c).sum();
+    y.backward();
+    close("d/ds", s.grad().item(), XS.iter().sum());
+    let mut s = Float64::from(S);
+    s.enable_grad();
+    let y = &s * &c;
+    kiln::ad::forward(&s).unwrap();
+    assert_eq!(y.grad().to_vec(), XS.to_vec());
+}
