@@ -142,3 +142,43 @@ fn size_one_input_against_an_untracked_wide_one() {
     kiln::ad::forward(&s).unwrap();
     assert_eq!(y.grad().to_vec(), XS.to_vec());
 }
+
+fn row_of(table: &str, label: &str) -> String {
+    table
+        .lines()
+        .find(|r| r.ends_with(label))
+        .unwrap_or_else(|| panic!("no row {label}: {table}"))
+        .to_string()
+}
+
+#[test]
+fn whos_shows_which_variables_carry_gradients() {
+    let mut x = Float64::from_slice(&XS).label("ad_whos_x");
+    x.enable_grad();
+    let y = x.sin().label("ad_whos_y");
+    let plain = Float64::from_slice(&XS).label("ad_whos_plain");
+    let table = kiln::whos().to_string();
+    let row = |l: &str| row_of(&table, l);
+    assert!(table.contains("Grad"), "{table}");
+    assert!(row("ad_whos_x").contains("leaf"), "{table}");
+    assert!(row("ad_whos_y").contains("sin"), "{table}");
+    let p = row("ad_whos_plain");
+    assert!(!p.contains("leaf") && !p.contains("sin"), "{table}");
+    // a backward pass consumes y's node; dropping the handles takes the rows' marks away
+    y.sum().backward();
+    let table = kiln::whos().to_string();
+    assert!(row_of(&table, "ad_whos_y").contains("used"), "{table}");
+    drop(y);
+    let table = kiln::whos().to_string();
+    assert!(!table.contains("ad_whos_y"), "{table}");
+    drop(x);
+    let table = kiln::whos().to_string();
+    assert!(
+        table
+            .lines()
+            .filter(|r| r.ends_with("ad_whos_plain"))
+            .all(|r| !r.contains("leaf")),
+        "{table}"
+    );
+    drop(plain);
+}

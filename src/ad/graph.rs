@@ -10,7 +10,7 @@
 //! held while a rule runs, because rules trace array code that may record nodes of its own.
 
 use super::value::Grad;
-use kiln_core::VarType;
+use kiln_core::{VarId, VarType};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -103,6 +103,10 @@ impl std::ops::Deref for Edges {
 pub(crate) struct Node {
     /// Handles and child edges that refer to the node.
     refs: u32,
+    /// Of those, the array handles (for `whos()`: while one lives, so does `var`).
+    handles: u32,
+    /// The engine variable the node was made for (0: not recorded), shown by `whos()`.
+    pub var: u32,
     pub ty: VarType,
     pub size: usize,
     /// Inputs that carry gradients (each holds one reference).
@@ -168,23 +172,44 @@ pub(crate) fn new_node(
     with(|g| g.insert(ty, size, &parents, rule))
 }
 
-/// [`new_node`] with the parents as a slice (nothing allocated for up to three of them).
+/// [`new_node`] with the parents as a slice (nothing allocated for up to three of them), for
+/// the array `var` (shown by `whos()`).
 pub(crate) fn new_node_with(
     ty: VarType,
     size: usize,
     parents: &[AdIndex],
     rule: Option<Arc<dyn Rule>>,
+    var: VarId,
 ) -> AdIndex {
-    with(|g| g.insert(ty, size, parents, rule))
+    with(|g| {
+        let ad = g.insert(ty, size, parents, rule);
+        g.node_mut(ad).var = var.0;
+        ad
+    })
 }
 
+/// One more handle (an array or gradient) on node `ad`.
 pub(crate) fn inc_ref(ad: AdIndex) {
     if ad != 0 {
-        with(|g| g.node_mut(ad).refs += 1);
+        with(|g| {
+            let n = g.node_mut(ad);
+            n.refs += 1;
+            n.handles += 1;
+        });
     }
 }
 
+/// A handle on node `ad` is gone.
 pub(crate) fn dec_ref(ad: AdIndex) {
+    unref(ad, true);
+}
+
+/// A reference a pass took with [`Graph::retain`] is given back.
+pub(crate) fn release_retained(ad: AdIndex) {
+    unref(ad, false);
+}
+
+fn unref(ad: AdIndex, handle: bool) {
     if ad == 0 {
         return;
     }
@@ -192,6 +217,9 @@ pub(crate) fn dec_ref(ad: AdIndex) {
     let garbage = with(|g| {
         // the common case (another handle or a child still refers to it) allocates nothing
         let n = g.node_mut(ad);
+        if handle {
+            n.handles = n.handles.saturating_sub(1);
+        }
         if n.refs > 1 {
             n.refs -= 1;
             return None;
@@ -199,6 +227,27 @@ pub(crate) fn dec_ref(ad: AdIndex) {
         Some(g.release(ad))
     });
     drop(garbage);
+}
+
+/// The variables that array handles carrying a node refer to, each with what the node is: `leaf`
+/// (`enable_grad`), or the name of the op that computed it (`+ grad` where backward passes keep
+/// its gradient; `used` once a backward pass consumed it). For `whos()`.
+pub(crate) fn var_kinds() -> Vec<(u32, String)> {
+    let g = GRAPH.lock();
+    g.nodes
+        .iter()
+        .flatten()
+        .filter(|n| n.var != 0 && n.handles > 0)
+        .map(|n| {
+            let what = match (&n.rule, n.consumed) {
+                (_, true) => "used".to_string(),
+                (None, false) => "leaf".to_string(),
+                (Some(r), false) if n.keeps_grad => format!("{} + grad", r.name()),
+                (Some(r), false) => r.name().to_string(),
+            };
+            (n.var, what)
+        })
+        .collect()
 }
 
 /// Nodes' rules and gradients freed by a release, dropped outside the lock.
@@ -232,6 +281,8 @@ impl Graph {
         self.alive += 1;
         self.nodes[idx as usize] = Some(Node {
             refs: 1,
+            handles: 1,
+            var: 0,
             ty,
             size,
             parents: Edges::from_slice(parents),

@@ -71,7 +71,7 @@ fn ancestors(roots: &[AdIndex], stop_before: u64) -> Result<Vec<Step>> {
 
 fn release(steps: &[Step]) {
     for s in steps {
-        graph::dec_ref(s.ad);
+        graph::release_retained(s.ad);
     }
 }
 

@@ -131,7 +131,7 @@ pub(crate) fn attach<T: Scalar>(
     // the size is the node's own record: read without `len()`, which inside a frozen function
     // would tie the recording to the input sizes
     let size = kiln_core::size(out.id());
-    let ad = graph::new_node_with(T::TYPE, size, parents, Some(rule));
+    let ad = graph::new_node_with(T::TYPE, size, parents, Some(rule), out.id());
     out.with_ad(ad)
 }
 
@@ -320,7 +320,7 @@ pub(crate) fn record_op<T: Scalar>(op: Op, args: &[&Array<T>], out: Array<T>) ->
             out_size,
         }),
     };
-    let ad = graph::new_node_with(T::TYPE, out_size, &parents[..np], Some(rule));
+    let ad = graph::new_node_with(T::TYPE, out_size, &parents[..np], Some(rule), out.id());
     out.with_ad(ad)
 }
 
