@@ -126,7 +126,7 @@ pub fn sync() -> Result<()> {
 ///
 /// ```
 /// use kiln::prelude::*;
-/// let mut x = Float32::zeros(10).label("x");
+/// let mut x = Float32::from_slice(&[1.0, 2.0]).label("x");
 /// x.enable_grad();
 /// let y = (&x * 2.0).label("y");
 /// let table = kiln::whos().to_string();
