@@ -2168,6 +2168,16 @@ fn ad_grad_reference(x: f32) -> f64 {
     (1.0 - t * t) * 2.0 * x * e - t * e + x.signum() * 0.5 / x.abs().sqrt()
 }
 
+/// The same derivative written by hand in kiln (no AD): one kernel, for comparison with the
+/// backward kernel AD traces.
+fn ad_grad_by_hand(x: &Float32) -> Float32 {
+    let t = (x * x + 1.0).tanh();
+    let e = (-x).exp();
+    let (one, zero) = (Float32::scalar(1.0), Float32::scalar(0.0));
+    let sign = kiln::select(&x.lt(0.0), -&one, kiln::select(&x.gt(0.0), &one, zero));
+    (1.0 - &t * &t) * (x * 2.0) * &e - &t * &e + sign * (0.5 / x.abs().sqrt())
+}
+
 /// `enable_grad`, `sum(chain(x))`, `backward`, `grad().eval()` on a fresh gradient-carrying
 /// handle of `x0`: (the gradient, seconds in all, seconds of the gradient's evaluation alone,
 /// launches in all, launches of the gradient's evaluation).
@@ -2229,7 +2239,7 @@ fn row_ad_gradient(cfg: &Config, notes: &mut Vec<String>) -> Row {
     let x0 = Float32::from_slice(&xs);
     x0.eval();
     let (mut evals, mut launches) = (Vec::new(), (0, 0));
-    let [fwd, grad, sum] = measure_all(
+    let [fwd, grad, sum, hand] = measure_all(
         cfg.reps,
         cfg.budget,
         [
@@ -2253,6 +2263,16 @@ fn row_ad_gradient(cfg: &Config, notes: &mut Vec<String>) -> Row {
             // the function's forward, sum(f(x)) (kiln reduces eagerly: also the first of the
             // gradient's two launches)
             &mut || time(|| drop(black_box(chain_kiln(&x0).sum()))),
+            &mut || {
+                let mut result = None;
+                let s = time(|| {
+                    let g = ad_grad_by_hand(&x0);
+                    g.eval();
+                    result = Some(g);
+                });
+                drop(black_box(result));
+                s
+            },
         ],
     );
     let eval = Timing::of(evals);
@@ -2283,11 +2303,13 @@ fn row_ad_gradient(cfg: &Config, notes: &mut Vec<String>) -> Row {
         grad.median / fwd.median,
     ));
     notes.push(format!(
-        "ad gradient: {} launches per gradient: the forward's sum (kiln reduces eagerly: one fused reduction, as when timed alone) and the backward, {} launch of {} (best {}) that reads x once and writes the gradient (CSE leaves one tanh, one exp, one sqrt in it)",
+        "ad gradient: {} launches per gradient: the forward's sum (kiln reduces eagerly: one fused reduction, as when timed alone) and the backward, {} launch of {} (best {}) that reads x once and writes the gradient (CSE leaves one tanh, one exp, one sqrt in it); the derivative written by hand in kiln, one kernel: {} (best {})",
         launches.0,
         launches.1,
         ms(eval.median),
         ms(eval.min),
+        ms(hand.median),
+        ms(hand.min),
     ));
     // the function differentiated is the sum: its forward is the fused reduction
     let ratio = grad.median / sum.median;
