@@ -128,11 +128,22 @@ pub(crate) fn attach<T: Scalar>(
     parents: &[AdIndex],
     rule: Arc<dyn Rule>,
 ) -> Array<T> {
-    // the size is the node's own record: read without `len()`, which inside a frozen function
-    // would tie the recording to the input sizes
-    let size = kiln_core::size(out.id());
+    let size = out_len(out.id());
     let ad = graph::new_node_with(T::TYPE, size, parents, Some(rule), out.id());
     out.with_ad(ad)
+}
+
+/// The lanes of a node's output, read without `len()`: inside a frozen function that would tie
+/// the recording to the input sizes at every recorded op. A rule's structure depends on sizes
+/// only through "is a size-1 input broadcast over a wider output", which the engine itself fixed
+/// when it traced the op; only a size-1 output leaves it ambiguous (an input may be size 1 at
+/// this size only), so that case is still observed.
+fn out_len(id: kiln_core::VarId) -> usize {
+    let n = kiln_core::size(id);
+    if n == 1 {
+        kiln_core::freeze::observe_len(id);
+    }
+    n
 }
 
 /// An operand captured by an elementwise rule. It holds the engine reference only: its AD node
@@ -294,8 +305,7 @@ pub(crate) fn record_op<T: Scalar>(op: Op, args: &[&Array<T>], out: Array<T>) ->
         parents[np] = a;
         np += 1;
     }
-    // read without `len()`, which inside a frozen function would tie the recording to sizes
-    let out_size = kiln_core::size(out.id());
+    let out_size = out_len(out.id());
     let rule: Arc<dyn Rule> = match T::TYPE {
         VarType::F32 => Arc::new(Elementwise::<f32> {
             op,
@@ -376,7 +386,7 @@ fn float_select<T: Float>(mask: &Bool, a: &Array<T>, b: &Array<T>, out: Array<T>
     let (ta, tb) = (a.ad != 0, b.ad != 0);
     let parents: Vec<AdIndex> = [a.ad, b.ad].into_iter().filter(|&p| p != 0).collect();
     let size = |id| kiln_core::size(id);
-    let (na, nb, n) = (size(a.id()), size(b.id()), size(out.id()));
+    let (na, nb, n) = (size(a.id()), size(b.id()), out_len(out.id()));
     let (m1, m2) = (mask.clone(), mask.clone());
     let zero = || Array::<T>::scalar(T::zero());
     let backward = move |ct: &Grad| {
@@ -520,7 +530,7 @@ pub(crate) fn binary<T: Float>(
     });
     let rule = Linear {
         name,
-        out_size: kiln_core::size(out.id()),
+        out_size: out_len(out.id()),
         sizes,
         weights,
     };
