@@ -2,6 +2,14 @@
 //! cheap): each op's reverse gradient against central finite differences in f64, with a size-1
 //! input broadcast over the others, and forward mode against reverse mode.
 use kiln::prelude::*;
+use std::sync::Mutex;
+
+/// The tests that read engine-wide counters run one at a time (the others take it too).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const XS: [f64; 5] = [-1.7, -0.4, 0.3, 0.9, 2.2];
 const S: f64 = 0.6;
@@ -55,6 +63,7 @@ fn close(what: &str, got: f64, want: f64) {
 
 #[test]
 fn reverse_mode_matches_finite_differences() {
+    let _serial = serial();
     for (name, f) in cases() {
         let (mut x, mut s) = (Float64::from_slice(&XS), Float64::from(S));
         x.enable_grad();
@@ -76,6 +85,7 @@ fn reverse_mode_matches_finite_differences() {
 
 #[test]
 fn only_the_tracked_operand_gets_a_gradient() {
+    let _serial = serial();
     // x carries a gradient, s does not (and the reverse): the rule captures only what the
     // tracked side's partial needs, and the untracked side stays without a node
     for (name, f) in cases() {
@@ -98,6 +108,7 @@ fn only_the_tracked_operand_gets_a_gradient() {
 
 #[test]
 fn forward_mode_matches_reverse_mode() {
+    let _serial = serial();
     for (name, f) in cases() {
         // the tangent along x = 1 in every lane: lane i of the output's tangent is d f_i / d x_i
         let (mut x, s) = (Float64::from_slice(&XS), Float64::from(S));
@@ -129,6 +140,7 @@ fn forward_mode_matches_reverse_mode() {
 
 #[test]
 fn size_one_input_against_an_untracked_wide_one() {
+    let _serial = serial();
     // s (1 lane, tracked) times c (5 lanes, no gradient): d/ds sum(s * c) = sum(c)
     let c = Float64::from_slice(&XS);
     let mut s = Float64::from(S);
@@ -153,6 +165,7 @@ fn row_of(table: &str, label: &str) -> String {
 
 #[test]
 fn whos_shows_which_variables_carry_gradients() {
+    let _serial = serial();
     let mut x = Float64::from_slice(&XS).label("ad_whos_x");
     x.enable_grad();
     let y = x.sin().label("ad_whos_y");
@@ -181,4 +194,59 @@ fn whos_shows_which_variables_carry_gradients() {
         "{table}"
     );
     drop(plain);
+}
+
+#[test]
+fn backward_of_an_elementwise_chain_is_one_kernel() {
+    let _serial = serial();
+    let xs: Vec<f32> = (0..4096).map(|i| (i as f32 + 0.5) / 1024.0 - 2.0).collect();
+    let mut x = Float32::from_slice(&xs);
+    x.eval();
+    x.enable_grad();
+    let y = ((&x * &x + 1.0).tanh() * (-&x).exp() + x.abs().sqrt()).sum();
+    let before = kiln::stats();
+    y.backward();
+    let g = x.grad();
+    assert_eq!(
+        kiln::stats().launches,
+        before.launches,
+        "backward only traces"
+    );
+    g.eval();
+    assert_eq!(
+        kiln::stats().launches - before.launches,
+        1,
+        "the gradient of an elementwise chain's sum is one fused kernel"
+    );
+    let g = g.to_vec();
+    for (&v, &gi) in xs.iter().zip(&g) {
+        let v = v as f64;
+        let (t, e) = ((v * v + 1.0).tanh(), (-v).exp());
+        let want = (1.0 - t * t) * 2.0 * v * e - t * e + v.signum() * 0.5 / v.abs().sqrt();
+        assert!(
+            (gi as f64 - want).abs() <= 1e-4 * (1.0 + want.abs()),
+            "{v}: {gi} vs {want}"
+        );
+    }
+}
+
+#[test]
+fn tracing_with_gradients_leaves_no_nodes_behind() {
+    let _serial = serial();
+    let before = kiln::stats();
+    let a = Float32::from_slice(&[1.0; 16]);
+    let b = Float32::from_slice(&[0.5; 16]);
+    let mut ag = a.clone();
+    ag.enable_grad();
+    for _ in 0..10 {
+        let mut y = &ag + &b;
+        for j in 1..200 {
+            y = if j % 2 == 0 { &y + &b } else { &y * &ag };
+        }
+        assert_eq!(kiln::stats().ad_nodes, before.ad_nodes + 201);
+    }
+    drop(ag);
+    let after = kiln::stats();
+    assert_eq!(after.ad_nodes, before.ad_nodes);
+    assert_eq!(after.ad_edges, before.ad_edges);
 }
