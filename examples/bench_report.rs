@@ -2239,7 +2239,7 @@ fn row_ad_gradient(cfg: &Config, notes: &mut Vec<String>) -> Row {
     let x0 = Float32::from_slice(&xs);
     x0.eval();
     let (mut evals, mut launches) = (Vec::new(), (0, 0));
-    let [fwd, grad, sum, hand] = measure_all(
+    let [fwd, grad, sum, hand, both] = measure_all(
         cfg.reps,
         cfg.budget,
         [
@@ -2269,6 +2269,19 @@ fn row_ad_gradient(cfg: &Config, notes: &mut Vec<String>) -> Row {
                     let g = ad_grad_by_hand(&x0);
                     g.eval();
                     result = Some(g);
+                });
+                drop(black_box(result));
+                s
+            },
+            // f(x) and its derivative by hand evaluated together (one kernel, two writes): about
+            // what the gradient would cost if the forward's reduction could wait and share the
+            // backward's kernel
+            &mut || {
+                let mut result = None;
+                let s = time(|| {
+                    let (y, g) = (chain_kiln(&x0), ad_grad_by_hand(&x0));
+                    kiln::eval!(y, g);
+                    result = Some((y, g));
                 });
                 drop(black_box(result));
                 s
@@ -2303,13 +2316,16 @@ fn row_ad_gradient(cfg: &Config, notes: &mut Vec<String>) -> Row {
         grad.median / fwd.median,
     ));
     notes.push(format!(
-        "ad gradient: {} launches per gradient: the forward's sum (kiln reduces eagerly: one fused reduction, as when timed alone) and the backward, {} launch of {} (best {}) that reads x once and writes the gradient (CSE leaves one tanh, one exp, one sqrt in it); the derivative written by hand in kiln, one kernel: {} (best {})",
+        "ad gradient: {} launches per gradient: the forward's sum (kiln reduces eagerly: one fused reduction, as when timed alone) and the backward, {} launch of {} (best {}) that reads x once and writes the gradient (CSE leaves one tanh, one exp, one sqrt in it); the derivative written by hand in kiln, one kernel: {} (best {}); f(x) and the derivative by hand in one kernel: {} (best {}), {:.2}x sum(f(x)) -- what the gradient would take if kiln's eager reduction could share the backward's kernel",
         launches.0,
         launches.1,
         ms(eval.median),
         ms(eval.min),
         ms(hand.median),
         ms(hand.min),
+        ms(both.median),
+        ms(both.min),
+        both.median / sum.median,
     ));
     // the function differentiated is the sum: its forward is the fused reduction
     let ratio = grad.median / sum.median;
