@@ -2149,6 +2149,290 @@ fn row_inplace_loop(cfg: &Config, notes: &mut Vec<String>) -> Row {
     row
 }
 
+// -------------------------------------------------------------------------------------------------
+// Automatic differentiation
+
+/// The gradient workload's input (also `bench/peers`' `ad gradient` input, bit for bit): 10M
+/// points on (-2, 2), half a step off the grid so that no lane is 0 (where `sqrt(|x|)` has no
+/// derivative).
+fn ad_input(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i as f64 + 0.5) * (4.0 / n as f64) - 2.0) as f32)
+        .collect()
+}
+
+/// d/dx of the fused chain's `tanh(x²+1)·e^(−x) + √|x|`, by hand, in f64.
+fn ad_grad_reference(x: f32) -> f64 {
+    let x = x as f64;
+    let (t, e) = ((x * x + 1.0).tanh(), (-x).exp());
+    (1.0 - t * t) * 2.0 * x * e - t * e + x.signum() * 0.5 / x.abs().sqrt()
+}
+
+/// The same derivative written by hand in kiln (no AD): one kernel, for comparison with the
+/// backward kernel AD traces.
+fn ad_grad_by_hand(x: &Float32) -> Float32 {
+    let t = (x * x + 1.0).tanh();
+    let e = (-x).exp();
+    let (one, zero) = (Float32::scalar(1.0), Float32::scalar(0.0));
+    let sign = kiln::select(&x.lt(0.0), -&one, kiln::select(&x.gt(0.0), &one, zero));
+    (1.0 - &t * &t) * (x * 2.0) * &e - &t * &e + sign * (0.5 / x.abs().sqrt())
+}
+
+/// `enable_grad`, `sum(chain(x))`, `backward`, `grad().eval()` on a fresh gradient-carrying
+/// handle of `x0`: (the gradient, seconds in all, seconds of the gradient's evaluation alone,
+/// launches in all, launches of the gradient's evaluation).
+fn ad_gradient_once(x0: &Float32) -> (Float32, f64, f64, u64, u64) {
+    let l0 = kiln::stats().launches;
+    let t = Instant::now();
+    let mut x = x0.clone();
+    x.enable_grad();
+    let y = chain_kiln(&x).sum();
+    y.backward();
+    let g = x.grad();
+    let (t_eval, l_eval) = {
+        let l = kiln::stats().launches;
+        let te = Instant::now();
+        g.eval();
+        (te.elapsed().as_secs_f64(), kiln::stats().launches - l)
+    };
+    let total = t.elapsed().as_secs_f64();
+    let launches = kiln::stats().launches - l0;
+    drop(black_box((x, y)));
+    (g, total, t_eval, launches, l_eval)
+}
+
+/// The gradient figures of the Dr.Jit and JAX peers from a `bench/peers` JSON written earlier in
+/// the same run (`run.sh` passes it in `KILN_PEERS_JSON`): `[(peer, ms)]`.
+fn peer_gradient_ms() -> Vec<(String, f64)> {
+    let Ok(path) = std::env::var("KILN_PEERS_JSON") else {
+        return Vec::new();
+    };
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    // {"ad gradient 10M": {"numpy": 131.2, "jax": 28.1, ...}, ...}: no JSON crate here, and the
+    // file's layout is peers.py's own
+    let Some(at) = text.find("\"ad gradient 10M\"") else {
+        return Vec::new();
+    };
+    let rest = &text[at..];
+    let body = &rest[rest.find('{').map_or(0, |i| i + 1)..rest.find('}').unwrap_or(0)];
+    body.split(',')
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once(':')?;
+            Some((
+                k.trim().trim_matches('"').to_string(),
+                v.trim().parse().ok()?,
+            ))
+        })
+        .filter(|(k, _): &(String, f64)| k == "drjit" || k == "jax")
+        .collect()
+}
+
+/// The gradient of `sum(tanh(x²+1)·e^(−x) + √|x|)` over 10M f32 against kiln's own forward of
+/// the same function (the fused reduction; the notes also give the elementwise `f(x)` evaluated),
+/// and, when run by `bench/peers/run.sh`, against Dr.Jit's and JAX's gradients measured in the
+/// same run.
+fn row_ad_gradient(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = cfg.n;
+    let xs = ad_input(n);
+    let x0 = Float32::from_slice(&xs);
+    x0.eval();
+    let (mut evals, mut launches) = (Vec::new(), (0, 0));
+    let [fwd, grad, sum, hand, both] = measure_all(
+        cfg.reps,
+        cfg.budget,
+        [
+            &mut || {
+                let mut result = None;
+                let s = time(|| {
+                    let y = chain_kiln(&x0);
+                    y.eval();
+                    result = Some(y);
+                });
+                drop(black_box(result));
+                s
+            },
+            &mut || {
+                let (g, total, t_eval, l, l_eval) = ad_gradient_once(&x0);
+                evals.push(t_eval);
+                launches = (l, l_eval);
+                drop(black_box(g));
+                total
+            },
+            // the function's forward, sum(f(x)) (kiln reduces eagerly: also the first of the
+            // gradient's two launches)
+            &mut || time(|| drop(black_box(chain_kiln(&x0).sum()))),
+            &mut || {
+                let mut result = None;
+                let s = time(|| {
+                    let g = ad_grad_by_hand(&x0);
+                    g.eval();
+                    result = Some(g);
+                });
+                drop(black_box(result));
+                s
+            },
+            // f(x) and its derivative by hand evaluated together (one kernel, two writes): about
+            // what the gradient would cost if the forward's reduction could wait and share the
+            // backward's kernel
+            &mut || {
+                let mut result = None;
+                let s = time(|| {
+                    let (y, g) = (chain_kiln(&x0), ad_grad_by_hand(&x0));
+                    kiln::eval!(y, g);
+                    result = Some((y, g));
+                });
+                drop(black_box(result));
+                s
+            },
+        ],
+    );
+    let eval = Timing::of(evals);
+    let (g, ..) = ad_gradient_once(&x0);
+    let g = g.to_vec();
+    let (mut err, mut big) = (0.0f64, 0.0f64);
+    for (&x, &gi) in xs.iter().zip(&g) {
+        let r = ad_grad_reference(x);
+        err = err.max((gi as f64 - r).abs());
+        big = big.max(r.abs());
+    }
+    let ok = err <= 1e-4 * big;
+    notes.push(format!(
+        "ad gradient: max |kiln - f64 by hand| / max |reference| = {:.1e} ({})",
+        err / big,
+        if ok { "ok" } else { "TOO LARGE" }
+    ));
+    notes.push(format!(
+        "ad gradient {}: kiln {} (best {}); the function's forward sum(f(x)) {} (best {}; reads x once, writes nothing), f(x) evaluated {} (best {}; reads x, writes f); gradient = {:.2}x sum(f(x)), {:.2}x f(x) evaluated",
+        millions(n),
+        ms(grad.median),
+        ms(grad.min),
+        ms(sum.median),
+        ms(sum.min),
+        ms(fwd.median),
+        ms(fwd.min),
+        grad.median / sum.median,
+        grad.median / fwd.median,
+    ));
+    notes.push(format!(
+        "ad gradient: {} launches per gradient: the forward's sum (kiln reduces eagerly: one fused reduction, as when timed alone) and the backward, {} launch of {} (best {}) that reads x once and writes the gradient (CSE leaves one tanh, one exp, one sqrt in it); the derivative written by hand in kiln, one kernel: {} (best {}); f(x) and the derivative by hand in one kernel: {} (best {}), {:.2}x sum(f(x)) -- what the gradient would take if kiln's eager reduction could share the backward's kernel",
+        launches.0,
+        launches.1,
+        ms(eval.median),
+        ms(eval.min),
+        ms(hand.median),
+        ms(hand.min),
+        ms(both.median),
+        ms(both.min),
+        both.median / sum.median,
+    ));
+    // the function differentiated is the sum: its forward is the fused reduction
+    let ratio = grad.median / sum.median;
+    let mut row = Row::new(
+        &format!("ad gradient {} f32", millions(n)),
+        ms(grad.median),
+        Goal::AtMost(2.0),
+        if ok { ratio } else { f64::NAN },
+        "<= 2x kiln forward",
+    );
+    row.rayon = format!("fwd {}", ms(sum.median));
+    row.ratio = format!("{ratio:.2}x forward");
+    let peers = peer_gradient_ms();
+    if peers.is_empty() {
+        notes.push(
+            "ad gradient vs peers: no peer figures (run bench/peers/run.sh, which passes them in KILN_PEERS_JSON)".into(),
+        );
+    } else {
+        // the peers' figures are best runs: set them against kiln's best
+        let fastest = peers.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+        let speedup = fastest / (grad.min * 1e3);
+        notes.push(format!(
+            "ad gradient vs peers (same run, best runs): kiln {:.2} ms; {}; kiln is {speedup:.2}x faster than the fastest (target >= 3x: {})",
+            grad.min * 1e3,
+            peers
+                .iter()
+                .map(|(p, v)| format!("{p} {v:.2} ms ({:.2}x)", v / (grad.min * 1e3)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if ok && speedup >= 3.0 { "MET" } else { "MISSED" }
+        ));
+        PEER_ROW.with(|r| {
+            let mut pr = Row::new(
+                &format!("ad gradient {} vs Dr.Jit, JAX", millions(n)),
+                ms(grad.min),
+                Goal::AtLeast(3.0),
+                if ok { speedup } else { f64::NAN },
+                ">= 3x Dr.Jit, JAX",
+            );
+            pr.ratio = format!("{speedup:.2}x faster");
+            *r.borrow_mut() = Some(pr);
+        });
+    }
+    row
+}
+
+thread_local! {
+    /// The `ad gradient` row's comparison with the peers, when their figures are at hand (a
+    /// second row from one measurement).
+    static PEER_ROW: std::cell::RefCell<Option<Row>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Tracing a 1000-op elementwise chain (no evaluation) on arrays that carry gradients, against
+/// the same chain on arrays that do not: the cost of recording the AD graph beside the trace.
+fn row_ad_tracing(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    const CHAIN: usize = 1000;
+    const CHAINS: usize = 100;
+    let a = Float32::from_slice(&[1.0; 16]);
+    let b = Float32::from_slice(&[0.5; 16]);
+    let mut ag = a.clone();
+    ag.enable_grad();
+    let chain = |a: &Float32| {
+        time(|| {
+            for _ in 0..CHAINS {
+                let mut y = a + &b;
+                for j in 1..CHAIN {
+                    y = if j % 2 == 0 { &y + &b } else { &y * a };
+                }
+                drop(black_box(y));
+            }
+        }) / (CHAIN * CHAINS) as f64
+    };
+    let before = kiln::stats();
+    let [plain, grad] = measure_all(
+        if cfg.quick { 5 } else { 15 },
+        cfg.budget,
+        [&mut || chain(&a), &mut || chain(&ag)],
+    );
+    let after = kiln::stats();
+    notes.push(format!(
+        "ad tracing: {CHAINS} chains of {CHAIN} ops (y*a, y+b; a carries a gradient in the second), traced and released: {:.0} ns/op plain, {:.0} ns/op with gradients (best {:.0} / {:.0}); AD nodes before {}, after {}; no launches: {}",
+        plain.median * 1e9,
+        grad.median * 1e9,
+        plain.min * 1e9,
+        grad.min * 1e9,
+        before.ad_nodes,
+        after.ad_nodes,
+        after.launches == before.launches
+    ));
+    let ratio = grad.median / plain.median;
+    let leak_free = after.ad_nodes == before.ad_nodes;
+    let mut row = Row::new(
+        "ad tracing (1000-op chain)",
+        format!("{:.0} ns/op", grad.median * 1e9),
+        Goal::AtMost(2.0),
+        if leak_free { ratio } else { f64::NAN },
+        "<= 2x without grad",
+    );
+    row.rayon = format!("plain {:.0} ns/op", plain.median * 1e9);
+    row.ratio = format!("{ratio:.2}x plain");
+    row
+}
+
+// The frozen training step rows (issue 23: replayed vs traced at n = 1024, and at 1M samples vs
+// the step with the gradient written by hand) belong here, after the two AD rows above; they
+// come with the frozen-AD work.
+
 fn print_table(rows: &[Row]) {
     let header = [
         "workload", "kiln", "rayon", "copy", "ratio", "target", "result",
@@ -2281,7 +2565,7 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 25] = [
+    let steps: [(&str, RowFn); 27] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
         ("llvm vs cranelift", row_llvm_vs_cranelift),
@@ -2307,6 +2591,9 @@ fn main() {
         ("inplace normalize", row_inplace_normalize),
         ("inplace transpose", row_inplace_transpose),
         ("inplace loop", row_inplace_loop),
+        ("ad gradient", row_ad_gradient),
+        ("ad tracing", row_ad_tracing),
+        // ("ad frozen step", ...): the frozen training step rows go here
     ];
     let mut rows = Vec::new();
     for (name, step) in steps {
@@ -2315,6 +2602,9 @@ fn main() {
         }
         let t = Instant::now();
         rows.push(step(&cfg, &mut notes));
+        if let Some(extra) = PEER_ROW.with(|r| r.borrow_mut().take()) {
+            rows.push(extra);
+        }
         eprintln!("  measured {name} in {:.1} s", t.elapsed().as_secs_f64());
     }
     matmul_note(&cfg, &mut notes);

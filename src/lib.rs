@@ -120,13 +120,25 @@ pub fn sync() -> Result<()> {
 }
 
 /// The live variables: id, type, external/internal references, size, memory, ready, label; totals.
+/// While arrays carry gradients, a `Grad` column says which variables they are and what each is
+/// in the AD graph: `leaf` (`enable_grad`), the op that computed it (`mul`, `tanh`, …; `+ grad`
+/// where backward passes keep its gradient), `used` once a backward pass consumed it.
 ///
 /// ```
-/// let x = kiln::Float32::zeros(10).label("x");
-/// assert!(kiln::whos().to_string().contains("x"));
+/// use kiln::prelude::*;
+/// let mut x = Float32::from_slice(&[1.0, 2.0]).label("x");
+/// x.enable_grad();
+/// let y = (&x * 2.0).label("y");
+/// let table = kiln::whos().to_string();
+/// let row = |l: &str| table.lines().find(|r| r.ends_with(l)).unwrap().to_string();
+/// assert!(row("x").contains("leaf") && row("y").contains("mul"), "{table}");
 /// ```
 pub fn whos() -> Whos {
-    kiln_core::whos()
+    let grads: Vec<(kiln_core::VarId, String)> = ad::graph::var_kinds()
+        .into_iter()
+        .map(|(v, what)| (kiln_core::VarId(v), what))
+        .collect();
+    kiln_core::whos_with(&grads)
 }
 
 /// Engine counters (kernels compiled, cache hits/misses, launches, time, memory, out-of-range accesses).

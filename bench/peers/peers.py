@@ -64,8 +64,13 @@ SCAN_FINAL = "scan final 1000x10000"
 SCAN_STACKED = "scan stacked 1000x10000"
 SCAN_RNN = "scan rnn 200x64x256"
 SCAN_RNN_HOISTED = "scan rnn 200x64x256 x@U.T hoisted"
+# Automatic differentiation: the gradient of sum(tanh(x^2+1) * exp(-x) + sqrt(|x|)) over 10M f32
+# (the fused chain's function), on points of (-2, 2) half a step off the grid so that no lane is 0
+# (bench_report's `ad gradient` row uses the same points). JAX: jit(grad(f)); Dr.Jit: enable_grad,
+# the sum, dr.backward, dr.grad; NumPy: the derivative written by hand.
+GRAD = "ad gradient 10M"
 WORKLOADS = [SAXPY, CHAIN, MONTE, LAUNCH, COMPILE, STENCIL, LAPLACIAN, BLUR, COLLATZ, LOOP,
-             SWITCH, SCAN_FINAL, SCAN_STACKED, SCAN_RNN, SCAN_RNN_HOISTED]
+             SWITCH, SCAN_FINAL, SCAN_STACKED, SCAN_RNN, SCAN_RNN_HOISTED, GRAD]
 # The stencil workloads written as stencils (kiln: `kiln::stencil`; Numba: `@numba.stencil`), on
 # bench_report's grid ((k * 7919) % 1000) * 0.001, and the scans. Their check is each peer's largest
 # difference from a float64 NumPy reference: relative to the reference's largest magnitude ("rel")
@@ -78,6 +83,7 @@ REF_CHECKS = {
     SCAN_STACKED: ("rel", 1e-4),
     SCAN_RNN: ("abs", 1e-3),
     SCAN_RNN_HOISTED: ("abs", 1e-3),
+    GRAD: ("rel", 1e-4),
 }
 DEFAULT_REPS = 3
 # Workloads of a few milliseconds or less: timed at least SMALL_REPS times (noise matters more).
@@ -132,6 +138,7 @@ def inputs():
         "saxpy_x": sx,
         "saxpy_y": sy,
         "chain_x": np.linspace(-2.0, 2.0, N_BIG, dtype=np.float32),
+        "grad_x": ((np.arange(N_BIG) + 0.5) * (4.0 / N_BIG) - 2.0).astype(np.float32),
         "launch_x": np.arange(N_LAUNCH, dtype=np.float32),
         "grid": grid,
         "sgrid": sgrid,
@@ -277,6 +284,27 @@ def scan_check(workload, d):
         if not ref:
             ref.append(scan_reference(workload, d))
         return ref_diff(workload, r, ref[0])
+
+    return to_numpy
+
+
+def grad_reference(x):
+    """d/dx of tanh(x^2+1) * exp(-x) + sqrt(|x|), by hand, in float64."""
+    import numpy as np
+
+    x = x.astype(np.float64)
+    t, e = np.tanh(x * x + 1.0), np.exp(-x)
+    return (1.0 - t * t) * 2.0 * x * e - t * e + np.sign(x) * 0.5 / np.sqrt(np.abs(x))
+
+
+def grad_check(d):
+    """to_numpy for the gradient: ref_diff against grad_reference (computed once)."""
+    ref = []
+
+    def to_numpy(r):
+        if not ref:
+            ref.append(grad_reference(d["grad_x"]))
+        return ref_diff(GRAD, r, ref[0])
 
     return to_numpy
 
@@ -451,11 +479,22 @@ def peer_numpy(d):
 
         return run, scan_check(SCAN_RNN_HOISTED if hoisted else SCAN_RNN, d)
 
+    def grad():
+        x = d["grad_x"]
+        half = np.float32(0.5)
+
+        def run():
+            # f32 throughout (Python scalars do not widen NumPy 2's f32 arrays)
+            t, e = np.tanh(x * x + 1), np.exp(-x)
+            return (1 - t * t) * (2 * x) * e - t * e + np.sign(x) * half / np.sqrt(np.abs(x))
+
+        return run, grad_check(d)
+
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
             LAPLACIAN: laplacian, BLUR: blur, COLLATZ: collatz, LOOP: loop, SWITCH: switch,
             COMPILE: "NumPy compiles no kernels", SCAN_FINAL: scan_final,
             SCAN_STACKED: scan_stacked, SCAN_RNN: lambda: scan_rnn(False),
-            SCAN_RNN_HOISTED: lambda: scan_rnn(True)}
+            SCAN_RNN_HOISTED: lambda: scan_rnn(True), GRAD: grad}
 
 
 def peer_numba(d):
@@ -699,6 +738,7 @@ def peer_numba(d):
                                scan_check(SCAN_STACKED, d)),
         SCAN_RNN: lambda: scan_rnn(False),
         SCAN_RNN_HOISTED: lambda: scan_rnn(True),
+        GRAD: "Numba has no automatic differentiation",
     }
 
 
@@ -883,11 +923,17 @@ def peer_jax(d):
         return ((lambda: f(w, u, b, xs).block_until_ready()),
                 scan_check(SCAN_RNN_HOISTED if hoisted else SCAN_RNN, d))
 
+    def grad():
+        x = put("grad_x")
+        loss = lambda x: jnp.sum(jnp.tanh(x * x + 1) * jnp.exp(-x) + jnp.sqrt(jnp.abs(x)))  # noqa: E731
+        f = jax.jit(jax.grad(loss))
+        return (lambda: f(x).block_until_ready()), grad_check(d)
+
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
             LAPLACIAN: laplacian, BLUR: blur, COLLATZ: collatz, LOOP: loop, SWITCH: switch,
             COMPILE: compile_, SCAN_FINAL: lambda: scan_steps(False),
             SCAN_STACKED: lambda: scan_steps(True), SCAN_RNN: lambda: scan_rnn(False),
-            SCAN_RNN_HOISTED: lambda: scan_rnn(True)}
+            SCAN_RNN_HOISTED: lambda: scan_rnn(True), GRAD: grad}
 
 
 def peer_drjit(d):
@@ -1108,11 +1154,25 @@ def peer_drjit(d):
 
         return run, scan_check(SCAN_RNN_HOISTED if hoisted else SCAN_RNN, d)
 
+    def grad():
+        from drjit.llvm.ad import Float as FloatAD
+
+        x0 = arr(FloatAD, "grad_x")
+
+        def run():
+            x = FloatAD(x0)  # a fresh handle on the same data, then a fresh AD leaf
+            dr.enable_grad(x)
+            y = dr.sum(dr.tanh(x * x + 1) * dr.exp(-x) + dr.sqrt(dr.abs(x)))
+            dr.backward(y)
+            return done(dr.grad(x))
+
+        return run, grad_check(d)
+
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
             LAPLACIAN: laplacian, BLUR: blur, COLLATZ: collatz, LOOP: loop, SWITCH: switch,
             COMPILE: compile_, SCAN_FINAL: lambda: scan_steps(False),
             SCAN_STACKED: lambda: scan_steps(True), SCAN_RNN: lambda: scan_rnn(False),
-            SCAN_RNN_HOISTED: lambda: scan_rnn(True)}
+            SCAN_RNN_HOISTED: lambda: scan_rnn(True), GRAD: grad}
 
 
 def peer_pytensor(d, mode=None):
@@ -1401,8 +1461,9 @@ def run_parent(args):
         print("\n".join(notes))
     else:
         print("checks: every measured result agrees (numpy's sums, the collatz step sum, 4pi/3; "
-              "cold compile: numpy's f32 result with the same constants; laplacian, box blur and "
-              "the scans: a float64 NumPy reference, element by element, within 1e-4 of its "
+              "cold compile: numpy's f32 result with the same constants; laplacian, box blur, "
+              "the gradient and the scans: a float64 NumPy reference, element by element, within "
+              "1e-4 of its "
               "largest magnitude, scan rnn within 1e-3 absolute)")
     if COMPILE in workloads:
         print(f"  {COMPILE}: every call compiles a kernel never seen before; best of "
@@ -1438,6 +1499,7 @@ ALIASES = {
     SCAN_RNN: ["scan rnn"],
     # the variant is timed against kiln's one rnn row
     SCAN_RNN_HOISTED: ["scan rnn 200x64x256", "scan rnn"],
+    GRAD: ["ad gradient"],
 }
 NUM = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
 

@@ -97,7 +97,9 @@ echo "=== peers (bench/peers/peers.py) ==="
 if ((kiln)); then
     echo
     echo "=== kiln (cargo run --release --example bench_report) ==="
-    if ! cargo run --release --example bench_report -- ${report_args[@]+"${report_args[@]}"} 2>&1 |
+    # the peers' figures, for bench_report's rows that compare with them (ad gradient)
+    if ! KILN_PEERS_JSON="$out/peers.json" \
+        cargo run --release --example bench_report -- ${report_args[@]+"${report_args[@]}"} 2>&1 |
         tee "$out/kiln.txt"; then
         echo "run.sh: bench_report failed; the kiln column will be empty" >&2
     fi

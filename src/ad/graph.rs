@@ -10,7 +10,7 @@
 //! held while a rule runs, because rules trace array code that may record nodes of its own.
 
 use super::value::Grad;
-use kiln_core::VarType;
+use kiln_core::{VarId, VarType};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -32,15 +32,87 @@ pub(crate) trait Rule: Send + Sync {
     }
 }
 
+/// A node's list of neighbours: up to three inline (every elementwise op), more on the heap, so
+/// that recording an op allocates no edge list (tracing with gradients stays cheap).
+#[derive(Clone)]
+pub(crate) enum Edges {
+    Inline(u8, [AdIndex; 3]),
+    Heap(Vec<AdIndex>),
+}
+
+impl Default for Edges {
+    fn default() -> Self {
+        Edges::Inline(0, [0; 3])
+    }
+}
+
+impl Edges {
+    pub fn from_slice(s: &[AdIndex]) -> Edges {
+        if s.len() <= 3 {
+            let mut a = [0; 3];
+            a[..s.len()].copy_from_slice(s);
+            Edges::Inline(s.len() as u8, a)
+        } else {
+            Edges::Heap(s.to_vec())
+        }
+    }
+    pub fn push(&mut self, x: AdIndex) {
+        match self {
+            Edges::Inline(n, a) if (*n as usize) < 3 => {
+                a[*n as usize] = x;
+                *n += 1;
+            }
+            Edges::Inline(_, a) => {
+                let mut v = Vec::with_capacity(8);
+                v.extend_from_slice(a);
+                v.push(x);
+                *self = Edges::Heap(v);
+            }
+            Edges::Heap(v) => v.push(x),
+        }
+    }
+    /// Remove one occurrence of `x`, searching from the newest (children are usually released
+    /// newest first, so a long-lived parameter with many children finds them at once).
+    pub fn remove_one(&mut self, x: AdIndex) {
+        match self {
+            Edges::Inline(n, a) => {
+                if let Some(k) = a[..*n as usize].iter().rposition(|&c| c == x) {
+                    a.copy_within(k + 1..*n as usize, k);
+                    *n -= 1;
+                }
+            }
+            Edges::Heap(v) => {
+                if let Some(k) = v.iter().rposition(|&c| c == x) {
+                    v.remove(k);
+                }
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Edges {
+    type Target = [AdIndex];
+    fn deref(&self) -> &[AdIndex] {
+        match self {
+            Edges::Inline(n, a) => &a[..*n as usize],
+            Edges::Heap(v) => v,
+        }
+    }
+}
+
 pub(crate) struct Node {
     /// Handles and child edges that refer to the node.
     refs: u32,
+    /// Of those, the array handles (for `whos()`: while one lives, so does `var`).
+    handles: u32,
+    /// The engine variable the node was made for (0: not recorded), shown by `whos()`.
+    pub var: u32,
     pub ty: VarType,
     pub size: usize,
     /// Inputs that carry gradients (each holds one reference).
-    pub parents: Vec<AdIndex>,
+    pub parents: Edges,
     /// Nodes computed from this one (not counted: a child holds its parent, not the reverse).
-    pub children: Vec<AdIndex>,
+    pub children: Edges,
     /// `None` for a leaf (`enable_grad`), or once a backward pass consumed the node.
     pub rule: Option<Arc<dyn Rule>>,
     /// The gradient (reverse mode) or tangent (forward mode) accumulated here.
@@ -97,22 +169,85 @@ pub(crate) fn new_node(
     parents: Vec<AdIndex>,
     rule: Option<Arc<dyn Rule>>,
 ) -> AdIndex {
-    with(|g| g.insert(ty, size, parents, rule))
+    with(|g| g.insert(ty, size, &parents, rule))
 }
 
+/// [`new_node`] with the parents as a slice (nothing allocated for up to three of them), for
+/// the array `var` (shown by `whos()`).
+pub(crate) fn new_node_with(
+    ty: VarType,
+    size: usize,
+    parents: &[AdIndex],
+    rule: Option<Arc<dyn Rule>>,
+    var: VarId,
+) -> AdIndex {
+    with(|g| {
+        let ad = g.insert(ty, size, parents, rule);
+        g.node_mut(ad).var = var.0;
+        ad
+    })
+}
+
+/// One more handle (an array or gradient) on node `ad`.
 pub(crate) fn inc_ref(ad: AdIndex) {
     if ad != 0 {
-        with(|g| g.node_mut(ad).refs += 1);
+        with(|g| {
+            let n = g.node_mut(ad);
+            n.refs += 1;
+            n.handles += 1;
+        });
     }
 }
 
+/// A handle on node `ad` is gone.
 pub(crate) fn dec_ref(ad: AdIndex) {
+    unref(ad, true);
+}
+
+/// A reference a pass took with [`Graph::retain`] is given back.
+pub(crate) fn release_retained(ad: AdIndex) {
+    unref(ad, false);
+}
+
+fn unref(ad: AdIndex, handle: bool) {
     if ad == 0 {
         return;
     }
     // rules and gradients of freed nodes hold arrays: drop them once the lock is released
-    let garbage = with(|g| g.release(ad));
+    let garbage = with(|g| {
+        // the common case (another handle or a child still refers to it) allocates nothing
+        let n = g.node_mut(ad);
+        if handle {
+            n.handles = n.handles.saturating_sub(1);
+        }
+        if n.refs > 1 {
+            n.refs -= 1;
+            return None;
+        }
+        Some(g.release(ad))
+    });
     drop(garbage);
+}
+
+/// The variables that array handles carrying a node refer to, each with what the node is: `leaf`
+/// (`enable_grad`), or the name of the op that computed it (`+ grad` where backward passes keep
+/// its gradient; `used` once a backward pass consumed it). For `whos()`.
+pub(crate) fn var_kinds() -> Vec<(u32, String)> {
+    let g = GRAPH.lock();
+    g.nodes
+        .iter()
+        .flatten()
+        .filter(|n| n.var != 0 && n.handles > 0)
+        .map(|n| {
+            let what = match (&n.rule, n.consumed) {
+                (_, true) => "used".to_string(),
+                (None, false) => "leaf".to_string(),
+                (Some(r), false) if n.keeps_grad => format!("{} + grad", r.name()),
+                (Some(r), false) => r.name().to_string(),
+            };
+            (n.var, what)
+        })
+        .collect()
 }
 
 /// Nodes' rules and gradients freed by a release, dropped outside the lock.
@@ -123,7 +258,7 @@ impl Graph {
         &mut self,
         ty: VarType,
         size: usize,
-        parents: Vec<AdIndex>,
+        parents: &[AdIndex],
         rule: Option<Arc<dyn Rule>>,
     ) -> AdIndex {
         self.seq += 1;
@@ -137,7 +272,7 @@ impl Graph {
                 (self.nodes.len() - 1) as AdIndex
             }
         };
-        for &p in &parents {
+        for &p in parents {
             let pn = self.node_mut(p);
             pn.refs += 1;
             pn.children.push(idx);
@@ -146,10 +281,12 @@ impl Graph {
         self.alive += 1;
         self.nodes[idx as usize] = Some(Node {
             refs: 1,
+            handles: 1,
+            var: 0,
             ty,
             size,
-            parents,
-            children: Vec::new(),
+            parents: Edges::from_slice(parents),
+            children: Edges::default(),
             rule,
             grad: None,
             keeps_grad: false,
@@ -190,11 +327,8 @@ impl Graph {
             self.alive -= 1;
             self.free.push(i);
             self.edges -= n.parents.len() as u64;
-            for &p in &n.parents {
-                let pn = self.node_mut(p);
-                if let Some(k) = pn.children.iter().position(|&c| c == i) {
-                    pn.children.swap_remove(k);
-                }
+            for &p in n.parents.iter() {
+                self.node_mut(p).children.remove_one(i);
                 stack.push(p);
             }
             garbage.push((n.rule, n.grad));
@@ -213,11 +347,8 @@ impl Graph {
         let parents = std::mem::take(&mut n.parents);
         self.edges -= parents.len() as u64;
         let mut garbage = vec![(rule, None)];
-        for p in parents {
-            let pn = self.node_mut(p);
-            if let Some(k) = pn.children.iter().position(|&c| c == ad) {
-                pn.children.swap_remove(k);
-            }
+        for &p in parents.iter() {
+            self.node_mut(p).children.remove_one(ad);
             garbage.extend(self.release(p));
         }
         garbage

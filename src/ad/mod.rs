@@ -181,7 +181,12 @@ impl<T: Float> Array<T> {
             let ad = graph::new_node(T::TYPE, self.len(), Vec::new(), None);
             self.ad = ad;
         }
-        graph::with(|g| g.node_mut(self.ad).keeps_grad = true);
+        let var = self.id().0;
+        graph::with(|g| {
+            let n = g.node_mut(self.ad);
+            n.keeps_grad = true;
+            n.var = var; // for whos()
+        });
         self
     }
     /// The gradient accumulated by backward passes (or the tangent set by a forward pass); zeros

@@ -5,7 +5,7 @@
 //! sequence number is a topological order). Rules trace ordinary lazy array code, so the whole
 //! pass is traced and fused like any other kiln code: nothing runs until a gradient is read.
 
-use super::graph::{self, AdIndex, Rule};
+use super::graph::{self, AdIndex, Edges, Rule};
 use super::value::Grad;
 use super::{isolate_boundary, stash_isolated, RecordingGuard};
 use kiln_core::{Error, Result};
@@ -17,7 +17,7 @@ struct Step {
     ad: AdIndex,
     seq: u64,
     rule: Option<Arc<dyn Rule>>,
-    parents: Vec<AdIndex>,
+    parents: Edges,
     keeps_grad: bool,
 }
 
@@ -53,7 +53,7 @@ fn ancestors(roots: &[AdIndex], stop_before: u64) -> Result<Vec<Step>> {
                 parents: if crosses {
                     n.parents.clone()
                 } else {
-                    Vec::new()
+                    Edges::default()
                 },
                 keeps_grad: n.keeps_grad,
             });
@@ -71,7 +71,7 @@ fn ancestors(roots: &[AdIndex], stop_before: u64) -> Result<Vec<Step>> {
 
 fn release(steps: &[Step]) {
     for s in steps {
-        graph::dec_ref(s.ad);
+        graph::release_retained(s.ad);
     }
 }
 

@@ -128,9 +128,139 @@ pub(crate) fn attach<T: Scalar>(
     parents: &[AdIndex],
     rule: Arc<dyn Rule>,
 ) -> Array<T> {
-    let size = out.len();
-    let ad = graph::new_node(T::TYPE, size, parents.to_vec(), Some(rule));
+    let size = out_len(out.id());
+    let ad = graph::new_node_with(T::TYPE, size, parents, Some(rule), out.id());
     out.with_ad(ad)
+}
+
+/// The lanes of a node's output, read without `len()`: inside a frozen function that would tie
+/// the recording to the input sizes at every recorded op. A rule's structure depends on sizes
+/// only through "is a size-1 input broadcast over a wider output", which the engine itself fixed
+/// when it traced the op; only a size-1 output leaves it ambiguous (an input may be size 1 at
+/// this size only), so that case is still observed.
+fn out_len(id: kiln_core::VarId) -> usize {
+    let n = kiln_core::size(id);
+    if n == 1 {
+        kiln_core::freeze::observe_len(id);
+    }
+    n
+}
+
+/// An operand captured by an elementwise rule. It holds the engine reference only: its AD node
+/// (when it has one) is a parent of the node that owns the rule, whose edge keeps it alive, so
+/// capturing and releasing take no graph lock. `get` gives a full handle, with the node only
+/// when the pass itself is recorded (gradients of gradients).
+pub(crate) struct Cap<T: Scalar> {
+    arr: Array<T>,
+    ad: AdIndex,
+}
+
+impl<T: Scalar> Cap<T> {
+    pub fn of(a: &Array<T>) -> Cap<T> {
+        Cap {
+            arr: a.detach(),
+            ad: a.ad,
+        }
+    }
+    pub fn get(&self) -> Array<T> {
+        if self.ad != 0 && recording() {
+            graph::inc_ref(self.ad);
+            self.arr.clone().with_ad(self.ad)
+        } else {
+            self.arr.clone()
+        }
+    }
+}
+
+/// The number of lanes of node `ad` (a parent's size, read when a pass needs it rather than
+/// when the op is recorded).
+fn node_size(ad: AdIndex) -> usize {
+    graph::with(|g| g.node(ad).size)
+}
+
+/// The node of an elementwise core op (`+`, `*`, `fma`, `min`, …): which arguments carry
+/// gradients, and only the operands their partials need (none for `+`, `-`, `neg`). Kept small
+/// and allocation-free apart from its `Arc`, because one is recorded per traced op.
+struct Elementwise<T: Scalar> {
+    op: Op,
+    /// Captured operands, by argument position (`None`: the partials do not need it).
+    cap: [Option<Cap<T>>; 3],
+    /// The AD nodes of the arguments (0: carries no gradient).
+    ads: [AdIndex; 3],
+    out_size: usize,
+}
+
+impl<T: Float> Elementwise<T> {
+    fn arg(&self, i: usize) -> Array<T> {
+        self.cap[i].as_ref().expect("captured operand").get()
+    }
+    /// The partial of the output with respect to argument `i` (`None`: exactly 1).
+    fn weight(&self, i: usize) -> Option<Array<T>> {
+        let m1 = || Array::scalar(T::from_f64(-1.0));
+        Some(match (self.op, i) {
+            (Op::Add, _) | (Op::Sub, 0) | (Op::Fma, 2) => return None,
+            (Op::Sub, _) | (Op::Neg, _) => m1(),
+            (Op::Mul, _) | (Op::Fma, _) => self.arg(1 - i),
+            (Op::Div, 0) => self.arg(1).rcp(),
+            (Op::Div, _) => {
+                let r = self.arg(1).rcp();
+                -(&self.arg(0) * &r * &r)
+            }
+            (Op::Abs, _) => sign(&self.arg(0)),
+            (Op::Sqrt, _) => Array::scalar(T::from_f64(0.5)) / self.arg(0).sqrt(),
+            (Op::Min, _) | (Op::Max, _) => {
+                let w = pick_weight(&self.arg(0), &self.arg(1), self.op == Op::Max);
+                if i == 0 {
+                    w
+                } else {
+                    one::<T>() - &w
+                }
+            }
+            _ => unreachable!("checked when recorded"),
+        })
+    }
+}
+
+impl<T: Float> Rule for Elementwise<T> {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+    fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
+        let ct = ct.array::<T>();
+        (0..3)
+            .filter(|&i| self.ads[i] != 0)
+            .map(|i| {
+                let c = match self.weight(i) {
+                    None => ct.clone(),
+                    Some(w) => &ct * &w,
+                };
+                Some(Grad::of(unbroadcast(
+                    c,
+                    node_size(self.ads[i]),
+                    self.out_size,
+                )))
+            })
+            .collect()
+    }
+    fn forward(&self, tangents: &[Option<Grad>]) -> Option<Grad> {
+        let mut acc: Option<Array<T>> = None;
+        let tracked = (0..3).filter(|&i| self.ads[i] != 0);
+        for (i, t) in tracked.zip(tangents) {
+            if let Some(t) = t {
+                let t = t.array::<T>();
+                let term = match self.weight(i) {
+                    None => t,
+                    Some(w) => &w * &t,
+                };
+                acc = Some(match acc {
+                    None => term,
+                    Some(a) => a + term,
+                });
+            }
+        }
+        // the inputs' tangents may all be single lanes standing for a wider output
+        acc.map(|a| Grad::of(broadcast(a, self.out_size)))
+    }
 }
 
 /// Record the node of elementwise op `op` applied to `args`, whose untracked result is `out`.
@@ -139,18 +269,69 @@ pub(crate) fn record_op<T: Scalar>(op: Op, args: &[&Array<T>], out: Array<T>) ->
         return out;
     }
     match T::TYPE {
-        VarType::F32 => into_type(float_op::<f32>(
-            op,
-            &args.iter().map(|a| as_float(*a)).collect::<Vec<_>>(),
-            into_type(out),
-        )),
-        VarType::F64 => into_type(float_op::<f64>(
-            op,
-            &args.iter().map(|a| as_float(*a)).collect::<Vec<_>>(),
-            into_type(out),
-        )),
-        _ => out,
+        VarType::F32 | VarType::F64 => {}
+        _ => return out,
     }
+    // rounding has zero derivative: the result carries no gradient
+    if matches!(op, Op::Floor | Op::Ceil | Op::Round | Op::Trunc) {
+        return out;
+    }
+    let tracked = |i: usize| args.get(i).is_some_and(|a| a.ad != 0);
+    // which operands each op's partials read (for the arguments that carry gradients)
+    let needs = |i: usize| -> bool {
+        match op {
+            Op::Add | Op::Sub | Op::Neg => false,
+            Op::Mul | Op::Fma => i < 2 && tracked(1 - i),
+            Op::Div => i == 1 || tracked(1),
+            Op::Abs | Op::Sqrt => i == 0,
+            Op::Min | Op::Max => true,
+            _ => panic!(
+                "kiln: no derivative rule for `{}`; this is a kiln bug, please report it",
+                op.name()
+            ),
+        }
+    };
+    let mut ads = [0; 3];
+    let mut cap: [Option<Cap<T>>; 3] = [None, None, None];
+    for (i, a) in args.iter().enumerate().take(3) {
+        ads[i] = a.ad;
+        if needs(i) {
+            cap[i] = Some(Cap::of(a));
+        }
+    }
+    let mut parents = [0; 3];
+    let mut np = 0;
+    for &a in ads.iter().filter(|&&a| a != 0) {
+        parents[np] = a;
+        np += 1;
+    }
+    let out_size = out_len(out.id());
+    let rule: Arc<dyn Rule> = match T::TYPE {
+        VarType::F32 => Arc::new(Elementwise::<f32> {
+            op,
+            cap: cap.map(|c| {
+                c.map(|c| Cap::<f32> {
+                    arr: into_type(c.arr),
+                    ad: c.ad,
+                })
+            }),
+            ads,
+            out_size,
+        }),
+        _ => Arc::new(Elementwise::<f64> {
+            op,
+            cap: cap.map(|c| {
+                c.map(|c| Cap::<f64> {
+                    arr: into_type(c.arr),
+                    ad: c.ad,
+                })
+            }),
+            ads,
+            out_size,
+        }),
+    };
+    let ad = graph::new_node_with(T::TYPE, out_size, &parents[..np], Some(rule), out.id());
+    out.with_ad(ad)
 }
 
 fn one<T: Float>() -> Array<T> {
@@ -172,57 +353,6 @@ fn pick_weight<T: Float>(a: &Array<T>, b: &Array<T>, is_max: bool) -> Array<T> {
         Array::scalar(T::zero()),
     );
     select(&wins, one::<T>(), tie)
-}
-
-fn float_op<T: Float>(op: Op, args: &[&Array<T>], out: Array<T>) -> Array<T> {
-    // rounding has zero derivative: the result carries no gradient
-    if matches!(op, Op::Floor | Op::Ceil | Op::Round | Op::Trunc) {
-        return out;
-    }
-    let cap: Vec<Array<T>> = args.iter().map(|a| (*a).clone()).collect();
-    let tracked: Vec<usize> = (0..args.len()).filter(|&i| args[i].ad != 0).collect();
-    let parents: Vec<AdIndex> = tracked.iter().map(|&i| args[i].ad).collect();
-    let sizes: Vec<usize> = tracked.iter().map(|&i| args[i].len()).collect();
-    let all: fn(&[Array<T>]) -> Vec<Array<T>> = match op {
-        Op::Add => |_| vec![one(), one()],
-        Op::Sub => |_| vec![one(), Array::scalar(T::from_f64(-1.0))],
-        Op::Mul => |a| vec![a[1].clone(), a[0].clone()],
-        Op::Div => |a| {
-            let r = a[1].rcp();
-            let w1 = -(&a[0] * &r * &r);
-            vec![r, w1]
-        },
-        Op::Neg => |_| vec![Array::scalar(T::from_f64(-1.0))],
-        Op::Abs => |a| vec![sign(&a[0])],
-        Op::Sqrt => |a| vec![Array::scalar(T::from_f64(0.5)) / a[0].sqrt()],
-        Op::Min => |a| {
-            let w = pick_weight(&a[0], &a[1], false);
-            let v = one::<T>() - &w;
-            vec![w, v]
-        },
-        Op::Max => |a| {
-            let w = pick_weight(&a[0], &a[1], true);
-            let v = one::<T>() - &w;
-            vec![w, v]
-        },
-        Op::Fma => |a| vec![a[1].clone(), a[0].clone(), one()],
-        _ => panic!(
-            "kiln: no derivative rule for `{}`; this is a kiln bug, please report it",
-            op.name()
-        ),
-    };
-    let keep = tracked.clone();
-    let weights: Weights<T> = Box::new(move || {
-        let w = all(&cap);
-        keep.iter().map(|&i| w[i].clone()).collect()
-    });
-    let rule = Linear {
-        name: op.name(),
-        out_size: out.len(),
-        sizes,
-        weights,
-    };
-    attach(out, &parents, Arc::new(rule))
 }
 
 /// `mask ? a : b` with gradients: each branch gets the cotangent of the lanes it supplied.
@@ -255,7 +385,8 @@ pub(crate) fn record_select<T: Scalar>(
 fn float_select<T: Float>(mask: &Bool, a: &Array<T>, b: &Array<T>, out: Array<T>) -> Array<T> {
     let (ta, tb) = (a.ad != 0, b.ad != 0);
     let parents: Vec<AdIndex> = [a.ad, b.ad].into_iter().filter(|&p| p != 0).collect();
-    let (na, nb, n) = (a.len(), b.len(), out.len());
+    let size = |id| kiln_core::size(id);
+    let (na, nb, n) = (size(a.id()), size(b.id()), out_len(out.id()));
     let (m1, m2) = (mask.clone(), mask.clone());
     let zero = || Array::<T>::scalar(T::zero());
     let backward = move |ct: &Grad| {
@@ -334,14 +465,35 @@ pub(crate) fn unary<T: Float>(
         return None;
     }
     let out = f(&x.detach());
-    let xc = x.clone();
-    let rule = Linear {
+    let rule = Unary {
         name,
-        out_size: out.len(),
-        sizes: vec![x.len()],
-        weights: Box::new(move || vec![d(&xc)]),
+        x: Cap::of(x),
+        d,
     };
     Some(attach(out, &[x.ad], Arc::new(rule)))
+}
+
+/// The node of a one-input math function: the input (for its closed-form partial) and nothing
+/// else (input and output have the same lanes).
+struct Unary<T: Scalar> {
+    name: &'static str,
+    x: Cap<T>,
+    d: fn(&Array<T>) -> Array<T>,
+}
+
+impl<T: Float> Rule for Unary<T> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
+        let w = (self.d)(&self.x.get());
+        vec![Some(Grad::of(&ct.array::<T>() * &w))]
+    }
+    fn forward(&self, tangents: &[Option<Grad>]) -> Option<Grad> {
+        let t = tangents.first()?.as_ref()?;
+        let w = (self.d)(&self.x.get());
+        Some(Grad::of(&w * &t.array::<T>()))
+    }
 }
 
 /// Two-input math function `f(x, y)` with partials `d(x, y) = (∂f/∂x, ∂f/∂y)`.
@@ -356,16 +508,17 @@ pub(crate) fn binary<T: Float>(
         return None;
     }
     let out = f(&x.detach(), &y.detach());
-    let (xc, yc) = (x.clone(), y.clone());
+    let (xc, yc) = (Cap::of(x), Cap::of(y));
     let (tx, ty) = (x.ad != 0, y.ad != 0);
     let parents: Vec<AdIndex> = [x.ad, y.ad].into_iter().filter(|&p| p != 0).collect();
-    let sizes: Vec<usize> = [(tx, x.len()), (ty, y.len())]
+    let size = |a: &Array<T>| kiln_core::size(a.id());
+    let sizes: Vec<usize> = [(tx, size(x)), (ty, size(y))]
         .into_iter()
         .filter(|p| p.0)
         .map(|p| p.1)
         .collect();
     let weights: Weights<T> = Box::new(move || {
-        let (dx, dy) = d(&xc, &yc);
+        let (dx, dy) = d(&xc.get(), &yc.get());
         let mut v = Vec::new();
         if tx {
             v.push(dx);
@@ -377,7 +530,7 @@ pub(crate) fn binary<T: Float>(
     });
     let rule = Linear {
         name,
-        out_size: out.len(),
+        out_size: out_len(out.id()),
         sizes,
         weights,
     };

@@ -42,7 +42,7 @@ pub use error::{Error, Result};
 pub use freeze::Size;
 pub use log::set_log_level;
 pub use op::{Op, ReduceOp};
-pub use registry::{whos, Buffer, VarId, Whos};
+pub use registry::{whos, whos_with, Buffer, VarId, Whos};
 pub use schedule::{backend, eval, eval_all, kernels_for, with_backend};
 pub use stats::Stats;
 pub use trace::{

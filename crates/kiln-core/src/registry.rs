@@ -644,12 +644,52 @@ impl fmt::Display for Whos {
 
 /// List live variables: id, type, external/internal refs, size, memory, ready, label; then totals.
 pub fn whos() -> Whos {
+    whos_with(&[])
+}
+
+/// [`whos`] with a `Grad` column (before the label) saying, for the variables in `grads`, what
+/// they are in a front end's AD graph (`leaf`, the op that computed them, …); the column is left
+/// out when `grads` is empty.
+pub fn whos_with(grads: &[(VarId, String)]) -> Whos {
+    let mut grad_of: std::collections::HashMap<u32, String> = std::collections::HashMap::new();
+    for (id, what) in grads {
+        grad_of
+            .entry(id.0)
+            .and_modify(|w| {
+                w.push_str(", ");
+                w.push_str(what);
+            })
+            .or_insert_with(|| what.clone());
+    }
+    let gw = grad_of
+        .values()
+        .map(|w| w.chars().count() + 2)
+        .max()
+        .map_or(0, |w| w.max(6));
+    let grad_cell = |id: usize| -> String {
+        if gw == 0 {
+            String::new()
+        } else {
+            let w = grad_of.get(&(id as u32)).map_or("", |s| s.as_str());
+            format!("{w:<gw$}")
+        }
+    };
     let st = STATE.lock();
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "\n  {:<8}{:<6}{:<11}{:<12}{:<13}{:<8}Label",
-        "ID", "Type", "E/I Refs", "Size", "Memory", "Ready"
+        "\n  {:<8}{:<6}{:<11}{:<12}{:<13}{:<8}{}Label",
+        "ID",
+        "Type",
+        "E/I Refs",
+        "Size",
+        "Memory",
+        "Ready",
+        if gw == 0 {
+            String::new()
+        } else {
+            format!("{:<gw$}", "Grad")
+        }
     );
     // in u128: a lazy array may have up to usize::MAX elements, whose bytes (and their totals)
     // do not fit in u64 (this wrapped to 0 B before)
@@ -672,7 +712,7 @@ pub fn whos() -> Whos {
         if rows <= 200 {
             let _ = writeln!(
                 t,
-                "  {:<8}{:<6}{:<11}{:<12}{:<13}{:<8}{}",
+                "  {:<8}{:<6}{:<11}{:<12}{:<13}{:<8}{}{}",
                 id,
                 v.ty.name(),
                 format!("{} / {}", v.ext, v.int),
@@ -680,6 +720,7 @@ pub fn whos() -> Whos {
                 format!("{} ", v.size),
                 format!("{} ", fmt_bytes_wide(mem)),
                 if is_ready { "[x]" } else { "[ ]" },
+                grad_cell(id),
                 v.label.as_deref().unwrap_or("")
             );
         }
