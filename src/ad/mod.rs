@@ -21,12 +21,14 @@
 //! it crosses (a second one through it is an error) unless asked to retain it.
 
 pub(crate) mod graph;
+pub(crate) mod jax;
 mod propagate;
 pub(crate) mod reduce;
 pub(crate) mod rules;
 mod value;
 
 pub(crate) use graph::AdIndex;
+pub use jax::{clear_grads, detach, enable_grad, grad, grads, hvp, jvp, value_and_grad, vjp};
 pub(crate) use value::Grad;
 
 use crate::array::{ok, Array};
