@@ -90,8 +90,8 @@ fn zeros_like(id: VarId) -> Grad {
 /// `g` (a float gradient or tangent, possibly one lane standing for all) widened to the size
 /// of `like`.
 pub(crate) fn widen(g: Grad, like: VarId) -> Grad {
-    if kiln_core::size(g.id()) == 1 && kiln_core::size(like) != 1 {
-        let n = kiln_core::freeze::size_of(like);
+    let n = kiln_core::freeze::size_of(like);
+    if kiln_core::freeze::size_of(g.id()).is_one() && !n.is_one() {
         match g.ty() {
             VarType::F32 => Grad::of(g.array::<f32>() + Array::<f32>::zeros(n)),
             _ => Grad::of(g.array::<f64>() + Array::<f64>::zeros(n)),
@@ -195,8 +195,8 @@ impl<A: Traverse + Clone> Leaves<A> {
 
 /// Error unless `out` is a single float value (what `grad` and `hvp` differentiate).
 fn check_scalar<T: Float>(what: &str, out: &Array<T>) -> Result<()> {
-    let n = kiln_core::size(out.id());
-    if n != 1 {
+    let n = out.size();
+    if !n.is_one() {
         return Err(Error::Ad(format!(
             "kiln::{what}: the function returned {}, which has {n} elements, not one; return a scalar (e.g. `.sum()` of it), or use `kiln::vjp` with a cotangent of its size",
             kiln_core::describe(out.id())
@@ -234,8 +234,11 @@ pub(crate) fn check_like<V: Traverse + ?Sized>(
                 x.ty
             )));
         }
-        let (n, m) = (kiln_core::size(y.id), kiln_core::size(x.id));
-        if n != 1 && n != m {
+        let (n, m) = (
+            kiln_core::freeze::size_of(y.id),
+            kiln_core::freeze::size_of(x.id),
+        );
+        if !n.is_one() && !n.same_as(m) {
             return Err(Error::Ad(format!(
                 "kiln::{fname}: the {what} at {} have {n} elements but the array they go with has {m}; give one value or one per element",
                 position_name(&names, i, y.id)

@@ -15,7 +15,7 @@ use super::value::Grad;
 use crate::array::{Array, Bool};
 use crate::ops::select;
 use crate::types::Float;
-use kiln_core::{Op, Scalar, VarType};
+use kiln_core::{Op, Scalar, Size, VarType};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -47,16 +47,17 @@ pub(crate) type Weights<T> = Box<dyn Fn() -> Vec<Array<T>> + Send + Sync>;
 /// An elementwise node: output = f(inputs), partial `w_i` per input that carries a gradient.
 pub(crate) struct Linear<T: Float> {
     pub name: &'static str,
-    pub out_size: usize,
+    pub out_size: Size,
     /// Sizes of the inputs that carry gradients (a size-1 input broadcast over the output gets
-    /// the sum of its lanes' contributions).
-    pub sizes: Vec<usize>,
+    /// the sum of its lanes' contributions). Sizes, not numbers: inside a frozen function they
+    /// follow the inputs, so a replay at another size computes the right gradients.
+    pub sizes: Vec<Size>,
     pub weights: Weights<T>,
 }
 
 /// `c` summed to one lane when it stands for a broadcast size-1 input.
-pub(crate) fn unbroadcast<T: Float>(c: Array<T>, to: usize, from: usize) -> Array<T> {
-    if to == 1 && from != 1 {
+pub(crate) fn unbroadcast<T: Float>(c: Array<T>, to: Size, from: Size) -> Array<T> {
+    if to.is_one() && !from.is_one() {
         c.sum()
     } else {
         c
@@ -64,8 +65,8 @@ pub(crate) fn unbroadcast<T: Float>(c: Array<T>, to: usize, from: usize) -> Arra
 }
 
 /// `t` widened to `n` lanes when it is a single lane standing for all of them.
-pub(crate) fn broadcast<T: Float>(t: Array<T>, n: usize) -> Array<T> {
-    if t.len() == 1 && n != 1 {
+pub(crate) fn broadcast<T: Float>(t: Array<T>, n: Size) -> Array<T> {
+    if t.size().is_one() && !n.is_one() {
         &t + &Array::<T>::zeros(n)
     } else {
         t
@@ -128,7 +129,8 @@ pub(crate) fn attach<T: Scalar>(
     parents: &[AdIndex],
     rule: Arc<dyn Rule>,
 ) -> Array<T> {
-    let size = out.len();
+    // the node's size is for messages: read without tying a frozen recording to it
+    let size = kiln_core::size(out.id());
     let ad = graph::new_node(T::TYPE, size, parents.to_vec(), Some(rule));
     out.with_ad(ad)
 }
@@ -182,7 +184,7 @@ fn float_op<T: Float>(op: Op, args: &[&Array<T>], out: Array<T>) -> Array<T> {
     let cap: Vec<Array<T>> = args.iter().map(|a| (*a).clone()).collect();
     let tracked: Vec<usize> = (0..args.len()).filter(|&i| args[i].ad != 0).collect();
     let parents: Vec<AdIndex> = tracked.iter().map(|&i| args[i].ad).collect();
-    let sizes: Vec<usize> = tracked.iter().map(|&i| args[i].len()).collect();
+    let sizes: Vec<Size> = tracked.iter().map(|&i| args[i].size()).collect();
     let all: fn(&[Array<T>]) -> Vec<Array<T>> = match op {
         Op::Add => |_| vec![one(), one()],
         Op::Sub => |_| vec![one(), Array::scalar(T::from_f64(-1.0))],
@@ -218,7 +220,7 @@ fn float_op<T: Float>(op: Op, args: &[&Array<T>], out: Array<T>) -> Array<T> {
     });
     let rule = Linear {
         name: op.name(),
-        out_size: out.len(),
+        out_size: out.size(),
         sizes,
         weights,
     };
@@ -255,7 +257,7 @@ pub(crate) fn record_select<T: Scalar>(
 fn float_select<T: Float>(mask: &Bool, a: &Array<T>, b: &Array<T>, out: Array<T>) -> Array<T> {
     let (ta, tb) = (a.ad != 0, b.ad != 0);
     let parents: Vec<AdIndex> = [a.ad, b.ad].into_iter().filter(|&p| p != 0).collect();
-    let (na, nb, n) = (a.len(), b.len(), out.len());
+    let (na, nb, n) = (a.size(), b.size(), out.size());
     let (m1, m2) = (mask.clone(), mask.clone());
     let zero = || Array::<T>::scalar(T::zero());
     let backward = move |ct: &Grad| {
@@ -337,8 +339,8 @@ pub(crate) fn unary<T: Float>(
     let xc = x.clone();
     let rule = Linear {
         name,
-        out_size: out.len(),
-        sizes: vec![x.len()],
+        out_size: out.size(),
+        sizes: vec![x.size()],
         weights: Box::new(move || vec![d(&xc)]),
     };
     Some(attach(out, &[x.ad], Arc::new(rule)))
@@ -359,7 +361,7 @@ pub(crate) fn binary<T: Float>(
     let (xc, yc) = (x.clone(), y.clone());
     let (tx, ty) = (x.ad != 0, y.ad != 0);
     let parents: Vec<AdIndex> = [x.ad, y.ad].into_iter().filter(|&p| p != 0).collect();
-    let sizes: Vec<usize> = [(tx, x.len()), (ty, y.len())]
+    let sizes: Vec<Size> = [(tx, x.size()), (ty, y.size())]
         .into_iter()
         .filter(|p| p.0)
         .map(|p| p.1)
@@ -377,7 +379,7 @@ pub(crate) fn binary<T: Float>(
     });
     let rule = Linear {
         name,
-        out_size: out.len(),
+        out_size: out.size(),
         sizes,
         weights,
     };
