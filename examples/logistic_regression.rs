@@ -120,16 +120,14 @@ fn main() {
     for _ in 0..TRACED {
         step(&mut traced, &mut opt2, &train).eval();
     }
-    let traced_s = t.elapsed().as_secs_f64();
+    let traced_us = t.elapsed().as_secs_f64() / TRACED as f64 * 1e6;
     let s = frozen.stats();
     println!(
-        "per step: replayed {:.1} µs, traced {:.1} µs ({:.1}× faster replayed); first (recording) call {:.1} ms",
+        "n = {N}: per step {:.0} µs replayed, {traced_us:.0} µs traced ({:.1}×); the recording call took {:.0} ms; {STEPS} steps {frozen_s:.2} s",
         s.mean_replay_us(),
-        traced_s / TRACED as f64 * 1e6,
-        traced_s / TRACED as f64 * 1e6 / s.mean_replay_us(),
+        traced_us / s.mean_replay_us(),
         s.record_ns as f64 / 1e6
     );
-    println!("{STEPS} frozen steps took {frozen_s:.2} s in all");
     // replays and traced calls compute the same thing, bit for bit
     let mut again = fresh();
     let mut opt3 = Adam::new(0.05).init(&again);
@@ -142,9 +140,34 @@ fn main() {
     let same = again
         .w
         .iter()
-        .zip(&traced.w)
+        .chain([&again.b])
+        .zip(traced.w.iter().chain([&traced.b]))
         .all(|(a, b)| a.item().to_bits() == b.item().to_bits());
     println!("after {TRACED} steps, frozen and traced parameters are bit-identical: {same}");
+
+    // at a small size the step is all overhead: what replay saves is tracing, AD bookkeeping,
+    // kernel lookup and launch decisions
+    let small = make_data(1024, 3, &truth);
+    let (mut a, mut b) = (fresh(), fresh());
+    let (mut oa, mut ob) = (Adam::new(0.05).init(&a), Adam::new(0.05).init(&b));
+    let mut f = kiln::freeze(step);
+    f.call(&mut a, &mut oa, &small).expect("training step");
+    const SMALL: usize = 300;
+    let t = Instant::now();
+    for _ in 0..SMALL {
+        f.call(&mut a, &mut oa, &small).expect("training step");
+    }
+    let replay_us = t.elapsed().as_secs_f64() / SMALL as f64 * 1e6;
+    step(&mut b, &mut ob, &small).eval();
+    let t = Instant::now();
+    for _ in 0..SMALL {
+        step(&mut b, &mut ob, &small).eval();
+    }
+    let traced_us = t.elapsed().as_secs_f64() / SMALL as f64 * 1e6;
+    println!(
+        "n = 1024: per step {replay_us:.0} µs replayed, {traced_us:.0} µs traced ({:.1}× faster replayed)",
+        traced_us / replay_us
+    );
     let s = kiln::stats();
     println!(
         "AD graph now: {} nodes, {} edges, {} gradient bytes",
