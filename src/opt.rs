@@ -7,7 +7,9 @@
 //!
 //! A step reads the gradients, evaluates them, then writes the new moments and parameters into
 //! their own buffers with `assign` (update-in-place: no new buffer per step when nothing else
-//! holds them), without recording derivatives. Parameters that carried gradients come out as
+//! holds them), without recording derivatives. Inside a frozen function's recording, where the
+//! engine does not write a call's inputs in place, it instead evaluates every new value in one
+//! go (fewer kernels for each replay to launch); both ways compute the same values bit for bit. Parameters that carried gradients come out as
 //! fresh leaves with no gradient, so each iteration starts a new AD graph and the old one is
 //! freed: the graph does not grow across iterations.
 
@@ -93,9 +95,11 @@ fn take<P: Traverse + ?Sized>(params: &mut P, grads: Option<&P>) -> Result<Taken
         }));
     }
     // the gradients may be expressions of the parameters: evaluate them before any parameter is
-    // overwritten (and so that nothing but the parameter set holds the parameters' buffers)
-    let ids: Vec<_> = gs.iter().flatten().map(|g| g.id()).collect();
-    crate::eval_ids(&ids)?;
+    // overwritten in place (and so that nothing but the parameter set holds their buffers)
+    if in_place() {
+        let ids: Vec<_> = gs.iter().flatten().map(|g| g.id()).collect();
+        crate::eval_ids(&ids)?;
+    }
     let arrays = items.iter().map(|it| Some(Grad::share(it.id, 0))).collect();
     let had_grad = items.iter().map(|it| it.ad != 0).collect();
     params.traverse_mut(&mut Assign::placeholders());
@@ -127,6 +131,30 @@ fn put_back<P: Traverse + ?Sized>(params: &mut P, t: Taken) {
         .collect();
     drop(t);
     jax::assign_parts(params, &parts);
+}
+
+/// Whether updates write into the existing buffers one by one (outside a recording), or are
+/// evaluated together at the end of the step (inside one: see the module's notes).
+fn in_place() -> bool {
+    !kiln_core::freeze::in_recording()
+}
+
+/// `dst ← v`: into `dst`'s buffer when updating in place, else rebound (evaluated by `finish`).
+fn put<T: Float>(dst: &mut Array<T>, v: Array<T>) {
+    if in_place() {
+        dst.assign(v);
+    } else {
+        *dst = v;
+    }
+}
+
+/// Evaluate the new values together when they were rebound rather than assigned.
+fn finish(ids: Vec<kiln_core::VarId>) -> Result<()> {
+    if in_place() {
+        Ok(())
+    } else {
+        crate::eval_ids(&ids)
+    }
 }
 
 /// A typed handle to the array held by `g` (sharing it).
@@ -250,9 +278,20 @@ impl Sgd {
                     _ => sgd_one::<f64>(p, g, b.map(slot64), lr, mu),
                 });
             }
+            let mut ids: Vec<_> = t.arrays.iter().flatten().map(|a| a.id()).collect();
+            ids.extend(self.buf.iter().filter_map(slot_id));
+            finish(ids)?;
             put_back(params, t);
             Ok(())
         })
+    }
+}
+
+fn slot_id(s: &Slot) -> Option<kiln_core::VarId> {
+    match s {
+        Slot::None => None,
+        Slot::F32(a) => Some(a.id()),
+        Slot::F64(a) => Some(a.id()),
     }
 }
 
@@ -276,14 +315,14 @@ fn sgd_one<T: Float>(p: Grad, g: Grad, buf: Option<&mut Array<T>>, lr: f64, mu: 
         Some(b) if mu != 0.0 => {
             let nb = &*b * lit::<T>(mu) + &g;
             drop(g);
-            b.assign(nb);
+            put(b, nb);
             b.clone()
         }
         _ => g,
     };
     let mut p = owned::<T>(p);
     let np = &p - dir * lit::<T>(lr);
-    p.assign(np);
+    put(&mut p, np);
     Grad::of(p)
 }
 
@@ -405,9 +444,9 @@ impl Adam {
                 }
             }
             let nb1 = &self.b1t * self.beta1;
-            self.b1t.assign(nb1);
+            put(&mut self.b1t, nb1);
             let nb2 = &self.b2t * self.beta2;
-            self.b2t.assign(nb2);
+            put(&mut self.b2t, nb2);
             let c1 = Array::<f64>::scalar(1.0) - &self.b1t;
             let c2 = Array::<f64>::scalar(1.0) - &self.b2t;
             for i in 0..t.items.len() {
@@ -421,6 +460,10 @@ impl Adam {
                     _ => p,
                 });
             }
+            let mut ids: Vec<_> = t.arrays.iter().flatten().map(|a| a.id()).collect();
+            ids.extend(self.m.iter().chain(&self.v).filter_map(slot_id));
+            ids.extend([self.b1t.id(), self.b2t.id()]);
+            finish(ids)?;
             put_back(params, t);
             Ok(())
         })
@@ -430,9 +473,9 @@ impl Adam {
 fn moments<T: Float>(g: &Grad, m: &mut Array<T>, v: &mut Array<T>, b1: f64, b2: f64) {
     let g = typed::<T>(g);
     let nm = &*m * lit::<T>(b1) + &g * lit::<T>(1.0 - b1);
-    m.assign(nm);
+    put(m, nm);
     let nv = &*v * lit::<T>(b2) + &g * &g * lit::<T>(1.0 - b2);
-    v.assign(nv);
+    put(v, nv);
 }
 
 fn adam_one<T: Float>(
@@ -448,7 +491,7 @@ fn adam_one<T: Float>(
     let mhat = m / c1.cast::<T>();
     let vhat = v / c2.cast::<T>();
     let np = &p - mhat * lit::<T>(lr) / (vhat.sqrt() + lit::<T>(eps));
-    p.assign(np);
+    put(&mut p, np);
     Grad::of(p)
 }
 
