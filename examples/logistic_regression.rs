@@ -35,7 +35,7 @@ struct Data {
 fn logits(m: &Model, d: &Data) -> Float32 {
     let mut z = &d.x[0] * &m.w[0] + &m.b;
     for j in 1..D {
-        z = z + &d.x[j] * &m.w[j];
+        z += &d.x[j] * &m.w[j];
     }
     z
 }
@@ -62,7 +62,7 @@ fn make_data(n: usize, seed: u64, truth: &[f32]) -> Data {
     let x: Vec<Float32> = (0..D).map(|_| rng.next_f32() * 2.0 - 1.0).collect();
     let mut z = Float32::full(0.25, n);
     for j in 0..D {
-        z = z + &x[j] * truth[j];
+        z += &x[j] * truth[j];
     }
     let flip = rng.next_f32().lt(0.05f32);
     let y = select(&(z.gt(0.0f32) ^ flip), 1.0f32, 0.0f32);
@@ -74,7 +74,7 @@ fn make_data(n: usize, seed: u64, truth: &[f32]) -> Data {
 }
 
 fn accuracy(m: &Model, d: &Data) -> f32 {
-    let right = logits(m, d).gt(0.0f32).eq(&d.y.gt(0.5f32));
+    let right = logits(m, d).gt(0.0f32).eq(d.y.gt(0.5f32));
     select(&right, 1.0f32, 0.0f32).sum().item() / d.y.len() as f32
 }
 

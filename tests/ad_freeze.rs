@@ -53,7 +53,7 @@ fn init() -> Params {
 fn loss_of(p: &Params, d: &Data) -> Float32 {
     let mut z = &d.x[0] * &p.w[0] + &p.b;
     for j in 1..D {
-        z = z + &d.x[j] * &p.w[j];
+        z += &d.x[j] * &p.w[j];
     }
     let n = Float32::full(1.0, d.y.size()).sum();
     let l = z.max(0.0f32) - &z * &d.y + ((-z.abs()).exp() + 1.0).log();
