@@ -175,6 +175,11 @@ fn captured_gradient_arrays_are_constants() {
     assert_eq!(c.grad().to_vec(), vec![0.0, 0.0]);
     kiln::ad::backward_from(&y, &Float64::ones(2)).unwrap();
     assert_eq!(c.grad().to_vec(), vec![2.0, 2.0]);
+    // a captured array whose graph that pass consumed is still a constant
+    let yc = y.clone();
+    let g = kiln::grad(move |x: &Float64| (x * &yc).sum(), &Float64::ones(2)).unwrap();
+    assert_eq!(g.to_vec(), vec![4.0, 6.0]);
+    assert_eq!(c.grad().to_vec(), vec![2.0, 2.0]);
 }
 
 #[test]

@@ -74,7 +74,9 @@ pub struct Frozen<F, M: Shape> {
 /// - everything returned, and every other array of the `&mut` arguments, comes back detached.
 ///
 /// Return gradients you need outside (`kiln::ad::grads(&p)`) as part of the result. Reading a
-/// value inside (`p.grad().to_vec()`) is refused like any read (`Error::FrozenRead`).
+/// value inside (`p.grad().to_vec()`) is refused like any read (`Error::FrozenRead`). A call that
+/// runs unfrozen (freezing turned off, the recording limit reached, or nested in another frozen
+/// function's recording) is a plain call, without this boundary.
 ///
 /// Inside the function, size new arrays with `x.size()` (a [`kiln_core::Size`]), not `x.len()`:
 /// `UInt32::arange(x.size() / 2)` replays at any width, while a plain integer ties the recording
