@@ -257,3 +257,37 @@ fn transformations_free_their_graphs() {
     let _ = kiln::jvp(|x: &Float64| x.sin(), &x, &x).unwrap();
     assert_eq!(counters(), base);
 }
+
+#[test]
+fn unwinding_leaves_no_boundary_and_no_nodes() {
+    let _l = lock();
+    let base = counters();
+    let x = Float64::from_slice(&[1.0, 2.0]);
+    let r = std::panic::catch_unwind(|| {
+        kiln::grad(
+            |x: &Float64| -> Float64 {
+                let _y = x * x; // a node of the function, freed by the unwind
+                panic!("inside f")
+            },
+            &x,
+        )
+    });
+    assert!(r.is_err());
+    assert_eq!(counters(), base);
+    // a refused read inside a frozen function unwinds through its AD boundary
+    let mut reads = kiln::freeze(|x: &Float64| -> Float64 {
+        let g = kiln::grad(|x: &Float64| (x * x).sum(), x).unwrap();
+        Float64::from_slice(&g.to_vec())
+    });
+    assert!(matches!(
+        reads.call(&x),
+        Err(kiln::Error::FrozenRead { .. })
+    ));
+    // no boundary is left behind: a pass reaches a leaf made before
+    let mut a = Float64::from(3.0);
+    a.enable_grad();
+    (&a * &a).backward();
+    assert_eq!(a.grad().item(), 6.0);
+    drop(a);
+    assert_eq!(counters(), base);
+}
