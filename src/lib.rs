@@ -27,6 +27,7 @@ mod interop;
 pub mod math;
 pub mod memory;
 pub mod ops;
+pub mod opt;
 pub mod random;
 pub mod reduce;
 pub mod scan;
@@ -35,6 +36,7 @@ pub mod tensor;
 pub mod types;
 pub mod vector;
 
+pub use ad::{grad, hvp, jvp, value_and_grad, vjp};
 pub use array::{Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64};
 pub use control::{dispatch, if_then_else, switch, while_loop, Mode, Registry};
 pub use freeze::{freeze, Frozen, Traverse};

@@ -358,9 +358,4 @@ impl Graph {
     pub fn retain(&mut self, ad: AdIndex) {
         self.node_mut(ad).refs += 1;
     }
-
-    /// Whether `ad` is a live node.
-    pub fn contains(&self, ad: AdIndex) -> bool {
-        self.nodes.get(ad as usize).is_some_and(|n| n.is_some())
-    }
 }

@@ -233,7 +233,7 @@ fn scatter_rule<F: Float, I: Integer>(
         }
         if tv {
             let g = gather_masked(&ct, &ib, &mb);
-            v.push(Some(Grad::of(unbroadcast(g, nv, lanes))));
+            v.push(Some(Grad::of(unbroadcast(g, nv.into(), lanes.into()))));
         }
         v
     };

@@ -21,6 +21,7 @@
 //! it crosses (a second one through it is an error) unless asked to retain it.
 
 pub(crate) mod graph;
+pub(crate) mod jax;
 pub(crate) mod memory;
 mod propagate;
 pub(crate) mod reduce;
@@ -29,6 +30,7 @@ pub(crate) mod tensor;
 mod value;
 
 pub(crate) use graph::AdIndex;
+pub use jax::{clear_grads, detach, enable_grad, grad, grads, hvp, jvp, value_and_grad, vjp};
 pub(crate) use value::Grad;
 
 use crate::array::{ok, Array};
@@ -178,7 +180,7 @@ impl<T: Float> Array<T> {
     /// ```
     pub fn enable_grad(&mut self) -> &mut Self {
         if self.ad == 0 {
-            let ad = graph::new_node(T::TYPE, self.len(), Vec::new(), None);
+            let ad = graph::new_node(T::TYPE, kiln_core::size(self.id()), Vec::new(), None);
             self.ad = ad;
         }
         let var = self.id().0;
@@ -200,7 +202,7 @@ impl<T: Float> Array<T> {
     pub fn grad(&self) -> Array<T> {
         if self.ad != 0 {
             if let Some(g) = graph::with(|g| g.node(self.ad).grad.clone()) {
-                return rules::broadcast(g.array::<T>(), self.len());
+                return rules::broadcast(g.array::<T>(), self.size());
             }
         }
         Array::zeros(self.size())
@@ -235,12 +237,12 @@ impl<T: Float> Array<T> {
                 kiln_core::describe(self.id())
             )));
         }
-        let n = g.len();
-        if n != 1 && n != self.len() {
+        let (n, m) = (g.size(), self.size());
+        if !n.is_one() && !n.same_as(m) {
             return Err(Error::Ad(format!(
                 "a gradient of {n} elements for {} of {}; give one value or one per element",
                 kiln_core::describe(self.id()),
-                self.len()
+                m
             )));
         }
         let new = g.detach();
@@ -286,8 +288,8 @@ impl<T: Float> Array<T> {
     /// seed), or on a graph an earlier pass consumed. On an array that carries no gradient it
     /// does nothing (every gradient it could give is zero).
     pub fn try_backward(&self) -> Result<()> {
-        let n = self.len();
-        if n != 1 {
+        let n = self.size();
+        if !n.is_one() {
             return Err(Error::Ad(format!(
                 "backward() on {}, which has {n} elements, not one: seed it with `kiln::ad::backward_from(&y, &seed)` (a seed of y's size, e.g. ones for the gradient of y.sum()), or reduce it first",
                 kiln_core::describe(self.id())
@@ -325,8 +327,8 @@ pub fn backward_from<T: Float>(y: &Array<T>, seed: &Array<T>) -> Result<()> {
 /// assert!(kiln::ad::backward_from(&y, &Float64::from(1.0)).is_err()); // consumed
 /// ```
 pub fn backward_with<T: Float>(y: &Array<T>, seed: &Array<T>, retain_graph: bool) -> Result<()> {
-    let (n, m) = (seed.len(), y.len());
-    if n != 1 && n != m {
+    let (n, m) = (seed.size(), y.size());
+    if !n.is_one() && !n.same_as(m) {
         return Err(Error::Ad(format!(
             "backward_from: the seed has {n} elements but {} has {m}; give one value or one per element",
             kiln_core::describe(y.id())
@@ -418,7 +420,7 @@ fn push_forward<T: Float>(x: &Array<T>, to: Option<&[AdIndex]>) -> Result<()> {
     }
     let seed = match graph::with(|g| g.node(x.ad).grad.clone()) {
         Some(g) => g,
-        None => Grad::of(Array::<T>::ones(x.len())),
+        None => Grad::of(Array::<T>::ones(x.size())),
     };
     let ts = propagate::forward(vec![(x.ad, seed)], to)?;
     for (ad, t) in ts {

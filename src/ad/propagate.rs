@@ -34,18 +34,19 @@ fn ancestors(roots: &[AdIndex], stop_before: u64) -> Result<Vec<Step>> {
                 continue;
             }
             let n = g.node(i);
-            if n.consumed {
+            let crosses = n.seq >= stop_before;
+            // a node the pass stops at (older than an isolation boundary) is a constant to it
+            if n.consumed && crosses {
                 return Err(Error::Ad(format!(
                     "a backward pass reached a {}-element {} array whose graph an earlier `backward` already consumed; call `backward_with(.., retain_graph = true)` (or `kiln::vjp`, whose pullback may be called again) the first time, or recompute the expression",
                     n.size, n.ty
                 )));
             }
-            if let Some(r) = &n.rule {
+            if let Some(r) = n.rule.as_ref().filter(|_| crosses) {
                 if let Some((construct, detail)) = r.refuses_reverse() {
                     return Err(Error::NotDifferentiable { construct, detail });
                 }
             }
-            let crosses = n.seq >= stop_before;
             steps.push(Step {
                 ad: i,
                 seq: n.seq,

@@ -52,7 +52,7 @@ fn float_reduce<T: Float>(op: ReduceOp, x: &Array<T>, out: Array<T>) -> Array<T>
     ) {
         return out;
     }
-    let n = x.len();
+    let n = x.size();
     let (xb, ob) = (x.clone(), out.detach());
     let (xf, of) = (x.clone(), out.detach());
     let backward = move |ct: &Grad| {

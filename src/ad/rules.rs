@@ -15,7 +15,7 @@ use super::value::Grad;
 use crate::array::{Array, Bool};
 use crate::ops::select;
 use crate::types::Float;
-use kiln_core::{Op, Scalar, VarType};
+use kiln_core::{Op, Scalar, Size, VarType};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -47,16 +47,17 @@ pub(crate) type Weights<T> = Box<dyn Fn() -> Vec<Array<T>> + Send + Sync>;
 /// An elementwise node: output = f(inputs), partial `w_i` per input that carries a gradient.
 pub(crate) struct Linear<T: Float> {
     pub name: &'static str,
-    pub out_size: usize,
+    pub out_size: Size,
     /// Sizes of the inputs that carry gradients (a size-1 input broadcast over the output gets
-    /// the sum of its lanes' contributions).
-    pub sizes: Vec<usize>,
+    /// the sum of its lanes' contributions). Sizes, not numbers: inside a frozen function they
+    /// follow the inputs, so a replay at another size computes the right gradients.
+    pub sizes: Vec<Size>,
     pub weights: Weights<T>,
 }
 
 /// `c` summed to one lane when it stands for a broadcast size-1 input.
-pub(crate) fn unbroadcast<T: Float>(c: Array<T>, to: usize, from: usize) -> Array<T> {
-    if to == 1 && from != 1 {
+pub(crate) fn unbroadcast<T: Float>(c: Array<T>, to: Size, from: Size) -> Array<T> {
+    if to.is_one() && !from.is_one() {
         c.sum()
     } else {
         c
@@ -64,8 +65,8 @@ pub(crate) fn unbroadcast<T: Float>(c: Array<T>, to: usize, from: usize) -> Arra
 }
 
 /// `t` widened to `n` lanes when it is a single lane standing for all of them.
-pub(crate) fn broadcast<T: Float>(t: Array<T>, n: usize) -> Array<T> {
-    if t.len() == 1 && n != 1 {
+pub(crate) fn broadcast<T: Float>(t: Array<T>, n: Size) -> Array<T> {
+    if t.size().is_one() && !n.is_one() {
         &t + &Array::<T>::zeros(n)
     } else {
         t
@@ -128,22 +129,10 @@ pub(crate) fn attach<T: Scalar>(
     parents: &[AdIndex],
     rule: Arc<dyn Rule>,
 ) -> Array<T> {
-    let size = out_len(out.id());
+    // the node's size is for messages and whos(): read without tying a frozen recording to it
+    let size = kiln_core::size(out.id());
     let ad = graph::new_node_with(T::TYPE, size, parents, Some(rule), out.id());
     out.with_ad(ad)
-}
-
-/// The lanes of a node's output, read without `len()`: inside a frozen function that would tie
-/// the recording to the input sizes at every recorded op. A rule's structure depends on sizes
-/// only through "is a size-1 input broadcast over a wider output", which the engine itself fixed
-/// when it traced the op; only a size-1 output leaves it ambiguous (an input may be size 1 at
-/// this size only), so that case is still observed.
-fn out_len(id: kiln_core::VarId) -> usize {
-    let n = kiln_core::size(id);
-    if n == 1 {
-        kiln_core::freeze::observe_len(id);
-    }
-    n
 }
 
 /// An operand captured by an elementwise rule. It holds the engine reference only: its AD node
@@ -174,8 +163,8 @@ impl<T: Scalar> Cap<T> {
 
 /// The number of lanes of node `ad` (a parent's size, read when a pass needs it rather than
 /// when the op is recorded).
-fn node_size(ad: AdIndex) -> usize {
-    graph::with(|g| g.node(ad).size)
+fn node_size(ad: AdIndex) -> Size {
+    Size::from(graph::with(|g| g.node(ad).size))
 }
 
 /// The node of an elementwise core op (`+`, `*`, `fma`, `min`, …): which arguments carry
@@ -187,7 +176,7 @@ struct Elementwise<T: Scalar> {
     cap: [Option<Cap<T>>; 3],
     /// The AD nodes of the arguments (0: carries no gradient).
     ads: [AdIndex; 3],
-    out_size: usize,
+    out_size: Size,
 }
 
 impl<T: Float> Elementwise<T> {
@@ -305,7 +294,7 @@ pub(crate) fn record_op<T: Scalar>(op: Op, args: &[&Array<T>], out: Array<T>) ->
         parents[np] = a;
         np += 1;
     }
-    let out_size = out_len(out.id());
+    let out_size = out.size();
     let rule: Arc<dyn Rule> = match T::TYPE {
         VarType::F32 => Arc::new(Elementwise::<f32> {
             op,
@@ -330,7 +319,8 @@ pub(crate) fn record_op<T: Scalar>(op: Op, args: &[&Array<T>], out: Array<T>) ->
             out_size,
         }),
     };
-    let ad = graph::new_node_with(T::TYPE, out_size, &parents[..np], Some(rule), out.id());
+    let n = kiln_core::size(out.id());
+    let ad = graph::new_node_with(T::TYPE, n, &parents[..np], Some(rule), out.id());
     out.with_ad(ad)
 }
 
@@ -385,8 +375,7 @@ pub(crate) fn record_select<T: Scalar>(
 fn float_select<T: Float>(mask: &Bool, a: &Array<T>, b: &Array<T>, out: Array<T>) -> Array<T> {
     let (ta, tb) = (a.ad != 0, b.ad != 0);
     let parents: Vec<AdIndex> = [a.ad, b.ad].into_iter().filter(|&p| p != 0).collect();
-    let size = |id| kiln_core::size(id);
-    let (na, nb, n) = (size(a.id()), size(b.id()), out_len(out.id()));
+    let (na, nb, n) = (a.size(), b.size(), out.size());
     let (m1, m2) = (mask.clone(), mask.clone());
     let zero = || Array::<T>::scalar(T::zero());
     let backward = move |ct: &Grad| {
@@ -511,8 +500,7 @@ pub(crate) fn binary<T: Float>(
     let (xc, yc) = (Cap::of(x), Cap::of(y));
     let (tx, ty) = (x.ad != 0, y.ad != 0);
     let parents: Vec<AdIndex> = [x.ad, y.ad].into_iter().filter(|&p| p != 0).collect();
-    let size = |a: &Array<T>| kiln_core::size(a.id());
-    let sizes: Vec<usize> = [(tx, size(x)), (ty, size(y))]
+    let sizes: Vec<Size> = [(tx, x.size()), (ty, y.size())]
         .into_iter()
         .filter(|p| p.0)
         .map(|p| p.1)
@@ -530,7 +518,7 @@ pub(crate) fn binary<T: Float>(
     });
     let rule = Linear {
         name,
-        out_size: out_len(out.id()),
+        out_size: out.size(),
         sizes,
         weights,
     };

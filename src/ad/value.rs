@@ -19,6 +19,16 @@ impl Grad {
         std::mem::forget(a);
         Grad { id, ad }
     }
+    /// A handle taking over one reference to `id` and one to `ad` that the caller holds.
+    pub fn own(id: VarId, ad: AdIndex) -> Grad {
+        Grad { id, ad }
+    }
+    /// A handle with new references to `id` and `ad`.
+    pub fn share(id: VarId, ad: AdIndex) -> Grad {
+        kiln_core::inc_ref(id);
+        graph::inc_ref(ad);
+        Grad { id, ad }
+    }
     /// A typed handle sharing this one's references. Panics on a type mismatch (an AD rule bug).
     pub fn array<T: Scalar>(&self) -> Array<T> {
         assert_eq!(

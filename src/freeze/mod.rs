@@ -62,6 +62,22 @@ pub struct Frozen<F, M: Shape> {
 /// it as an argument or return it from [`Frozen::with_state`]. Arrays the closure captures must be
 /// passed the same way: using one is an error that says so.
 ///
+/// **Gradients.** A frozen function is a boundary of the AD graph, because a replay runs kernels,
+/// not the function's Rust code, and so cannot repeat what the function did to the graph. Inside,
+/// everything AD offers works and is recorded (a loss, `backward()` or `kiln::grad`, reading
+/// `p.grad()` lazily, an optimizer step); across the boundary:
+/// - a `&mut` argument's float array that carries a gradient on entry is re-leafed: the function
+///   sees a fresh leaf with no gradient (so `backward` inside fills it), and the caller gets a
+///   fresh leaf back, with no gradient, after a recording and after a replay alike;
+/// - a `&` argument's gradient-carrying arrays are constants inside: a `backward` there stops
+///   at them (nothing reaches the caller's graph);
+/// - everything returned, and every other array of the `&mut` arguments, comes back detached.
+///
+/// Return gradients you need outside (`kiln::ad::grads(&p)`) as part of the result. Reading a
+/// value inside (`p.grad().to_vec()`) is refused like any read (`Error::FrozenRead`). A call that
+/// runs unfrozen (freezing turned off, the recording limit reached, or nested in another frozen
+/// function's recording) is a plain call, without this boundary.
+///
 /// Inside the function, size new arrays with `x.size()` (a [`kiln_core::Size`]), not `x.len()`:
 /// `UInt32::arange(x.size() / 2)` replays at any width, while a plain integer ties the recording
 /// to the input sizes it was made with (a call with other sizes then records anew and warns).
@@ -242,6 +258,16 @@ impl FrozenState {
             t.argument("state", |t| s.traverse(t));
         }
         let key = t.key();
+        // a frozen function is a boundary of the AD graph: the `&mut` arrays that carry
+        // gradients get fresh leaves on entry and on exit (see `Frozen` on AD)
+        let releaf: Option<Vec<bool>> = if t.found.iter().any(|f| f.ad != 0) {
+            let mut tm = Traversal::new();
+            args.traverse_mutable(&mut tm);
+            let mask: Vec<bool> = tm.found.iter().map(|f| f.ad != 0).collect();
+            mask.iter().any(|&b| b).then_some(mask)
+        } else {
+            None
+        };
 
         // literal inputs that changed value before: make them opaque now
         if let Some(mask) = self.opaque.get(&key) {
@@ -277,6 +303,9 @@ impl FrozenState {
                     Ok(()) => match e.rec.replay(&slots)? {
                         Replayed::Done(outs) => {
                             let out = finish_replay(e, args, &outs);
+                            if let Some(mask) = &releaf {
+                                releaf_mutable(args, mask);
+                            }
                             for id in outs {
                                 kiln_core::dec_ref(id);
                             }
@@ -341,7 +370,9 @@ impl FrozenState {
             });
             reasons.push(format!("literal input(s) {list} changed value"));
         }
-        self.record(key, &slots, args, extra, run, overwrite, reasons, t0)
+        self.record(
+            key, &slots, args, extra, run, overwrite, reasons, t0, releaf,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -355,6 +386,7 @@ impl FrozenState {
         overwrite: Option<usize>,
         reasons: Vec<String>,
         t0: Instant,
+        releaf: Option<Vec<bool>>,
     ) -> Result<O> {
         let total: usize = self.entries.values().map(|l| l.len()).sum();
         if overwrite.is_none() && total >= self.limit {
@@ -374,10 +406,25 @@ impl FrozenState {
         let mut before = Traversal::new();
         args.traverse_mutable(&mut before);
         let literals = literal_values(slots);
+        let mask = releaf.unwrap_or_default();
         engine::begin(slots)?;
         let mut guard = RecordingGuard(true);
-        let out = match catch_unwind(AssertUnwindSafe(|| run(args))) {
-            Ok(o) => o,
+        let body = || {
+            crate::ad::jax::bounded(|| {
+                // fresh leaves inside the boundary, so that passes inside reach them
+                if !mask.is_empty() {
+                    releaf_mutable(args, &mask);
+                }
+                run(args)
+            })
+        };
+        let out = match catch_unwind(AssertUnwindSafe(body)) {
+            Ok(mut o) => {
+                // results leave detached, as a replay's do (it runs no AD code)
+                crate::ad::jax::detach_in_place(&mut o);
+                releaf_mutable(args, &mask);
+                o
+            }
             Err(panic) => {
                 // a refused read inside the function unwinds through `to_vec()`/`item()`: report
                 // the read as the call's error
@@ -473,6 +520,15 @@ impl FrozenState {
         }
         Ok(out)
     }
+}
+
+/// Give the `&mut` arguments' float arrays marked in `mask` fresh leaves; detach the others.
+fn releaf_mutable<A: ArgList>(args: &mut A, mask: &[bool]) {
+    let mut t = Traversal::new();
+    args.traverse_mutable(&mut t);
+    let parts = crate::ad::jax::leaf_parts(&t.found, mask);
+    let pairs = crate::ad::jax::pairs(&parts);
+    args.assign_mutable(&mut Assign::with_ad(&pairs));
 }
 
 /// The values of literal slots (baked into a recording).

@@ -7,6 +7,7 @@
 //! kernels. `traverse_mut` visits the arrays in the same order and replaces them, which is how a
 //! replay hands results back into `&mut` arguments and into the returned value.
 
+use crate::ad::AdIndex;
 use crate::array::Array;
 use crate::vector::Vector;
 use kiln_core::{Scalar, VarId, VarType};
@@ -56,6 +57,8 @@ pub(crate) struct Found {
     pub id: VarId,
     /// Slot after deduplication.
     pub slot: u32,
+    /// The AD node the handle carries (0: none); not part of the key (see `crate::ad::jax`).
+    pub ad: AdIndex,
 }
 
 /// The result of traversing inputs: layout key, arrays by position, deduplicated slots.
@@ -128,8 +131,15 @@ impl Traversal {
         self.shape.write(b);
     }
 
-    /// An array of element type `ty`: `class` says literal/size classes (see `classify`).
+    /// An array (its element type and literal/size classes enter the key; see `classify`). An
+    /// implementation for a type holding a kiln array should call the array's own `traverse`
+    /// instead, which also keeps its AD node (gradient-aware code such as `kiln::grad` sees it).
     pub fn array(&mut self, id: VarId) {
+        self.array_ad(id, 0)
+    }
+
+    /// An array that carries AD node `ad` (0: none).
+    pub(crate) fn array_ad(&mut self, id: VarId, ad: AdIndex) {
         let slot = match self.slots.iter().position(|&s| s == id) {
             Some(s) => {
                 // the same array again: the key says which slot, not its contents
@@ -146,7 +156,7 @@ impl Traversal {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.found.push(Found { id, slot });
+        self.found.push(Found { id, slot, ad });
         if self.track_paths {
             self.paths.push(self.path_string());
         }
@@ -236,6 +246,8 @@ fn classify(id: VarId) -> (VarType, u8) {
 /// Hands out replacement arrays, one per position, in traversal order.
 pub struct Assign {
     ids: Vec<VarId>,
+    /// The AD node of each position (empty: every array is handed out without one).
+    ads: Vec<AdIndex>,
     next: usize,
     placeholders: bool,
 }
@@ -245,14 +257,30 @@ impl Assign {
     pub(crate) fn new(ids: Vec<VarId>) -> Assign {
         Assign {
             ids,
+            ads: Vec::new(),
             next: 0,
             placeholders: false,
         }
+    }
+    /// Positions are filled from `(id, ad)` pairs: each handed-out array gets its own reference
+    /// to both (gradient-aware rebuilding, see `crate::ad::jax`).
+    pub(crate) fn with_ad(pairs: &[(VarId, AdIndex)]) -> Assign {
+        Assign {
+            ids: pairs.iter().map(|p| p.0).collect(),
+            ads: pairs.iter().map(|p| p.1).collect(),
+            next: 0,
+            placeholders: false,
+        }
+    }
+    /// How many positions were filled so far.
+    pub(crate) fn used(&self) -> usize {
+        self.next
     }
     /// Every position gets an empty array (templates of a recording's outputs hold no memory).
     pub(crate) fn placeholders() -> Assign {
         Assign {
             ids: Vec::new(),
+            ads: Vec::new(),
             next: 0,
             placeholders: true,
         }
@@ -281,6 +309,7 @@ impl Assign {
             .ids
             .get(self.next)
             .expect("kiln internal error: a replay assigned more arrays than were recorded");
+        let ad = self.ads.get(self.next).copied().unwrap_or(0);
         self.next += 1;
         assert_eq!(
             kiln_core::var_type(id),
@@ -288,7 +317,8 @@ impl Assign {
             "kiln internal error: a replayed array changed type"
         );
         kiln_core::inc_ref(id);
-        Array::from_id(id)
+        crate::ad::graph::inc_ref(ad);
+        Array::from_id(id).with_ad(ad)
     }
 }
 
@@ -297,7 +327,7 @@ impl Assign {
 
 impl<T: Scalar> Traverse for Array<T> {
     fn traverse(&self, t: &mut Traversal) {
-        t.array(self.id());
+        t.array_ad(self.id(), self.ad);
     }
     fn traverse_mut(&mut self, a: &mut Assign) {
         *self = a.array::<T>();

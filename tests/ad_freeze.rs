@@ -1,0 +1,293 @@
+//! AD inside frozen functions: a training step (loss, `backward` or `kiln::grad`, optimizer
+//! update of `&mut` parameters) replays bit for bit like unfrozen calls at several input sizes;
+//! the AD graph keeps a constant size over 1000 steps; the AD boundary of a frozen call; reading
+//! gradients inside.
+//!
+//! The graph's counters are global, so every test here holds `LOCK` (no other test of this
+//! binary makes nodes while one counts).
+use kiln::opt::{Adam, Sgd};
+use kiln::prelude::*;
+use kiln::Traverse;
+use std::sync::Mutex;
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Traverse, Clone)]
+struct Params {
+    w: Vec<Float32>,
+    b: Float32,
+}
+
+#[derive(Traverse)]
+struct Data {
+    x: Vec<Float32>,
+    y: Float32,
+}
+
+const D: usize = 3;
+
+fn data(n: usize) -> Data {
+    let mut rng = Pcg32::new(n);
+    let x: Vec<Float32> = (0..D).map(|_| rng.next_f32() * 4.0 - 2.0).collect();
+    let z = &x[0] * 1.5 - &x[1] * 2.0 + &x[2] * 0.5 + 0.3;
+    let y = select(&z.gt(&(rng.next_f32() - 0.5)), 1.0f32, 0.0f32);
+    for a in &x {
+        a.eval();
+    }
+    y.eval();
+    Data { x, y }
+}
+
+fn init() -> Params {
+    Params {
+        w: (0..D).map(|j| Float32::opaque(0.1 * j as f32)).collect(),
+        b: Float32::opaque(0.0),
+    }
+}
+
+/// Mean logistic loss (stable form: max(z, 0) − z·y + log(1 + e^−|z|)).
+fn loss_of(p: &Params, d: &Data) -> Float32 {
+    let mut z = &d.x[0] * &p.w[0] + &p.b;
+    for j in 1..D {
+        z += &d.x[j] * &p.w[j];
+    }
+    let n = Float32::full(1.0, d.y.size()).sum();
+    let l = z.max(0.0f32) - &z * &d.y + ((-z.abs()).exp() + 1.0).log();
+    l.sum() / n
+}
+
+fn step(p: &mut Params, opt: &mut Adam, d: &Data) -> Float32 {
+    kiln::ad::enable_grad(p).unwrap();
+    let loss = loss_of(p, d);
+    loss.backward();
+    opt.step(p);
+    loss
+}
+
+fn step_jax(p: &mut Params, opt: &mut Sgd, d: &Data) -> (Float32, Params) {
+    let (loss, g) = kiln::value_and_grad(|p: &Params| loss_of(p, d), p).unwrap();
+    opt.step_with(p, &g);
+    (loss, g)
+}
+
+fn bits(p: &Params) -> Vec<u32> {
+    let mut v: Vec<u32> = p.w.iter().map(|w| w.item().to_bits()).collect();
+    v.push(p.b.item().to_bits());
+    v
+}
+
+#[test]
+fn backward_and_adam_replay_bit_for_bit_at_two_sizes() {
+    let _l = lock();
+    let mut frozen = kiln::freeze(step);
+    for n in [300, 5000] {
+        let d = data(n);
+        let (mut pf, mut pu) = (init(), init());
+        let mut of = Adam::new(0.05).init(&pf);
+        let mut ou = Adam::new(0.05).init(&pu);
+        let mut first = None;
+        for _ in 0..6 {
+            let lf = frozen.call(&mut pf, &mut of, &d).unwrap();
+            let lu = step(&mut pu, &mut ou, &d);
+            assert_eq!(lf.item().to_bits(), lu.item().to_bits(), "n = {n}");
+            assert_eq!(bits(&pf), bits(&pu), "n = {n}");
+            first.get_or_insert(lf.item());
+            assert!(!lf.grad_enabled());
+        }
+        // it learns
+        assert!(loss_of(&pf, &d).item() < first.unwrap());
+    }
+    // one recording serves both sizes: the backward pass follows the input sizes
+    let s = frozen.stats();
+    assert_eq!((s.recordings, s.replays), (1, 11), "{s}");
+}
+
+#[test]
+fn value_and_grad_and_sgd_replay_bit_for_bit_at_two_sizes() {
+    let _l = lock();
+    let mut frozen = kiln::freeze(step_jax);
+    for n in [257, 4000] {
+        let d = data(n);
+        let (mut pf, mut pu) = (init(), init());
+        let mut of = Sgd::new(0.5).momentum(0.9).init(&pf);
+        let mut ou = Sgd::new(0.5).momentum(0.9).init(&pu);
+        for _ in 0..5 {
+            let (lf, gf) = frozen.call(&mut pf, &mut of, &d).unwrap();
+            let (lu, gu) = step_jax(&mut pu, &mut ou, &d);
+            assert_eq!(lf.item().to_bits(), lu.item().to_bits());
+            assert_eq!(bits(&gf), bits(&gu));
+            assert_eq!(bits(&pf), bits(&pu));
+            assert!(bits(&gf).iter().any(|&b| b != 0));
+        }
+    }
+    let s = frozen.stats();
+    assert_eq!((s.recordings, s.replays), (1, 9), "{s}");
+}
+
+#[test]
+fn reading_gradients_inside_a_frozen_function() {
+    let _l = lock();
+    // lazily: recorded and replayed
+    let body = |p: &mut Params, d: &Data| -> Params {
+        kiln::ad::enable_grad(p).unwrap();
+        loss_of(p, d).backward();
+        kiln::ad::grads(p)
+    };
+    let mut frozen = kiln::freeze(body);
+    let d = data(500);
+    for _ in 0..3 {
+        let (mut pf, mut pu) = (init(), init());
+        let gf = frozen.call(&mut pf, &d).unwrap();
+        let gu = body(&mut pu, &d);
+        assert_eq!(bits(&gf), bits(&gu));
+        assert!(bits(&gf).iter().any(|&b| b != 0));
+    }
+    assert_eq!(frozen.stats().replays, 2);
+    // reading its values inside is refused like any read
+    let mut reads = kiln::freeze(|p: &Params, d: &Data| -> Float32 {
+        let mut q = p.clone();
+        kiln::ad::enable_grad(&mut q).unwrap();
+        loss_of(&q, d).backward();
+        Float32::from_slice(&q.b.grad().to_vec())
+    });
+    match reads.call(&init(), &d) {
+        Err(kiln::Error::FrozenRead { .. }) => {}
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a read inside a frozen function was not refused"),
+    }
+}
+
+#[test]
+fn a_frozen_call_is_a_boundary_of_the_graph() {
+    let _l = lock();
+    let d = data(200);
+    // `&mut` parameters that carry gradients come back as fresh leaves, recorded or replayed
+    let mut p = init();
+    kiln::ad::enable_grad(&mut p).unwrap();
+    let mut opt = Adam::new(0.05).init(&p);
+    let mut frozen = kiln::freeze(step);
+    for _ in 0..3 {
+        frozen.call(&mut p, &mut opt, &d).unwrap();
+        assert!(p.b.grad_enabled() && p.w.iter().all(|w| w.grad_enabled()));
+        assert_eq!(p.b.grad().item(), 0.0);
+    }
+    // without gradients on entry, they leave detached
+    let mut q = init();
+    frozen.call(&mut q, &mut opt, &d).unwrap();
+    assert!(!q.b.grad_enabled());
+
+    // a `&` argument's graph is a constant inside: the caller's leaf gets nothing
+    let mut c = Float32::from_slice(&[2.0]);
+    c.enable_grad();
+    let k = &c * 1.0;
+    let mut g = kiln::freeze(|x: &Float32, k: &Float32| -> Float32 {
+        let mut y = x.clone();
+        y.enable_grad();
+        (&y * k).sum().backward();
+        y.grad()
+    });
+    let x = Float32::from_slice(&[1.0, 2.0, 3.0]);
+    for _ in 0..3 {
+        assert_eq!(g.call(&x, &k).unwrap().to_vec(), vec![2.0; 3]);
+        assert_eq!(c.grad().item(), 0.0);
+    }
+    assert_eq!(g.stats().replays, 2);
+    // and its graph is still whole
+    kiln::ad::backward_from(&k, &Float32::from(1.0f32)).unwrap();
+    assert_eq!(c.grad().item(), 1.0);
+}
+
+fn counters() -> (u64, u64, u64) {
+    let s = kiln::stats();
+    (s.ad_nodes, s.ad_edges, s.ad_grad_bytes)
+}
+
+#[test]
+fn the_graph_keeps_its_size_over_1000_steps() {
+    let _l = lock();
+    let d = data(256);
+    // unfrozen
+    let mut p = init();
+    let mut opt = Adam::new(0.01).init(&p);
+    let mut at10 = None;
+    for i in 0..1000 {
+        let loss = step(&mut p, &mut opt, &d);
+        drop(loss);
+        if i == 10 {
+            at10 = Some(counters());
+        }
+    }
+    assert_eq!(Some(counters()), at10, "unfrozen");
+    assert!(at10.unwrap().0 >= (D + 1) as u64); // the parameters' leaves
+    drop(p);
+    // frozen
+    let mut p = init();
+    let mut opt = Adam::new(0.01).init(&p);
+    let mut frozen = kiln::freeze(step);
+    let mut at10 = None;
+    for i in 0..1000 {
+        frozen.call(&mut p, &mut opt, &d).unwrap();
+        if i == 10 {
+            at10 = Some(counters());
+        }
+    }
+    assert_eq!(Some(counters()), at10, "frozen");
+    assert_eq!(frozen.stats().recordings, 1);
+}
+
+#[test]
+fn transformations_free_their_graphs() {
+    let _l = lock();
+    let base = counters();
+    let x = Float64::from_slice(&[1.0, 2.0, 3.0]);
+    let (y, pb) = kiln::vjp(|x: &Float64| (x.exp() * x).sum(), &x).unwrap();
+    assert!(counters().0 >= base.0 + 3); // the pullback holds its graph
+    let g1 = pb(&Float64::from(1.0)).unwrap();
+    let g2 = pb(&Float64::from(1.0)).unwrap();
+    assert_eq!(g1.to_vec(), g2.to_vec());
+    drop(pb);
+    assert_eq!(counters(), base);
+    assert!(!y.grad_enabled() && !g1.grad_enabled());
+    let _ = kiln::grad(|x: &Float64| (x * x).sum(), &x).unwrap();
+    let _ = kiln::hvp(|x: &Float64| (x * x * x).sum(), &x, &x).unwrap();
+    let _ = kiln::jvp(|x: &Float64| x.sin(), &x, &x).unwrap();
+    assert_eq!(counters(), base);
+}
+
+#[test]
+fn unwinding_leaves_no_boundary_and_no_nodes() {
+    let _l = lock();
+    let base = counters();
+    let x = Float64::from_slice(&[1.0, 2.0]);
+    let r = std::panic::catch_unwind(|| {
+        kiln::grad(
+            |x: &Float64| -> Float64 {
+                let _y = x * x; // a node of the function, freed by the unwind
+                panic!("inside f")
+            },
+            &x,
+        )
+    });
+    assert!(r.is_err());
+    assert_eq!(counters(), base);
+    // a refused read inside a frozen function unwinds through its AD boundary
+    let mut reads = kiln::freeze(|x: &Float64| -> Float64 {
+        let g = kiln::grad(|x: &Float64| (x * x).sum(), x).unwrap();
+        Float64::from_slice(&g.to_vec())
+    });
+    assert!(matches!(
+        reads.call(&x),
+        Err(kiln::Error::FrozenRead { .. })
+    ));
+    // no boundary is left behind: a pass reaches a leaf made before
+    let mut a = Float64::from(3.0);
+    a.enable_grad();
+    (&a * &a).backward();
+    assert_eq!(a.grad().item(), 6.0);
+    drop(a);
+    assert_eq!(counters(), base);
+}
