@@ -1,0 +1,935 @@
+//! Gradient oracle: property tests of forward and reverse mode over random programs.
+//!
+//! A program is a random expression DAG (intermediate values reused, several inputs, some of
+//! size 1 and broadcast, some without gradients, literal constants among the operands) over every
+//! differentiable op: arithmetic, `fma`, `select` on a comparison, `min`/`max`, `abs`, `sqrt`,
+//! `rcp`, `rsqrt`, `floor`/`round`, the math library and the reductions. Its output `y` is the
+//! sum of the values nothing else uses. For a random seed `w` and direction `v`:
+//!
+//! * reverse mode (`backward_from(y, w)`) and forward mode (`forward_to(y)` from inputs whose
+//!   gradients are `v`) must agree on `<w, J v>` to about 1e-10 (no finite differences involved);
+//! * forward mode must match central finite differences of the primal lane by lane, and reverse
+//!   mode `<grad, v>` their weighted sum, to 1e-6 relative. The differences are Richardson
+//!   extrapolated from steps h, h/2, h/4 (fourth order); the gap between the two extrapolations
+//!   bounds the noise, so a check that cannot be sharp is skipped and counted, never loosened;
+//! * the primal computed with gradients on equals the one computed without.
+//!
+//! Inputs are kept away from domain edges by construction (`log(a² + ½)`, `asin(0.9 s(a))` with
+//! `s(a) = a/√(a²+1)`, …). Non-smooth ops (`abs`, `min`/`max`, `select`, `floor`/`round`,
+//! `reduce_min`/`reduce_max`) are checked by finite differences only where none of them changes
+//! branch between the sample points (their branch signatures are read from the evaluated
+//! program). f64 → f32 → f64 casts are not smooth at the scale of finite differences, so they have
+//! their own property: a program with round-trip casts has the gradients of the same program
+//! without them, up to f32 rounding.
+//!
+//! Every program runs on one backend; separate tests cover the interpreter, Cranelift and LLVM
+//! (`kiln_core::with_backend`), many programs at small sizes, a few at 16383..16385 lanes.
+//! Cases are drawn from a fixed seed so that CI is reproducible; `KILN_PROP_RANDOM=1` draws fresh
+//! ones and `KILN_PROP_SCALE=k` multiplies the number of cases.
+
+use kiln::kiln_core::{with_backend, BackendKind};
+use kiln::{ops::select, Float64};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Op {
+    Lit,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Neg,
+    Fma,
+    Select,
+    Min,
+    Max,
+    Abs,
+    Sqrt,
+    Rcp,
+    Rsqrt,
+    Floor,
+    Round,
+    Exp,
+    Exp2,
+    Log,
+    Log2,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Atan2,
+    Sinh,
+    Cosh,
+    Tanh,
+    Erf,
+    Pow,
+    PowInt,
+    Sum,
+    Prod,
+    RMin,
+    RMax,
+    Dot,
+    /// f64 → f32 → f64 (only in the cast property).
+    Cast,
+}
+
+use Op::*;
+const OPS: [Op; 38] = [
+    Lit, Add, Sub, Mul, Div, Neg, Fma, Select, Min, Max, Abs, Sqrt, Rcp, Rsqrt, Floor, Round, Exp,
+    Exp2, Log, Log2, Sin, Cos, Tan, Asin, Acos, Atan, Atan2, Sinh, Cosh, Tanh, Erf, Pow, PowInt,
+    Sum, Prod, RMin, RMax, Dot,
+];
+/// Literal operands: zeros and ones among them, so that folding `x*0`, `x+0`, `x*1` is exercised.
+const LITS: [f64; 7] = [0.0, 1.0, -1.0, 2.0, 0.5, -3.0, 0.0];
+
+impl Op {
+    fn arity(self) -> usize {
+        match self {
+            Lit => 0,
+            Add | Sub | Mul | Div | Min | Max | Atan2 | Pow | Dot => 2,
+            Fma => 3,
+            Select => 4,
+            _ => 1,
+        }
+    }
+    fn reduces(self) -> bool {
+        matches!(self, Sum | Prod | RMin | RMax | Dot)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    op: Op,
+    args: [usize; 4],
+    flag: u8,
+}
+
+#[derive(Clone, Debug)]
+struct Input {
+    size1: bool,
+    tracked: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Prog {
+    n: usize,
+    inputs: Vec<Input>,
+    /// Ops; node `i` of the program is input `i` for `i < inputs.len()`, else `nodes[i - k]`.
+    nodes: Vec<Node>,
+    /// Seeds the input values, the direction `v` and the cotangent `w`.
+    seed: u64,
+}
+
+impl Prog {
+    fn k(&self) -> usize {
+        self.inputs.len()
+    }
+    fn len_of(&self, sizes: &[usize], i: usize) -> usize {
+        sizes[i]
+    }
+    /// Lane count of every program node (inputs first), following kiln's broadcasting.
+    fn sizes(&self) -> Vec<usize> {
+        let mut s: Vec<usize> = self
+            .inputs
+            .iter()
+            .map(|i| if i.size1 { 1 } else { self.n })
+            .collect();
+        for nd in &self.nodes {
+            let len = if nd.op == Lit || nd.op.reduces() {
+                1
+            } else {
+                let mut l = 1;
+                for &a in &nd.args[..nd.op.arity()] {
+                    if s[a] != 1 {
+                        l = s[a];
+                    }
+                }
+                l
+            };
+            s.push(len);
+        }
+        s
+    }
+    /// Program nodes that no op reads (literals excluded): their sum is the output.
+    fn sinks(&self) -> Vec<usize> {
+        let k = self.k();
+        let mut used = vec![false; k + self.nodes.len()];
+        for nd in &self.nodes {
+            for &a in &nd.args[..nd.op.arity()] {
+                used[a] = true;
+            }
+        }
+        (k..k + self.nodes.len())
+            .filter(|&i| !used[i] && self.nodes[i - k].op != Lit)
+            .collect()
+    }
+}
+
+/// What the generator draws per op, turned into a program by [`materialize`] (so that proptest
+/// shrinks programs by dropping ops and lowering indices).
+type RawOp = (u8, [u16; 4], u8);
+
+fn materialize(n: usize, inputs: Vec<Input>, raw: &[RawOp], seed: u64, casts: bool) -> Prog {
+    let k = inputs.len();
+    let mut nodes = Vec::new();
+    for (i, &(code, picks, flag)) in raw.iter().enumerate() {
+        let len = k + i;
+        let op = if casts && code % 4 == 0 {
+            Cast
+        } else {
+            OPS[code as usize % OPS.len()]
+        };
+        // mostly recent values (deep chains), sometimes any earlier one (wide reuse)
+        let pick = |p: u16| {
+            let p = p as usize;
+            if p % 3 == 0 {
+                (p / 3) % len
+            } else {
+                len - 1 - (p / 3) % len.min(4)
+            }
+        };
+        nodes.push(Node {
+            op,
+            args: picks.map(pick),
+            flag,
+        });
+    }
+    Prog {
+        n,
+        inputs,
+        nodes,
+        seed,
+    }
+}
+
+/// SplitMix64: input values, directions and seeds from the case's seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi).
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+}
+
+/// `a / √(a² + 1)`, in (-1, 1): keeps the arguments of fast-growing or bounded-domain functions
+/// in range.
+fn squash(a: &Float64) -> Float64 {
+    a * (a * a + 1.0).rsqrt()
+}
+
+/// `a² + ½`: a positive argument for `log`, `rcp`, denominators.
+fn pos(a: &Float64) -> Float64 {
+    a * a + 0.5
+}
+
+fn scaled(x: Float64, len: usize) -> Float64 {
+    if len > 1 {
+        x * (1.0 / len as f64)
+    } else {
+        x
+    }
+}
+
+/// Build the program on `xs` with kiln; returns every program node and the output.
+/// `round_trip`: whether `Cast` converts through f32 (else it is the identity).
+fn build(p: &Prog, xs: &[Float64], round_trip: bool) -> (Vec<Float64>, Float64) {
+    let sizes = p.sizes();
+    let mut v: Vec<Float64> = xs.to_vec();
+    for nd in &p.nodes {
+        let [a, b, c, d] = nd.args.map(|i| &v[i]);
+        let f = nd.flag;
+        let sgn = if f & 1 == 0 { 1.0 } else { -1.0 };
+        let la = p.len_of(&sizes, nd.args[0]);
+        let r = match nd.op {
+            Lit => Float64::from(LITS[f as usize % LITS.len()]),
+            Add => a + b,
+            Sub => a - b,
+            Mul => a * b,
+            Div => a / (pos(b) * sgn),
+            Neg => -a,
+            Fma => a.fma(b, c),
+            Select => {
+                let m = match f % 4 {
+                    0 => a.lt(b),
+                    1 => a.le(b),
+                    2 => a.gt(b),
+                    _ => a.ge(b),
+                };
+                select(&m, c, d)
+            }
+            Min => a.min(b),
+            Max => a.max(b),
+            Abs => a.abs(),
+            Sqrt => (a * a + 0.25).sqrt(),
+            Rcp => (pos(a) * sgn).rcp(),
+            Rsqrt => (a * a + 0.25).rsqrt(),
+            Floor => a.floor(),
+            Round => a.round(),
+            Exp => (squash(a) * 2.0).exp(),
+            Exp2 => (squash(a) * 3.0).exp2(),
+            Log => pos(a).log(),
+            Log2 => pos(a).log2(),
+            Sin => a.sin(),
+            Cos => a.cos(),
+            Tan => squash(a).tan(),
+            Asin => (squash(a) * 0.9).asin(),
+            Acos => (squash(a) * 0.9).acos(),
+            Atan => a.atan(),
+            Atan2 => {
+                if f & 1 == 0 {
+                    a.atan2(pos(b))
+                } else {
+                    pos(a).atan2(b)
+                }
+            }
+            Sinh => (squash(a) * 3.0).sinh(),
+            Cosh => (squash(a) * 3.0).cosh(),
+            Tanh => a.tanh(),
+            Erf => a.erf(),
+            Pow => pos(a).pow(squash(b) * 2.0),
+            PowInt => a.pow(if f & 1 == 0 { 2.0 } else { 3.0 }),
+            Sum => scaled(a.sum(), la),
+            Prod => (squash(a) * (0.5 * (8.0 / la.max(1) as f64).min(1.0)) + 1.0).prod(),
+            RMin | RMax if la == 0 => a.sum(),
+            RMin => a.reduce_min(),
+            RMax => a.reduce_max(),
+            Dot => {
+                let lb = p.len_of(&sizes, nd.args[1]);
+                let l = if la != 1 { la } else { lb };
+                scaled(a.dot(b), l)
+            }
+            Cast => {
+                if round_trip {
+                    a.cast::<f32>().cast::<f64>()
+                } else {
+                    a.clone()
+                }
+            }
+        };
+        let _ = d;
+        v.push(r);
+    }
+    let sinks = p.sinks();
+    let y = match sinks.split_first() {
+        None => Float64::from(0.0),
+        Some((&s0, rest)) => rest.iter().fold(v[s0].clone(), |acc, &s| acc + &v[s]),
+    };
+    (v, y)
+}
+
+/// Values of one lane of a node (size-1 nodes broadcast).
+fn lane(vals: &[f64], i: usize) -> f64 {
+    if vals.len() == 1 {
+        vals[0]
+    } else {
+        vals[i]
+    }
+}
+
+/// Every program node and the output evaluated without gradients at `xs`.
+fn eval_point(p: &Prog, xs: &[Vec<f64>], round_trip: bool) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let arrs: Vec<Float64> = xs.iter().map(|x| Float64::from_slice(x)).collect();
+    let (v, y) = build(p, &arrs, round_trip);
+    let mut ids: Vec<_> = v.iter().map(|a| a.id()).collect();
+    ids.push(y.id());
+    kiln::eval_ids(&ids).unwrap();
+    (v.iter().map(|a| a.to_vec()).collect(), y.to_vec())
+}
+
+/// Branch signature of the non-smooth ops at one point; `None` when some argument lies within
+/// rounding distance of a branch point (host and kernels could disagree there).
+fn signature(p: &Prog, vals: &[Vec<f64>]) -> Option<Vec<u64>> {
+    let k = p.k();
+    let mut sig = Vec::new();
+    let near = |d: f64, scale: f64| d != 0.0 && d.abs() <= 1e-9 * (1.0 + scale);
+    for (j, nd) in p.nodes.iter().enumerate() {
+        let out = &vals[k + j];
+        let [a, b, ..] = nd.args;
+        let two = |sig: &mut Vec<u64>| -> Option<()> {
+            if a == b {
+                return Some(()); // min(a, a), a < a: no branch
+            }
+            for i in 0..out.len() {
+                let (x, y) = (lane(&vals[a], i), lane(&vals[b], i));
+                if near(x - y, x.abs().max(y.abs())) {
+                    return None;
+                }
+                sig.push((x - y).signum().to_bits() * u64::from(x != y));
+            }
+            Some(())
+        };
+        match nd.op {
+            Abs => {
+                for &x in &vals[a] {
+                    if near(x, 0.0) {
+                        return None;
+                    }
+                    sig.push(if x == 0.0 { 0 } else { x.signum().to_bits() });
+                }
+            }
+            Min | Max | Select => two(&mut sig)?,
+            Floor | Round => {
+                let shift = if nd.op == Floor { 0.0 } else { 0.5 };
+                for (&x, &o) in vals[a].iter().zip(out) {
+                    let t = x + shift;
+                    if near(t - t.round(), x.abs()) {
+                        return None;
+                    }
+                    sig.push(o.to_bits());
+                }
+            }
+            RMin | RMax if !vals[a].is_empty() => {
+                let ext = out[0];
+                let scale = ext.abs();
+                for (i, &x) in vals[a].iter().enumerate() {
+                    if near(x - ext, scale) {
+                        return None;
+                    }
+                    if x == ext {
+                        sig.push(i as u64);
+                    }
+                }
+                sig.push(u64::MAX);
+            }
+            _ => {}
+        }
+    }
+    Some(sig)
+}
+
+/// What one program's AD run returns.
+struct AdRun {
+    y: Vec<f64>,
+    /// Reverse-mode gradient of `<w, y>` per input (zeros for untracked ones).
+    grads: Vec<Vec<f64>>,
+    /// Forward-mode tangent `J v`.
+    jv: Vec<f64>,
+}
+
+fn ad_run(p: &Prog, xs: &[Vec<f64>], w: &[f64], v: &[Vec<f64>], round_trip: bool) -> AdRun {
+    let mut arrs: Vec<Float64> = xs.iter().map(|x| Float64::from_slice(x)).collect();
+    for (a, inp) in arrs.iter_mut().zip(&p.inputs) {
+        if inp.tracked {
+            a.enable_grad();
+        }
+    }
+    let (nodes, y) = build(p, &arrs, round_trip);
+    drop(nodes);
+    kiln::ad::backward_with(&y, &Float64::from_slice(w), true).unwrap();
+    let grads: Vec<Vec<f64>> = arrs.iter().map(|a| a.grad().to_vec()).collect();
+    for ((a, inp), vi) in arrs.iter().zip(&p.inputs).zip(v) {
+        if inp.tracked {
+            a.clear_grad();
+            a.set_grad(&Float64::from_slice(vi));
+        }
+    }
+    kiln::ad::forward_to(&y).unwrap();
+    AdRun {
+        y: y.to_vec(),
+        jv: y.grad().to_vec(),
+        grads,
+    }
+}
+
+/// Per-test tallies (printed at the end).
+#[derive(Default)]
+struct Tally {
+    cases: AtomicUsize,
+    fd_checked: AtomicUsize,
+    kinked: AtomicUsize,
+    noisy: AtomicUsize,
+    big_values: AtomicUsize,
+    /// How often each op occurs in the programs checked by finite differences.
+    ops: Vec<AtomicUsize>,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            ops: (0..=OPS.len()).map(|_| AtomicUsize::new(0)).collect(),
+            ..Tally::default()
+        }
+    }
+    fn count_ops(&self, p: &Prog) {
+        for nd in &p.nodes {
+            let i = OPS.iter().position(|&o| o == nd.op).unwrap_or(OPS.len());
+            self.ops[i].fetch_add(1, Relaxed);
+        }
+    }
+    /// The ops no checked program contained.
+    fn missing(&self) -> Vec<Op> {
+        OPS.iter()
+            .zip(&self.ops)
+            .filter(|(_, c)| c.load(Relaxed) == 0)
+            .map(|(&o, _)| o)
+            .collect()
+    }
+}
+
+fn add_scaled(x: &[Vec<f64>], v: &[Vec<f64>], s: f64) -> Vec<Vec<f64>> {
+    x.iter()
+        .zip(v)
+        .map(|(x, v)| x.iter().zip(v).map(|(a, b)| a + s * b).collect())
+        .collect()
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The direction: dense over small inputs, a few random lanes of big ones; size-1 inputs of a
+/// big program are perturbed only on the first attempt (they move every lane at once).
+fn direction(p: &Prog, sizes: &[usize], rng: &mut Rng, attempt: usize) -> Vec<Vec<f64>> {
+    p.inputs
+        .iter()
+        .enumerate()
+        .map(|(j, inp)| {
+            let len = sizes[j];
+            let mut v = vec![0.0; len];
+            if !inp.tracked {
+                return v;
+            }
+            if len <= 64 {
+                if !(p.n > 64 && attempt > 0) {
+                    for x in v.iter_mut() {
+                        *x = rng.uniform(-1.0, 1.0);
+                    }
+                }
+            } else {
+                for _ in 0..4 {
+                    let i = (rng.next() % len as u64) as usize;
+                    v[i] = rng.uniform(-1.0, 1.0);
+                }
+            }
+            v
+        })
+        .collect()
+}
+
+fn check(p: &Prog, tally: &Tally) -> Result<(), TestCaseError> {
+    tally.cases.fetch_add(1, Relaxed);
+    let sizes = p.sizes();
+    let mut rng = Rng(p.seed);
+    let xs: Vec<Vec<f64>> = sizes[..p.k()]
+        .iter()
+        .map(|&l| (0..l).map(|_| rng.uniform(-2.0, 2.0)).collect())
+        .collect();
+    let (vals, y0) = eval_point(p, &xs, false);
+    // a program whose values leave a sane range (x ↦ x² chains) says nothing about derivatives
+    let big = vals.iter().flatten().chain(&y0).any(|x| !(x.abs() < 1e6));
+    if big {
+        tally.big_values.fetch_add(1, Relaxed);
+        return Ok(());
+    }
+    let w: Vec<f64> = (0..y0.len()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let mut v = direction(p, &sizes, &mut rng, 0);
+    let run = ad_run(p, &xs, &w, &v, false);
+
+    // the primal does not depend on whether gradients are recorded
+    for (i, (a, b)) in run.y.iter().zip(&y0).enumerate() {
+        prop_assert!(
+            (a - b).abs() <= 1e-12 * (1.0 + b.abs()),
+            "primal with AD {a} vs without {b} at lane {i}"
+        );
+    }
+    for (g, &l) in run.grads.iter().zip(&sizes) {
+        prop_assert_eq!(g.len(), l, "gradient size");
+        prop_assert!(
+            g.iter().all(|x| x.is_finite()),
+            "non-finite gradient {:?}",
+            g
+        );
+    }
+    prop_assert!(run.jv.iter().all(|x| x.is_finite()), "non-finite tangent");
+
+    // forward vs reverse: <grad, v> = <w, J v>
+    let gv: f64 = run.grads.iter().zip(&v).map(|(g, v)| dot(g, v)).sum();
+    let wjv = dot(&w, &run.jv);
+    let mag: f64 = run
+        .grads
+        .iter()
+        .zip(&v)
+        .flat_map(|(g, v)| g.iter().zip(v).map(|(a, b)| (a * b).abs()))
+        .sum::<f64>()
+        + w.iter()
+            .zip(&run.jv)
+            .map(|(a, b)| (a * b).abs())
+            .sum::<f64>();
+    prop_assert!(
+        (gv - wjv).abs() <= 1e-10 * mag + 1e-300,
+        "reverse <grad, v> = {gv} but forward <w, Jv> = {wjv}"
+    );
+
+    // finite differences, where the program is smooth around x along v
+    let Some(sig0) = signature(p, &vals) else {
+        tally.kinked.fetch_add(1, Relaxed);
+        return Ok(());
+    };
+    for attempt in 0..3 {
+        if attempt > 0 {
+            v = direction(p, &sizes, &mut rng, attempt);
+        }
+        match fd_check(p, &xs, &w, &v, &sig0, &y0, &vals)? {
+            Fd::Kinked => continue,
+            Fd::Noisy => {
+                tally.noisy.fetch_add(1, Relaxed);
+                return Ok(());
+            }
+            Fd::Done(fd_lanes, fd_l, noise_l, noise_lanes) => {
+                let again;
+                let run = if attempt == 0 {
+                    &run
+                } else {
+                    again = ad_run(p, &xs, &w, &v, false);
+                    &again
+                };
+                let gv: f64 = run.grads.iter().zip(&v).map(|(g, v)| dot(g, v)).sum();
+                let terms: f64 = run
+                    .grads
+                    .iter()
+                    .zip(&v)
+                    .flat_map(|(g, v)| g.iter().zip(v).map(|(a, b)| (a * b).abs()))
+                    .sum();
+                let wfd: f64 = w.iter().zip(&fd_lanes).map(|(a, b)| (a * b).abs()).sum();
+                let scale = terms.max(wfd);
+                prop_assert!(
+                    (gv - fd_l).abs() <= 1e-6 * scale + noise_l + 1e-300,
+                    "reverse <grad, v> = {gv} vs finite differences {fd_l} (noise {noise_l:e}, scale {scale:e})"
+                );
+                let jmax = run
+                    .jv
+                    .iter()
+                    .chain(&fd_lanes)
+                    .fold(0.0f64, |m, x| m.max(x.abs()));
+                for (i, ((&a, &b), &nz)) in
+                    run.jv.iter().zip(&fd_lanes).zip(&noise_lanes).enumerate()
+                {
+                    prop_assert!(
+                        (a - b).abs() <= 1e-6 * a.abs().max(b.abs()) + nz + 1e-10 * jmax + 1e-300,
+                        "forward tangent {a} vs finite differences {b} at lane {i} (noise {nz:e})"
+                    );
+                }
+                tally.fd_checked.fetch_add(1, Relaxed);
+                tally.count_ops(p);
+                return Ok(());
+            }
+        }
+    }
+    tally.kinked.fetch_add(1, Relaxed);
+    Ok(())
+}
+
+enum Fd {
+    Kinked,
+    Noisy,
+    /// Per-lane derivative estimates, their `w`-weighted sum, its noise bound, per-lane noise.
+    Done(Vec<f64>, f64, f64, Vec<f64>),
+}
+
+/// Richardson-extrapolated central differences along `v`, trying a few step sizes.
+fn fd_check(
+    p: &Prog,
+    xs: &[Vec<f64>],
+    w: &[f64],
+    v: &[Vec<f64>],
+    sig0: &[u64],
+    y0: &[f64],
+    vals0: &[Vec<f64>],
+) -> Result<Fd, TestCaseError> {
+    let m = y0.len();
+    // magnitude of the values each output lane is computed from (rounding noise scale)
+    let mut mag = vec![0.0f64; m];
+    for vals in vals0 {
+        for (i, mg) in mag.iter_mut().enumerate() {
+            if let Some(&x) = vals.get(if vals.len() == 1 { 0 } else { i }) {
+                *mg = mg.max(x.abs());
+            }
+        }
+    }
+    for &h in &[1e-3, 1e-2, 1e-4] {
+        let mut ys = Vec::new();
+        for s in [h, h / 2.0, h / 4.0] {
+            let mut pair = Vec::new();
+            for sgn in [1.0, -1.0] {
+                let (vals, y) = eval_point(p, &add_scaled(xs, v, sgn * s), false);
+                match signature(p, &vals) {
+                    Some(sig) if sig == sig0 => {}
+                    _ => return Ok(Fd::Kinked),
+                }
+                pair.push(y);
+            }
+            ys.push(pair);
+        }
+        let d = |k: usize, i: usize, s: f64| (ys[k][0][i] - ys[k][1][i]) / (2.0 * s);
+        let mut est = vec![0.0; m];
+        let mut noise = vec![0.0; m];
+        for i in 0..m {
+            let (d1, d2, d3) = (d(0, i, h), d(1, i, h / 2.0), d(2, i, h / 4.0));
+            let r1 = (4.0 * d2 - d1) / 3.0;
+            let r2 = (4.0 * d3 - d2) / 3.0;
+            est[i] = r2;
+            noise[i] = 4.0 * (r1 - r2).abs() + 64.0 * f64::EPSILON * (1.0 + mag[i]) / (h / 4.0);
+        }
+        let fd_l = dot(w, &est);
+        let noise_l: f64 = w.iter().zip(&noise).map(|(a, b)| a.abs() * b).sum();
+        let scale: f64 = w.iter().zip(&est).map(|(a, b)| (a * b).abs()).sum();
+        // too noisy to check 1e-6: try another step (truncation vs rounding)
+        if noise_l > 1e-4 * scale && noise_l > 1e-9 {
+            continue;
+        }
+        return Ok(Fd::Done(est, fd_l, noise_l, noise));
+    }
+    Ok(Fd::Noisy)
+}
+
+/// Programs: `n` lanes, up to three inputs, `ops` random ops.
+fn progs(sizes: &'static [usize], max_ops: usize, casts: bool) -> impl Strategy<Value = Prog> {
+    (
+        prop::sample::select(sizes),
+        prop::collection::vec((any::<bool>(), 0u8..4), 1..=3),
+        prop::collection::vec(any::<RawOp>(), 1..=max_ops),
+        any::<u64>(),
+    )
+        .prop_map(move |(n, ins, raw, seed)| {
+            let mut inputs: Vec<Input> = ins
+                .into_iter()
+                .map(|(s1, t)| Input {
+                    size1: s1 && t % 2 == 0,
+                    tracked: t != 3,
+                })
+                .collect();
+            inputs[0].tracked = true;
+            materialize(n, inputs, &raw, seed, casts)
+        })
+}
+
+fn scale() -> u32 {
+    std::env::var("KILN_PROP_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+/// A runner drawing a fixed sequence per `stream` (so that the backends see different programs).
+fn runner(cases: u32, stream: u8) -> TestRunner {
+    let config = Config {
+        cases: cases * scale(),
+        max_shrink_iters: 2000,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    if std::env::var("KILN_PROP_RANDOM").is_ok_and(|v| v == "1") {
+        TestRunner::new(config)
+    } else {
+        let mut seed = [0x6b; 32];
+        seed[0] = stream;
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed))
+    }
+}
+
+fn llvm_available() -> bool {
+    let ok = kiln::kiln_core::backend::llvm::shared().is_ok();
+    if !ok {
+        eprintln!("ad_props: no libLLVM here, LLVM cases skipped");
+    }
+    ok
+}
+
+/// Run `cases` programs from `strategy` on `backend`; at least `min_fd` of them must get a
+/// finite-difference check (the rest are counted as skipped: kinks, noise, huge values).
+fn run_props(
+    name: &str,
+    backend: BackendKind,
+    strategy: impl Strategy<Value = Prog>,
+    cases: u32,
+    min_fd: f64,
+) {
+    let tally = Tally::new();
+    let t = std::time::Instant::now();
+    let r = with_backend(backend, || {
+        runner(cases, backend as u8 + 16 * (cases > 20) as u8).run(&strategy, |p| check(&p, &tally))
+    });
+    if let Err(e) = r {
+        panic!("{name} on {backend:?}: {e}");
+    }
+    let (n, fd) = (tally.cases.load(Relaxed), tally.fd_checked.load(Relaxed));
+    let least = OPS
+        .iter()
+        .zip(&tally.ops)
+        .map(|(o, c)| (c.load(Relaxed), o))
+        .min_by_key(|p| p.0);
+    eprintln!(
+        "{name} on {backend:?}: {n} programs, {fd} checked by finite differences (rarest op {least:?}), {} kinked, {} noisy, {} with huge values, {:.1} s",
+        tally.kinked.load(Relaxed),
+        tally.noisy.load(Relaxed),
+        tally.big_values.load(Relaxed),
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        fd as f64 >= min_fd * n as f64,
+        "{name}: only {fd} of {n} programs were checked by finite differences"
+    );
+    if n >= 100 {
+        assert!(
+            tally.missing().is_empty(),
+            "{name}: no program checked by finite differences used {:?}",
+            tally.missing()
+        );
+    }
+}
+
+const SMALL: &[usize] = &[0, 1, 1, 2, 3, 4, 5, 7, 8, 16, 17, 33];
+const BIG: &[usize] = &[16383, 16384, 16385];
+
+#[test]
+fn small_programs_interp() {
+    run_props(
+        "small",
+        BackendKind::Interp,
+        progs(SMALL, 14, false),
+        3000,
+        0.8,
+    );
+}
+
+#[test]
+fn small_programs_cranelift() {
+    run_props(
+        "small",
+        BackendKind::Cranelift,
+        progs(SMALL, 14, false),
+        300,
+        0.8,
+    );
+}
+
+#[test]
+fn small_programs_llvm() {
+    if llvm_available() {
+        run_props("small", BackendKind::Llvm, progs(SMALL, 14, false), 60, 0.8);
+    }
+}
+
+#[test]
+fn big_programs() {
+    let mut backends = vec![BackendKind::Interp, BackendKind::Cranelift];
+    if llvm_available() {
+        backends.push(BackendKind::Llvm);
+    }
+    for b in backends {
+        // LLVM compiles slowest, the interpreter runs slowest at this size
+        let cases = if b == BackendKind::Cranelift { 10 } else { 5 };
+        run_props("big", b, progs(BIG, 8, false), cases, 0.5);
+    }
+}
+
+/// Casts f64 → f32 → f64 pass gradients through: the same program with the casts replaced by the
+/// identity has the same gradients, up to the f32 rounding of the values (and of the gradients
+/// crossing the casts), wherever the rounding does not flip a branch.
+fn check_casts(p: &Prog, tally: &Tally) -> Result<(), TestCaseError> {
+    tally.cases.fetch_add(1, Relaxed);
+    let sizes = p.sizes();
+    let mut rng = Rng(p.seed);
+    let xs: Vec<Vec<f64>> = sizes[..p.k()]
+        .iter()
+        .map(|&l| (0..l).map(|_| rng.uniform(-2.0, 2.0)).collect())
+        .collect();
+    let (vals_c, y_c) = eval_point(p, &xs, true);
+    let (vals_i, _) = eval_point(p, &xs, false);
+    if vals_i.iter().flatten().any(|x| !(x.abs() < 1e6)) {
+        tally.big_values.fetch_add(1, Relaxed);
+        return Ok(());
+    }
+    let w: Vec<f64> = (0..y_c.len()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let v = direction(p, &sizes, &mut rng, 0);
+    let rc = ad_run(p, &xs, &w, &v, true);
+    let ri = ad_run(p, &xs, &w, &v, false);
+    // forward and reverse agree (the f32 rounding of gradients crossing a cast differs between
+    // the directions, hence 1e-6)
+    let gv: f64 = rc.grads.iter().zip(&v).map(|(g, v)| dot(g, v)).sum();
+    let wjv = dot(&w, &rc.jv);
+    let mag: f64 = rc
+        .grads
+        .iter()
+        .zip(&v)
+        .flat_map(|(g, v)| g.iter().zip(v).map(|(a, b)| (a * b).abs()))
+        .sum::<f64>()
+        + w.iter()
+            .zip(&rc.jv)
+            .map(|(a, b)| (a * b).abs())
+            .sum::<f64>();
+    prop_assert!(
+        (gv - wjv).abs() <= 1e-6 * mag + 1e-300,
+        "with casts: reverse {gv} vs forward {wjv}"
+    );
+    // the rounding must not have moved a branch: compare signatures with a margin
+    let (Some(sc), Some(si)) = (signature(p, &vals_c), signature(p, &vals_i)) else {
+        tally.kinked.fetch_add(1, Relaxed);
+        return Ok(());
+    };
+    let close_to_branch = p.nodes.iter().enumerate().any(|(j, nd)| {
+        let [a, b, ..] = nd.args;
+        let near = |x: f64| x.abs() < 1e-4;
+        match nd.op {
+            Abs => vals_i[a].iter().any(|&x| near(x) && x != 0.0),
+            Min | Max | Select if a != b => (0..vals_i[p.k() + j].len())
+                .any(|i| near(lane(&vals_i[a], i) - lane(&vals_i[b], i))),
+            Floor | Round => vals_i[a].iter().any(|&x| {
+                let t = if nd.op == Floor { x } else { x + 0.5 };
+                near(t - t.round())
+            }),
+            RMin | RMax => {
+                let e = vals_i[p.k() + j][0];
+                vals_i[a].iter().any(|&x| near(x - e) && x != e)
+            }
+            _ => false,
+        }
+    });
+    if sc != si || close_to_branch {
+        tally.kinked.fetch_add(1, Relaxed);
+        return Ok(());
+    }
+    for (j, (gc, gi)) in rc.grads.iter().zip(&ri.grads).enumerate() {
+        let gmax = gi.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        for (i, (a, b)) in gc.iter().zip(gi).enumerate() {
+            prop_assert!(
+                (a - b).abs() <= 1e-3 * (b.abs() + gmax) + 1e-300,
+                "input {j} lane {i}: gradient with casts {a} vs without {b}"
+            );
+        }
+    }
+    tally.fd_checked.fetch_add(1, Relaxed);
+    tally.count_ops(p);
+    Ok(())
+}
+
+#[test]
+fn casts_round_trip_keep_gradients() {
+    let tally = Tally::new();
+    let strategy = progs(SMALL, 10, true);
+    let t = std::time::Instant::now();
+    let r = with_backend(BackendKind::Interp, || {
+        runner(400, 99).run(&strategy, |p| check_casts(&p, &tally))
+    });
+    if let Err(e) = r {
+        panic!("casts: {e}");
+    }
+    let (n, ok) = (tally.cases.load(Relaxed), tally.fd_checked.load(Relaxed));
+    eprintln!(
+        "casts: {n} programs, {ok} compared with the cast-free program, {} near a branch, {:.1} s",
+        tally.kinked.load(Relaxed),
+        t.elapsed().as_secs_f64()
+    );
+    assert!(ok * 10 >= n * 6, "only {ok} of {n} cast programs compared");
+}
