@@ -27,6 +27,7 @@
 //! Cases are drawn from a fixed seed so that CI is reproducible; `KILN_PROP_RANDOM=1` draws fresh
 //! ones and `KILN_PROP_SCALE=k` multiplies the number of cases.
 
+mod common;
 use kiln::kiln_core::{with_backend, BackendKind};
 use kiln::{ops::select, Float64};
 use proptest::prelude::*;
@@ -778,6 +779,23 @@ fn fd_check(
     Ok(Fd::Noisy)
 }
 
+/// Run `f` alone (the tests of this file share kiln's registry and AD graph), then check that it
+/// left no variable, buffer or AD node behind.
+fn no_leaks<R>(f: impl FnOnce() -> R) -> R {
+    common::leak_checked(|| {
+        let before = kiln::stats();
+        let r = f();
+        let after = kiln::stats();
+        assert_eq!(after.ad_nodes, before.ad_nodes, "AD nodes leaked");
+        assert_eq!(after.ad_edges, before.ad_edges, "AD edges leaked");
+        assert_eq!(
+            after.ad_grad_bytes, before.ad_grad_bytes,
+            "gradients leaked"
+        );
+        r
+    })
+}
+
 /// Programs: `n` lanes, up to three inputs, `ops` random ops.
 fn progs(sizes: &'static [usize], max_ops: usize, casts: bool) -> impl Strategy<Value = Prog> {
     (
@@ -842,8 +860,11 @@ fn run_props(
 ) {
     let tally = Tally::new();
     let t = std::time::Instant::now();
-    let r = with_backend(backend, || {
-        runner(cases, backend as u8 + 16 * (cases > 20) as u8).run(&strategy, |p| check(&p, &tally))
+    let r = no_leaks(|| {
+        with_backend(backend, || {
+            runner(cases, backend as u8 + 16 * (cases > 20) as u8)
+                .run(&strategy, |p| check(&p, &tally))
+        })
     });
     if let Err(e) = r {
         panic!("{name} on {backend:?}: {e}");
@@ -1006,8 +1027,10 @@ fn casts_round_trip_keep_gradients() {
     let tally = Tally::new();
     let strategy = progs(SMALL, 10, true);
     let t = std::time::Instant::now();
-    let r = with_backend(BackendKind::Interp, || {
-        runner(400, 99).run(&strategy, |p| check_casts(&p, &tally))
+    let r = no_leaks(|| {
+        with_backend(BackendKind::Interp, || {
+            runner(400, 99).run(&strategy, |p| check_casts(&p, &tally))
+        })
     });
     if let Err(e) = r {
         panic!("casts: {e}");
@@ -1101,8 +1124,10 @@ fn scopes_suspend_and_isolate() {
     let tally = Tally::new();
     let strategy = progs(SMALL, 12, false);
     let t = std::time::Instant::now();
-    let r = with_backend(BackendKind::Interp, || {
-        runner(1000, 77).run(&strategy, |p| check_scopes(&p, &tally))
+    let r = no_leaks(|| {
+        with_backend(BackendKind::Interp, || {
+            runner(1000, 77).run(&strategy, |p| check_scopes(&p, &tally))
+        })
     });
     if let Err(e) = r {
         panic!("scopes: {e}");
