@@ -917,6 +917,7 @@ fn jax_conventions_at_kinks() {
 /// asserts), `testPowIntPowerAtZero2` (`z**0. + z` has derivative 1), `testStopGradient`
 /// (`sin(x) cos(stop_gradient(x))` differentiates the sine only), `testConvertElementTypeGrad`.
 #[test]
+#[allow(clippy::approx_constant)] // 3.14 is JAX's test point, not an approximation of pi
 fn jax_special_values_pow_stop_gradient() {
     type F = fn(&Float64) -> Float64;
     let pi = PI;
@@ -1002,5 +1003,64 @@ fn drjit_dot_matches_sum_of_products() {
         exact(&b.grad().to_vec(), &gb, "d/db");
         exact(&ga, &bv, "d/da = b");
         exact(&gb, &av, "d/db = a");
+    });
+}
+
+/// JAX `api_test.py`-style identities: the gradient of the identity is one (a leaf seeded
+/// directly), an interior array made to keep its gradient (`enable_grad` on a computed array, as
+/// Dr.Jit allows) shows the cotangent that reached it, and a size-1 seed stands for ones.
+#[test]
+fn identity_interior_gradients_and_scalar_seeds() {
+    each_backend(|| {
+        let x = leaf(&[1.5, -2.0]);
+        kiln::ad::backward_from(&x, &Float64::from_slice(&[1.0, 1.0])).unwrap();
+        exact(&x.grad().to_vec(), &[1.0, 1.0], "d x / d x");
+
+        let x = leaf(&[3.0]);
+        let mut y = &x * 2.0;
+        y.enable_grad();
+        let z = &y * &y; // z = 4x², dz/dy = 2y = 12, dz/dx = 24
+        z.backward();
+        exact(&y.grad().to_vec(), &[12.0], "interior");
+        exact(&x.grad().to_vec(), &[24.0], "leaf through interior");
+
+        let x = leaf(&[1.0, 2.0, 3.0]);
+        let y = &x * &x;
+        kiln::ad::backward_from(&y, &Float64::from(1.0)).unwrap();
+        exact(&x.grad().to_vec(), &[2.0, 4.0, 6.0], "scalar seed");
+    });
+}
+
+/// A long chain (500 dependent ops, one fused kernel per pass) differentiates like its closed
+/// form: y = x·a^n + b·(a^n − 1)/(a − 1) for the recurrence y ← a·y + b.
+#[test]
+fn long_chain() {
+    let (a, b, n) = (1.001f64, 0.25f64, 500);
+    each_backend(|| {
+        let x = leaf(&[0.5, -1.0]);
+        let mut y = x.clone();
+        for _ in 0..n {
+            y = &y * a + b;
+        }
+        let an = a.powi(n);
+        exact(
+            &y.to_vec(),
+            &[
+                0.5 * an + b * (an - 1.0) / (a - 1.0),
+                -an + b * (an - 1.0) / (a - 1.0),
+            ],
+            "value",
+        );
+        kiln::ad::backward_with(&y, &Float64::ones(2), true).unwrap();
+        close_tol(&x.grad().to_vec(), &[an, an], 1e-12, 0.0, "reverse");
+        x.clear_grad();
+        kiln::ad::forward(&x).unwrap();
+        close_tol(&y.grad().to_vec(), &[an, an], 1e-12, 0.0, "forward");
+        // Dr.Jit `test011_forward_from` (last part): a pass that consumed the edges leaves
+        // nothing for forward mode to cross
+        let y2 = &x * 3.0;
+        kiln::ad::backward_from(&y2, &Float64::ones(2)).unwrap();
+        kiln::ad::forward(&x).unwrap();
+        exact(&y2.grad().to_vec(), &[0.0, 0.0], "forward after a consuming backward");
     });
 }
