@@ -16,7 +16,8 @@
 //!   whose noise exceeds 1e-6 at every step tried is skipped and counted, never loosened;
 //! * the primal computed with gradients on equals the one computed without;
 //! * ops computed inside `suspend_grad` differentiate as ops on detached operands, and a pass run
-//!   inside `isolate_grad` leaves the gradients of a plain one.
+//!   inside `isolate_grad` leaves the gradients of a plain one;
+//! * the same program in f32 has the gradients of the f64 one to f32 accuracy.
 //!
 //! Inputs are kept away from domain edges by construction (`log(a² + ½)`, `asin(0.9 s(a))` with
 //! `s(a) = a/√(a²+1)`, …). Non-smooth ops (`abs`, `min`/`max`, `select`, `floor`/`round`,
@@ -36,7 +37,7 @@
 
 mod common;
 use kiln::kiln_core::{with_backend, BackendKind};
-use kiln::{ops::select, Float64};
+use kiln::{ops::select, Array, Float, Float64};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -230,20 +231,25 @@ impl Rng {
     }
 }
 
+/// `v` in element type `T`.
+fn k<T: Float>(v: f64) -> T {
+    T::from_f64(v)
+}
+
 /// `a / √(a² + 1)`, in (-1, 1): keeps the arguments of fast-growing or bounded-domain functions
 /// in range.
-fn squash(a: &Float64) -> Float64 {
-    a * (a * a + 1.0).rsqrt()
+fn squash<T: Float>(a: &Array<T>) -> Array<T> {
+    a * (a * a + k::<T>(1.0)).rsqrt()
 }
 
 /// `a² + ½`: a positive argument for `log`, `rcp`, denominators.
-fn pos(a: &Float64) -> Float64 {
-    a * a + 0.5
+fn pos<T: Float>(a: &Array<T>) -> Array<T> {
+    a * a + k::<T>(0.5)
 }
 
-fn scaled(x: Float64, len: usize) -> Float64 {
+fn scaled<T: Float>(x: Array<T>, len: usize) -> Array<T> {
     if len > 1 {
-        x * (1.0 / len as f64)
+        x * k::<T>(1.0 / len as f64)
     } else {
         x
     }
@@ -268,17 +274,23 @@ impl Prog {
 }
 
 /// One op of the program on its operands.
-fn node(p: &Prog, sizes: &[usize], nd: &Node, args: [&Float64; 4], round_trip: bool) -> Float64 {
+fn node<T: Float>(
+    p: &Prog,
+    sizes: &[usize],
+    nd: &Node,
+    args: [&Array<T>; 4],
+    round_trip: bool,
+) -> Array<T> {
     let [a, b, c, d] = args;
     let f = nd.flag;
     let sgn = if f & 1 == 0 { 1.0 } else { -1.0 };
     let la = p.len_of(sizes, nd.args[0]);
     match nd.op {
-        Lit => Float64::from(LITS[f as usize % LITS.len()]),
+        Lit => Array::scalar(k::<T>(LITS[f as usize % LITS.len()])),
         Add => a + b,
         Sub => a - b,
         Mul => a * b,
-        Div => a / (pos(b) * sgn),
+        Div => a / (pos(b) * k::<T>(sgn)),
         Neg => -a,
         Fma => a.fma(b, c),
         Select => {
@@ -293,20 +305,20 @@ fn node(p: &Prog, sizes: &[usize], nd: &Node, args: [&Float64; 4], round_trip: b
         Min => a.min(b),
         Max => a.max(b),
         Abs => a.abs(),
-        Sqrt => (a * a + 0.25).sqrt(),
-        Rcp => (pos(a) * sgn).rcp(),
-        Rsqrt => (a * a + 0.25).rsqrt(),
+        Sqrt => (a * a + k::<T>(0.25)).sqrt(),
+        Rcp => (pos(a) * k::<T>(sgn)).rcp(),
+        Rsqrt => (a * a + k::<T>(0.25)).rsqrt(),
         Floor => a.floor(),
         Round => a.round(),
-        Exp => (squash(a) * 2.0).exp(),
-        Exp2 => (squash(a) * 3.0).exp2(),
+        Exp => (squash(a) * k::<T>(2.0)).exp(),
+        Exp2 => (squash(a) * k::<T>(3.0)).exp2(),
         Log => pos(a).log(),
         Log2 => pos(a).log2(),
         Sin => a.sin(),
         Cos => a.cos(),
         Tan => squash(a).tan(),
-        Asin => (squash(a) * 0.9).asin(),
-        Acos => (squash(a) * 0.9).acos(),
+        Asin => (squash(a) * k::<T>(0.9)).asin(),
+        Acos => (squash(a) * k::<T>(0.9)).acos(),
         Atan => a.atan(),
         Atan2 => {
             if f & 1 == 0 {
@@ -315,14 +327,14 @@ fn node(p: &Prog, sizes: &[usize], nd: &Node, args: [&Float64; 4], round_trip: b
                 pos(a).atan2(b)
             }
         }
-        Sinh => (squash(a) * 3.0).sinh(),
-        Cosh => (squash(a) * 3.0).cosh(),
+        Sinh => (squash(a) * k::<T>(3.0)).sinh(),
+        Cosh => (squash(a) * k::<T>(3.0)).cosh(),
         Tanh => a.tanh(),
         Erf => a.erf(),
-        Pow => pos(a).pow(squash(b) * 2.0),
-        PowInt => a.pow(if f & 1 == 0 { 2.0 } else { 3.0 }),
+        Pow => pos(a).pow(squash(b) * k::<T>(2.0)),
+        PowInt => a.pow(k::<T>(if f & 1 == 0 { 2.0 } else { 3.0 })),
         Sum => scaled(a.sum(), la),
-        Prod => (squash(a) * (0.5 * (8.0 / la.max(1) as f64).min(1.0)) + 1.0).prod(),
+        Prod => (squash(a) * k::<T>(0.5 * (8.0 / la.max(1) as f64).min(1.0)) + k::<T>(1.0)).prod(),
         RMin | RMax if la == 0 => a.sum(),
         RMin => a.reduce_min(),
         RMax => a.reduce_max(),
@@ -333,7 +345,7 @@ fn node(p: &Prog, sizes: &[usize], nd: &Node, args: [&Float64; 4], round_trip: b
         }
         Cast => {
             if round_trip {
-                a.cast::<f32>().cast::<f64>()
+                a.cast::<f32>().cast::<T>()
             } else {
                 a.clone()
             }
@@ -342,9 +354,9 @@ fn node(p: &Prog, sizes: &[usize], nd: &Node, args: [&Float64; 4], round_trip: b
 }
 
 /// Build ops `from..to` of the program onto `v` (which holds the inputs and the ops before).
-fn build_ops(
+fn build_ops<T: Float>(
     p: &Prog,
-    v: &mut Vec<Float64>,
+    v: &mut Vec<Array<T>>,
     ops: std::ops::Range<usize>,
     round_trip: bool,
     scope: Scope,
@@ -373,18 +385,18 @@ fn build_ops(
 }
 
 /// The program's output: the sum of its sinks.
-fn output(p: &Prog, v: &[Float64]) -> Float64 {
+fn output<T: Float>(p: &Prog, v: &[Array<T>]) -> Array<T> {
     let sinks = p.sinks();
     match sinks.split_first() {
-        None => Float64::from(0.0),
+        None => Array::scalar(T::zero()),
         Some((&s0, rest)) => rest.iter().fold(v[s0].clone(), |acc, &s| acc + &v[s]),
     }
 }
 
 /// Build the program on `xs` with kiln; returns every program node and the output.
 /// `round_trip`: whether `Cast` converts through f32 (else it is the identity).
-fn build(p: &Prog, xs: &[Float64], round_trip: bool) -> (Vec<Float64>, Float64) {
-    let mut v: Vec<Float64> = xs.to_vec();
+fn build<T: Float>(p: &Prog, xs: &[Array<T>], round_trip: bool) -> (Vec<Array<T>>, Array<T>) {
+    let mut v: Vec<Array<T>> = xs.to_vec();
     build_ops(p, &mut v, 0..p.nodes.len(), round_trip, Scope::Plain);
     let y = output(p, &v);
     (v, y)
@@ -401,12 +413,31 @@ fn lane(vals: &[f64], i: usize) -> f64 {
 
 /// Every program node and the output evaluated without gradients at `xs`.
 fn eval_point(p: &Prog, xs: &[Vec<f64>], round_trip: bool) -> (Vec<Vec<f64>>, Vec<f64>) {
-    let arrs: Vec<Float64> = xs.iter().map(|x| Float64::from_slice(x)).collect();
+    eval_point_t::<f64>(p, xs, round_trip)
+}
+
+/// [`eval_point`] with the program in element type `T`.
+fn eval_point_t<T: Float>(
+    p: &Prog,
+    xs: &[Vec<f64>],
+    round_trip: bool,
+) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let arrs: Vec<Array<T>> = xs.iter().map(|x| arr::<T>(x)).collect();
     let (v, y) = build(p, &arrs, round_trip);
     let mut ids: Vec<_> = v.iter().map(|a| a.id()).collect();
     ids.push(y.id());
     kiln::eval_ids(&ids).unwrap();
-    (v.iter().map(|a| a.to_vec()).collect(), y.to_vec())
+    (v.iter().map(host).collect(), host(&y))
+}
+
+/// `x` as an array of `T`.
+fn arr<T: Float>(x: &[f64]) -> Array<T> {
+    Array::from_slice(&x.iter().map(|&v| k::<T>(v)).collect::<Vec<T>>())
+}
+
+/// The values of `a`, in f64.
+fn host<T: Float>(a: &Array<T>) -> Vec<f64> {
+    a.to_vec().into_iter().map(T::to_f64).collect()
 }
 
 /// Branch signature of the non-smooth ops at one point; `None` when some argument lies within
@@ -483,7 +514,18 @@ struct AdRun {
 /// per input (summing the tangents), then a `backward_from` that consumes the graph; even seeds
 /// run `backward_with(retain_graph)` first and then one `forward_to` from every input at once.
 fn ad_run(p: &Prog, xs: &[Vec<f64>], w: &[f64], v: &[Vec<f64>], round_trip: bool) -> AdRun {
-    let mut arrs: Vec<Float64> = xs.iter().map(|x| Float64::from_slice(x)).collect();
+    ad_run_t::<f64>(p, xs, w, v, round_trip)
+}
+
+/// [`ad_run`] with the program in element type `T`.
+fn ad_run_t<T: Float>(
+    p: &Prog,
+    xs: &[Vec<f64>],
+    w: &[f64],
+    v: &[Vec<f64>],
+    round_trip: bool,
+) -> AdRun {
+    let mut arrs: Vec<Array<T>> = xs.iter().map(|x| arr::<T>(x)).collect();
     for (a, inp) in arrs.iter_mut().zip(&p.inputs) {
         if inp.tracked {
             a.enable_grad();
@@ -491,38 +533,38 @@ fn ad_run(p: &Prog, xs: &[Vec<f64>], w: &[f64], v: &[Vec<f64>], round_trip: bool
     }
     let (nodes, y) = build(p, &arrs, round_trip);
     drop(nodes);
-    let seed = Float64::from_slice(w);
+    let seed = arr::<T>(w);
     let tracked = || arrs.iter().zip(&p.inputs).zip(v).filter(|x| x.0 .1.tracked);
     if p.seed % 2 == 0 {
         kiln::ad::backward_with(&y, &seed, true).unwrap();
-        let grads: Vec<Vec<f64>> = arrs.iter().map(|a| a.grad().to_vec()).collect();
+        let grads: Vec<Vec<f64>> = arrs.iter().map(|a| host(&a.grad())).collect();
         for ((a, _), vi) in tracked() {
             a.clear_grad();
-            a.set_grad(&Float64::from_slice(vi));
+            a.set_grad(&arr::<T>(vi));
         }
         kiln::ad::forward_to(&y).unwrap();
         AdRun {
-            y: y.to_vec(),
-            jv: y.grad().to_vec(),
+            y: host(&y),
+            jv: host(&y.grad()),
             grads,
         }
     } else {
         let mut jv = vec![0.0; y.len()];
         for ((a, _), vi) in tracked() {
-            a.set_grad(&Float64::from_slice(vi));
+            a.set_grad(&arr::<T>(vi));
             // a pass stores tangents where it arrives only: forget the previous input's
             y.clear_grad();
             kiln::ad::forward(a).unwrap();
-            for (acc, t) in jv.iter_mut().zip(y.grad().to_vec()) {
+            for (acc, t) in jv.iter_mut().zip(host(&y.grad())) {
                 *acc += t;
             }
             a.clear_grad();
         }
         kiln::ad::backward_from(&y, &seed).unwrap();
         AdRun {
-            y: y.to_vec(),
+            y: host(&y),
             jv,
-            grads: arrs.iter().map(|a| a.grad().to_vec()).collect(),
+            grads: arrs.iter().map(|a| host(&a.grad())).collect(),
         }
     }
 }
@@ -949,7 +991,7 @@ fn small_programs_cranelift() {
 #[test]
 fn small_programs_llvm() {
     if llvm_available() {
-        run_props("small", BackendKind::Llvm, progs(SMALL, 14, false), 60, 0.8);
+        run_props("small", BackendKind::Llvm, progs(SMALL, 14, false), 40, 0.8);
     }
 }
 
@@ -964,6 +1006,31 @@ fn big_programs() {
         let cases = if b == BackendKind::Cranelift { 10 } else { 5 };
         run_props("big", b, progs(BIG, 8, false), cases, 0.5);
     }
+}
+
+/// Whether some non-smooth op's argument lies within `margin` (relative to its size, plus one)
+/// of a branch point: f32 rounding could move it across.
+fn near_branch(p: &Prog, vals: &[Vec<f64>], margin: f64) -> bool {
+    p.nodes.iter().enumerate().any(|(j, nd)| {
+        let [a, b, ..] = nd.args;
+        let near = |d: f64, s: f64| d.abs() < margin * (1.0 + s.abs());
+        match nd.op {
+            Abs => vals[a].iter().any(|&x| near(x, 0.0) && x != 0.0),
+            Min | Max | Select if a != b => (0..vals[p.k() + j].len()).any(|i| {
+                let (x, y) = (lane(&vals[a], i), lane(&vals[b], i));
+                near(x - y, x)
+            }),
+            Floor | Round => vals[a].iter().any(|&x| {
+                let t = if nd.op == Floor { x } else { x + 0.5 };
+                near(t - t.round(), x)
+            }),
+            RMin | RMax => {
+                let e = vals[p.k() + j][0];
+                vals[a].iter().any(|&x| near(x - e, e) && x != e)
+            }
+            _ => false,
+        }
+    })
 }
 
 /// Casts f64 → f32 → f64 pass gradients through: the same program with the casts replaced by the
@@ -1014,24 +1081,7 @@ fn check_casts(p: &Prog, tally: &Tally) -> Result<(), TestCaseError> {
         tally.kinked.fetch_add(1, Relaxed);
         return Ok(());
     };
-    let close_to_branch = p.nodes.iter().enumerate().any(|(j, nd)| {
-        let [a, b, ..] = nd.args;
-        let near = |x: f64| x.abs() < 1e-4;
-        match nd.op {
-            Abs => vals_i[a].iter().any(|&x| near(x) && x != 0.0),
-            Min | Max | Select if a != b => (0..vals_i[p.k() + j].len())
-                .any(|i| near(lane(&vals_i[a], i) - lane(&vals_i[b], i))),
-            Floor | Round => vals_i[a].iter().any(|&x| {
-                let t = if nd.op == Floor { x } else { x + 0.5 };
-                near(t - t.round())
-            }),
-            RMin | RMax => {
-                let e = vals_i[p.k() + j][0];
-                vals_i[a].iter().any(|&x| near(x - e) && x != e)
-            }
-            _ => false,
-        }
-    });
+    let close_to_branch = near_branch(p, &vals_i, 1e-4);
     if sc != si || close_to_branch {
         tally.kinked.fetch_add(1, Relaxed);
         return Ok(());
@@ -1168,4 +1218,105 @@ fn scopes_suspend_and_isolate() {
         t.elapsed().as_secs_f64()
     );
     assert!(s * 4 >= n, "only {s} of {n} programs had suspended ops");
+}
+
+/// f32 programs: every rule in f32 gives the gradients of the same program in f64 (at the same
+/// f32-representable inputs) to f32 accuracy, wherever f32 rounding moves no branch; forward and
+/// reverse mode agree in f32.
+fn check_f32(p: &Prog, tally: &Tally) -> Result<(), TestCaseError> {
+    tally.cases.fetch_add(1, Relaxed);
+    let sizes = p.sizes();
+    let mut rng = Rng(p.seed);
+    let xs: Vec<Vec<f64>> = sizes[..p.k()]
+        .iter()
+        .map(|&l| {
+            (0..l)
+                .map(|_| rng.uniform(-2.0, 2.0) as f32 as f64)
+                .collect()
+        })
+        .collect();
+    let (vals64, y64) = eval_point(p, &xs, false);
+    if vals64
+        .iter()
+        .flatten()
+        .any(|x| !x.is_finite() || x.abs() >= 1e4)
+    {
+        tally.big_values.fetch_add(1, Relaxed);
+        return Ok(());
+    }
+    let (vals32, _) = eval_point_t::<f32>(p, &xs, false);
+    let (Some(s64), Some(s32)) = (signature(p, &vals64), signature(p, &vals32)) else {
+        tally.kinked.fetch_add(1, Relaxed);
+        return Ok(());
+    };
+    if s64 != s32 || near_branch(p, &vals64, 1e-3) {
+        tally.kinked.fetch_add(1, Relaxed);
+        return Ok(());
+    }
+    let w: Vec<f64> = (0..y64.len()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let v = direction(p, &sizes, &mut rng, 0);
+    let r64 = ad_run(p, &xs, &w, &v, false);
+    let r32 = ad_run_t::<f32>(p, &xs, &w, &v, false);
+    let gv: f64 = r32.grads.iter().zip(&v).map(|(g, v)| dot(g, v)).sum();
+    let wjv = dot(&w, &r32.jv);
+    let mag: f64 = r32
+        .grads
+        .iter()
+        .zip(&v)
+        .flat_map(|(g, v)| g.iter().zip(v).map(|(a, b)| (a * b).abs()))
+        .sum::<f64>()
+        + w.iter()
+            .zip(&r32.jv)
+            .map(|(a, b)| (a * b).abs())
+            .sum::<f64>();
+    prop_assert!(
+        (gv - wjv).abs() <= 1e-4 * (mag + natural_scale(&w, &v)),
+        "f32: reverse {gv} vs forward {wjv}"
+    );
+    let wsum: f64 = w.iter().map(|x| x.abs()).sum();
+    for (j, (g32, g64)) in r32.grads.iter().zip(&r64.grads).enumerate() {
+        let gmax = g64.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        for (i, (a, b)) in g32.iter().zip(g64).enumerate() {
+            prop_assert!(
+                (a - b).abs() <= 1e-3 * (b.abs() + gmax) + 1e-4 * wsum,
+                "input {j} lane {i}: f32 gradient {a} vs f64 {b}"
+            );
+        }
+    }
+    tally.fd_checked.fetch_add(1, Relaxed);
+    tally.count_ops(p);
+    Ok(())
+}
+
+#[test]
+fn f32_programs_match_f64() {
+    let mut runs = vec![(BackendKind::Interp, 600), (BackendKind::Cranelift, 80)];
+    if llvm_available() {
+        runs.push((BackendKind::Llvm, 10));
+    }
+    for (backend, cases) in runs {
+        let tally = Tally::new();
+        let strategy = progs(SMALL, 10, false);
+        let t = std::time::Instant::now();
+        let r = no_leaks(|| {
+            with_backend(backend, || {
+                runner(cases, 55 + backend as u8).run(&strategy, |p| check_f32(&p, &tally))
+            })
+        });
+        if let Err(e) = r {
+            panic!("f32 on {backend:?}: {e}");
+        }
+        let (n, ok) = (tally.cases.load(Relaxed), tally.fd_checked.load(Relaxed));
+        eprintln!(
+            "f32 on {backend:?}: {n} programs, {ok} compared with f64, {} near a branch, {} with big values, {:.1} s",
+            tally.kinked.load(Relaxed),
+            tally.big_values.load(Relaxed),
+            t.elapsed().as_secs_f64()
+        );
+        assert!(ok * 10 >= n * 6, "only {ok} of {n} f32 programs compared");
+        if n >= 100 {
+            let missing = tally.missing();
+            assert!(missing.is_empty(), "ops never compared in f32: {missing:?}");
+        }
+    }
 }
