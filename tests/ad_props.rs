@@ -17,7 +17,8 @@
 //! * the primal computed with gradients on equals the one computed without;
 //! * ops computed inside `suspend_grad` differentiate as ops on detached operands, and a pass run
 //!   inside `isolate_grad` leaves the gradients of a plain one;
-//! * the same program in f32 has the gradients of the f64 one to f32 accuracy.
+//! * the same program in f32 has the gradients of the f64 one to f32 accuracy;
+//! * on round inputs that put programs on their kinks, forward = reverse still holds.
 //!
 //! Inputs are kept away from domain edges by construction (`log(a² + ½)`, `asin(0.9 s(a))` with
 //! `s(a) = a/√(a²+1)`, …). Non-smooth ops (`abs`, `min`/`max`, `select`, `floor`/`round`,
@@ -653,12 +654,32 @@ fn direction(p: &Prog, sizes: &[usize], rng: &mut Rng, attempt: usize) -> Vec<Ve
 }
 
 fn check(p: &Prog, tally: &Tally) -> Result<(), TestCaseError> {
+    check_at(p, tally, false)
+}
+
+/// Inputs drawn from a few round values, so that programs sit on their kinks (zeros of `abs`,
+/// ties of `min`/`max`/`select`/reductions, integers under `floor`/`round`).
+const KINKY: [f64; 7] = [-1.0, -0.5, 0.0, 0.0, 0.5, 1.0, 2.0];
+
+/// [`check`]; with `kinky` inputs from [`KINKY`], where only the checks that need no smoothness
+/// apply (forward = reverse, the primal unchanged, finite gradients).
+fn check_at(p: &Prog, tally: &Tally, kinky: bool) -> Result<(), TestCaseError> {
     tally.cases.fetch_add(1, Relaxed);
     let sizes = p.sizes();
     let mut rng = Rng(p.seed);
     let xs: Vec<Vec<f64>> = sizes[..p.k()]
         .iter()
-        .map(|&l| (0..l).map(|_| rng.uniform(-2.0, 2.0)).collect())
+        .map(|&l| {
+            (0..l)
+                .map(|_| {
+                    if kinky {
+                        KINKY[(rng.next() % KINKY.len() as u64) as usize]
+                    } else {
+                        rng.uniform(-2.0, 2.0)
+                    }
+                })
+                .collect()
+        })
         .collect();
     let (vals, y0) = eval_point(p, &xs, false);
     // a program whose values leave a sane range (x ↦ x² chains) says nothing about derivatives
@@ -709,6 +730,12 @@ fn check(p: &Prog, tally: &Tally) -> Result<(), TestCaseError> {
         (gv - wjv).abs() <= 1e-10 * mag + 1e-12 * natural_scale(&w, &v),
         "reverse <grad, v> = {gv} but forward <w, Jv> = {wjv}"
     );
+
+    if kinky {
+        tally.fd_checked.fetch_add(1, Relaxed);
+        tally.count_ops(p);
+        return Ok(());
+    }
 
     // finite differences, where the program is smooth around x along v
     let Some(sig0) = signature(p, &vals) else {
@@ -975,6 +1002,30 @@ fn small_programs_interp() {
         3000,
         0.8,
     );
+}
+
+/// On the kinks themselves the conventions (`abs'(0) = 0`, ties split evenly, rounding flat)
+/// must be the same in both modes, and no NaN may come out of the rules.
+#[test]
+fn kinks_forward_equals_reverse() {
+    for (backend, cases) in [(BackendKind::Interp, 1000), (BackendKind::Cranelift, 100)] {
+        let tally = Tally::new();
+        let strategy = progs(SMALL, 14, false);
+        let r = no_leaks(|| {
+            with_backend(backend, || {
+                runner(cases, 44 + backend as u8).run(&strategy, |p| check_at(&p, &tally, true))
+            })
+        });
+        if let Err(e) = r {
+            panic!("kinks on {backend:?}: {e}");
+        }
+        let (n, ok) = (tally.cases.load(Relaxed), tally.fd_checked.load(Relaxed));
+        eprintln!("kinks on {backend:?}: {n} programs on round inputs, {ok} checked");
+        assert!(ok * 10 >= n * 9, "only {ok} of {n} programs checked");
+        if n >= 1000 {
+            assert!(tally.missing().is_empty(), "{:?}", tally.missing());
+        }
+    }
 }
 
 #[test]
