@@ -9,6 +9,7 @@
 //! kiln's documented value. Every case runs on the interpreter, Cranelift and LLVM (when a
 //! libLLVM is installed); reverse and forward mode both where the upstream case has one.
 
+mod common;
 use kiln::kiln_core::{with_backend, BackendKind};
 use kiln::{ops::select, Array, Float, Float32, Float64};
 use std::f64::consts::{LN_2, PI};
@@ -21,11 +22,22 @@ fn backends() -> Vec<BackendKind> {
     v
 }
 
-/// Run `f` on every backend.
+/// Run `f` on every backend, alone (the cases share kiln's registry and AD graph), and check
+/// that it left no variable, buffer, AD node or gradient behind.
 fn each_backend(f: impl Fn()) {
-    for b in backends() {
-        with_backend(b, &f);
-    }
+    common::leak_checked(|| {
+        let before = kiln::stats();
+        for b in backends() {
+            with_backend(b, &f);
+        }
+        let after = kiln::stats();
+        assert_eq!(after.ad_nodes, before.ad_nodes, "AD nodes leaked");
+        assert_eq!(after.ad_edges, before.ad_edges, "AD edges leaked");
+        assert_eq!(
+            after.ad_grad_bytes, before.ad_grad_bytes,
+            "gradients leaked"
+        );
+    })
 }
 
 /// `|got - want| <= atol + rtol |want|` lane by lane (NaN only equals NaN, inf only inf).
@@ -1061,6 +1073,53 @@ fn long_chain() {
         let y2 = &x * 3.0;
         kiln::ad::backward_from(&y2, &Float64::ones(2)).unwrap();
         kiln::ad::forward(&x).unwrap();
-        exact(&y2.grad().to_vec(), &[0.0, 0.0], "forward after a consuming backward");
+        exact(
+            &y2.grad().to_vec(),
+            &[0.0, 0.0],
+            "forward after a consuming backward",
+        );
+    });
+}
+
+/// JAX `api_test.py`: `test_grad_argnums` (f = x + 2y + 3z), `test_grad_item` (a host-side
+/// branch on the value, then x² at 2), `test_jvp_and_aux_basic` (jvp of x³ at 3 along 4),
+/// `test_grad_nonscalar_output_hint` (the error for a non-scalar output says what to do),
+/// `test_grad_of_int` (integer inputs carry no gradient).
+#[test]
+fn jax_api_grad_cases() {
+    each_backend(|| {
+        let (_, rev, fwd) = value_rev_fwd(&[1.0, 1.0, 1.0], &|a| {
+            &a[0] * 1.0 + &a[1] * 2.0 + &a[2] * 3.0
+        });
+        exact(&rev, &[1.0, 2.0, 3.0], "argnums, reverse");
+        exact(&fwd, &[1.0, 2.0, 3.0], "argnums, forward");
+
+        let x = leaf(&[2.0]);
+        let y = if x.item() != 0.0 {
+            x.pow(2.0)
+        } else {
+            x.clone()
+        };
+        y.backward();
+        exact(&x.grad().to_vec(), &[4.0], "grad_item");
+
+        let x = leaf(&[3.0]);
+        let y = &x * &x * &x;
+        x.set_grad(&Float64::from(4.0));
+        kiln::ad::forward_to(&y).unwrap();
+        exact(&y.to_vec(), &[27.0], "jvp primal");
+        exact(&y.grad().to_vec(), &[108.0], "jvp tangent");
+
+        let x = leaf(&[1.0, 2.0, 3.0]);
+        let e = (&x * &x).try_backward().unwrap_err().to_string();
+        assert!(
+            e.contains("backward_from") && e.contains("3 elements"),
+            "{e}"
+        );
+
+        let i = kiln::Int32::from_slice(&[1, 2]);
+        let y = i.cast::<f64>() + 0.0;
+        assert!(!y.grad_enabled());
+        exact(&y.grad().to_vec(), &[0.0, 0.0], "integer input");
     });
 }
