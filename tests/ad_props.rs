@@ -1371,3 +1371,39 @@ fn f32_programs_match_f64() {
         }
     }
 }
+
+/// Several threads differentiating at once share the AD graph (and keep their own recording and
+/// isolation state): every property still holds on each.
+#[test]
+fn threads_differentiate_concurrently() {
+    let tally = Tally::new();
+    let t = std::time::Instant::now();
+    no_leaks(|| {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4u8)
+                .map(|i| {
+                    let tally = &tally;
+                    s.spawn(move || {
+                        let strategy = progs(SMALL, 12, false);
+                        with_backend(BackendKind::Interp, || {
+                            runner(150, 120 + i).run(&strategy, |p| {
+                                check(&p, tally)?;
+                                check_scopes(&p, tally)
+                            })
+                        })
+                    })
+                })
+                .collect();
+            for h in hs {
+                if let Err(e) = h.join().unwrap() {
+                    panic!("threads: {e}");
+                }
+            }
+        })
+    });
+    eprintln!(
+        "threads: {} program runs on 4 threads, {:.1} s",
+        tally.cases.load(Relaxed),
+        t.elapsed().as_secs_f64()
+    );
+}
