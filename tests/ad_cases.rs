@@ -762,6 +762,27 @@ fn drjit_isolate_bwd() {
             exact(&a.grad().to_vec(), &[0.0], "inside the outer scope");
         });
         exact(&a.grad().to_vec(), &[8.0], "after both");
+
+        // the same with the interior arrays keeping their gradients: each shows its cotangent
+        // once the scope holding it has ended, and nothing is counted twice
+        let a = leaf(&[1.0]);
+        let mut b = &a * 2.0;
+        b.enable_grad();
+        kiln::ad::isolate_grad(|| {
+            let mut c = &b * 2.0;
+            c.enable_grad();
+            kiln::ad::isolate_grad(|| {
+                let mut d = &c * 2.0;
+                d.enable_grad();
+                d.backward();
+                exact(&d.grad().to_vec(), &[1.0], "d");
+                exact(&c.grad().to_vec(), &[0.0], "c held at the inner boundary");
+            });
+            exact(&c.grad().to_vec(), &[2.0], "c after the inner scope");
+            exact(&b.grad().to_vec(), &[0.0], "b held at the outer boundary");
+        });
+        exact(&b.grad().to_vec(), &[4.0], "b after both");
+        exact(&a.grad().to_vec(), &[8.0], "a after both");
     });
 }
 
