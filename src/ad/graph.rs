@@ -30,6 +30,16 @@ pub(crate) trait Rule: Send + Sync {
     fn refuses_reverse(&self) -> Option<(String, String)> {
         None
     }
+    /// [`Rule::forward`], or an error when forward mode cannot cross this node (a custom op
+    /// without `forward`).
+    fn try_forward(&self, tangents: &[Option<Grad>]) -> kiln_core::Result<Option<Grad>> {
+        Ok(self.forward(tangents))
+    }
+    /// Whether output lane `i` depends only on lane `i` of each input (or on a size-1 input):
+    /// what AD through a loop body or branch needs of the ops inside it.
+    fn lane_local(&self) -> bool {
+        false
+    }
 }
 
 pub(crate) struct Node {

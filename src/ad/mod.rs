@@ -20,12 +20,15 @@
 //! Dr.Jit and JAX); integer and mask arrays carry no gradient; a backward pass consumes the graph
 //! it crosses (a second one through it is an error) unless asked to retain it.
 
+pub(crate) mod control;
+pub mod custom;
 pub(crate) mod graph;
 mod propagate;
 pub(crate) mod reduce;
 pub(crate) mod rules;
 mod value;
 
+pub use custom::{custom, CustomOp};
 pub(crate) use graph::AdIndex;
 pub(crate) use value::Grad;
 

@@ -67,6 +67,8 @@ pub struct Traversal {
     /// The key without the arrays' literal and size classes (what a `&mut` argument may not change).
     shape: Xxh3,
     pub(crate) found: Vec<Found>,
+    /// The AD node of each position in `found` (0: none), for AD through control flow.
+    pub(crate) ads: Vec<crate::ad::AdIndex>,
     /// Deduplicated variables, in order of first appearance.
     pub(crate) slots: Vec<VarId>,
     track_paths: bool,
@@ -87,6 +89,7 @@ impl Traversal {
             hasher: Xxh3::new(),
             shape: Xxh3::new(),
             found: Vec::new(),
+            ads: Vec::new(),
             slots: Vec::new(),
             track_paths: false,
             path: Vec::new(),
@@ -147,6 +150,7 @@ impl Traversal {
             }
         };
         self.found.push(Found { id, slot });
+        self.ads.push(0);
         if self.track_paths {
             self.paths.push(self.path_string());
         }
@@ -238,6 +242,8 @@ pub struct Assign {
     ids: Vec<VarId>,
     next: usize,
     placeholders: bool,
+    /// AD nodes for the handed-out arrays, by position (empty: none).
+    ads: Vec<crate::ad::AdIndex>,
 }
 
 impl Assign {
@@ -247,6 +253,15 @@ impl Assign {
             ids,
             next: 0,
             placeholders: false,
+            ads: Vec::new(),
+        }
+    }
+    /// As [`Assign::new`], each array also getting the AD node at its position in `ads` (a new
+    /// reference; 0: none).
+    pub(crate) fn with_ads(ids: Vec<VarId>, ads: Vec<crate::ad::AdIndex>) -> Assign {
+        Assign {
+            ads,
+            ..Assign::new(ids)
         }
     }
     /// Every position gets an empty array (templates of a recording's outputs hold no memory).
@@ -255,6 +270,7 @@ impl Assign {
             ids: Vec::new(),
             next: 0,
             placeholders: true,
+            ads: Vec::new(),
         }
     }
     /// The next array as a new reference to a variable of type `ty` (for type-erased holders).
@@ -288,7 +304,9 @@ impl Assign {
             "kiln internal error: a replayed array changed type"
         );
         kiln_core::inc_ref(id);
-        Array::from_id(id)
+        let ad = self.ads.get(self.next - 1).copied().unwrap_or(0);
+        crate::ad::graph::inc_ref(ad);
+        Array::from_id(id).with_ad(ad)
     }
 }
 
@@ -298,6 +316,9 @@ impl Assign {
 impl<T: Scalar> Traverse for Array<T> {
     fn traverse(&self, t: &mut Traversal) {
         t.array(self.id());
+        if let Some(last) = t.ads.last_mut() {
+            *last = self.ad;
+        }
     }
     fn traverse_mut(&mut self, a: &mut Assign) {
         *self = a.array::<T>();
