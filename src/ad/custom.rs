@@ -71,6 +71,12 @@ pub trait CustomOp: Send + Sync + 'static {
         output: &Self::Output,
         grad_output: &Self::Output,
     ) -> Self::Input;
+    /// Whether output lane `i` depends only on lane `i` of each input (or on size-1 inputs).
+    /// Declaring it lets the op run inside a differentiated branch or loop body, which kiln
+    /// differentiates lane by lane (with forward mode: it then needs [`CustomOp::forward`]).
+    fn lane_local(&self) -> bool {
+        false
+    }
     /// Forward mode: the output's tangent given the input's (`grad_input`, zeros where an input
     /// has no tangent). `None`, the default, makes forward mode through the op an error.
     fn forward(
@@ -197,6 +203,9 @@ impl<C: CustomOp> Rule for Hub<C> {
     fn name(&self) -> &'static str {
         self.0.name
     }
+    fn lane_local(&self) -> bool {
+        self.0.op.lane_local()
+    }
     fn backward(&self, _token: &Grad) -> Vec<Option<Grad>> {
         let s = &self.0;
         let parked: Vec<Option<Grad>> = std::mem::take(&mut *s.cts.lock());
@@ -295,6 +304,9 @@ struct Handle<C: CustomOp> {
 impl<C: CustomOp> Rule for Handle<C> {
     fn name(&self) -> &'static str {
         self.shared.name
+    }
+    fn lane_local(&self) -> bool {
+        self.shared.op.lane_local()
     }
     fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
         let mut cts = self.shared.cts.lock();
