@@ -366,6 +366,70 @@ fn while_loop_with_per_lane_trip_counts() {
 }
 
 #[test]
+fn compressed_evaluated_loop_carries_tangents() {
+    let _s = serial();
+    let before = nodes();
+    let xv = [0.5, 2.0, 3.9, 0.01, 1.0];
+    let mut x = Float64::from_slice(&xv);
+    x.enable_grad();
+    let y = Loop::new((x.clone(), UInt32::zeros(5)))
+        .mode(Mode::Evaluated)
+        .compress(true)
+        .run(|(y, _)| y.lt(4.0), |(y, k)| (y * y + 0.5, k + 1u32))
+        .unwrap()
+        .0;
+    kiln::ad::forward(&x).unwrap();
+    let want: Vec<f64> = xv
+        .iter()
+        .map(|&x0| {
+            let (mut v, mut d) = (x0, 1.0);
+            while v < 4.0 {
+                d *= 2.0 * v;
+                v = v * v + 0.5;
+            }
+            d
+        })
+        .collect();
+    close(&y.grad().to_vec(), &want, 1e-13, "compressed");
+    drop((x, y));
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn loop_inside_a_branch_is_differentiable_in_reverse_mode() {
+    // the loop is differentiated inside the branch's body (forward passes there), so reverse
+    // mode through the branch is exact even though reverse mode through a bare loop is refused
+    let _s = serial();
+    let before = nodes();
+    let xv = [0.3, 1.7, 2.5, 0.9];
+    for mode in MODES {
+        let run = |x: &Float64| {
+            let looped = move |x: &Float64| {
+                Loop::new((x.clone(), Int32::zeros(1)))
+                    .mode(mode)
+                    .run(|(_, i)| i.lt(3), |(y, i)| (y.sin() + y * 0.5, i + 1))
+                    .unwrap()
+                    .0
+            };
+            Branch::new()
+                .mode(mode)
+                .run(&x.detach().lt(2.0), looped, |x: &Float64| x.exp(), x)
+                .unwrap()
+        };
+        let mut x = Float64::from_slice(&xv);
+        x.enable_grad();
+        run(&x).sum().backward();
+        close(
+            &x.grad().to_vec(),
+            &fd_lanes(&run, &xv),
+            1e-7,
+            &format!("{mode:?}"),
+        );
+    }
+    assert_eq!(nodes(), before);
+}
+
+#[test]
 fn while_loop_forward_through_two_coupled_entries() {
     // a rotation applied n times: the tangent of (u, v) follows the same rotation
     let _s = serial();

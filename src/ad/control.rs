@@ -158,7 +158,71 @@ struct LaneJacobian {
     out_size: usize,
     /// Per parent: the Jacobian entry (of the output's type), the parent's type and size.
     entries: Vec<(Grad, VarType, usize)>,
+    /// The parents' nodes (not counted: the node's own edges keep them alive while it lives).
+    parents: Vec<AdIndex>,
     refuses: Option<(String, String)>,
+}
+
+/// A gradient recorded by a backward pass with `create_graph` through a node whose rule is not
+/// itself differentiable (the Jacobian entries of a construct, a custom op's hand-written
+/// backward): any later pass through it is refused instead of missing the second-order terms.
+struct SecondOrder {
+    construct: &'static str,
+}
+
+impl SecondOrder {
+    fn why(&self) -> String {
+        format!(
+            "second-order derivatives (of a gradient recorded with create_graph) through {}: its backward pass is not itself differentiated",
+            self.construct
+        )
+    }
+}
+
+impl Rule for SecondOrder {
+    fn name(&self) -> &'static str {
+        "second_order"
+    }
+    fn backward(&self, _: &Grad) -> Vec<Option<Grad>> {
+        Vec::new()
+    }
+    fn forward(&self, _: &[Option<Grad>]) -> Option<Grad> {
+        None
+    }
+    fn try_forward(&self, _: &[Option<Grad>]) -> Result<Option<Grad>> {
+        Err(Error::Ad(format!(
+            "forward mode through {}; compute it with a first-order pass",
+            self.why()
+        )))
+    }
+    fn refuses_reverse(&self) -> Option<(String, String)> {
+        Some((self.construct.to_string(), self.why()))
+    }
+}
+
+/// `g`, computed by a rule of `construct` during a backward pass: when that pass records itself
+/// (gradients of gradients), the result gets a node that refuses to be differentiated again,
+/// with parents `inputs` (the rule's inputs) and `g`'s own node.
+pub(crate) fn guard_second_order(g: Grad, inputs: &[AdIndex], construct: &'static str) -> Grad {
+    if !recording() {
+        return g;
+    }
+    let mut ps: Vec<AdIndex> = inputs.iter().copied().filter(|&a| a != 0).collect();
+    if g.ad() != 0 {
+        ps.push(g.ad());
+    }
+    let ty = g.ty();
+    let ad = graph::new_node(
+        ty,
+        kiln_core::size(g.id()),
+        ps,
+        Some(Arc::new(SecondOrder { construct })),
+    );
+    let plain = g.detached();
+    match ty {
+        VarType::F32 => Grad::of(plain.array::<f32>().detach().with_ad(ad)),
+        _ => Grad::of(plain.array::<f64>().detach().with_ad(ad)),
+    }
 }
 
 fn mul(a: &Grad, b: &Grad) -> Grad {
@@ -199,10 +263,11 @@ impl Rule for LaneJacobian {
     fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
         self.entries
             .iter()
-            .map(|(w, ty, size)| {
+            .zip(&self.parents)
+            .map(|((w, ty, size), &p)| {
                 let g = cast_grad(&mul(ct, w), *ty);
                 let n = kiln_core::size(g.id());
-                Some(fit(&g, *size, n))
+                Some(guard_second_order(fit(&g, *size, n), &[p], self.name))
             })
             .collect()
     }
@@ -248,6 +313,7 @@ fn node(
             .zip(parents)
             .map(|(&w, &(_, ty, size))| (grad_of(w), ty, size))
             .collect(),
+        parents: parents.iter().map(|p| p.0).collect(),
         refuses,
     };
     let ps: Vec<AdIndex> = parents.iter().map(|p| p.0).collect();
@@ -639,5 +705,46 @@ pub(crate) fn not_differentiable(construct: &str) -> Error {
     Error::NotDifferentiable {
         construct: construct.to_string(),
         detail: "an input carries a gradient; AD through it (reverse mode, and forward mode too) comes with the next AD issue".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::propagate::{self, Backward};
+    use crate::prelude::*;
+
+    /// A gradient recorded through a branch (`create_graph`) refuses to be differentiated again,
+    /// in either mode, instead of dropping the derivative of the Jacobian entries.
+    #[test]
+    fn second_order_through_a_branch_is_refused() {
+        {
+            let mut x = Float64::from_slice(&[0.2, 0.9]);
+            x.enable_grad();
+            let y = crate::if_then_else(
+                &x.detach().lt(0.5),
+                |x: &Float64| x * x * x,
+                |x: &Float64| x.sin(),
+                &x,
+            )
+            .unwrap();
+            let seed = super::Grad::of(Float64::ones(2));
+            let how = Backward {
+                retain_graph: true,
+                create_graph: true,
+            };
+            let gs = propagate::backward(vec![(y.ad, seed)], how, &[x.ad]).unwrap();
+            let g = gs.get(&x.ad).expect("a gradient for x").array::<f64>();
+            // first order is right
+            let want = [3.0 * 0.04, 0.9f64.cos()];
+            for (a, b) in g.to_vec().iter().zip(want) {
+                assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+            }
+            // second order is refused both ways
+            assert!(g.grad_enabled());
+            let e = g.sum().try_backward().unwrap_err();
+            assert!(e.to_string().contains("second-order"), "{e}");
+            let e = crate::ad::forward(&x).unwrap_err();
+            assert!(e.to_string().contains("second-order"), "{e}");
+        }
     }
 }

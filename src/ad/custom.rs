@@ -112,6 +112,7 @@ pub fn custom<C: CustomOp>(op: C, input: &C::Input) -> C::Output {
         y: rebuild_with(&y, &yids, &vec![0; outs]),
         x_ids: ids.clone(),
         wrt: wrt.clone(),
+        parents: wrt.iter().map(|&k| ads[k]).collect(),
         cts: Mutex::new((0..outs).map(|_| None).collect()),
         tangents: Mutex::new((0..outs).map(|_| None).collect()),
     });
@@ -156,6 +157,8 @@ struct Shared<C: CustomOp> {
     x_ids: Vec<VarId>,
     /// Input positions that are the hub's parents, in order.
     wrt: Vec<usize>,
+    /// The hub's parents (not counted: the hub's edges keep them alive while its rule lives).
+    parents: Vec<AdIndex>,
     /// Cotangents parked by the handles during a backward pass, by output position.
     cts: Mutex<Vec<Option<Grad>>>,
     /// Tangents computed by the hub during a forward pass, by output position.
@@ -245,7 +248,12 @@ impl<C: CustomOp> Rule for Hub<C> {
                     kiln_core::var_type(x),
                     kiln_core::size(x),
                 );
-                Some(g.unwrap_or_else(|e| panic!("kiln: {e}")))
+                let g = g.unwrap_or_else(|e| panic!("kiln: {e}"));
+                Some(super::control::guard_second_order(
+                    g,
+                    &s.parents,
+                    "a custom op",
+                ))
             })
             .collect()
     }
