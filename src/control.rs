@@ -8,6 +8,23 @@
 //! symbolically cannot work; in [`Mode::Auto`] kiln then runs it in *evaluated* mode, where the
 //! host drives the iterations (each one a replay of the body frozen once) or computes each branch
 //! on its own lanes. [`Mode::Symbolic`] turns that fallback into an error instead.
+//!
+//! **Derivatives.** Branches and calls are differentiable in both modes (reverse and forward),
+//! loops in forward mode; reverse mode through a loop is refused when `backward` reaches it
+//! ([`Error::NotDifferentiable`]; it is coming). The body is differentiated lane by lane while
+//! it runs, so it must take every array that carries a gradient as an argument (the loop state),
+//! not capture it, and compute each lane from its own lane (no reductions or gathers over the
+//! arguments); anything else is an error, never a wrong gradient. See `kiln::ad`.
+//!
+//! ```
+//! use kiln::prelude::*;
+//! let mut x = Float64::from_slice(&[-2.0, 3.0]);
+//! x.enable_grad();
+//! // |x|·x: each lane's derivative is its own branch's
+//! let y = kiln::if_then_else(&x.detach().lt(0.0), |x: &Float64| -x * x, |x: &Float64| x * x, &x).unwrap();
+//! y.sum().backward();
+//! assert_eq!(x.grad().to_vec(), vec![4.0, 6.0]);
+//! ```
 
 use crate::array::{Bool, UInt32};
 use crate::freeze::traverse::{Assign, Traversal, Traverse};

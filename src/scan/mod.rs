@@ -435,12 +435,12 @@ impl<T: Scalar> Scan<T> {
     /// An output that feeds back one step (a SITSOT): `init` is its value before the first step,
     /// of the shape each step returns.
     pub fn output(mut self, init: &Tensor<T>) -> Self {
-        self.refuse_grad(&init);
+        self.refuse_grad(init);
         self.output_impl(Erased::of(init), &[-1], false)
     }
     /// [`Scan::output`] for an output of another element type (read with [`Step::out_as`]).
     pub fn output_as<U: Scalar>(mut self, init: &Tensor<U>) -> Self {
-        self.refuse_grad(&init);
+        self.refuse_grad(init);
         self.output_impl(Erased::of(init), &[-1], false)
     }
     /// As [`Scan::output`], handing the initial state over to the scan: it may then compute the
@@ -454,12 +454,12 @@ impl<T: Scalar> Scan<T> {
     /// An output that feeds back at several earlier steps (a MITSOT), e.g. `&[-2, -1]`: `init`
     /// holds one row per step back to the earliest tap, `init[0]` being the earliest.
     pub fn output_taps(mut self, init: &Tensor<T>, taps: &[i64]) -> Self {
-        self.refuse_grad(&init);
+        self.refuse_grad(init);
         self.output_impl(Erased::of(init), taps, false)
     }
     /// [`Scan::output_taps`] for an output of another element type.
     pub fn output_taps_as<U: Scalar>(mut self, init: &Tensor<U>, taps: &[i64]) -> Self {
-        self.refuse_grad(&init);
+        self.refuse_grad(init);
         self.output_impl(Erased::of(init), taps, false)
     }
     fn output_impl(mut self, init: Erased, taps: &[i64], owned: bool) -> Self {
