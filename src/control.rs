@@ -12,9 +12,10 @@
 //! **Derivatives.** Branches and calls are differentiable in both modes (reverse and forward),
 //! loops in forward mode; reverse mode through a loop is refused when `backward` reaches it
 //! ([`Error::NotDifferentiable`]; it is coming). The body is differentiated lane by lane while
-//! it runs, so it must take every array that carries a gradient as an argument (the loop state),
-//! not capture it, and compute each lane from its own lane (no reductions or gathers over the
-//! arguments); anything else is an error, never a wrong gradient. See `kiln::ad`.
+//! it runs, so it must compute each lane from its own lane (no reductions or gathers over the
+//! arguments), and a loop body must take every array that carries a gradient through its state
+//! (branch and call targets may also capture them: a registry's instances may hold parameters);
+//! anything else is an error, never a wrong gradient. See `kiln::ad`.
 //!
 //! ```
 //! use kiln::prelude::*;

@@ -12,15 +12,16 @@
 //! each result gets one node ([`LaneJacobian`]) that multiplies by its entries in either
 //! direction. This is exact when the body is lane-local (lane `i` of a result depends only on
 //! lane `i` of the arguments), which every symbolic body is; a body that mixes lanes (a
-//! reduction, a gather from an argument) or that captures an array carrying a gradient instead of
-//! taking it as an argument is refused with an error, never differentiated wrongly.
+//! reduction, a gather from an argument) is refused with an error, never differentiated wrongly.
+//! Arrays with gradients that branch or call targets capture (parameters held by a registry's
+//! instances) are found by tracing the targets once beforehand in a trace that is thrown away,
+//! and become extra columns of the Jacobian; a loop body must take them through its state.
 //!
 //! Reverse mode through loops needs the iterations' states (stored or recomputed) and comes with
 //! the next AD issue: a loop's result nodes refuse it ([`Rule::refuses_reverse`]), and scans and
 //! stencils refuse inputs that carry gradients outright ([`refusal`]).
 
 use super::graph::{self, AdIndex, Rule};
-use super::propagate;
 use super::rules::{broadcast, cast_grad, unbroadcast};
 use super::value::Grad;
 use super::{recording, RecordingGuard};
@@ -372,8 +373,9 @@ fn note(failure: &RefCell<Option<Error>>, e: Error) {
 }
 
 /// Run `f(args)` on fresh leaves at positions `wrt` (new nodes): the results, the body's
-/// checks, and for each seed set the tangents of the results. `seeds(k)` gives, for column
-/// `k`, the tangent of each leaf position; `columns` is the number of forward passes.
+/// checks, and for each of `columns` forward passes the tangents of the results. `seeds(k,
+/// leaves, ids)` gives column `k`'s seeds: leaf nodes (by argument position) or `captured`
+/// nodes (arrays with gradients the body captured, found beforehand by [`probe`]).
 struct Differentiated<O> {
     out: O,
     out_ids: Vec<VarId>,
@@ -381,55 +383,44 @@ struct Differentiated<O> {
     tangents: Vec<Vec<Option<Grad>>>,
 }
 
+/// Seeds of one forward pass through a body, given its leaves (by argument position, 0 where
+/// none) and its arguments' ids.
+type Seeds<'a> = dyn Fn(usize, &[AdIndex], &[VarId]) -> Vec<(AdIndex, Grad)> + 'a;
+
+#[allow(clippy::too_many_arguments)]
 fn differentiate<A: Traverse + Clone, O: Traverse>(
     what: &str,
     f: &mut dyn FnMut(&A) -> O,
     args: &A,
     wrt: &[usize],
+    captured: &[AdIndex],
     columns: usize,
-    seeds: &dyn Fn(usize, usize, VarId) -> Option<Grad>,
+    seeds: &Seeds<'_>,
     failure: &RefCell<Option<Error>>,
 ) -> Differentiated<O> {
     // the body records derivatives even inside a backward pass's rules (first order only)
     let _rec = RecordingGuard::set(true);
     let start = graph::with(|g| g.next_seq());
     let (ids, _) = arrays(args);
-    let leaves = Nodes(
-        ids.iter()
-            .enumerate()
-            .map(|(k, &id)| {
-                if wrt.contains(&k) {
-                    graph::new_node(kiln_core::var_type(id), kiln_core::size(id), vec![], None)
-                } else {
-                    0
-                }
-            })
-            .collect(),
-    );
+    let leaves = leaves_at(&ids, wrt);
     let out = {
         let a = rebuild_with(args, &ids, &leaves.0);
         f(&a)
     };
     let (out_ids, out_ads) = arrays(&out);
     let mut tangents = Vec::new();
-    match check_body(what, &out_ads, &leaves.0, start) {
+    let mut boundary = leaves.0.clone();
+    boundary.extend_from_slice(captured);
+    match check_body(what, &out_ads, &boundary, start) {
         Err(e) => note(failure, e),
         Ok(()) => {
-            let targets: Vec<AdIndex> = out_ads.iter().copied().filter(|&a| a != 0).collect();
             for k in 0..columns {
-                let s: Vec<(AdIndex, Grad)> = wrt
-                    .iter()
-                    .filter_map(|&p| seeds(k, p, ids[p]).map(|g| (leaves.0[p], g)))
-                    .collect();
-                let ts = if targets.is_empty() || s.is_empty() {
-                    Default::default()
-                } else {
-                    match propagate::forward(s, Some(&targets)) {
-                        Ok(ts) => ts,
-                        Err(e) => {
-                            note(failure, e);
-                            Default::default()
-                        }
+                let s = seeds(k, &leaves.0, &ids);
+                let ts = match body_forward(&out_ads, start, s) {
+                    Ok(ts) => ts,
+                    Err(e) => {
+                        note(failure, e);
+                        Default::default()
                     }
                 };
                 tangents.push(
@@ -448,6 +439,125 @@ fn differentiate<A: Traverse + Clone, O: Traverse>(
         out_ids,
         tangents,
     }
+}
+
+/// Fresh leaf nodes at positions `wrt` of `ids` (0 elsewhere), owned by the result.
+fn leaves_at(ids: &[VarId], wrt: &[usize]) -> Nodes {
+    Nodes(
+        ids.iter()
+            .enumerate()
+            .map(|(k, &id)| {
+                if wrt.contains(&k) {
+                    graph::new_node(kiln_core::var_type(id), kiln_core::size(id), vec![], None)
+                } else {
+                    0
+                }
+            })
+            .collect(),
+    )
+}
+
+/// A forward pass over the nodes a body created (from `start` on) between its seeds and its
+/// results `outs`: the tangent of every node reached. Nodes older than the body (what it
+/// captured) are only seeds here, never crossed, so the pass stays inside the body.
+fn body_forward(
+    outs: &[AdIndex],
+    start: u64,
+    seeds: Vec<(AdIndex, Grad)>,
+) -> Result<std::collections::HashMap<AdIndex, Grad>> {
+    let mut ts: std::collections::HashMap<AdIndex, Grad> = seeds.into_iter().collect();
+    if ts.is_empty() {
+        return Ok(ts);
+    }
+    #[allow(clippy::type_complexity)]
+    let mut steps: Vec<(AdIndex, u64, Option<Arc<dyn Rule>>, Vec<AdIndex>)> = graph::with(|g| {
+        let mut seen = HashSet::new();
+        let mut stack: Vec<AdIndex> = outs.iter().copied().filter(|&a| a != 0).collect();
+        let mut steps = Vec::new();
+        while let Some(i) = stack.pop() {
+            if !seen.insert(i) {
+                continue;
+            }
+            let n = g.node(i);
+            if n.seq < start {
+                continue;
+            }
+            steps.push((i, n.seq, n.rule.clone(), n.parents.clone()));
+            stack.extend(n.parents.iter().copied());
+        }
+        for s in &steps {
+            g.retain(s.0);
+        }
+        steps
+    });
+    steps.sort_by_key(|s| s.1);
+    let held = Nodes(steps.iter().map(|s| s.0).collect());
+    let _rec = RecordingGuard::set(false);
+    for (ad, _, rule, parents) in &steps {
+        if ts.contains_key(ad) {
+            continue;
+        }
+        let Some(rule) = rule else { continue };
+        let inputs: Vec<Option<Grad>> = parents.iter().map(|p| ts.get(p).cloned()).collect();
+        if inputs.iter().all(|t| t.is_none()) {
+            continue;
+        }
+        if let Some(t) = rule.try_forward(&inputs)? {
+            ts.insert(*ad, t);
+        }
+    }
+    drop(steps);
+    drop(held);
+    Ok(ts)
+}
+
+/// The arrays with gradients that `targets` capture (rather than take as arguments): each
+/// target is traced once on leaves, inside a symbolic trace that is then thrown away (its side
+/// effects discarded), and the nodes older than it that its results reach are collected. One
+/// reference held on each.
+fn probe<A: Traverse + Clone, O: Traverse>(
+    targets: &[Target<'_, A, O>],
+    args: &A,
+    wrt: &[usize],
+) -> Result<Nodes> {
+    let mut found = Nodes(Vec::new());
+    let trace = crate::control::Trace::enter()?;
+    for f in targets.iter().flatten() {
+        let _rec = RecordingGuard::set(true);
+        let start = graph::with(|g| g.next_seq());
+        let (ids, _) = arrays(args);
+        let leaves = leaves_at(&ids, wrt);
+        let out = {
+            let a = rebuild_with(args, &ids, &leaves.0);
+            f(&a)
+        };
+        let (_, out_ads) = arrays(&out);
+        let new = graph::with(|g| {
+            let mut seen = HashSet::new();
+            let mut stack: Vec<AdIndex> = out_ads.iter().copied().filter(|&a| a != 0).collect();
+            let mut new = Vec::new();
+            while let Some(i) = stack.pop() {
+                if !seen.insert(i) || leaves.0.contains(&i) {
+                    continue;
+                }
+                let n = g.node(i);
+                if n.seq < start {
+                    if !found.0.contains(&i) && !new.contains(&i) {
+                        g.retain(i);
+                        new.push(i);
+                    }
+                    continue;
+                }
+                stack.extend(n.parents.iter().copied());
+            }
+            new
+        });
+        found.0.extend(new);
+        drop(out);
+        drop(leaves);
+    }
+    drop(trace);
+    Ok(found)
 }
 
 /// The tangent `t` as an owned id, or a zero of type `ty`.
@@ -478,26 +588,43 @@ pub(crate) fn call<A: Traverse + Clone, O: Traverse + Clone>(
     // the construct runs on detached arguments (a size-1 argument keeps its size: each lane's
     // entry is its share of that argument's gradient, summed by the node)
     let detached = rebuild_with(args, &ids, &vec![0; ids.len()]);
+    // arrays with gradients that the targets capture are differentiated like arguments (only
+    // looked for while the graph has nodes: otherwise nothing can carry a gradient)
+    let captured = if graph::any_alive() {
+        probe(targets, &detached, &wrt)?
+    } else {
+        Nodes(Vec::new())
+    };
+    let cap: Vec<(AdIndex, VarType, usize)> = graph::with(|g| {
+        captured
+            .0
+            .iter()
+            .map(|&c| (c, g.node(c).ty, g.node(c).size))
+            .collect()
+    });
+    let columns = wrt.len() + cap.len();
     let template: RefCell<Option<O>> = RefCell::new(None);
     let failure: RefCell<Option<Error>> = RefCell::new(None);
-    let seeds = |k: usize, p: usize, id: VarId| {
-        (wrt[k] == p).then(|| {
-            let ty = kiln_core::var_type(id);
-            grad_of_owned(kiln_core::literal(
-                ty,
-                one_bits(ty),
-                kiln_core::freeze::size_of(id),
-            ))
-        })
+    let seeds = |k: usize, leaves: &[AdIndex], ids: &[VarId]| -> Vec<(AdIndex, Grad)> {
+        let one = |ty: VarType, n: Size| grad_of_owned(kiln_core::literal(ty, one_bits(ty), n));
+        if k < wrt.len() {
+            let id = ids[wrt[k]];
+            let n = kiln_core::freeze::size_of(id);
+            vec![(leaves[wrt[k]], one(kiln_core::var_type(id), n))]
+        } else {
+            let (c, ty, n) = cap[k - wrt.len()];
+            vec![(c, one(ty, Size::fixed(n)))]
+        }
     };
     let boxed: Vec<Option<Box<dyn Fn(&A) -> Flat + '_>>> = targets
         .iter()
         .map(|t| {
             t.map(|f| {
                 let (template, failure, wrt, seeds) = (&template, &failure, &wrt, &seeds);
+                let captured = &captured.0;
                 Box::new(move |a: &A| -> Flat {
                     let mut g = |x: &A| f(x);
-                    let d = differentiate(what, &mut g, a, wrt, wrt.len(), seeds, failure);
+                    let d = differentiate(what, &mut g, a, wrt, captured, columns, seeds, failure);
                     let mut flat = Ids(Vec::new());
                     for &o in &d.out_ids {
                         kiln_core::inc_ref(o);
@@ -534,18 +661,19 @@ pub(crate) fn call<A: Traverse + Clone, O: Traverse + Clone>(
         .ok_or_else(|| Error::Ad(format!("{what}: no target ran")))?;
     let (out_ids, _) = arrays(&template);
     let m = out_ids.len();
-    let parents: Vec<(AdIndex, VarType, usize)> = wrt
+    let mut parents: Vec<(AdIndex, VarType, usize)> = wrt
         .iter()
         .map(|&k| (ads[k], kiln_core::var_type(ids[k]), kiln_core::size(ids[k])))
         .collect();
+    parents.extend_from_slice(&cap);
     let mut nodes = Nodes(vec![0; m]);
     let mut at = m;
     for j in 0..m {
         let o = flat.0[j];
         if differentiable(kiln_core::var_type(o)) {
-            let ws = &flat.0[at..at + wrt.len()];
-            at += wrt.len();
-            if !wrt.is_empty() {
+            let ws = &flat.0[at..at + columns];
+            at += columns;
+            if columns > 0 {
                 nodes.0[j] = node(what_name(what), o, &parents, ws, None);
             }
         }
@@ -640,14 +768,15 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
     let result = inner_loop.run_plain(
         |(s, _)| cond(s),
         |(s, j): &(S, Flat)| {
-            // column c's seed at row position p: J[row(p)][c]
-            let seeds = |c: usize, p: usize, _: VarId| {
+            // column c's seed at row r's leaf: J[r][c]
+            let seeds = |c: usize, leaves: &[AdIndex], _: &[VarId]| {
                 rows_r
                     .iter()
-                    .position(|&r| r == p)
-                    .map(|ri| grad_of(j.0[ri * cols + c]))
+                    .enumerate()
+                    .map(|(ri, &r)| (leaves[r], grad_of(j.0[ri * cols + c])))
+                    .collect()
             };
-            let d = differentiate(what_r, &mut body, s, rows_r, cols, &seeds, failure_r);
+            let d = differentiate(what_r, &mut body, s, rows_r, &[], cols, &seeds, failure_r);
             let mut next_j = Ids(Vec::new());
             for &r in rows_r.iter() {
                 let ty = kiln_core::var_type(ids[r]);

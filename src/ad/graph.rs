@@ -94,6 +94,11 @@ pub(crate) fn counters() -> (u64, u64, u64) {
     (g.alive, g.edges, bytes)
 }
 
+/// Whether any node is alive (cheap: no walk over the nodes).
+pub(crate) fn any_alive() -> bool {
+    GRAPH.lock().alive > 0
+}
+
 /// Run `f` on the graph under its lock. Whatever `f` returns is dropped after the lock is
 /// released (it may hold arrays whose drop touches the graph).
 pub(crate) fn with<R>(f: impl FnOnce(&mut Graph) -> R) -> R {
