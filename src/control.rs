@@ -320,7 +320,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
     /// assert!(y.sum().try_backward().is_err()); // reverse mode: coming
     /// ```
     pub fn run(self, cond: impl FnMut(&S) -> Bool, body: impl FnMut(&S) -> S) -> Result<S> {
-        if crate::ad::recording() {
+        if crate::ad::control::involved(&self.state) {
             return crate::ad::control::run_loop(self, cond, body);
         }
         self.run_plain(cond, body)
@@ -847,7 +847,7 @@ fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
     args: &A,
     n: Size,
 ) -> Result<O> {
-    if crate::ad::recording() {
+    if crate::ad::control::involved(args) {
         return crate::ad::control::call(what, args, targets, |a, t| {
             masked_call_plain(what, kind, mode, masks, t, a, n)
         });

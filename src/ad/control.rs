@@ -571,6 +571,13 @@ fn entry(t: &Option<Grad>, ty: VarType) -> VarId {
 // ---------------------------------------------------------------------------------------------
 // Branches and calls
 
+/// Whether a construct over `args` must go through the differentiating path: gradients are
+/// recorded and some node is alive (an argument's, or one a body could capture). Otherwise no
+/// array involved can carry a gradient, and the construct runs as it would without AD.
+pub(crate) fn involved<A: Traverse>(_args: &A) -> bool {
+    recording() && graph::any_alive()
+}
+
 /// `if_then_else` / `switch` / `dispatch` with derivatives. `run` runs the construct (in its
 /// mode) with the given targets on the given arguments; each target here returns its results
 /// followed by its Jacobian entries.
