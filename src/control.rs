@@ -8,6 +8,24 @@
 //! symbolically cannot work; in [`Mode::Auto`] kiln then runs it in *evaluated* mode, where the
 //! host drives the iterations (each one a replay of the body frozen once) or computes each branch
 //! on its own lanes. [`Mode::Symbolic`] turns that fallback into an error instead.
+//!
+//! **Derivatives.** Branches and calls are differentiable in both modes (reverse and forward),
+//! loops in forward mode; reverse mode through a loop is refused when `backward` reaches it
+//! ([`Error::NotDifferentiable`]; it is coming). The body is differentiated lane by lane while
+//! it runs, so it must compute each lane from its own lane (no reductions or gathers over the
+//! arguments), and a loop body must take every array that carries a gradient through its state
+//! (branch and call targets may also capture them: a registry's instances may hold parameters);
+//! anything else is an error, never a wrong gradient. See `kiln::ad`.
+//!
+//! ```
+//! use kiln::prelude::*;
+//! let mut x = Float64::from_slice(&[-2.0, 3.0]);
+//! x.enable_grad();
+//! // |x|·x: each lane's derivative is its own branch's
+//! let y = kiln::if_then_else(&x.detach().lt(0.0), |x: &Float64| -x * x, |x: &Float64| x * x, &x).unwrap();
+//! y.sum().backward();
+//! assert_eq!(x.grad().to_vec(), vec![4.0, 6.0]);
+//! ```
 
 use crate::array::{Bool, UInt32};
 use crate::freeze::traverse::{Assign, Traversal, Traverse};
@@ -243,11 +261,11 @@ impl Drop for Trace {
 /// assert_eq!(n.to_vec(), vec![0, 2, 7]);
 /// ```
 pub struct Loop<S> {
-    state: S,
-    label: String,
-    max_iterations: u64,
-    mode: Mode,
-    compress: bool,
+    pub(crate) state: S,
+    pub(crate) label: String,
+    pub(crate) max_iterations: u64,
+    pub(crate) mode: Mode,
+    pub(crate) compress: bool,
 }
 
 impl<S: Traverse + Clone + 'static> Loop<S> {
@@ -285,7 +303,35 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
     }
 
     /// Run the loop: while `cond(state)` holds for a lane, `state = body(state)` for that lane.
-    pub fn run(self, mut cond: impl FnMut(&S) -> Bool, mut body: impl FnMut(&S) -> S) -> Result<S> {
+    ///
+    /// Derivatives: forward mode crosses the loop (the Jacobian of the state with respect to its
+    /// entries that carry a gradient travels with it, so the body must be lane-local and take
+    /// every array with a gradient through the state); reverse mode through a loop is refused
+    /// with [`Error::NotDifferentiable`] when `backward` reaches it (it is coming).
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let mut x = Float64::from_slice(&[0.5, 2.0]);
+    /// x.enable_grad();
+    /// // y = x · 1.5^k, k = steps until y > 4
+    /// let y = kiln::while_loop(x.clone(), |y| y.lt(4.0), |y| y * 1.5).unwrap();
+    /// kiln::ad::forward(&x).unwrap();
+    /// assert_eq!(y.grad().to_vec(), vec![1.5f64.powi(6), 1.5f64.powi(2)]);
+    /// assert!(y.sum().try_backward().is_err()); // reverse mode: coming
+    /// ```
+    pub fn run(self, cond: impl FnMut(&S) -> Bool, body: impl FnMut(&S) -> S) -> Result<S> {
+        if crate::ad::control::involved(&self.state) {
+            return crate::ad::control::run_loop(self, cond, body);
+        }
+        self.run_plain(cond, body)
+    }
+
+    /// [`Loop::run`] without derivatives.
+    pub(crate) fn run_plain(
+        self,
+        mut cond: impl FnMut(&S) -> Bool,
+        mut body: impl FnMut(&S) -> S,
+    ) -> Result<S> {
         let (ids, paths) = positions(&self.state);
         let what = format!("loop {}", self.label);
         if ids.is_empty() {
@@ -790,8 +836,26 @@ fn call_size<A: Traverse>(what: &str, index: VarId, args: &A) -> Result<Size> {
     common_size(what, &ids, &paths)
 }
 
-/// Run `targets[k]` on the lanes where `masks[k]` holds (masks disjoint), 0 elsewhere.
+/// Run `targets[k]` on the lanes where `masks[k]` holds (masks disjoint), 0 elsewhere; with
+/// derivatives while gradients are recorded (see `crate::ad::control::call`).
 fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
+    what: &str,
+    kind: u64,
+    mode: Mode,
+    masks: &[VarId],
+    targets: &[Target<'_, A, O>],
+    args: &A,
+    n: Size,
+) -> Result<O> {
+    if crate::ad::control::involved(args) {
+        return crate::ad::control::call(what, args, targets, |a, t| {
+            masked_call_plain(what, kind, mode, masks, t, a, n)
+        });
+    }
+    masked_call_plain(what, kind, mode, masks, targets, args, n)
+}
+
+fn masked_call_plain<A: Traverse + Clone, O: Traverse + Clone>(
     what: &str,
     kind: u64,
     mode: Mode,

@@ -418,6 +418,9 @@ pub trait StencilInputs {
     fn names(&self) -> Vec<String>;
     #[doc(hidden)]
     fn arrays(&self) -> Vec<kiln_core::VarId>;
+    /// Whether an input carries a gradient (stencils refuse those until AD crosses them).
+    #[doc(hidden)]
+    fn carries_grad(&self) -> bool;
 }
 
 fn name_of<T: Scalar>(t: &Tensor<T>, i: usize) -> String {
@@ -440,6 +443,9 @@ impl<T: Scalar> StencilInputs for &Tensor<T> {
     fn arrays(&self) -> Vec<kiln_core::VarId> {
         vec![self.array().id()]
     }
+    fn carries_grad(&self) -> bool {
+        self.array().grad_enabled()
+    }
 }
 
 macro_rules! tuple_inputs {
@@ -457,6 +463,9 @@ macro_rules! tuple_inputs {
             }
             fn arrays(&self) -> Vec<kiln_core::VarId> {
                 vec![$(self.$i.array().id()),+]
+            }
+            fn carries_grad(&self) -> bool {
+                false $(|| self.$i.array().grad_enabled())+
             }
         }
     };
@@ -573,6 +582,9 @@ impl<F> Stencil<F> {
     where
         F: StencilFn<I>,
     {
+        if crate::ad::recording() && inputs.carries_grad() {
+            return Err(crate::ad::control::not_differentiable("stencil"));
+        }
         let shapes = inputs.shapes();
         let names = inputs.names();
         let domain = shapes[0].clone();
@@ -653,6 +665,10 @@ impl<F> Stencil<F> {
         let rels = inputs.rels(&ctx, &|i| fast[i]);
         let value = self.f.call(&rels);
         drop(rels);
+        if crate::ad::recording() && value.grad_enabled() {
+            // the kernel captured an array that carries a gradient
+            return Err(crate::ad::control::not_differentiable("stencil"));
+        }
         if let Some(e) = ctx.errors.borrow().first() {
             return Err(Error::Stencil(e.clone()));
         }

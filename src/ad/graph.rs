@@ -30,6 +30,16 @@ pub(crate) trait Rule: Send + Sync {
     fn refuses_reverse(&self) -> Option<(String, String)> {
         None
     }
+    /// [`Rule::forward`], or an error when forward mode cannot cross this node (a custom op
+    /// without `forward`).
+    fn try_forward(&self, tangents: &[Option<Grad>]) -> kiln_core::Result<Option<Grad>> {
+        Ok(self.forward(tangents))
+    }
+    /// Whether output lane `i` depends only on lane `i` of each input (or on a size-1 input):
+    /// what AD through a loop body or branch needs of the ops inside it.
+    fn lane_local(&self) -> bool {
+        false
+    }
 }
 
 /// A node's list of neighbours: up to three inline (every elementwise op), more on the heap, so
@@ -154,6 +164,11 @@ pub(crate) fn counters() -> (u64, u64, u64) {
         .map(|gr| (kiln_core::size(gr.id()) * gr.ty().size_bytes()) as u64)
         .sum();
     (g.alive, g.edges, bytes)
+}
+
+/// Whether any node is alive (cheap: no walk over the nodes).
+pub(crate) fn any_alive() -> bool {
+    GRAPH.lock().alive > 0
 }
 
 /// Run `f` on the graph under its lock. Whatever `f` returns is dropped after the lock is

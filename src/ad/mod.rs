@@ -20,6 +20,8 @@
 //! Dr.Jit and JAX); integer and mask arrays carry no gradient; a backward pass consumes the graph
 //! it crosses (a second one through it is an error) unless asked to retain it.
 
+pub(crate) mod control;
+pub mod custom;
 pub(crate) mod graph;
 pub(crate) mod jax;
 pub(crate) mod memory;
@@ -29,6 +31,7 @@ pub(crate) mod rules;
 pub(crate) mod tensor;
 mod value;
 
+pub use custom::{custom, CustomOp};
 pub(crate) use graph::AdIndex;
 pub use jax::{clear_grads, detach, enable_grad, grad, grads, hvp, jvp, value_and_grad, vjp};
 pub(crate) use value::Grad;

@@ -228,7 +228,16 @@ pub(crate) fn forward(
         if inputs.iter().all(|t| t.is_none()) {
             continue;
         }
-        if let Some(t) = rule.forward(&inputs) {
+        let t = match rule.try_forward(&inputs) {
+            Ok(t) => t,
+            Err(e) => {
+                drop(inputs);
+                drop(ts);
+                release(&steps);
+                return Err(e);
+            }
+        };
+        if let Some(t) = t {
             ts.insert(s.ad, t);
         }
     }

@@ -77,6 +77,9 @@ impl<T: Float> Rule for Linear<T> {
     fn name(&self) -> &'static str {
         self.name
     }
+    fn lane_local(&self) -> bool {
+        true
+    }
     fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
         let ct = ct.array::<T>();
         (self.weights)()
@@ -113,6 +116,9 @@ pub(crate) struct Custom {
 impl Rule for Custom {
     fn name(&self) -> &'static str {
         self.name
+    }
+    fn lane_local(&self) -> bool {
+        matches!(self.name, "select" | "cast")
     }
     fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
         (self.backward)(ct)

@@ -70,6 +70,8 @@ pub struct Traversal {
     /// The key without the arrays' literal and size classes (what a `&mut` argument may not change).
     shape: Xxh3,
     pub(crate) found: Vec<Found>,
+    /// The AD node of each position in `found` (0: none), for AD through control flow.
+    pub(crate) ads: Vec<crate::ad::AdIndex>,
     /// Deduplicated variables, in order of first appearance.
     pub(crate) slots: Vec<VarId>,
     track_paths: bool,
@@ -90,6 +92,7 @@ impl Traversal {
             hasher: Xxh3::new(),
             shape: Xxh3::new(),
             found: Vec::new(),
+            ads: Vec::new(),
             slots: Vec::new(),
             track_paths: false,
             path: Vec::new(),
@@ -157,6 +160,7 @@ impl Traversal {
             }
         };
         self.found.push(Found { id, slot, ad });
+        self.ads.push(ad);
         if self.track_paths {
             self.paths.push(self.path_string());
         }
@@ -260,6 +264,14 @@ impl Assign {
             ads: Vec::new(),
             next: 0,
             placeholders: false,
+        }
+    }
+    /// As [`Assign::new`], each array also getting the AD node at its position in `ads` (a new
+    /// reference; 0: none).
+    pub(crate) fn with_ads(ids: Vec<VarId>, ads: Vec<crate::ad::AdIndex>) -> Assign {
+        Assign {
+            ads,
+            ..Assign::new(ids)
         }
     }
     /// Positions are filled from `(id, ad)` pairs: each handed-out array gets its own reference

@@ -113,6 +113,11 @@ pub trait Tree: Sized {
     }
     #[doc(hidden)]
     fn flatten(&self, out: &mut Vec<Erased>);
+    /// Whether a tensor in it carries a gradient (scans refuse those until AD crosses them).
+    #[doc(hidden)]
+    fn carries_grad(&self) -> bool {
+        false
+    }
     /// `self`'s structure with the tensors replaced, in `flatten` order (types are checked).
     #[doc(hidden)]
     fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self>;
@@ -121,6 +126,9 @@ pub trait Tree: Sized {
 impl<T: Scalar> Tree for Tensor<T> {
     fn flatten(&self, out: &mut Vec<Erased>) {
         out.push(Erased::of(self));
+    }
+    fn carries_grad(&self) -> bool {
+        self.array().ad != 0
     }
     fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self> {
         let e = leaves.next().ok_or_else(|| {
@@ -141,6 +149,9 @@ impl<A: Tree> Tree for Vec<A> {
     fn flatten(&self, out: &mut Vec<Erased>) {
         self.iter().for_each(|a| a.flatten(out));
     }
+    fn carries_grad(&self) -> bool {
+        self.iter().any(|a| a.carries_grad())
+    }
     fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self> {
         self.iter()
             .enumerate()
@@ -154,6 +165,9 @@ macro_rules! tree_tuple {
         impl<$($n: Tree),+> Tree for ($($n,)+) {
             fn flatten(&self, out: &mut Vec<Erased>) {
                 $(self.$i.flatten(out);)+
+            }
+            fn carries_grad(&self) -> bool {
+                false $(|| self.$i.carries_grad())+
             }
             fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self> {
                 Ok(($(self.$i.rebuild(leaves, &format!("{path}.{}", $i))?,)+))

@@ -157,6 +157,11 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
                 "scan {label}: unroll must be at least 1 (got 0); 1 runs one step per iteration"
             )));
         }
+        if crate::ad::recording() && (self.init.carries_grad() || self.xs.carries_grad()) {
+            return Err(crate::ad::control::not_differentiable(&format!(
+                "scan {label}"
+            )));
+        }
         let carry = flatten(self.init);
         let n_carry = carry.len();
         let mut spec = Spec::new(&label);
@@ -204,6 +209,12 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
                 "xs",
             )?;
             let (c2, y) = f(&c, &x);
+            if crate::ad::recording() && (c2.carries_grad() || y.carries_grad()) {
+                // the body captured a tensor that carries a gradient
+                return Err(crate::ad::control::not_differentiable(&format!(
+                    "scan {label}"
+                )));
+            }
             let mut outs = flatten(&c2);
             if outs.len() != n_carry {
                 return Err(Error::Scan(format!(

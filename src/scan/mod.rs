@@ -308,16 +308,25 @@ impl<'a, T: Scalar> Step<'a, T> {
 pub trait StepOutputs {
     #[doc(hidden)]
     fn into_erased(self) -> Vec<Erased>;
+    /// Whether a tensor in it carries a gradient (one the body captured: scans refuse those).
+    #[doc(hidden)]
+    fn carries_grad(&self) -> bool;
 }
 
 impl<U: Scalar> StepOutputs for Tensor<U> {
     fn into_erased(self) -> Vec<Erased> {
         vec![Erased::of(&self)]
     }
+    fn carries_grad(&self) -> bool {
+        self.array().ad != 0
+    }
 }
 impl<U: Scalar> StepOutputs for Vec<Tensor<U>> {
     fn into_erased(self) -> Vec<Erased> {
         self.iter().map(Erased::of).collect()
+    }
+    fn carries_grad(&self) -> bool {
+        self.iter().any(|t| t.array().ad != 0)
     }
 }
 macro_rules! step_outputs_tuple {
@@ -325,6 +334,9 @@ macro_rules! step_outputs_tuple {
         impl<$($n: Scalar),+> StepOutputs for ($(Tensor<$n>,)+) {
             fn into_erased(self) -> Vec<Erased> {
                 vec![$(Erased::of(&self.$i)),+]
+            }
+            fn carries_grad(&self) -> bool {
+                false $(|| self.$i.array().ad != 0)+
             }
         }
     };
@@ -382,6 +394,13 @@ impl<T: Scalar> Scan<T> {
             self.error = Some(e);
         }
     }
+    /// An input that carries a gradient: the scan refuses it (AD through scans is coming).
+    fn refuse_grad<U: Scalar>(&mut self, x: &Tensor<U>) {
+        let construct = format!("scan {}", self.spec.label);
+        if let Some(e) = crate::ad::control::refusal(&construct, x.array()) {
+            self.note(e);
+        }
+    }
     /// A name for messages, logs and the report.
     pub fn label(mut self, label: &str) -> Self {
         self.spec.label = label.into();
@@ -402,6 +421,7 @@ impl<T: Scalar> Scan<T> {
     }
     /// [`Scan::sequence_taps`] for a sequence of another element type.
     pub fn sequence_taps_as<U: Scalar>(mut self, xs: &Tensor<U>, taps: &[i64]) -> Self {
+        self.refuse_grad(xs);
         let i = self.spec.seqs.len();
         if let Err(e) = spec::check_taps(&self.spec.label, &format!("sequence {i}"), taps, false) {
             self.note(e);
@@ -414,27 +434,32 @@ impl<T: Scalar> Scan<T> {
     }
     /// An output that feeds back one step (a SITSOT): `init` is its value before the first step,
     /// of the shape each step returns.
-    pub fn output(self, init: &Tensor<T>) -> Self {
+    pub fn output(mut self, init: &Tensor<T>) -> Self {
+        self.refuse_grad(init);
         self.output_impl(Erased::of(init), &[-1], false)
     }
     /// [`Scan::output`] for an output of another element type (read with [`Step::out_as`]).
-    pub fn output_as<U: Scalar>(self, init: &Tensor<U>) -> Self {
+    pub fn output_as<U: Scalar>(mut self, init: &Tensor<U>) -> Self {
+        self.refuse_grad(init);
         self.output_impl(Erased::of(init), &[-1], false)
     }
     /// As [`Scan::output`], handing the initial state over to the scan: it may then compute the
     /// output over the initial state's buffer (in place), as the caller keeps no handle to it.
-    pub fn output_owned(self, init: Tensor<T>) -> Self {
+    pub fn output_owned(mut self, init: Tensor<T>) -> Self {
+        self.refuse_grad(&init);
         let e = Erased::of(&init);
         drop(init);
         self.output_impl(e, &[-1], true)
     }
     /// An output that feeds back at several earlier steps (a MITSOT), e.g. `&[-2, -1]`: `init`
     /// holds one row per step back to the earliest tap, `init[0]` being the earliest.
-    pub fn output_taps(self, init: &Tensor<T>, taps: &[i64]) -> Self {
+    pub fn output_taps(mut self, init: &Tensor<T>, taps: &[i64]) -> Self {
+        self.refuse_grad(init);
         self.output_impl(Erased::of(init), taps, false)
     }
     /// [`Scan::output_taps`] for an output of another element type.
-    pub fn output_taps_as<U: Scalar>(self, init: &Tensor<U>, taps: &[i64]) -> Self {
+    pub fn output_taps_as<U: Scalar>(mut self, init: &Tensor<U>, taps: &[i64]) -> Self {
+        self.refuse_grad(init);
         self.output_impl(Erased::of(init), taps, false)
     }
     fn output_impl(mut self, init: Erased, taps: &[i64], owned: bool) -> Self {
@@ -469,6 +494,7 @@ impl<T: Scalar> Scan<T> {
     }
     /// [`Scan::non_sequence`] of another element type (read with [`Step::non_seq_as`]).
     pub fn non_sequence_as<U: Scalar>(mut self, x: &Tensor<U>) -> Self {
+        self.refuse_grad(x);
         self.spec.non_seqs.push(Erased::of(x));
         self
     }
@@ -547,7 +573,14 @@ impl<T: Scalar> Scan<T> {
                 error: RefCell::new(None),
                 _t: std::marker::PhantomData,
             };
-            let outs = body(&step).into_erased();
+            let outs = body(&step);
+            if crate::ad::recording() && outs.carries_grad() {
+                // the body captured a tensor that carries a gradient
+                return Err(crate::ad::control::not_differentiable(&format!(
+                    "scan {label}"
+                )));
+            }
+            let outs = outs.into_erased();
             if let Some(e) = step.error.into_inner() {
                 return Err(e);
             }

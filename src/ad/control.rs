@@ -1,0 +1,886 @@
+//! AD through control flow: `if_then_else`, `switch`, `dispatch` (both modes) and `while_loop`
+//! (forward mode), and the refusals of constructs that have no reverse rule yet.
+//!
+//! A branch or loop body runs inside a region of one kernel (symbolic mode) or on its own lanes
+//! (evaluated mode), and what it returns travels as engine ids: an AD node recorded inside would
+//! be lost, and the user's closures are borrowed, so they cannot be called again by a backward
+//! pass later. So the body is differentiated *inside* the construct, while it runs: its
+//! arguments become fresh leaves, and one forward pass per argument that carries a gradient gives
+//! each lane's Jacobian entries `∂out_j/∂arg_i`, which leave the construct as extra outputs
+//! (branches: each lane gets its own branch's entries, 0 where no target ran) or as extra loop
+//! state (loops: `J ← ∂body/∂state · J` at each iteration, starting from the identity). Outside,
+//! each result gets one node ([`LaneJacobian`]) that multiplies by its entries in either
+//! direction. This is exact when the body is lane-local (lane `i` of a result depends only on
+//! lane `i` of the arguments), which every symbolic body is; a body that mixes lanes (a
+//! reduction, a gather from an argument) is refused with an error, never differentiated wrongly.
+//! Arrays with gradients that branch or call targets capture (parameters held by a registry's
+//! instances) are found by tracing the targets once beforehand in a trace that is thrown away,
+//! and become extra columns of the Jacobian; a loop body must take them through its state.
+//!
+//! Reverse mode through loops needs the iterations' states (stored or recomputed) and comes with
+//! the next AD issue: a loop's result nodes refuse it ([`Rule::refuses_reverse`]), and scans and
+//! stencils refuse inputs that carry gradients outright ([`refusal`]).
+
+use super::graph::{self, AdIndex, Rule};
+use super::rules::{broadcast, cast_grad, unbroadcast};
+use super::value::Grad;
+use super::{recording, RecordingGuard};
+use crate::array::Array;
+use crate::control::{Loop, Target};
+use crate::freeze::traverse::{Assign, Traversal, Traverse};
+use crate::types::Float;
+use kiln_core::{Error, Op, Result, Size, VarId, VarType};
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+// ---------------------------------------------------------------------------------------------
+// Arrays of a `Traverse` value with their AD nodes
+
+/// Owned references to arrays of any type: extra outputs and loop state that carry Jacobian
+/// entries through a construct.
+pub(crate) struct Flat(pub(crate) Vec<VarId>);
+
+impl Clone for Flat {
+    fn clone(&self) -> Self {
+        self.0.iter().for_each(|&i| kiln_core::inc_ref(i));
+        Flat(self.0.clone())
+    }
+}
+
+impl Drop for Flat {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|&i| kiln_core::dec_ref(i));
+    }
+}
+
+impl Traverse for Flat {
+    fn traverse(&self, t: &mut Traversal) {
+        t.structure("AdJacobian", self.0.len());
+        for (k, &id) in self.0.iter().enumerate() {
+            t.index(k, |t| t.array(id));
+        }
+    }
+    fn traverse_mut(&mut self, a: &mut Assign) {
+        for e in &mut self.0 {
+            let id = a.erased(kiln_core::var_type(*e));
+            kiln_core::dec_ref(*e);
+            *e = id;
+        }
+    }
+}
+
+/// The ids and AD nodes of `s`'s arrays, by position.
+pub(crate) fn arrays<S: Traverse>(s: &S) -> (Vec<VarId>, Vec<AdIndex>) {
+    let mut t = Traversal::new();
+    s.traverse(&mut t);
+    (t.found.iter().map(|f| f.id).collect(), t.ads)
+}
+
+/// `template` with its arrays replaced by `ids`, each with the AD node at its position in `ads`
+/// (new references taken on both).
+pub(crate) fn rebuild_with<S: Traverse + Clone>(template: &S, ids: &[VarId], ads: &[AdIndex]) -> S {
+    let mut s = template.clone();
+    s.traverse_mut(&mut Assign::with_ads(ids.to_vec(), ads.to_vec()));
+    s
+}
+
+/// Whether values of type `ty` carry gradients.
+fn differentiable(ty: VarType) -> bool {
+    matches!(ty, VarType::F32 | VarType::F64)
+}
+
+fn one_bits(ty: VarType) -> u64 {
+    match ty {
+        VarType::F32 => 1.0f32.to_bits() as u64,
+        _ => 1.0f64.to_bits(),
+    }
+}
+
+/// A new handle to float array `id` as a `Grad`.
+fn grad_of(id: VarId) -> Grad {
+    kiln_core::inc_ref(id);
+    match kiln_core::var_type(id) {
+        VarType::F32 => Grad::of(Array::<f32>::wrap(id)),
+        _ => Grad::of(Array::<f64>::wrap(id)),
+    }
+}
+
+/// Take over the engine reference of `g`'s values (its node, if any, is released).
+fn into_id(g: Grad) -> VarId {
+    kiln_core::inc_ref(g.id());
+    g.id()
+}
+
+/// Engine references released when dropped (an error or a panic in a body unwinds through).
+struct Ids(Vec<VarId>);
+impl Drop for Ids {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|&i| kiln_core::dec_ref(i));
+    }
+}
+
+/// AD node references released when dropped.
+struct Nodes(Vec<AdIndex>);
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|&a| graph::dec_ref(a));
+    }
+}
+
+/// `id` as an array of `n` lanes when it has one and the construct has several (a broadcast
+/// argument that carries a gradient gets one Jacobian entry per lane). A new reference.
+fn widen(id: VarId, n: Size) -> Result<VarId> {
+    let s = kiln_core::freeze::size_of(id);
+    if s.is_one() && !n.is_one() && !n.is_zero() {
+        let all = Ids(vec![kiln_core::literal(VarType::Bool, 1, n)]);
+        kiln_core::op(Op::Select, &[all.0[0], id, id])
+    } else {
+        kiln_core::inc_ref(id);
+        Ok(id)
+    }
+}
+
+/// The lane count of a construct over `ids` (the first size other than 1).
+fn lanes(ids: &[VarId]) -> Size {
+    ids.iter()
+        .map(|&i| kiln_core::freeze::size_of(i))
+        .find(|s| !s.is_one())
+        .unwrap_or(Size::fixed(1))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The node
+
+/// A result of a construct: `out = body(args)` per lane, with `∂out/∂arg_i` given per lane.
+struct LaneJacobian {
+    name: &'static str,
+    out_ty: VarType,
+    out_size: usize,
+    /// Per parent: the Jacobian entry (of the output's type), the parent's type and size.
+    entries: Vec<(Grad, VarType, usize)>,
+    /// The parents' nodes (not counted: the node's own edges keep them alive while it lives).
+    parents: Vec<AdIndex>,
+    refuses: Option<(String, String)>,
+}
+
+/// A gradient recorded by a backward pass with `create_graph` through a node whose rule is not
+/// itself differentiable (the Jacobian entries of a construct, a custom op's hand-written
+/// backward): any later pass through it is refused instead of missing the second-order terms.
+struct SecondOrder {
+    construct: &'static str,
+}
+
+impl SecondOrder {
+    fn why(&self) -> String {
+        format!(
+            "second-order derivatives (of a gradient recorded with create_graph) through {}: its backward pass is not itself differentiated",
+            self.construct
+        )
+    }
+}
+
+impl Rule for SecondOrder {
+    fn name(&self) -> &'static str {
+        "second_order"
+    }
+    fn backward(&self, _: &Grad) -> Vec<Option<Grad>> {
+        Vec::new()
+    }
+    fn forward(&self, _: &[Option<Grad>]) -> Option<Grad> {
+        None
+    }
+    fn try_forward(&self, _: &[Option<Grad>]) -> Result<Option<Grad>> {
+        Err(Error::Ad(format!(
+            "forward mode through {}; compute it with a first-order pass",
+            self.why()
+        )))
+    }
+    fn refuses_reverse(&self) -> Option<(String, String)> {
+        Some((self.construct.to_string(), self.why()))
+    }
+}
+
+/// `g`, computed by a rule of `construct` during a backward pass: when that pass records itself
+/// (gradients of gradients), the result gets a node that refuses to be differentiated again,
+/// with parents `inputs` (the rule's inputs) and `g`'s own node.
+pub(crate) fn guard_second_order(g: Grad, inputs: &[AdIndex], construct: &'static str) -> Grad {
+    if !recording() {
+        return g;
+    }
+    let mut ps: Vec<AdIndex> = inputs.iter().copied().filter(|&a| a != 0).collect();
+    if g.ad() != 0 {
+        ps.push(g.ad());
+    }
+    let ty = g.ty();
+    let ad = graph::new_node(
+        ty,
+        kiln_core::size(g.id()),
+        ps,
+        Some(Arc::new(SecondOrder { construct })),
+    );
+    let plain = g.detached();
+    match ty {
+        VarType::F32 => Grad::of(plain.array::<f32>().detach().with_ad(ad)),
+        _ => Grad::of(plain.array::<f64>().detach().with_ad(ad)),
+    }
+}
+
+fn mul(a: &Grad, b: &Grad) -> Grad {
+    match a.ty() {
+        VarType::F32 => Grad::of(a.array::<f32>() * b.array::<f32>()),
+        _ => Grad::of(a.array::<f64>() * b.array::<f64>()),
+    }
+}
+
+fn add(a: Grad, b: &Grad) -> Grad {
+    match a.ty() {
+        VarType::F32 => Grad::of(a.array::<f32>() + b.array::<f32>()),
+        _ => Grad::of(a.array::<f64>() + b.array::<f64>()),
+    }
+}
+
+fn resize<F: Float>(g: &Grad, to: usize, from: usize) -> Grad {
+    let a = g.array::<F>();
+    Grad::of(if to == 1 {
+        unbroadcast(a, 1.into(), from.into())
+    } else {
+        broadcast(a, to.into())
+    })
+}
+
+/// `g` (of `from` lanes) summed to one lane or widened to `to` lanes as needed.
+fn fit(g: &Grad, to: usize, from: usize) -> Grad {
+    match g.ty() {
+        VarType::F32 => resize::<f32>(g, to, from),
+        _ => resize::<f64>(g, to, from),
+    }
+}
+
+impl Rule for LaneJacobian {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
+        self.entries
+            .iter()
+            .zip(&self.parents)
+            .map(|((w, ty, size), &p)| {
+                let g = cast_grad(&mul(ct, w), *ty);
+                let n = kiln_core::size(g.id());
+                Some(guard_second_order(fit(&g, *size, n), &[p], self.name))
+            })
+            .collect()
+    }
+    fn forward(&self, tangents: &[Option<Grad>]) -> Option<Grad> {
+        let mut acc: Option<Grad> = None;
+        for ((w, _, _), t) in self.entries.iter().zip(tangents) {
+            if let Some(t) = t {
+                let term = mul(w, &cast_grad(t, self.out_ty));
+                acc = Some(match acc {
+                    None => term,
+                    Some(a) => add(a, &term),
+                });
+            }
+        }
+        acc.map(|a| {
+            let n = kiln_core::size(a.id());
+            fit(&a, self.out_size, n)
+        })
+    }
+    fn refuses_reverse(&self) -> Option<(String, String)> {
+        self.refuses.clone()
+    }
+    fn lane_local(&self) -> bool {
+        true
+    }
+}
+
+/// A node for result `out` with parents `parents` (the outer arguments' nodes) and entries
+/// `ws` (one per parent, owned ids). Returns the node (one reference, the caller's).
+fn node(
+    name: &'static str,
+    out: VarId,
+    parents: &[(AdIndex, VarType, usize)],
+    ws: &[VarId],
+    refuses: Option<(String, String)>,
+) -> AdIndex {
+    let rule = LaneJacobian {
+        name,
+        out_ty: kiln_core::var_type(out),
+        out_size: kiln_core::size(out),
+        entries: ws
+            .iter()
+            .zip(parents)
+            .map(|(&w, &(_, ty, size))| (grad_of(w), ty, size))
+            .collect(),
+        parents: parents.iter().map(|p| p.0).collect(),
+        refuses,
+    };
+    let ps: Vec<AdIndex> = parents.iter().map(|p| p.0).collect();
+    graph::new_node(
+        kiln_core::var_type(out),
+        kiln_core::size(out),
+        ps,
+        Some(Arc::new(rule)),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Differentiating a body while it runs
+
+/// The error for a body that captured an array carrying a gradient.
+fn captured(what: &str, size: usize, ty: VarType) -> Error {
+    Error::Ad(format!(
+        "{what}: the body uses a {size}-element {ty} array that carries a gradient without taking it as an argument (a closure captured it), so its derivatives would be lost; pass it in the arguments (a loop: in the state), or `detach()` it if no gradient should flow through it"
+    ))
+}
+
+/// Walk from `outs` back to the `leaves`: nodes older than the body (`start`) that are not
+/// leaves were captured; nodes that mix lanes cannot be differentiated per lane.
+fn check_body(what: &str, outs: &[AdIndex], leaves: &[AdIndex], start: u64) -> Result<()> {
+    graph::with(|g| {
+        let mut seen = HashSet::new();
+        let mut stack: Vec<AdIndex> = outs.iter().copied().filter(|&a| a != 0).collect();
+        while let Some(i) = stack.pop() {
+            if !seen.insert(i) || leaves.contains(&i) {
+                continue;
+            }
+            let n = g.node(i);
+            if n.seq < start {
+                return Err(captured(what, n.size, n.ty));
+            }
+            if let Some(r) = &n.rule {
+                if !r.lane_local() {
+                    return Err(Error::Ad(format!(
+                        "{what}: the body's `{}` combines values of different lanes; differentiating a loop body or branch needs each lane computed from its own lane of the arguments — compute it outside the construct and pass the result in, or `detach()` its input",
+                        r.name()
+                    )));
+                }
+            }
+            stack.extend(n.parents.iter().copied());
+        }
+        Ok(())
+    })
+}
+
+/// Remember the first error of a body (later ones are consequences).
+fn note(failure: &RefCell<Option<Error>>, e: Error) {
+    let mut f = failure.borrow_mut();
+    if f.is_none() {
+        *f = Some(e);
+    }
+}
+
+/// Run `f(args)` on fresh leaves at positions `wrt` (new nodes): the results, the body's
+/// checks, and for each of `columns` forward passes the tangents of the results. `seeds(k,
+/// leaves, ids)` gives column `k`'s seeds: leaf nodes (by argument position) or `captured`
+/// nodes (arrays with gradients the body captured, found beforehand by [`probe`]).
+struct Differentiated<O> {
+    out: O,
+    out_ids: Vec<VarId>,
+    /// `tangents[k][j]`: the tangent of result `j` in column `k` (`None`: zero or not float).
+    tangents: Vec<Vec<Option<Grad>>>,
+}
+
+/// Seeds of one forward pass through a body, given its leaves (by argument position, 0 where
+/// none) and its arguments' ids.
+type Seeds<'a> = dyn Fn(usize, &[AdIndex], &[VarId]) -> Vec<(AdIndex, Grad)> + 'a;
+
+#[allow(clippy::too_many_arguments)]
+fn differentiate<A: Traverse + Clone, O: Traverse>(
+    what: &str,
+    f: &mut dyn FnMut(&A) -> O,
+    args: &A,
+    wrt: &[usize],
+    captured: &[AdIndex],
+    columns: usize,
+    seeds: &Seeds<'_>,
+    failure: &RefCell<Option<Error>>,
+) -> Differentiated<O> {
+    // the body records derivatives even inside a backward pass's rules (first order only)
+    let _rec = RecordingGuard::set(true);
+    let start = graph::with(|g| g.next_seq());
+    let (ids, _) = arrays(args);
+    let leaves = leaves_at(&ids, wrt);
+    let out = {
+        let a = rebuild_with(args, &ids, &leaves.0);
+        f(&a)
+    };
+    let (out_ids, out_ads) = arrays(&out);
+    let mut tangents = Vec::new();
+    let mut boundary = leaves.0.clone();
+    boundary.extend_from_slice(captured);
+    match check_body(what, &out_ads, &boundary, start) {
+        Err(e) => note(failure, e),
+        Ok(()) => {
+            for k in 0..columns {
+                let s = seeds(k, &leaves.0, &ids);
+                let ts = match body_forward(&out_ads, start, s) {
+                    Ok(ts) => ts,
+                    Err(e) => {
+                        note(failure, e);
+                        Default::default()
+                    }
+                };
+                tangents.push(
+                    out_ads
+                        .iter()
+                        .map(|a| if *a == 0 { None } else { ts.get(a).cloned() })
+                        .collect(),
+                );
+            }
+        }
+    }
+    tangents.resize_with(columns, || vec![None; out_ids.len()]);
+    drop(leaves);
+    Differentiated {
+        out,
+        out_ids,
+        tangents,
+    }
+}
+
+/// Fresh leaf nodes at positions `wrt` of `ids` (0 elsewhere), owned by the result.
+fn leaves_at(ids: &[VarId], wrt: &[usize]) -> Nodes {
+    Nodes(
+        ids.iter()
+            .enumerate()
+            .map(|(k, &id)| {
+                if wrt.contains(&k) {
+                    graph::new_node(kiln_core::var_type(id), kiln_core::size(id), vec![], None)
+                } else {
+                    0
+                }
+            })
+            .collect(),
+    )
+}
+
+/// A forward pass over the nodes a body created (from `start` on) between its seeds and its
+/// results `outs`: the tangent of every node reached. Nodes older than the body (what it
+/// captured) are only seeds here, never crossed, so the pass stays inside the body.
+fn body_forward(
+    outs: &[AdIndex],
+    start: u64,
+    seeds: Vec<(AdIndex, Grad)>,
+) -> Result<std::collections::HashMap<AdIndex, Grad>> {
+    let mut ts: std::collections::HashMap<AdIndex, Grad> = seeds.into_iter().collect();
+    if ts.is_empty() {
+        return Ok(ts);
+    }
+    #[allow(clippy::type_complexity)]
+    let mut steps: Vec<(AdIndex, u64, Option<Arc<dyn Rule>>, Vec<AdIndex>)> = graph::with(|g| {
+        let mut seen = HashSet::new();
+        let mut stack: Vec<AdIndex> = outs.iter().copied().filter(|&a| a != 0).collect();
+        let mut steps = Vec::new();
+        while let Some(i) = stack.pop() {
+            if !seen.insert(i) {
+                continue;
+            }
+            let n = g.node(i);
+            if n.seq < start {
+                continue;
+            }
+            steps.push((i, n.seq, n.rule.clone(), n.parents.to_vec()));
+            stack.extend(n.parents.iter().copied());
+        }
+        for s in &steps {
+            g.retain(s.0);
+        }
+        steps
+    });
+    steps.sort_by_key(|s| s.1);
+    let held = Nodes(steps.iter().map(|s| s.0).collect());
+    let _rec = RecordingGuard::set(false);
+    for (ad, _, rule, parents) in &steps {
+        if ts.contains_key(ad) {
+            continue;
+        }
+        let Some(rule) = rule else { continue };
+        let inputs: Vec<Option<Grad>> = parents.iter().map(|p| ts.get(p).cloned()).collect();
+        if inputs.iter().all(|t| t.is_none()) {
+            continue;
+        }
+        if let Some(t) = rule.try_forward(&inputs)? {
+            ts.insert(*ad, t);
+        }
+    }
+    drop(steps);
+    drop(held);
+    Ok(ts)
+}
+
+/// The arrays with gradients that `targets` capture (rather than take as arguments): each
+/// target is traced once on leaves, inside a symbolic trace that is then thrown away (its side
+/// effects discarded), and the nodes older than it that its results reach are collected. One
+/// reference held on each.
+fn probe<A: Traverse + Clone, O: Traverse>(
+    targets: &[Target<'_, A, O>],
+    args: &A,
+    wrt: &[usize],
+) -> Result<Nodes> {
+    let mut found = Nodes(Vec::new());
+    let trace = crate::control::Trace::enter()?;
+    for f in targets.iter().flatten() {
+        let _rec = RecordingGuard::set(true);
+        let start = graph::with(|g| g.next_seq());
+        let (ids, _) = arrays(args);
+        let leaves = leaves_at(&ids, wrt);
+        let out = {
+            let a = rebuild_with(args, &ids, &leaves.0);
+            f(&a)
+        };
+        let (_, out_ads) = arrays(&out);
+        let new = graph::with(|g| {
+            let mut seen = HashSet::new();
+            let mut stack: Vec<AdIndex> = out_ads.iter().copied().filter(|&a| a != 0).collect();
+            let mut new = Vec::new();
+            while let Some(i) = stack.pop() {
+                if !seen.insert(i) || leaves.0.contains(&i) {
+                    continue;
+                }
+                let n = g.node(i);
+                if n.seq < start {
+                    if !found.0.contains(&i) && !new.contains(&i) {
+                        g.retain(i);
+                        new.push(i);
+                    }
+                    continue;
+                }
+                stack.extend(n.parents.iter().copied());
+            }
+            new
+        });
+        found.0.extend(new);
+        drop(out);
+        drop(leaves);
+    }
+    drop(trace);
+    Ok(found)
+}
+
+/// The tangent `t` as an owned id, or a zero of type `ty`.
+fn entry(t: &Option<Grad>, ty: VarType) -> VarId {
+    match t {
+        Some(g) => into_id(g.clone()),
+        None => kiln_core::literal(ty, 0, 1),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Branches and calls
+
+/// Whether a construct over `args` must go through the differentiating path: gradients are
+/// recorded and some node is alive (an argument's, or one a body could capture). Otherwise no
+/// array involved can carry a gradient, and the construct runs as it would without AD.
+pub(crate) fn involved<A: Traverse>(_args: &A) -> bool {
+    recording() && graph::any_alive()
+}
+
+/// `if_then_else` / `switch` / `dispatch` with derivatives. `run` runs the construct (in its
+/// mode) with the given targets on the given arguments; each target here returns its results
+/// followed by its Jacobian entries.
+#[allow(clippy::type_complexity)]
+pub(crate) fn call<A: Traverse + Clone, O: Traverse + Clone>(
+    what: &str,
+    args: &A,
+    targets: &[Target<'_, A, O>],
+    run: impl FnOnce(&A, &[Target<'_, A, Flat>]) -> Result<Flat>,
+) -> Result<O> {
+    let (ids, ads) = arrays(args);
+    let wrt: Vec<usize> = (0..ids.len())
+        .filter(|&k| ads[k] != 0 && differentiable(kiln_core::var_type(ids[k])))
+        .collect();
+    // the construct runs on detached arguments (a size-1 argument keeps its size: each lane's
+    // entry is its share of that argument's gradient, summed by the node)
+    let detached = rebuild_with(args, &ids, &vec![0; ids.len()]);
+    // arrays with gradients that the targets capture are differentiated like arguments (only
+    // looked for while the graph has nodes: otherwise nothing can carry a gradient)
+    let captured = if graph::any_alive() {
+        probe(targets, &detached, &wrt)?
+    } else {
+        Nodes(Vec::new())
+    };
+    let cap: Vec<(AdIndex, VarType, usize)> = graph::with(|g| {
+        captured
+            .0
+            .iter()
+            .map(|&c| (c, g.node(c).ty, g.node(c).size))
+            .collect()
+    });
+    let columns = wrt.len() + cap.len();
+    let template: RefCell<Option<O>> = RefCell::new(None);
+    let failure: RefCell<Option<Error>> = RefCell::new(None);
+    let seeds = |k: usize, leaves: &[AdIndex], ids: &[VarId]| -> Vec<(AdIndex, Grad)> {
+        let one = |ty: VarType, n: Size| grad_of_owned(kiln_core::literal(ty, one_bits(ty), n));
+        if k < wrt.len() {
+            let id = ids[wrt[k]];
+            let n = kiln_core::freeze::size_of(id);
+            vec![(leaves[wrt[k]], one(kiln_core::var_type(id), n))]
+        } else {
+            let (c, ty, n) = cap[k - wrt.len()];
+            vec![(c, one(ty, Size::fixed(n)))]
+        }
+    };
+    let boxed: Vec<Option<Box<dyn Fn(&A) -> Flat + '_>>> = targets
+        .iter()
+        .map(|t| {
+            t.map(|f| {
+                let (template, failure, wrt, seeds) = (&template, &failure, &wrt, &seeds);
+                let captured = &captured.0;
+                Box::new(move |a: &A| -> Flat {
+                    let mut g = |x: &A| f(x);
+                    let d = differentiate(what, &mut g, a, wrt, captured, columns, seeds, failure);
+                    let mut flat = Ids(Vec::new());
+                    for &o in &d.out_ids {
+                        kiln_core::inc_ref(o);
+                        flat.0.push(o);
+                    }
+                    for (j, &o) in d.out_ids.iter().enumerate() {
+                        let ty = kiln_core::var_type(o);
+                        if differentiable(ty) {
+                            for col in &d.tangents {
+                                flat.0.push(entry(&col[j], ty));
+                            }
+                        }
+                    }
+                    if template.borrow().is_none() {
+                        let plain = rebuild_with(&d.out, &d.out_ids, &vec![0; d.out_ids.len()]);
+                        *template.borrow_mut() = Some(plain);
+                    }
+                    Flat(std::mem::take(&mut flat.0))
+                }) as Box<dyn Fn(&A) -> Flat + '_>
+            })
+        })
+        .collect();
+    let refs: Vec<Target<'_, A, Flat>> = boxed.iter().map(|b| b.as_deref()).collect();
+    let result = run(&detached, &refs);
+    drop(refs);
+    drop(boxed);
+    if let Some(e) = failure.borrow_mut().take() {
+        return Err(e);
+    }
+    let flat = result?;
+    let template = template
+        .borrow_mut()
+        .take()
+        .ok_or_else(|| Error::Ad(format!("{what}: no target ran")))?;
+    let (out_ids, _) = arrays(&template);
+    let m = out_ids.len();
+    let mut parents: Vec<(AdIndex, VarType, usize)> = wrt
+        .iter()
+        .map(|&k| (ads[k], kiln_core::var_type(ids[k]), kiln_core::size(ids[k])))
+        .collect();
+    parents.extend_from_slice(&cap);
+    let mut nodes = Nodes(vec![0; m]);
+    let mut at = m;
+    for j in 0..m {
+        let o = flat.0[j];
+        if differentiable(kiln_core::var_type(o)) {
+            let ws = &flat.0[at..at + columns];
+            at += columns;
+            if columns > 0 {
+                nodes.0[j] = node(what_name(what), o, &parents, ws, None);
+            }
+        }
+    }
+    Ok(rebuild_with(&template, &flat.0[..m], &nodes.0))
+}
+
+fn grad_of_owned(id: VarId) -> Grad {
+    let g = grad_of(id);
+    kiln_core::dec_ref(id);
+    g
+}
+
+fn what_name(what: &str) -> &'static str {
+    match what {
+        "if_then_else" => "if_then_else",
+        "switch" => "switch",
+        _ => "while_loop",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loops
+
+/// `Loop::run` with derivatives: the state's Jacobian with respect to its entries that carry a
+/// gradient travels as extra state; the results' nodes refuse reverse mode (coming).
+pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
+    lp: Loop<S>,
+    mut cond: impl FnMut(&S) -> crate::array::Bool,
+    mut body: impl FnMut(&S) -> S,
+) -> Result<S> {
+    let what = format!("loop {}", lp.label);
+    let (ids, ads) = arrays(&lp.state);
+    let wrt: Vec<usize> = (0..ids.len())
+        .filter(|&k| ads[k] != 0 && differentiable(kiln_core::var_type(ids[k])))
+        .collect();
+    let n = lanes(&ids);
+    let failure: RefCell<Option<Error>> = RefCell::new(None);
+    if wrt.is_empty() || n.is_zero() {
+        // nothing to differentiate, but a body that captures an array with a gradient would
+        // silently lose it
+        let r = lp.run_plain(cond, |s| {
+            let next = body(s);
+            if let Some(&a) = arrays(&next).1.iter().find(|&&a| a != 0) {
+                let (size, ty) = graph::with(|g| (g.node(a).size, g.node(a).ty));
+                note(&failure, captured(&what, size, ty));
+            }
+            next
+        });
+        if let Some(e) = failure.borrow_mut().take() {
+            return Err(e);
+        }
+        return r;
+    }
+    // the rows of the Jacobian: every float entry (the body maps them all)
+    let rows: Vec<usize> = (0..ids.len())
+        .filter(|&k| differentiable(kiln_core::var_type(ids[k])))
+        .collect();
+    let mut inner = Ids(Vec::new());
+    for (k, &id) in ids.iter().enumerate() {
+        inner.0.push(if wrt.contains(&k) {
+            widen(id, n)?
+        } else {
+            kiln_core::inc_ref(id);
+            id
+        });
+    }
+    let start = rebuild_with(&lp.state, &inner.0, &vec![0; ids.len()]);
+    drop(inner);
+    // J = identity: ∂state_r/∂state_c
+    let mut jac = Vec::new();
+    for &r in &rows {
+        let ty = kiln_core::var_type(ids[r]);
+        for &c in &wrt {
+            jac.push(kiln_core::literal(
+                ty,
+                if r == c { one_bits(ty) } else { 0 },
+                n,
+            ));
+        }
+    }
+    let cols = wrt.len();
+    let label = lp.label.clone();
+    let inner_loop = Loop {
+        state: (start, Flat(jac)),
+        label: lp.label,
+        max_iterations: lp.max_iterations,
+        mode: lp.mode,
+        compress: lp.compress,
+    };
+    let (rows_r, wrt_r, what_r, failure_r) = (&rows, &wrt, &what, &failure);
+    let result = inner_loop.run_plain(
+        |(s, _)| cond(s),
+        |(s, j): &(S, Flat)| {
+            // column c's seed at row r's leaf: J[r][c]
+            let seeds = |c: usize, leaves: &[AdIndex], _: &[VarId]| {
+                rows_r
+                    .iter()
+                    .enumerate()
+                    .map(|(ri, &r)| (leaves[r], grad_of(j.0[ri * cols + c])))
+                    .collect()
+            };
+            let d = differentiate(what_r, &mut body, s, rows_r, &[], cols, &seeds, failure_r);
+            let mut next_j = Ids(Vec::new());
+            for &r in rows_r.iter() {
+                let ty = kiln_core::var_type(ids[r]);
+                for col in d.tangents.iter().take(wrt_r.len()) {
+                    next_j.0.push(entry(col.get(r).unwrap_or(&None), ty));
+                }
+            }
+            let plain = rebuild_with(&d.out, &d.out_ids, &vec![0; d.out_ids.len()]);
+            (plain, Flat(std::mem::take(&mut next_j.0)))
+        },
+    );
+    if let Some(e) = failure.borrow_mut().take() {
+        return Err(e);
+    }
+    let (state, jac) = result?;
+    let (out_ids, _) = arrays(&state);
+    let construct = if label == "while_loop" {
+        "while_loop".to_string()
+    } else {
+        format!("while_loop `{label}`")
+    };
+    let refuses = (
+        construct,
+        "its backward pass needs the states of every iteration, stored or recomputed, and comes with the next AD issue; forward mode (`kiln::ad::forward`, `kiln::jvp`) works through loops now".to_string(),
+    );
+    let parents: Vec<(AdIndex, VarType, usize)> = wrt
+        .iter()
+        .map(|&k| (ads[k], kiln_core::var_type(ids[k]), kiln_core::size(ids[k])))
+        .collect();
+    let mut nodes = Nodes(vec![0; out_ids.len()]);
+    for (ri, &r) in rows.iter().enumerate() {
+        let ws = &jac.0[ri * cols..(ri + 1) * cols];
+        nodes.0[r] = node(
+            "while_loop",
+            out_ids[r],
+            &parents,
+            ws,
+            Some(refuses.clone()),
+        );
+    }
+    Ok(rebuild_with(&state, &out_ids, &nodes.0))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refusals
+
+/// The error for construct `construct` reached by an array that carries a gradient, when
+/// gradients are being recorded: neither mode crosses scans and stencils yet.
+pub(crate) fn refusal<T: kiln_core::Scalar>(construct: &str, a: &Array<T>) -> Option<Error> {
+    (a.ad != 0 && recording()).then(|| not_differentiable(construct))
+}
+
+/// See [`refusal`].
+pub(crate) fn not_differentiable(construct: &str) -> Error {
+    Error::NotDifferentiable {
+        construct: construct.to_string(),
+        detail: "an input carries a gradient; AD through it (reverse mode, and forward mode too) comes with the next AD issue".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::propagate::{self, Backward};
+    use crate::prelude::*;
+
+    /// A gradient recorded through a branch (`create_graph`) refuses to be differentiated again,
+    /// in either mode, instead of dropping the derivative of the Jacobian entries.
+    #[test]
+    fn second_order_through_a_branch_is_refused() {
+        {
+            let mut x = Float64::from_slice(&[0.2, 0.9]);
+            x.enable_grad();
+            let y = crate::if_then_else(
+                &x.detach().lt(0.5),
+                |x: &Float64| x * x * x,
+                |x: &Float64| x.sin(),
+                &x,
+            )
+            .unwrap();
+            let seed = super::Grad::of(Float64::ones(2));
+            let how = Backward {
+                retain_graph: true,
+                create_graph: true,
+            };
+            let gs = propagate::backward(vec![(y.ad, seed)], how, &[x.ad]).unwrap();
+            let g = gs.get(&x.ad).expect("a gradient for x").array::<f64>();
+            // first order is right
+            let want = [3.0 * 0.04, 0.9f64.cos()];
+            for (a, b) in g.to_vec().iter().zip(want) {
+                assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+            }
+            // second order is refused both ways
+            assert!(g.grad_enabled());
+            let e = g.sum().try_backward().unwrap_err();
+            assert!(e.to_string().contains("second-order"), "{e}");
+            let e = crate::ad::forward(&x).unwrap_err();
+            assert!(e.to_string().contains("second-order"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,782 @@
+//! AD through control flow: branches, calls and dispatch (reverse and forward mode), loops
+//! (forward mode; reverse refused), scans and stencils (refused), in symbolic and evaluated mode.
+//! Oracles: central finite differences in f64, and forward mode against reverse mode.
+use kiln::control::{Branch, Loop, Mode, Switch, Target};
+use kiln::prelude::*;
+use std::sync::Mutex;
+
+/// The AD graph is global: tests that count its nodes run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const MODES: [Mode; 2] = [Mode::Symbolic, Mode::Evaluated];
+const H: f64 = 1e-6;
+
+fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= tol * (1.0 + b.abs()),
+            "{what}: lane {i}: {a} vs {b}\n got {got:?}\nwant {want:?}"
+        );
+    }
+}
+
+fn nodes() -> u64 {
+    kiln::stats().ad_nodes
+}
+
+/// Central differences of a lane-local function `f` of `x` (all lanes perturbed at once: lane
+/// `i` of the result depends only on lane `i` of `x`).
+fn fd_lanes(f: &dyn Fn(&Float64) -> Float64, x: &[f64]) -> Vec<f64> {
+    let up: Vec<f64> = x.iter().map(|v| v + H).collect();
+    let dn: Vec<f64> = x.iter().map(|v| v - H).collect();
+    let a = f(&Float64::from_slice(&up)).to_vec();
+    let b = f(&Float64::from_slice(&dn)).to_vec();
+    a.iter().zip(&b).map(|(a, b)| (a - b) / (2.0 * H)).collect()
+}
+
+/// Central difference of `Σ f` in a size-1 parameter.
+fn fd_scalar(f: &dyn Fn(f64) -> Float64, w: f64) -> f64 {
+    (f(w + H).sum().item() - f(w - H).sum().item()) / (2.0 * H)
+}
+
+// ---------------------------------------------------------------------------------------------
+// if_then_else
+
+fn branch(mode: Mode, x: &Float64, w: &Float64) -> Float64 {
+    Branch::new()
+        .mode(mode)
+        .run(
+            &x.detach().lt(0.5),
+            |(x, w): &(Float64, Float64)| x.sin() * w + x * x,
+            |(x, w): &(Float64, Float64)| (x * w).exp() - x.sqrt(),
+            &(x.clone(), w.clone()),
+        )
+        .unwrap()
+}
+
+const XS: [f64; 7] = [-1.3, 0.1, 0.3, 0.7, 0.9, 1.6, 2.2];
+
+#[test]
+fn if_then_else_reverse_matches_finite_differences() {
+    let _s = serial();
+    let before = nodes();
+    for mode in MODES {
+        let mut x = Float64::from_slice(&XS);
+        let mut w = Float64::from(0.75);
+        x.enable_grad();
+        w.enable_grad();
+        let y = branch(mode, &x, &w);
+        assert!(y.grad_enabled());
+        y.sum().backward();
+        let wv = Float64::from(0.75);
+        let want_x = fd_lanes(&|x| branch(mode, x, &wv), &XS);
+        close(&x.grad().to_vec(), &want_x, 1e-7, &format!("{mode:?} d/dx"));
+        let xv = Float64::from_slice(&XS);
+        let want_w = fd_scalar(&|w| branch(mode, &xv, &Float64::from(w)), 0.75);
+        close(
+            &w.grad().to_vec(),
+            &[want_w],
+            1e-7,
+            &format!("{mode:?} d/dw"),
+        );
+        // the primal is what the construct computes without gradients
+        let plain = branch(mode, &x.detach(), &w.detach()).to_vec();
+        close(&y.to_vec(), &plain, 0.0, "primal");
+    }
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn if_then_else_forward_matches_reverse() {
+    let _s = serial();
+    let before = nodes();
+    for mode in MODES {
+        let mut x = Float64::from_slice(&XS);
+        x.enable_grad();
+        let w = Float64::from(1.25);
+        let y = branch(mode, &x, &w);
+        kiln::ad::forward(&x).unwrap();
+        let fwd = y.grad().to_vec();
+        let mut x2 = x.detach();
+        x2.enable_grad();
+        let y2 = branch(mode, &x2, &w);
+        kiln::ad::backward_from(&y2, &Float64::ones(XS.len())).unwrap();
+        close(&fwd, &x2.grad().to_vec(), 1e-12, &format!("{mode:?}"));
+        // and both against finite differences
+        close(&fwd, &fd_lanes(&|x| branch(mode, x, &w), &XS), 1e-7, "fd");
+    }
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn branch_singularity_on_the_other_side_does_not_poison_gradients() {
+    // log(x) on the lanes with x ≤ 0 is NaN, and its derivative infinite, but those lanes take
+    // the other branch: their gradient must be the other branch's
+    let _s = serial();
+    for mode in MODES {
+        let mut x = Float64::from_slice(&[-2.0, 0.0, 3.0]);
+        x.enable_grad();
+        let y = Branch::new()
+            .mode(mode)
+            .run(
+                &x.detach().gt(0.0),
+                |x: &Float64| x.log(),
+                |x: &Float64| x * 2.0,
+                &x,
+            )
+            .unwrap();
+        y.sum().backward();
+        close(&x.grad().to_vec(), &[2.0, 2.0, 1.0 / 3.0], 1e-14, "grad");
+    }
+}
+
+#[test]
+fn branch_with_integer_and_float_outputs() {
+    let _s = serial();
+    for mode in MODES {
+        let mut x = Float64::from_slice(&[0.2, 0.8]);
+        x.enable_grad();
+        let (y, k) = Branch::new()
+            .mode(mode)
+            .run(
+                &x.detach().lt(0.5),
+                |x: &Float64| (x * 3.0, UInt32::full(1, 2)),
+                |x: &Float64| (x * x, UInt32::full(2, 2)),
+                &x,
+            )
+            .unwrap();
+        assert_eq!(k.to_vec(), vec![1, 2]);
+        y.sum().backward();
+        close(&x.grad().to_vec(), &[3.0, 1.6], 1e-14, "grad");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// switch and dispatch
+
+fn switch_run(mode: Mode, idx: &UInt32, x: &Float64, w: &Float64) -> Float64 {
+    let a = |(x, w): &(Float64, Float64)| x.cos() * w;
+    let b = |(x, w): &(Float64, Float64)| x * x * x + w;
+    let c = |(x, _w): &(Float64, Float64)| x.tanh();
+    let targets: [Target<'_, (Float64, Float64), Float64>; 4] =
+        [Some(&a), Some(&b), None, Some(&c)];
+    Switch::new()
+        .mode(mode)
+        .run(idx, &targets, &(x.clone(), w.clone()))
+        .unwrap()
+}
+
+#[test]
+fn switch_reverse_and_forward_match_finite_differences() {
+    let _s = serial();
+    let before = nodes();
+    let idx = UInt32::from_slice(&[0, 1, 2, 3, 1, 0, 3]);
+    let wv: Vec<f64> = vec![0.5, -1.0, 2.0, 0.25, 1.5, 3.0, -0.5];
+    for mode in MODES {
+        let mut x = Float64::from_slice(&XS);
+        let mut w = Float64::from_slice(&wv);
+        x.enable_grad();
+        w.enable_grad();
+        let y = switch_run(mode, &idx, &x, &w);
+        kiln::ad::backward_from(&y, &Float64::ones(XS.len())).unwrap();
+        let w0 = Float64::from_slice(&wv);
+        let x0 = Float64::from_slice(&XS);
+        let want_x = fd_lanes(&|x| switch_run(mode, &idx, x, &w0), &XS);
+        let want_w = fd_lanes(&|w| switch_run(mode, &idx, &x0, w), &wv);
+        close(&x.grad().to_vec(), &want_x, 1e-7, &format!("{mode:?} d/dx"));
+        close(&w.grad().to_vec(), &want_w, 1e-7, &format!("{mode:?} d/dw"));
+        // the None target's lane gets nothing
+        assert_eq!(x.grad().to_vec()[2], 0.0);
+        // forward mode from x
+        let mut x3 = x0.detach();
+        x3.enable_grad();
+        let y3 = switch_run(mode, &idx, &x3, &w0);
+        kiln::ad::forward(&x3).unwrap();
+        close(
+            &y3.grad().to_vec(),
+            &want_x,
+            1e-7,
+            &format!("{mode:?} forward"),
+        );
+    }
+    assert_eq!(nodes(), before);
+}
+
+trait Shape: Sync {
+    fn value(&self, p: &(Float64, Float64)) -> Float64;
+}
+struct Disc(f64);
+struct Wave(f64);
+impl Shape for Disc {
+    fn value(&self, (x, y): &(Float64, Float64)) -> Float64 {
+        (x * x + y * y) * self.0
+    }
+}
+impl Shape for Wave {
+    fn value(&self, (x, y): &(Float64, Float64)) -> Float64 {
+        (x * self.0).sin() * y.exp()
+    }
+}
+
+#[test]
+fn dispatch_over_trait_objects() {
+    let _s = serial();
+    let before = nodes();
+    let shapes: [&dyn Shape; 2] = [&Disc(2.0), &Wave(3.0)];
+    let idx = UInt32::from_slice(&[1, 0, 0, 1, 1]);
+    let xs = [0.1, -0.4, 0.9, 1.3, -2.0];
+    let ys = [0.3, 0.2, -0.7, 0.5, 0.05];
+    for mode in MODES {
+        let run = |x: &Float64, y: &Float64| {
+            Switch::new()
+                .mode(mode)
+                .dispatch(&idx, &shapes, &(x.clone(), y.clone()), |s, p| s.value(p))
+                .unwrap()
+        };
+        let (mut x, mut y) = (Float64::from_slice(&xs), Float64::from_slice(&ys));
+        x.enable_grad();
+        y.enable_grad();
+        run(&x, &y).sum().backward();
+        let y0 = Float64::from_slice(&ys);
+        let x0 = Float64::from_slice(&xs);
+        close(
+            &x.grad().to_vec(),
+            &fd_lanes(&|x| run(x, &y0), &xs),
+            1e-7,
+            "d/dx",
+        );
+        close(
+            &y.grad().to_vec(),
+            &fd_lanes(&|y| run(&x0, y), &ys),
+            1e-7,
+            "d/dy",
+        );
+    }
+    // kiln::dispatch (automatic mode) too
+    let mut x = Float64::from_slice(&xs);
+    x.enable_grad();
+    let y0 = Float64::from_slice(&ys);
+    let v = kiln::dispatch(&idx, &shapes, &(x.clone(), y0.clone()), |s, p| s.value(p)).unwrap();
+    kiln::ad::forward(&x).unwrap();
+    let want = fd_lanes(
+        &|x| kiln::dispatch(&idx, &shapes, &(x.clone(), y0.clone()), |s, p| s.value(p)).unwrap(),
+        &xs,
+    );
+    close(&v.grad().to_vec(), &want, 1e-7, "auto forward");
+    drop((v, x));
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn nested_branch_inside_a_switch_target() {
+    let _s = serial();
+    let idx = UInt32::from_slice(&[0, 1, 0, 1]);
+    let xs = [0.2, 0.6, 1.4, -0.3];
+    let run = |mode: Mode, x: &Float64| {
+        let inner = move |x: &Float64| {
+            Branch::new()
+                .mode(mode)
+                .run(&x.lt(1.0), |x: &Float64| x * x, |x: &Float64| x.exp(), x)
+                .unwrap()
+        };
+        let other = |x: &Float64| x * 5.0;
+        let t: [Target<'_, Float64, Float64>; 2] = [Some(&inner), Some(&other)];
+        Switch::new().mode(mode).run(&idx, &t, x).unwrap()
+    };
+    for mode in MODES {
+        let mut x = Float64::from_slice(&xs);
+        x.enable_grad();
+        run(mode, &x).sum().backward();
+        close(
+            &x.grad().to_vec(),
+            &fd_lanes(&|x| run(mode, x), &xs),
+            1e-7,
+            &format!("{mode:?}"),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// while_loop: forward mode; reverse refused
+
+/// Newton's iteration for √a from x₀ = a (stops per lane), scaled by a parameter.
+fn newton(mode: Mode, a: &Float64, k: &Float64) -> Float64 {
+    let (_, x, _) = Loop::new((a.clone(), a.clone(), UInt32::zeros(a.len())))
+        .label("newton")
+        .mode(mode)
+        .run(
+            |(_, _, i)| i.lt(6u32),
+            |(a, x, i)| (a.clone(), (x + a / x) * 0.5, i + 1u32),
+        )
+        .unwrap();
+    x * k
+}
+
+#[test]
+fn while_loop_forward_matches_finite_differences() {
+    let _s = serial();
+    let before = nodes();
+    let av = [0.5, 2.0, 9.0, 30.0];
+    for mode in MODES {
+        let mut a = Float64::from_slice(&av);
+        a.enable_grad();
+        let k = Float64::from(1.5);
+        let y = newton(mode, &a, &k);
+        kiln::ad::forward(&a).unwrap();
+        let want = fd_lanes(&|a| newton(mode, a, &k), &av);
+        close(&y.grad().to_vec(), &want, 1e-7, &format!("{mode:?}"));
+        // close to the derivative of 1.5·√a after 6 Newton steps
+        let exact: Vec<f64> = av.iter().map(|a| 0.75 / a.sqrt()).collect();
+        close(&y.grad().to_vec(), &exact, 1e-3, "analytic");
+    }
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn while_loop_with_per_lane_trip_counts() {
+    // y = x·1.5^k with k the first step where y ≥ 4: piecewise linear in x
+    let _s = serial();
+    let xv = [0.5, 2.0, 3.9, 0.01];
+    for mode in MODES {
+        let mut x = Float64::from_slice(&xv);
+        x.enable_grad();
+        let y = Loop::new(x.clone())
+            .mode(mode)
+            .run(|y| y.lt(4.0), |y| y * 1.5)
+            .unwrap();
+        kiln::ad::forward(&x).unwrap();
+        let want: Vec<f64> = xv
+            .iter()
+            .map(|&x0| {
+                let (mut v, mut d) = (x0, 1.0);
+                while v < 4.0 {
+                    v *= 1.5;
+                    d *= 1.5;
+                }
+                d
+            })
+            .collect();
+        close(&y.grad().to_vec(), &want, 1e-14, &format!("{mode:?}"));
+    }
+}
+
+#[test]
+fn compressed_evaluated_loop_carries_tangents() {
+    let _s = serial();
+    let before = nodes();
+    let xv = [0.5, 2.0, 3.9, 0.01, 1.0];
+    let mut x = Float64::from_slice(&xv);
+    x.enable_grad();
+    let y = Loop::new((x.clone(), UInt32::zeros(5)))
+        .mode(Mode::Evaluated)
+        .compress(true)
+        .run(|(y, _)| y.lt(4.0), |(y, k)| (y * y + 0.5, k + 1u32))
+        .unwrap()
+        .0;
+    kiln::ad::forward(&x).unwrap();
+    let want: Vec<f64> = xv
+        .iter()
+        .map(|&x0| {
+            let (mut v, mut d) = (x0, 1.0);
+            while v < 4.0 {
+                d *= 2.0 * v;
+                v = v * v + 0.5;
+            }
+            d
+        })
+        .collect();
+    close(&y.grad().to_vec(), &want, 1e-13, "compressed");
+    drop((x, y));
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn loop_inside_a_branch_is_differentiable_in_reverse_mode() {
+    // the loop is differentiated inside the branch's body (forward passes there), so reverse
+    // mode through the branch is exact even though reverse mode through a bare loop is refused
+    let _s = serial();
+    let before = nodes();
+    let xv = [0.3, 1.7, 2.5, 0.9];
+    for mode in MODES {
+        let run = |x: &Float64| {
+            let looped = move |x: &Float64| {
+                Loop::new((x.clone(), Int32::zeros(1)))
+                    .mode(mode)
+                    .run(|(_, i)| i.lt(3), |(y, i)| (y.sin() + y * 0.5, i + 1))
+                    .unwrap()
+                    .0
+            };
+            Branch::new()
+                .mode(mode)
+                .run(&x.detach().lt(2.0), looped, |x: &Float64| x.exp(), x)
+                .unwrap()
+        };
+        let mut x = Float64::from_slice(&xv);
+        x.enable_grad();
+        run(&x).sum().backward();
+        close(
+            &x.grad().to_vec(),
+            &fd_lanes(&run, &xv),
+            1e-7,
+            &format!("{mode:?}"),
+        );
+    }
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn while_loop_forward_through_two_coupled_entries() {
+    // a rotation applied n times: the tangent of (u, v) follows the same rotation
+    let _s = serial();
+    for mode in MODES {
+        let run = |u: &Float64, v: &Float64, t: &Float64| {
+            let (u, v, _, _) = Loop::new((u.clone(), v.clone(), t.clone(), Int32::zeros(2)))
+                .mode(mode)
+                .run(
+                    |(_, _, _, i)| i.lt(5),
+                    |(u, v, t, i)| {
+                        (
+                            u * t.cos() - v * t.sin(),
+                            u * t.sin() + v * t.cos(),
+                            t.clone(),
+                            i + 1,
+                        )
+                    },
+                )
+                .unwrap();
+            u * 2.0 + v * 3.0
+        };
+        let (uv, vv, tv) = ([1.0, 0.3], [0.0, -0.8], [0.2, 1.1]);
+        let (mut u, v, mut t) = (
+            Float64::from_slice(&uv),
+            Float64::from_slice(&vv),
+            Float64::from_slice(&tv),
+        );
+        u.enable_grad();
+        t.enable_grad();
+        let y = run(&u, &v, &t);
+        u.set_grad(&Float64::from(1.0));
+        t.set_grad(&Float64::from(0.0));
+        kiln::ad::forward_to(&y).unwrap();
+        let v0 = Float64::from_slice(&vv);
+        let t0 = Float64::from_slice(&tv);
+        close(
+            &y.grad().to_vec(),
+            &fd_lanes(&|u| run(u, &v0, &t0), &uv),
+            1e-7,
+            "d/du",
+        );
+        let u0 = Float64::from_slice(&uv);
+        let mut t2 = t0.detach();
+        t2.enable_grad();
+        let mut u2 = u0.detach();
+        u2.enable_grad();
+        let y2 = run(&u2, &v0, &t2);
+        kiln::ad::forward(&t2).unwrap();
+        close(
+            &y2.grad().to_vec(),
+            &fd_lanes(&|t| run(&u0, &v0, t), &tv),
+            1e-7,
+            "d/dt",
+        );
+    }
+}
+
+#[test]
+fn while_loop_reverse_is_refused_with_a_clear_error() {
+    let _s = serial();
+    let before = nodes();
+    for mode in MODES {
+        let mut a = Float64::from_slice(&[2.0, 3.0]);
+        a.enable_grad();
+        let y = newton(mode, &a, &Float64::from(1.0)).sum();
+        let e = y.try_backward().unwrap_err();
+        match &e {
+            kiln::Error::NotDifferentiable { construct, detail } => {
+                assert!(construct.contains("newton"), "{construct}");
+                assert!(detail.contains("next AD issue"), "{detail}");
+            }
+            other => panic!("expected NotDifferentiable, got {other}"),
+        }
+        let msg = e.to_string();
+        assert!(msg.contains("coming"), "{msg}");
+        assert!(msg.contains("while_loop"), "{msg}");
+        // nothing reached a: no partial, wrong gradient
+        assert_eq!(a.grad().to_vec(), vec![0.0, 0.0]);
+    }
+    assert_eq!(nodes(), before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// bodies AD cannot see through: errors, never wrong gradients
+
+#[test]
+fn captured_gradients_in_branches_are_differentiated() {
+    // a target that captures an array with a gradient (instead of taking it as an argument):
+    // found by tracing the targets once, then differentiated like an argument
+    let _s = serial();
+    let before = nodes();
+    let xv = [0.1, 0.9, 0.4, 1.5];
+    for mode in MODES {
+        let run = |x: &Float64, w: &Float64, v: &Float64| {
+            Branch::new()
+                .mode(mode)
+                .run(
+                    &x.detach().lt(0.5),
+                    |x: &Float64| (x * w).sin(),
+                    |x: &Float64| x * x * v,
+                    x,
+                )
+                .unwrap()
+        };
+        let mut x = Float64::from_slice(&xv);
+        let mut w = Float64::from(2.0); // size 1: every lane's share is summed
+                                        // one per lane (symbolic mode; an evaluated target sees only its own lanes, so what
+                                        // it captures must be of size 1 there)
+        let mut v = if mode == Mode::Symbolic {
+            Float64::from_slice(&[1.0, -2.0, 3.0, 0.5])
+        } else {
+            Float64::from(-1.5)
+        };
+        x.enable_grad();
+        w.enable_grad();
+        v.enable_grad();
+        run(&x, &w, &v).sum().backward();
+        let (w0, v0, x0) = (w.detach(), v.detach(), x.detach());
+        close(
+            &x.grad().to_vec(),
+            &fd_lanes(&|x| run(x, &w0, &v0), &xv),
+            1e-7,
+            "d/dx",
+        );
+        let gw = fd_scalar(&|w| run(&x0, &Float64::from(w), &v0), 2.0);
+        close(&w.grad().to_vec(), &[gw], 1e-7, "d/dw");
+        if mode == Mode::Symbolic {
+            let vv = v0.to_vec();
+            close(
+                &v.grad().to_vec(),
+                &fd_lanes(&|v| run(&x0, &w0, v), &vv),
+                1e-7,
+                "d/dv",
+            );
+        } else {
+            let gv = fd_scalar(&|v| run(&x0, &w0, &Float64::from(v)), -1.5);
+            close(&v.grad().to_vec(), &[gv], 1e-7, "d/dv");
+        }
+        // forward mode from the captured scalar
+        let mut w2 = w0.detach();
+        w2.enable_grad();
+        let y = run(&x0, &w2, &v0);
+        kiln::ad::forward(&w2).unwrap();
+        let per_lane: Vec<f64> = xv
+            .iter()
+            .map(|&x| if x < 0.5 { (x * 2.0).cos() * x } else { 0.0 })
+            .collect();
+        close(&y.grad().to_vec(), &per_lane, 1e-12, "forward d/dw");
+    }
+    assert_eq!(nodes(), before);
+}
+
+trait Material: kiln::Traverse + Sync {
+    fn shade(&self, x: &Float64) -> Float64;
+}
+#[derive(kiln::Traverse)]
+struct Glossy {
+    k: Float64,
+}
+impl Material for Glossy {
+    fn shade(&self, x: &Float64) -> Float64 {
+        (x * &self.k).exp()
+    }
+}
+
+#[test]
+fn registry_instances_with_gradients() {
+    // Dr.Jit's differentiable-material case: parameters live in the dispatched instances
+    let _s = serial();
+    let before = nodes();
+    {
+        let mut k0 = Float64::from(0.5);
+        let mut k1 = Float64::from(-1.0);
+        k0.enable_grad();
+        k1.enable_grad();
+        let mut reg: kiln::Registry<dyn Material> = kiln::Registry::new();
+        reg.register(Box::new(Glossy { k: k0.clone() }));
+        reg.register(Box::new(Glossy { k: k1.clone() }));
+        let idx = UInt32::from_slice(&[0, 1, 1, 0]);
+        let xv = [0.3, 1.2, -0.7, 2.0];
+        let x = Float64::from_slice(&xv);
+        reg.dispatch(&idx, &x, |m, x| m.shade(x))
+            .unwrap()
+            .sum()
+            .backward();
+        let g0: f64 = [0usize, 3]
+            .iter()
+            .map(|&i| xv[i] * (xv[i] * 0.5).exp())
+            .sum();
+        let g1: f64 = [1usize, 2].iter().map(|&i| xv[i] * (-xv[i]).exp()).sum();
+        close(&k0.grad().to_vec(), &[g0], 1e-12, "k0");
+        close(&k1.grad().to_vec(), &[g1], 1e-12, "k1");
+    }
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn captured_gradient_in_a_loop_is_an_error() {
+    let _s = serial();
+    let before = nodes();
+    let mut w = Float64::from(2.0);
+    w.enable_grad();
+    let x = Float64::from_slice(&[0.1, 0.9]);
+    for mode in MODES {
+        let e = Loop::new(x.clone())
+            .mode(mode)
+            .run(|y| y.lt(1.0), |y| y + &w)
+            .unwrap_err();
+        assert!(e.to_string().contains("captured"), "{e}");
+        let mut x2 = x.clone();
+        x2.enable_grad();
+        let e = Loop::new(x2.clone())
+            .mode(mode)
+            .run(|y| y.lt(1.0), |y| y + &w)
+            .unwrap_err();
+        assert!(e.to_string().contains("captured"), "{e}");
+    }
+    // without recording it is a constant, as asked
+    let y = kiln::ad::suspend_grad(|| {
+        kiln::if_then_else(
+            &x.lt(0.5),
+            |x: &Float64| x * &w,
+            |x: &Float64| x.clone(),
+            &x,
+        )
+    })
+    .unwrap();
+    assert_eq!(y.to_vec(), vec![0.2, 0.9]);
+    assert!(!y.grad_enabled());
+    drop(w);
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn body_mixing_lanes_is_an_error_in_evaluated_mode() {
+    let _s = serial();
+    let before = nodes();
+    let mut x = Float64::from_slice(&[0.1, 0.9, 0.3]);
+    x.enable_grad();
+    let e = Branch::new()
+        .mode(Mode::Evaluated)
+        .run(
+            &x.detach().lt(0.5),
+            |x: &Float64| x - x.sum(),
+            |x: &Float64| x.clone(),
+            &x,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("different lanes"), "{e}");
+    drop(x);
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn panic_inside_a_body_leaks_no_nodes() {
+    let _s = serial();
+    let before = nodes();
+    for mode in MODES {
+        let r = std::panic::catch_unwind(|| {
+            let mut x = Float64::from_slice(&[0.1, 0.9]);
+            x.enable_grad();
+            let _ = Branch::new().mode(mode).run(
+                &x.detach().lt(0.5),
+                |x: &Float64| -> Float64 {
+                    let _t = x * 2.0;
+                    panic!("boom")
+                },
+                |x: &Float64| x.clone(),
+                &x,
+            );
+        });
+        assert!(r.is_err());
+        let r = std::panic::catch_unwind(|| {
+            let mut x = Float64::from_slice(&[0.1, 0.9]);
+            x.enable_grad();
+            let _ = Loop::new(x.clone()).mode(mode).run(
+                |y| y.lt(1.0),
+                |y| -> Float64 {
+                    let _t = y.exp();
+                    panic!("boom")
+                },
+            );
+        });
+        assert!(r.is_err());
+    }
+    assert_eq!(nodes(), before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// scans and stencils: refused
+
+/// A tensor over `v` that carries a gradient.
+fn tracked(v: &[f64], shape: &[usize]) -> Tensor<f64> {
+    let mut a = Float64::from_slice(v);
+    a.enable_grad();
+    Tensor::from_array(a, shape)
+}
+
+#[test]
+fn scan_with_a_gradient_is_refused() {
+    let _s = serial();
+    let before = nodes();
+    let xs = tracked(&[1.0, 2.0, 3.0], &[3]);
+    let init = Tensor::<f64>::scalar(0.0);
+    let e = kiln::scan(&init, &xs, |c, x| (c + x, c.clone())).unwrap_err();
+    assert!(
+        matches!(&e, kiln::Error::NotDifferentiable { construct, .. } if construct.contains("scan")),
+        "{e}"
+    );
+    assert!(e.to_string().contains("coming"), "{e}");
+    // a captured tensor with a gradient in the body
+    let cap = tracked(&[10.0], &[]);
+    let plain = Tensor::<f64>::from_vec(vec![1.0, 2.0, 3.0], &[3]);
+    let e = kiln::scan(&init, &plain, |c, x| {
+        let s = &(c + x) + &cap;
+        (s.clone(), s)
+    })
+    .unwrap_err();
+    assert!(matches!(e, kiln::Error::NotDifferentiable { .. }), "{e}");
+    // PyTensor's face too
+    let e = kiln::scan::Scan::new()
+        .sequence(&xs)
+        .output(&Tensor::scalar(0.0f64))
+        .run(|s| s.seq(0, 0) + s.out(0, -1))
+        .err()
+        .expect("refused");
+    assert!(matches!(e, kiln::Error::NotDifferentiable { .. }), "{e}");
+    // without a gradient it runs as before
+    let (c, _) = kiln::scan(&init, &plain, |c, x| (c + x, c.clone())).unwrap();
+    assert_eq!(c.to_vec(), vec![6.0]);
+    drop((xs, cap));
+    assert_eq!(nodes(), before);
+}
+
+#[test]
+fn stencil_with_a_gradient_is_refused() {
+    let _s = serial();
+    let before = nodes();
+    let a = tracked(&[1.0, 2.0, 4.0, 8.0], &[4]);
+    let k = kiln::stencil(|a: &Rel<f64>| a.at([1]) - a.at([0]));
+    let e = k.apply(&a).unwrap_err();
+    assert!(
+        matches!(&e, kiln::Error::NotDifferentiable { construct, .. } if construct == "stencil"),
+        "{e}"
+    );
+    let plain = Tensor::from_array(a.array().detach(), &[4]);
+    assert!(k.apply(&plain).is_ok());
+    drop(a);
+    assert_eq!(nodes(), before);
+}
