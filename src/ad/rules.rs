@@ -217,6 +217,9 @@ impl<T: Float> Elementwise<T> {
 }
 
 impl<T: Float> Rule for Elementwise<T> {
+    fn lane_local(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         self.op.name()
     }
@@ -477,6 +480,9 @@ struct Unary<T: Scalar> {
 }
 
 impl<T: Float> Rule for Unary<T> {
+    fn lane_local(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         self.name
     }
