@@ -244,11 +244,7 @@ impl<T: Float> Rule for Elementwise<T> {
                     None => ct.clone(),
                     Some(w) => &ct * &w,
                 };
-                Some(Grad::of(unbroadcast(
-                    c,
-                    sizes[i],
-                    self.out_size,
-                )))
+                Some(Grad::of(unbroadcast(c, sizes[i], self.out_size)))
             })
             .collect()
     }
