@@ -2474,13 +2474,17 @@ fn lr_step(m: &mut LrModel, opt: &mut kiln::opt::Adam, d: &LrData) -> Float32 {
     l
 }
 
-/// The same step with the gradient written by hand: dL/dz = (σ(z) − y)/n, dL/dw_j = Σ x_j dL/dz,
-/// dL/db = Σ dL/dz; the same loss value and the same Adam update (`step_with`).
+/// The same step with the gradient written by hand: dL/dz = (σ(z) − y)/n (evaluated once),
+/// dL/dw_j = Σ x_j dL/dz, dL/db = Σ dL/dz; the same loss value and the same Adam update
+/// (`step_with`).
 fn lr_step_by_hand(m: &mut LrModel, opt: &mut kiln::opt::Adam, d: &LrData) -> Float32 {
     let z = lr_logits(m, d);
     let n = Float32::full(1.0, d.y.size()).sum();
     let l = (z.max(0.0f32) - &z * &d.y + ((-z.abs()).exp() + 1.0).log()).sum() / &n;
     let dz = (((-&z).exp() + 1.0).rcp() - &d.y) / &n;
+    // evaluated once, as a careful hand-writer would: each of the nine reductions below would
+    // otherwise recompute the logits and the sigmoid
+    dz.eval();
     let g = LrModel {
         w: d.x.iter().map(|x| (x * &dz).sum()).collect(),
         b: dz.sum(),
