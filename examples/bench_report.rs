@@ -2429,9 +2429,229 @@ fn row_ad_tracing(cfg: &Config, notes: &mut Vec<String>) -> Row {
     row
 }
 
-// The frozen training step rows (issue 23: replayed vs traced at n = 1024, and at 1M samples vs
-// the step with the gradient written by hand) belong here, after the two AD rows above; they
-// come with the frozen-AD work.
+// The frozen training step rows (issue 23): the logistic regression example's step (loss,
+// backward, Adam update of `&mut` parameters), replayed vs traced at n = 1024, and at 1M samples
+// vs the same frozen step with the gradient written by hand. The model code is the example's.
+
+/// Features of the logistic regression model.
+const LR_D: usize = 8;
+
+/// Weights and bias, updated in place by the step.
+#[derive(kiln::Traverse, Clone)]
+struct LrModel {
+    w: Vec<Float32>,
+    b: Float32,
+}
+
+/// Samples: one column per feature and the 0/1 labels.
+#[derive(kiln::Traverse)]
+struct LrData {
+    x: Vec<Float32>,
+    y: Float32,
+}
+
+fn lr_logits(m: &LrModel, d: &LrData) -> Float32 {
+    let mut z = &d.x[0] * &m.w[0] + &m.b;
+    for j in 1..LR_D {
+        z += &d.x[j] * &m.w[j];
+    }
+    z
+}
+
+/// Mean cross-entropy in the stable form `max(z, 0) − z·y + log(1 + e^−|z|)`.
+fn lr_loss(m: &LrModel, d: &LrData) -> Float32 {
+    let z = lr_logits(m, d);
+    let n = Float32::full(1.0, d.y.size()).sum();
+    (z.max(0.0f32) - &z * &d.y + ((-z.abs()).exp() + 1.0).log()).sum() / n
+}
+
+/// The step with gradients from AD (`backward`).
+fn lr_step(m: &mut LrModel, opt: &mut kiln::opt::Adam, d: &LrData) -> Float32 {
+    kiln::ad::enable_grad(m).expect("float parameters");
+    let l = lr_loss(m, d);
+    l.backward();
+    opt.step(m);
+    l
+}
+
+/// The same step with the gradient written by hand: dL/dz = (σ(z) − y)/n (evaluated once),
+/// dL/dw_j = Σ x_j dL/dz, dL/db = Σ dL/dz; the same loss value and the same Adam update
+/// (`step_with`).
+fn lr_step_by_hand(m: &mut LrModel, opt: &mut kiln::opt::Adam, d: &LrData) -> Float32 {
+    let z = lr_logits(m, d);
+    let n = Float32::full(1.0, d.y.size()).sum();
+    let l = (z.max(0.0f32) - &z * &d.y + ((-z.abs()).exp() + 1.0).log()).sum() / &n;
+    let dz = (((-&z).exp() + 1.0).rcp() - &d.y) / &n;
+    // evaluated once, as a careful hand-writer would: each of the nine reductions below would
+    // otherwise recompute the logits and the sigmoid
+    dz.eval();
+    let g = LrModel {
+        w: d.x.iter().map(|x| (x * &dz).sum()).collect(),
+        b: dz.sum(),
+    };
+    opt.step_with(m, &g);
+    l
+}
+
+fn lr_data(n: usize, seed: u64) -> LrData {
+    let truth: Vec<f32> = (0..LR_D).map(|j| (j as f32 - 3.5) * 0.6).collect();
+    let mut rng = Pcg32::seeded(seed, UInt64::arange(n));
+    let x: Vec<Float32> = (0..LR_D).map(|_| rng.next_f32() * 2.0 - 1.0).collect();
+    let mut z = Float32::full(0.25, n);
+    for j in 0..LR_D {
+        z += &x[j] * truth[j];
+    }
+    let flip = rng.next_f32().lt(0.05f32);
+    let y = select(&(z.gt(0.0f32) ^ flip), 1.0f32, 0.0f32);
+    for a in &x {
+        a.eval();
+    }
+    y.eval();
+    LrData { x, y }
+}
+
+fn lr_fresh() -> (LrModel, kiln::opt::Adam) {
+    let m = LrModel {
+        w: (0..LR_D).map(|_| Float32::opaque(0.0)).collect(),
+        b: Float32::opaque(0.0),
+    };
+    let opt = kiln::opt::Adam::new(0.05).init(&m);
+    (m, opt)
+}
+
+fn lr_params(m: &LrModel) -> Vec<u32> {
+    m.w.iter()
+        .chain([&m.b])
+        .map(|a| a.item().to_bits())
+        .collect()
+}
+
+/// Row: the frozen training step at n = 1024, replayed vs traced (the step run unfrozen and
+/// evaluated each time).
+fn row_ad_frozen_step(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let d = lr_data(1024, 3);
+    let (mut a, mut oa) = lr_fresh();
+    let (mut b, mut ob) = lr_fresh();
+    let mut f = kiln::freeze(lr_step);
+    const CALLS: usize = 100;
+    let (mut lt, mut lr) = (0u64, 0u64);
+    let [traced, replayed] = measure_all(
+        if cfg.quick { 5 } else { 11 },
+        cfg.budget,
+        [
+            &mut || {
+                let l0 = kiln::stats().launches;
+                let t = time(|| {
+                    for _ in 0..CALLS {
+                        black_box(lr_step(&mut b, &mut ob, &d).eval());
+                    }
+                });
+                lt = (kiln::stats().launches - l0) / CALLS as u64;
+                t / CALLS as f64
+            },
+            &mut || {
+                let l0 = kiln::stats().launches;
+                let t = time(|| {
+                    for _ in 0..CALLS {
+                        black_box(f.call(&mut a, &mut oa, &d).expect("training step"));
+                    }
+                });
+                lr = (kiln::stats().launches - l0) / CALLS as u64;
+                t / CALLS as f64
+            },
+        ],
+    );
+    // both ran the same number of steps from the same start: the parameters must agree bit for bit
+    let same = lr_params(&a) == lr_params(&b);
+    let s = f.stats();
+    // best of the rounds (the machine is shared: a median can be a busy neighbour's)
+    let ratio = traced.min / replayed.min;
+    notes.push(format!(
+        "ad frozen step n=1024: replayed {:.1} us/step (median {:.1}), traced {:.1} us/step (median {:.1}), {ratio:.1}x (best of {} rounds of {CALLS}); launches per step {lr} replayed, {lt} traced; {s}; replayed and traced params bit-identical: {same}",
+        replayed.min * 1e6,
+        replayed.median * 1e6,
+        traced.min * 1e6,
+        traced.median * 1e6,
+        replayed.runs,
+    ));
+    let mut row = Row::new(
+        "ad frozen step n=1024",
+        format!("{:.1} us/step", replayed.min * 1e6),
+        Goal::AtLeast(15.0),
+        if same { ratio } else { f64::NAN },
+        ">= 15x vs traced",
+    );
+    row.rayon = format!("{:.1} us traced", traced.min * 1e6);
+    row.ratio = format!("{ratio:.1}x faster");
+    row
+}
+
+/// Row: the frozen training step at 1M samples, gradient by AD vs written by hand (both frozen).
+fn row_ad_frozen_step_1m(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = 1 << 20;
+    let d = lr_data(n, 1);
+    let (mut a, mut oa) = lr_fresh();
+    let (mut h, mut oh) = lr_fresh();
+    let mut fa = kiln::freeze(lr_step);
+    let mut fh = kiln::freeze(lr_step_by_hand);
+    const CALLS: usize = 5;
+    let (mut la, mut lh) = (0u64, 0u64);
+    let [ad, hand] = measure_all(
+        if cfg.quick { 4 } else { 7 },
+        cfg.budget,
+        [
+            &mut || {
+                let l0 = kiln::stats().launches;
+                let t = time(|| {
+                    for _ in 0..CALLS {
+                        black_box(fa.call(&mut a, &mut oa, &d).expect("training step"));
+                    }
+                });
+                la = (kiln::stats().launches - l0) / CALLS as u64;
+                t / CALLS as f64
+            },
+            &mut || {
+                let l0 = kiln::stats().launches;
+                let t = time(|| {
+                    for _ in 0..CALLS {
+                        black_box(fh.call(&mut h, &mut oh, &d).expect("training step"));
+                    }
+                });
+                lh = (kiln::stats().launches - l0) / CALLS as u64;
+                t / CALLS as f64
+            },
+        ],
+    );
+    // same number of steps: AD's and the hand gradient's parameters agree to rounding
+    let (pa, ph) = (lr_params(&a), lr_params(&h));
+    let close = pa.iter().zip(&ph).all(|(&x, &y)| {
+        let (x, y) = (f32::from_bits(x), f32::from_bits(y));
+        (x - y).abs() <= 1e-3 * (1.0 + y.abs())
+    });
+    // best of the rounds, as above
+    let ratio = ad.min / hand.min;
+    notes.push(format!(
+        "ad frozen step n={}: AD {:.2} ms/step (median {:.2}), by hand {:.2} ms/step (median {:.2}), {ratio:.2}x (best of {} rounds of {CALLS}); launches per step {la} (AD) vs {lh} (by hand); AD: {}; by hand: {}; params agree to 1e-3: {close}",
+        millions(n),
+        ad.min * 1e3,
+        ad.median * 1e3,
+        hand.min * 1e3,
+        hand.median * 1e3,
+        ad.runs,
+        fa.stats(),
+        fh.stats()
+    ));
+    let mut row = Row::new(
+        "ad frozen step 1M",
+        format!("{:.2} ms/step", ad.min * 1e3),
+        Goal::AtMost(1.2),
+        if close { ratio } else { f64::NAN },
+        "<= 1.2x by hand",
+    );
+    row.rayon = format!("{:.2} ms by hand", hand.min * 1e3);
+    row.ratio = format!("{ratio:.2}x by hand");
+    row
+}
 
 fn print_table(rows: &[Row]) {
     let header = [
@@ -2565,7 +2785,7 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 27] = [
+    let steps: [(&str, RowFn); 29] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
         ("llvm vs cranelift", row_llvm_vs_cranelift),
@@ -2593,7 +2813,8 @@ fn main() {
         ("inplace loop", row_inplace_loop),
         ("ad gradient", row_ad_gradient),
         ("ad tracing", row_ad_tracing),
-        // ("ad frozen step", ...): the frozen training step rows go here
+        ("ad frozen step n=1024", row_ad_frozen_step),
+        ("ad frozen step 1M", row_ad_frozen_step_1m),
     ];
     let mut rows = Vec::new();
     for (name, step) in steps {

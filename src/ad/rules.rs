@@ -169,6 +169,10 @@ impl<T: Scalar> Cap<T> {
 
 /// The number of lanes of node `ad` (a parent's size, read when a pass needs it rather than
 /// when the op is recorded).
+/// Unevaluated operations from which a cotangent counts as costly to recompute in each of
+/// several reductions (see `Elementwise::backward`).
+const COSTLY_COTANGENT: usize = 16;
+
 fn node_size(ad: AdIndex) -> Size {
     Size::from(graph::with(|g| g.node(ad).size))
 }
@@ -225,6 +229,23 @@ impl<T: Float> Rule for Elementwise<T> {
     }
     fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
         let ct = ct.array::<T>();
+        let sizes: [Size; 3] = std::array::from_fn(|i| match self.ads[i] {
+            0 => self.out_size,
+            ad => node_size(ad),
+        });
+        // A single-lane operand's adjoint is a reduction of the cotangent. A costly lazy
+        // cotangent is evaluated first: the same one usually reaches several such reductions
+        // (the weights of `x0*w0 + x1*w1 + …` share the cotangent of the sum), and each would
+        // otherwise recompute the whole expression (a logistic regression step at 1M samples:
+        // 19 -> 7 ms). Used once, it costs one extra write of the cotangent.
+        let reduces = (0..3).any(|i| self.ads[i] != 0 && sizes[i].is_one());
+        if reduces
+            && !self.out_size.is_one()
+            && !ct.is_evaluated()
+            && kiln_core::lazy_cost(ct.id(), COSTLY_COTANGENT).0 >= COSTLY_COTANGENT
+        {
+            ct.eval();
+        }
         (0..3)
             .filter(|&i| self.ads[i] != 0)
             .map(|i| {
@@ -232,11 +253,7 @@ impl<T: Float> Rule for Elementwise<T> {
                     None => ct.clone(),
                     Some(w) => &ct * &w,
                 };
-                Some(Grad::of(unbroadcast(
-                    c,
-                    node_size(self.ads[i]),
-                    self.out_size,
-                )))
+                Some(Grad::of(unbroadcast(c, sizes[i], self.out_size)))
             })
             .collect()
     }

@@ -709,8 +709,7 @@ fn replay_in_place(
         }
         let fits = |q: usize| {
             let b = bufs[q];
-            pairs.contains(&(p as u32, q as u32))
-                && params[q].kind == ParamKind::Input
+            params[q].kind == ParamKind::Input
                 && dying.contains(&b)
                 && !taken.contains(&b)
                 // read at the lane's own index by every parameter bound to it
@@ -724,7 +723,16 @@ fn replay_in_place(
                         && Arc::strong_count(buf) == 1
                 })
         };
-        if let Some(q) = (0..p).find(|&q| fits(q)) {
+        // the inputs recorded as sharing this output's buffer, lowest first (scanning only the
+        // pairs: a wide kernel, like an optimizer's step over every parameter, has dozens of
+        // inputs and outputs)
+        let q = pairs
+            .iter()
+            .filter(|&&(o, q)| o as usize == p && (q as usize) < p)
+            .map(|&(_, q)| q as usize)
+            .filter(|&q| fits(q))
+            .min();
+        if let Some(q) = q {
             let b = bufs[q];
             taken.push(b);
             let buf = table[b as usize].clone().expect("checked");
