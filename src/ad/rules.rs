@@ -514,13 +514,16 @@ impl<T: Float> Rule for Unary<T> {
     }
 }
 
+/// The partials `(∂f/∂x, ∂f/∂y)` of a two-input math function.
+pub(crate) type Partials2<T> = fn(&Array<T>, &Array<T>) -> (Array<T>, Array<T>);
+
 /// Two-input math function `f(x, y)` with partials `d(x, y) = (∂f/∂x, ∂f/∂y)`.
 pub(crate) fn binary<T: Float>(
     name: &'static str,
     x: &Array<T>,
     y: &Array<T>,
     f: fn(&Array<T>, &Array<T>) -> Array<T>,
-    d: fn(&Array<T>, &Array<T>) -> (Array<T>, Array<T>),
+    d: Partials2<T>,
 ) -> Option<Array<T>> {
     if !(tracks(x) || tracks(y)) {
         return None;
