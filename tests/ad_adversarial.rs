@@ -659,3 +659,95 @@ fn threads_train_concurrently() {
     }
     assert_eq!(counts(), before, "after threads");
 }
+
+/// A custom op whose backward panics (a user's bug).
+struct PanicsBackward;
+impl kiln::ad::CustomOp for PanicsBackward {
+    type Input = Float64;
+    type Output = Float64;
+    fn eval(&self, x: &Float64) -> Float64 {
+        x * 2.0
+    }
+    fn backward(&self, _x: &Float64, _y: &Float64, _dy: &Float64) -> Float64 {
+        panic!("custom backward panics")
+    }
+    fn forward(&self, _x: &Float64, _y: &Float64, _dx: &Float64) -> Option<Float64> {
+        panic!("custom forward panics")
+    }
+}
+
+#[test]
+fn no_leaks_after_a_panic_inside_a_pass() {
+    let _one = lock();
+    let _ = kiln::grad(|x: &Float64| (x * x).sum(), &Float64::from_slice(&[1.0])).unwrap();
+    let before = counts();
+    let r = std::panic::catch_unwind(|| {
+        let mut x = Float64::from_slice(&[1.0, 2.0]);
+        x.enable_grad();
+        let y = (kiln::ad::custom(PanicsBackward, &(&x * &x)) * &x).sum();
+        y.backward();
+    });
+    assert!(r.is_err());
+    assert_eq!(counts(), before, "after a panic in a backward rule");
+    let r = std::panic::catch_unwind(|| {
+        kiln::grad(
+            |x: &Float64| kiln::ad::custom(PanicsBackward, &x.exp()).sum(),
+            &Float64::from_slice(&[1.0, 2.0]),
+        )
+    });
+    assert!(r.is_err());
+    assert_eq!(
+        counts(),
+        before,
+        "after a panic in a backward rule under kiln::grad"
+    );
+    let r = std::panic::catch_unwind(|| {
+        kiln::jvp(
+            |x: &Float64| kiln::ad::custom(PanicsBackward, &x.exp()),
+            &Float64::from_slice(&[1.0, 2.0]),
+            &Float64::from_slice(&[1.0, 0.0]),
+        )
+    });
+    assert!(r.is_err());
+    assert_eq!(counts(), before, "after a panic in a forward rule");
+    // and AD still works
+    let g = kiln::grad(
+        |x: &Float64| (x * x).sum(),
+        &Float64::from_slice(&[1.0, 2.0]),
+    )
+    .unwrap();
+    assert_eq!(g.to_vec(), vec![2.0, 4.0]);
+}
+
+#[test]
+fn nested_grad_is_the_second_derivative() {
+    let _one = lock();
+    // d/dx Σ (d/dx Σ x³) = d/dx Σ 3x² = 6x: an inner kiln::grad must not treat x as a constant
+    let x = Float64::from_slice(&[1.0, 2.0, -0.5]);
+    let g = kiln::grad(
+        |x: &Float64| {
+            kiln::grad(|y: &Float64| (y * y * y).sum(), x)
+                .unwrap()
+                .sum()
+        },
+        &x,
+    )
+    .unwrap();
+    assert_eq!(g.to_vec(), vec![6.0, 12.0, -3.0]);
+    // mixed: f(x, w) = Σ w · ∂/∂x Σ sin(x) w = Σ w² cos(x); ∂/∂w = 2 w cos(x)
+    let w = Float64::from_slice(&[0.5, -1.0, 2.0]);
+    let (gx, gw) = kiln::grad(
+        |(x, w): &(Float64, Float64)| {
+            let w2 = w.clone();
+            let inner = kiln::grad(move |x: &Float64| (x.sin() * &w2).sum(), x).unwrap();
+            (inner * w).sum()
+        },
+        &(x.clone(), w.clone()),
+    )
+    .unwrap();
+    let (xv, wv) = (x.to_vec(), w.to_vec());
+    let want_x: Vec<f64> = xv.iter().zip(&wv).map(|(x, w)| -w * w * x.sin()).collect();
+    let want_w: Vec<f64> = xv.iter().zip(&wv).map(|(x, w)| 2.0 * w * x.cos()).collect();
+    close(&gx.to_vec(), &want_x, 1e-12);
+    close(&gw.to_vec(), &want_w, 1e-12);
+}
