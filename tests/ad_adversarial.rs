@@ -724,6 +724,7 @@ fn nested_grad_is_the_second_derivative() {
     let _one = lock();
     // d/dx Σ (d/dx Σ x³) = d/dx Σ 3x² = 6x: an inner kiln::grad must not treat x as a constant
     let x = Float64::from_slice(&[1.0, 2.0, -0.5]);
+    let before = counts();
     let g = kiln::grad(
         |x: &Float64| {
             kiln::grad(|y: &Float64| (y * y * y).sum(), x)
@@ -750,4 +751,27 @@ fn nested_grad_is_the_second_derivative() {
     let want_w: Vec<f64> = xv.iter().zip(&wv).map(|(x, w)| 2.0 * w * x.cos()).collect();
     close(&gx.to_vec(), &want_x, 1e-12);
     close(&gw.to_vec(), &want_w, 1e-12);
+    // three levels: d³/dx³ Σ x⁴ = 24x
+    let g3 = kiln::grad(
+        |x: &Float64| {
+            kiln::grad(
+                |x: &Float64| {
+                    kiln::grad(|x: &Float64| (x * x * x * x).sum(), x)
+                        .unwrap()
+                        .sum()
+                },
+                x,
+            )
+            .unwrap()
+            .sum()
+        },
+        &x,
+    )
+    .unwrap();
+    close(&g3.to_vec(), &[24.0, 48.0, -12.0], 1e-12);
+    // a nested grad inside suspend_grad is a first-order gradient, as before
+    let plain = kiln::ad::suspend_grad(|| kiln::grad(|y: &Float64| (y * y).sum(), &x).unwrap());
+    assert!(!plain.grad_enabled());
+    drop((g, gx, gw, g3, plain, w));
+    assert_eq!(counts(), before, "nested grads leave nothing behind");
 }

@@ -14,6 +14,7 @@
 
 use super::graph::{self, AdIndex};
 use super::propagate::{self, Backward};
+use super::rules::Custom;
 use super::value::Grad;
 use super::{RecordingGuard, ISOLATE, STASH};
 use crate::array::Array;
@@ -21,6 +22,7 @@ use crate::freeze::traverse::{Assign, Found, Traversal, Traverse};
 use crate::types::Float;
 use kiln_core::{Error, Result, VarId, VarType};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 // ---------------------------------------------------------------------------------------------
 // Listing and rebuilding values
@@ -113,6 +115,24 @@ pub(crate) fn new_leaf(id: VarId) -> AdIndex {
     ad
 }
 
+/// A leaf for an array like `id` whose node is `parent`: an identity node (gradients pass
+/// through it to `parent`) that keeps the gradients passes bring it.
+fn linked_leaf(id: VarId, parent: AdIndex) -> AdIndex {
+    let rule = Custom {
+        name: "kiln::grad argument",
+        backward: Box::new(|ct: &Grad| vec![Some(ct.clone())]),
+        forward: Box::new(|t: &[Option<Grad>]| t[0].clone()),
+    };
+    let ad = graph::new_node(
+        kiln_core::var_type(id),
+        kiln_core::size(id),
+        vec![parent],
+        Some(Arc::new(rule)),
+    );
+    graph::with(|g| g.node_mut(ad).keeps_grad = true);
+    ad
+}
+
 /// A node's gradient, detached and widened to the size of `like` (zeros when it has none).
 pub(crate) fn gradient_of(ad: AdIndex, like: VarId, take: bool) -> Grad {
     let g = if ad == 0 {
@@ -166,10 +186,22 @@ struct Leaves<A> {
 
 impl<A: Traverse + Clone> Leaves<A> {
     fn new(args: &A) -> Leaves<A> {
+        Leaves::with_links(args, false)
+    }
+    /// As [`Leaves::new`]; with `link`, a leaf for an array that carries a gradient is a child
+    /// of its node (an identity), so that a differentiated result computed from the leaves
+    /// (a nested `kiln::grad`) leads back to the caller's graph.
+    fn with_links(args: &A, link: bool) -> Leaves<A> {
         let mut leaves = Vec::new();
         let mut parts = Vec::new();
         for it in items(args) {
-            let ad = if it.ty.is_float() { new_leaf(it.id) } else { 0 };
+            let ad = if !it.ty.is_float() {
+                0
+            } else if link && it.ad != 0 {
+                linked_leaf(it.id, it.ad)
+            } else {
+                new_leaf(it.id)
+            };
             kiln_core::inc_ref(it.id);
             parts.push(Grad::own(it.id, ad));
             leaves.push(ad);
@@ -386,7 +418,9 @@ pub(crate) fn bounded<R>(f: impl FnOnce() -> R) -> R {
 /// caller's arrays are not marked) and returns a single `f32`/`f64` value. The gradient of an
 /// array `f` does not depend on is zeros, as in JAX; integer and mask arrays get zeros too.
 /// Arrays that `f` captures are constants. Errors: `f` returned more than one element (its size
-/// is named), or the pass failed (a construct with no reverse rule).
+/// is named), or the pass failed (a construct with no reverse rule). Called inside a function
+/// that is itself being differentiated, the gradient is differentiable too, so `grad` of
+/// `grad` gives second derivatives.
 ///
 /// ```
 /// use kiln::prelude::*;
@@ -418,10 +452,36 @@ where
     T: Float,
     F: FnOnce(&A) -> Array<T>,
 {
+    // inside a function being differentiated (a nested `kiln::grad`, recording on and an
+    // argument with a node), the gradient must itself be differentiable: the leaves link to
+    // the caller's nodes and the pass records itself (`create_graph`)
+    let nested = super::recording() && items(args).iter().any(|it| it.ad != 0);
     let _b = Boundary::now();
-    let leaves = Leaves::new(args);
+    let leaves = Leaves::with_links(args, nested);
     let out = f(&leaves.value);
     check_scalar("grad", &out)?;
+    if nested {
+        let want: Vec<AdIndex> = leaves.leaves.iter().copied().filter(|&a| a != 0).collect();
+        let mut g = HashMap::new();
+        if out.ad != 0 {
+            let seed = Grad::of(Array::<T>::ones(1));
+            let how = Backward {
+                retain_graph: true,
+                create_graph: true,
+            };
+            g = propagate::backward(vec![(out.ad, seed)], how, &want)?;
+        }
+        let parts: Vec<Grad> = leaves
+            .leaves
+            .iter()
+            .zip(&leaves.parts)
+            .map(|(ad, p)| match g.remove(ad) {
+                Some(gr) if *ad != 0 => widen(gr, p.id()),
+                _ => zeros_like(p.id()),
+            })
+            .collect();
+        return Ok((out, rebuild(&detach(args), &parts)));
+    }
     if out.ad != 0 {
         let seed = Grad::of(Array::<T>::ones(1));
         propagate::backward(vec![(out.ad, seed)], Backward::default(), &[])?;
