@@ -775,3 +775,33 @@ fn nested_grad_is_the_second_derivative() {
     drop((g, gx, gw, g3, plain, w));
     assert_eq!(counts(), before, "nested grads leave nothing behind");
 }
+
+#[test]
+fn jvp_vjp_hvp_inside_grad_are_differentiable() {
+    let _one = lock();
+    let x0 = [0.4, -1.1, 0.9];
+    let before = counts();
+    // each inner transformation applied to g(y) = sin(y) y², outer function summed
+    let inner = |y: &Float64| y.sin() * y * y;
+    let dir = Float64::from_slice(&[1.0, -0.5, 2.0]);
+    let d2 = dir.clone();
+    let via_jvp = move |x: &Float64| kiln::jvp(inner, x, &d2).unwrap().1.sum();
+    let d2 = dir.clone();
+    let via_vjp = move |x: &Float64| {
+        let (y, pull) = kiln::vjp(inner, x).unwrap();
+        (pull(&d2).unwrap() * y).sum()
+    };
+    let d2 = dir.clone();
+    let via_hvp = move |x: &Float64| {
+        (kiln::hvp(|y: &Float64| (y.sin() * y * y).sum(), x, &d2).unwrap() * x).sum()
+    };
+    check("jvp in grad", &via_jvp, &x0);
+    check("vjp in grad", &via_vjp, &x0);
+    check("hvp in grad", &via_hvp, &x0);
+    drop((dir, via_jvp, via_vjp, via_hvp));
+    assert_eq!(
+        counts(),
+        before,
+        "nested transformations leave nothing behind"
+    );
+}
