@@ -185,10 +185,7 @@ struct Leaves<A> {
 }
 
 impl<A: Traverse + Clone> Leaves<A> {
-    fn new(args: &A) -> Leaves<A> {
-        Leaves::with_links(args, false)
-    }
-    /// As [`Leaves::new`]; with `link`, a leaf for an array that carries a gradient is a child
+    /// `args` with fresh leaves; with `link`, a leaf for an array that carries a gradient is a child
     /// of its node (an identity), so that a differentiated result computed from the leaves
     /// (a nested `kiln::grad`) leads back to the caller's graph.
     fn with_links(args: &A, link: bool) -> Leaves<A> {
@@ -516,10 +513,12 @@ where
     O: Traverse + Clone,
     F: FnOnce(&A) -> O,
 {
+    // inside a function being differentiated (as in `kiln::grad`): a differentiable pullback
+    let nested = super::recording() && items(args).iter().any(|it| it.ad != 0);
     let start = graph::with(|g| g.next_seq());
     let (leaves, out) = {
         let _b = Boundary::at(start);
-        let leaves = Leaves::new(args);
+        let leaves = Leaves::with_links(args, nested);
         let out = f(&leaves.value);
         (leaves, out)
     };
@@ -528,7 +527,7 @@ where
         .iter()
         .map(|it| Grad::share(it.id, it.ad))
         .collect();
-    let value = detach(&out);
+    let value = if nested { out.clone() } else { detach(&out) };
     let template = detach(args);
     let Leaves { leaves, parts, .. } = leaves;
     let pullback = move |ct: &O| -> Result<A> {
@@ -542,10 +541,33 @@ where
             .collect();
         check_like("vjp", "cotangents", &out_items, ct)?;
         let mut seeds = Vec::new();
+        // recorded when the pullback runs where gradients are recorded (a nested call)
+        let record = nested && super::recording();
         for (o, c) in out_items.iter().zip(items(ct)) {
             if o.ty.is_float() && o.ad != 0 {
-                seeds.push((o.ad, widen(Grad::share(c.id, 0), o.id)));
+                let c_ad = if record { c.ad } else { 0 };
+                seeds.push((o.ad, widen(Grad::share(c.id, c_ad), o.id)));
             }
+        }
+        if record {
+            let want: Vec<AdIndex> = leaves.iter().copied().filter(|&a| a != 0).collect();
+            let mut g = {
+                let _b = Boundary::at(start);
+                let how = Backward {
+                    retain_graph: true,
+                    create_graph: true,
+                };
+                propagate::backward(seeds, how, &want)?
+            };
+            let grads: Vec<Grad> = leaves
+                .iter()
+                .zip(&parts)
+                .map(|(ad, p)| match g.remove(ad) {
+                    Some(gr) if *ad != 0 => widen(gr, p.id()),
+                    _ => zeros_like(p.id()),
+                })
+                .collect();
+            return Ok(rebuild(&template, &grads));
         }
         for &ad in &leaves {
             if ad != 0 {
@@ -591,12 +613,16 @@ where
 {
     let p_items = items(primals);
     check_like("jvp", "tangents", &p_items, tangents)?;
+    // inside a function being differentiated (as in `kiln::grad`): differentiable tangents
+    let nested = super::recording()
+        && (p_items.iter().any(|it| it.ad != 0) || items(tangents).iter().any(|it| it.ad != 0));
     let _b = Boundary::now();
-    let leaves = Leaves::new(primals);
+    let leaves = Leaves::with_links(primals, nested);
     let mut seeds = Vec::new();
     for ((&ad, p), t) in leaves.leaves.iter().zip(&leaves.parts).zip(items(tangents)) {
         if ad != 0 {
-            seeds.push((ad, widen(Grad::share(t.id, 0), p.id())));
+            let t_ad = if nested { t.ad } else { 0 };
+            seeds.push((ad, widen(Grad::share(t.id, t_ad), p.id())));
         }
     }
     let out = f(&leaves.value);
@@ -605,16 +631,21 @@ where
     let ts: HashMap<AdIndex, Grad> = if targets.is_empty() || seeds.is_empty() {
         HashMap::new()
     } else {
-        propagate::forward(seeds, Some(&targets))?
+        propagate::forward_with(seeds, Some(&targets), nested)?
     };
     let parts: Vec<Grad> = o_items
         .iter()
         .map(|it| match ts.get(&it.ad) {
-            Some(t) if it.ad != 0 && it.ty.is_float() => widen(t.detached(), it.id),
+            Some(t) if it.ad != 0 && it.ty.is_float() => {
+                widen(if nested { t.clone() } else { t.detached() }, it.id)
+            }
             _ => zeros_like(it.id),
         })
         .collect();
     let tangent = rebuild(&out, &parts);
+    if nested {
+        return Ok((out, tangent));
+    }
     Ok((detach(&out), tangent))
 }
 
@@ -637,8 +668,11 @@ where
 {
     let x_items = items(x);
     check_like("hvp", "directions", &x_items, v)?;
+    // inside a function being differentiated (as in `kiln::grad`): a differentiable product
+    let nested = super::recording()
+        && (x_items.iter().any(|it| it.ad != 0) || items(v).iter().any(|it| it.ad != 0));
     let _b = Boundary::now();
-    let leaves = Leaves::new(x);
+    let leaves = Leaves::with_links(x, nested);
     let out = f(&leaves.value);
     check_scalar("hvp", &out)?;
     let template = detach(x);
@@ -655,14 +689,15 @@ where
     let mut seeds = Vec::new();
     for ((&ad, p), t) in leaves.leaves.iter().zip(&leaves.parts).zip(items(v)) {
         if ad != 0 {
-            seeds.push((ad, widen(Grad::share(t.id, 0), p.id())));
+            let t_ad = if nested { t.ad } else { 0 };
+            seeds.push((ad, widen(Grad::share(t.id, t_ad), p.id())));
         }
     }
     let targets: Vec<AdIndex> = g.values().map(|gr| gr.ad()).filter(|&a| a != 0).collect();
     let ts = if targets.is_empty() {
         HashMap::new()
     } else {
-        propagate::forward(seeds, Some(&targets))?
+        propagate::forward_with(seeds, Some(&targets), nested)?
     };
     let parts: Vec<Grad> = leaves
         .leaves
@@ -674,7 +709,7 @@ where
                 .filter(|gr| gr.ad() != 0)
                 .and_then(|gr| ts.get(&gr.ad()));
             match t {
-                Some(t) => widen(t.detached(), p.id()),
+                Some(t) => widen(if nested { t.clone() } else { t.detached() }, p.id()),
                 None => zeros_like(p.id()),
             }
         })

@@ -208,6 +208,16 @@ pub(crate) fn forward(
     seeds: Vec<(AdIndex, Grad)>,
     to: Option<&[AdIndex]>,
 ) -> Result<HashMap<AdIndex, Grad>> {
+    forward_with(seeds, to, false)
+}
+
+/// [`forward`]; with `record` the pass is itself recorded in the AD graph (the tangents are
+/// differentiable: a `kiln::jvp` inside a function being differentiated).
+pub(crate) fn forward_with(
+    seeds: Vec<(AdIndex, Grad)>,
+    to: Option<&[AdIndex]>,
+    record: bool,
+) -> Result<HashMap<AdIndex, Grad>> {
     let from: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
     let mut held = Held(descendants(&from));
     if let Some(to) = to {
@@ -227,7 +237,7 @@ pub(crate) fn forward(
         held.0 = kept;
     }
     let steps = &held.0;
-    let _rec = RecordingGuard::set(false);
+    let _rec = RecordingGuard::set(record);
     let mut ts: HashMap<AdIndex, Grad> = HashMap::new();
     for (ad, g) in seeds {
         accumulate(&mut ts, ad, g);
