@@ -805,3 +805,37 @@ fn jvp_vjp_hvp_inside_grad_are_differentiable() {
         "nested transformations leave nothing behind"
     );
 }
+
+#[test]
+fn nested_grad_through_a_captured_array() {
+    let _one = lock();
+    // the inner gradient is taken with respect to a constant, but depends on the outer
+    // argument through a capture: d/dw Σ ∂/∂x Σ w x² = d/dw Σ 2 w x = 2 x
+    let x0 = Float64::from_slice(&[1.5, -2.0]);
+    let before = counts();
+    let xc = x0.clone();
+    let g = kiln::grad(
+        move |w: &Float64| {
+            let w2 = w.clone();
+            kiln::grad(move |x: &Float64| (&w2 * x * x).sum(), &xc)
+                .unwrap()
+                .sum()
+        },
+        &Float64::from_slice(&[0.5, 3.0]),
+    )
+    .unwrap();
+    close(&g.to_vec(), &[3.0, -4.0], 1e-12);
+    let xc = x0.clone();
+    let gj = kiln::grad(
+        move |w: &Float64| {
+            let w2 = w.clone();
+            let (_, t) = kiln::jvp(move |x: &Float64| &w2 * x * x, &xc, &Float64::ones(2)).unwrap();
+            t.sum()
+        },
+        &Float64::from_slice(&[0.5, 3.0]),
+    )
+    .unwrap();
+    close(&gj.to_vec(), &[3.0, -4.0], 1e-12);
+    drop((g, gj));
+    assert_eq!(counts(), before);
+}
