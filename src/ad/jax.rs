@@ -115,6 +115,13 @@ pub(crate) fn new_leaf(id: VarId) -> AdIndex {
     ad
 }
 
+/// Whether a transformation called now must give differentiable results: gradients are
+/// recorded, and an argument carries a node (`tracked`) or the call is inside another
+/// transformation (whose argument the function may capture).
+fn nested_call(tracked: bool) -> bool {
+    super::recording() && (tracked || ISOLATE.with(|s| !s.borrow().is_empty()))
+}
+
 /// A leaf for an array like `id` whose node is `parent`: an identity node (gradients pass
 /// through it to `parent`) that keeps the gradients passes bring it.
 fn linked_leaf(id: VarId, parent: AdIndex) -> AdIndex {
@@ -452,7 +459,7 @@ where
     // inside a function being differentiated (a nested `kiln::grad`, recording on and an
     // argument with a node), the gradient must itself be differentiable: the leaves link to
     // the caller's nodes and the pass records itself (`create_graph`)
-    let nested = super::recording() && items(args).iter().any(|it| it.ad != 0);
+    let nested = nested_call(items(args).iter().any(|it| it.ad != 0));
     let _b = Boundary::now();
     let leaves = Leaves::with_links(args, nested);
     let out = f(&leaves.value);
@@ -514,7 +521,7 @@ where
     F: FnOnce(&A) -> O,
 {
     // inside a function being differentiated (as in `kiln::grad`): a differentiable pullback
-    let nested = super::recording() && items(args).iter().any(|it| it.ad != 0);
+    let nested = nested_call(items(args).iter().any(|it| it.ad != 0));
     let start = graph::with(|g| g.next_seq());
     let (leaves, out) = {
         let _b = Boundary::at(start);
@@ -614,8 +621,9 @@ where
     let p_items = items(primals);
     check_like("jvp", "tangents", &p_items, tangents)?;
     // inside a function being differentiated (as in `kiln::grad`): differentiable tangents
-    let nested = super::recording()
-        && (p_items.iter().any(|it| it.ad != 0) || items(tangents).iter().any(|it| it.ad != 0));
+    let nested = nested_call(
+        p_items.iter().any(|it| it.ad != 0) || items(tangents).iter().any(|it| it.ad != 0),
+    );
     let _b = Boundary::now();
     let leaves = Leaves::with_links(primals, nested);
     let mut seeds = Vec::new();
@@ -669,8 +677,8 @@ where
     let x_items = items(x);
     check_like("hvp", "directions", &x_items, v)?;
     // inside a function being differentiated (as in `kiln::grad`): a differentiable product
-    let nested = super::recording()
-        && (x_items.iter().any(|it| it.ad != 0) || items(v).iter().any(|it| it.ad != 0));
+    let nested =
+        nested_call(x_items.iter().any(|it| it.ad != 0) || items(v).iter().any(|it| it.ad != 0));
     let _b = Boundary::now();
     let leaves = Leaves::with_links(x, nested);
     let out = f(&leaves.value);
