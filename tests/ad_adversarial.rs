@@ -839,3 +839,27 @@ fn nested_grad_through_a_captured_array() {
     drop((g, gj));
     assert_eq!(counts(), before);
 }
+
+#[test]
+fn forward_mode_towards_a_consumed_graph_is_an_error() {
+    let _one = lock();
+    let mut x = Float64::from_slice(&[1.0, 2.0]);
+    x.enable_grad();
+    let y = &x * &x;
+    y.sum().backward();
+    x.set_grad(&Float64::ones(2));
+    // y's graph is gone: its tangent cannot be computed, and a zero would be wrong
+    let e = kiln::ad::forward_to(&y).unwrap_err().to_string();
+    assert!(e.contains("consumed"), "{e}");
+    let z = &y * 2.0;
+    let e = kiln::ad::forward_to(&z).unwrap_err().to_string();
+    assert!(e.contains("consumed"), "{e}");
+    // a graph that was retained still works
+    let mut a = Float64::from(3.0);
+    a.enable_grad();
+    let b = &a * &a;
+    kiln::ad::backward_with(&b, &Float64::from(1.0), true).unwrap();
+    a.set_grad(&Float64::from(1.0));
+    kiln::ad::forward_to(&b).unwrap();
+    assert_eq!(b.grad().item(), 6.0);
+}
