@@ -650,6 +650,37 @@ fn threads_train_concurrently() {
             })
         })
         .collect();
+    // meanwhile on other threads: the Dr.Jit face and nested transformations
+    let others: Vec<_> = (0..2)
+        .map(|k| {
+            std::thread::spawn(move || {
+                for _ in 0..30 {
+                    let mut x = Float64::from_slice(&[0.5 + k as f64, -1.0]);
+                    x.enable_grad();
+                    let y = kiln::ad::suspend_grad(|| (&x * 100.0).sum()) + (&x * &x * &x).sum();
+                    y.backward();
+                    let g2 = kiln::grad(
+                        |x: &Float64| {
+                            kiln::grad(|y: &Float64| (y * y * y).sum(), x)
+                                .unwrap()
+                                .sum()
+                        },
+                        &x.detach(),
+                    )
+                    .unwrap();
+                    let xv = x.to_vec();
+                    assert_eq!(
+                        x.grad().to_vec(),
+                        vec![3.0 * xv[0] * xv[0], 3.0 * xv[1] * xv[1]]
+                    );
+                    assert_eq!(g2.to_vec(), vec![6.0 * xv[0], 6.0 * xv[1]]);
+                }
+            })
+        })
+        .collect();
+    for h in others {
+        h.join().unwrap();
+    }
     for h in hs {
         let (a, b, want) = h.join().unwrap();
         assert!(
@@ -862,4 +893,43 @@ fn forward_mode_towards_a_consumed_graph_is_an_error() {
     a.set_grad(&Float64::from(1.0));
     kiln::ad::forward_to(&b).unwrap();
     assert_eq!(b.grad().item(), 6.0);
+}
+
+#[test]
+fn no_leaks_after_not_differentiable_from_a_loop() {
+    let _one = lock();
+    let _ = kiln::grad(|x: &Float64| (x * x).sum(), &Float64::from_slice(&[1.0])).unwrap();
+    let before = counts();
+    let r = kiln::grad(
+        |x: &Float64| {
+            let (y, _) = kiln::while_loop(
+                (x.clone(), UInt32::zeros(2)),
+                |(_, i)| i.lt(3u32),
+                |(y, i)| (y * 1.5 + y.sin(), i + 1u32),
+            )
+            .unwrap();
+            y.sum()
+        },
+        &Float64::from_slice(&[0.2, 0.4]),
+    );
+    let e = r.unwrap_err();
+    assert!(matches!(e, kiln::Error::NotDifferentiable { .. }), "{e}");
+    assert_eq!(counts(), before, "after NotDifferentiable from a loop");
+    // Dr.Jit face
+    {
+        let mut x = Float64::from_slice(&[0.2, 0.4]);
+        x.enable_grad();
+        let (y, _) = kiln::while_loop(
+            (x.clone(), UInt32::zeros(2)),
+            |(_, i)| i.lt(3u32),
+            |(y, i)| (y * 1.5, i + 1u32),
+        )
+        .unwrap();
+        assert!(y.sum().try_backward().is_err());
+    }
+    assert_eq!(
+        counts(),
+        before,
+        "after NotDifferentiable from a loop (backward)"
+    );
 }
