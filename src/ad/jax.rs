@@ -14,6 +14,7 @@
 
 use super::graph::{self, AdIndex};
 use super::propagate::{self, Backward};
+use super::rules::Custom;
 use super::value::Grad;
 use super::{RecordingGuard, ISOLATE, STASH};
 use crate::array::Array;
@@ -21,6 +22,7 @@ use crate::freeze::traverse::{Assign, Found, Traversal, Traverse};
 use crate::types::Float;
 use kiln_core::{Error, Result, VarId, VarType};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 // ---------------------------------------------------------------------------------------------
 // Listing and rebuilding values
@@ -113,6 +115,31 @@ pub(crate) fn new_leaf(id: VarId) -> AdIndex {
     ad
 }
 
+/// Whether a transformation called now must give differentiable results: gradients are
+/// recorded, and an argument carries a node (`tracked`) or the call is inside another
+/// transformation (whose argument the function may capture).
+fn nested_call(tracked: bool) -> bool {
+    super::recording() && (tracked || ISOLATE.with(|s| !s.borrow().is_empty()))
+}
+
+/// A leaf for an array like `id` whose node is `parent`: an identity node (gradients pass
+/// through it to `parent`) that keeps the gradients passes bring it.
+fn linked_leaf(id: VarId, parent: AdIndex) -> AdIndex {
+    let rule = Custom {
+        name: "kiln::grad argument",
+        backward: Box::new(|ct: &Grad| vec![Some(ct.clone())]),
+        forward: Box::new(|t: &[Option<Grad>]| t[0].clone()),
+    };
+    let ad = graph::new_node(
+        kiln_core::var_type(id),
+        kiln_core::size(id),
+        vec![parent],
+        Some(Arc::new(rule)),
+    );
+    graph::with(|g| g.node_mut(ad).keeps_grad = true);
+    ad
+}
+
 /// A node's gradient, detached and widened to the size of `like` (zeros when it has none).
 pub(crate) fn gradient_of(ad: AdIndex, like: VarId, take: bool) -> Grad {
     let g = if ad == 0 {
@@ -165,11 +192,20 @@ struct Leaves<A> {
 }
 
 impl<A: Traverse + Clone> Leaves<A> {
-    fn new(args: &A) -> Leaves<A> {
+    /// `args` with fresh leaves; with `link`, a leaf for an array that carries a gradient is a child
+    /// of its node (an identity), so that a differentiated result computed from the leaves
+    /// (a nested `kiln::grad`) leads back to the caller's graph.
+    fn with_links(args: &A, link: bool) -> Leaves<A> {
         let mut leaves = Vec::new();
         let mut parts = Vec::new();
         for it in items(args) {
-            let ad = if it.ty.is_float() { new_leaf(it.id) } else { 0 };
+            let ad = if !it.ty.is_float() {
+                0
+            } else if link && it.ad != 0 {
+                linked_leaf(it.id, it.ad)
+            } else {
+                new_leaf(it.id)
+            };
             kiln_core::inc_ref(it.id);
             parts.push(Grad::own(it.id, ad));
             leaves.push(ad);
@@ -386,7 +422,9 @@ pub(crate) fn bounded<R>(f: impl FnOnce() -> R) -> R {
 /// caller's arrays are not marked) and returns a single `f32`/`f64` value. The gradient of an
 /// array `f` does not depend on is zeros, as in JAX; integer and mask arrays get zeros too.
 /// Arrays that `f` captures are constants. Errors: `f` returned more than one element (its size
-/// is named), or the pass failed (a construct with no reverse rule).
+/// is named), or the pass failed (a construct with no reverse rule). Called inside a function
+/// that is itself being differentiated, the gradient is differentiable too, so `grad` of
+/// `grad` gives second derivatives.
 ///
 /// ```
 /// use kiln::prelude::*;
@@ -418,10 +456,36 @@ where
     T: Float,
     F: FnOnce(&A) -> Array<T>,
 {
+    // inside a function being differentiated (a nested `kiln::grad`, recording on and an
+    // argument with a node), the gradient must itself be differentiable: the leaves link to
+    // the caller's nodes and the pass records itself (`create_graph`)
+    let nested = nested_call(items(args).iter().any(|it| it.ad != 0));
     let _b = Boundary::now();
-    let leaves = Leaves::new(args);
+    let leaves = Leaves::with_links(args, nested);
     let out = f(&leaves.value);
     check_scalar("grad", &out)?;
+    if nested {
+        let want: Vec<AdIndex> = leaves.leaves.iter().copied().filter(|&a| a != 0).collect();
+        let mut g = HashMap::new();
+        if out.ad != 0 {
+            let seed = Grad::of(Array::<T>::ones(1));
+            let how = Backward {
+                retain_graph: true,
+                create_graph: true,
+            };
+            g = propagate::backward(vec![(out.ad, seed)], how, &want)?;
+        }
+        let parts: Vec<Grad> = leaves
+            .leaves
+            .iter()
+            .zip(&leaves.parts)
+            .map(|(ad, p)| match g.remove(ad) {
+                Some(gr) if *ad != 0 => widen(gr, p.id()),
+                _ => zeros_like(p.id()),
+            })
+            .collect();
+        return Ok((out, rebuild(&detach(args), &parts)));
+    }
     if out.ad != 0 {
         let seed = Grad::of(Array::<T>::ones(1));
         propagate::backward(vec![(out.ad, seed)], Backward::default(), &[])?;
@@ -456,10 +520,12 @@ where
     O: Traverse + Clone,
     F: FnOnce(&A) -> O,
 {
+    // inside a function being differentiated (as in `kiln::grad`): a differentiable pullback
+    let nested = nested_call(items(args).iter().any(|it| it.ad != 0));
     let start = graph::with(|g| g.next_seq());
     let (leaves, out) = {
         let _b = Boundary::at(start);
-        let leaves = Leaves::new(args);
+        let leaves = Leaves::with_links(args, nested);
         let out = f(&leaves.value);
         (leaves, out)
     };
@@ -468,7 +534,7 @@ where
         .iter()
         .map(|it| Grad::share(it.id, it.ad))
         .collect();
-    let value = detach(&out);
+    let value = if nested { out.clone() } else { detach(&out) };
     let template = detach(args);
     let Leaves { leaves, parts, .. } = leaves;
     let pullback = move |ct: &O| -> Result<A> {
@@ -482,10 +548,33 @@ where
             .collect();
         check_like("vjp", "cotangents", &out_items, ct)?;
         let mut seeds = Vec::new();
+        // recorded when the pullback runs where gradients are recorded (a nested call)
+        let record = nested && super::recording();
         for (o, c) in out_items.iter().zip(items(ct)) {
             if o.ty.is_float() && o.ad != 0 {
-                seeds.push((o.ad, widen(Grad::share(c.id, 0), o.id)));
+                let c_ad = if record { c.ad } else { 0 };
+                seeds.push((o.ad, widen(Grad::share(c.id, c_ad), o.id)));
             }
+        }
+        if record {
+            let want: Vec<AdIndex> = leaves.iter().copied().filter(|&a| a != 0).collect();
+            let mut g = {
+                let _b = Boundary::at(start);
+                let how = Backward {
+                    retain_graph: true,
+                    create_graph: true,
+                };
+                propagate::backward(seeds, how, &want)?
+            };
+            let grads: Vec<Grad> = leaves
+                .iter()
+                .zip(&parts)
+                .map(|(ad, p)| match g.remove(ad) {
+                    Some(gr) if *ad != 0 => widen(gr, p.id()),
+                    _ => zeros_like(p.id()),
+                })
+                .collect();
+            return Ok(rebuild(&template, &grads));
         }
         for &ad in &leaves {
             if ad != 0 {
@@ -531,12 +620,17 @@ where
 {
     let p_items = items(primals);
     check_like("jvp", "tangents", &p_items, tangents)?;
+    // inside a function being differentiated (as in `kiln::grad`): differentiable tangents
+    let nested = nested_call(
+        p_items.iter().any(|it| it.ad != 0) || items(tangents).iter().any(|it| it.ad != 0),
+    );
     let _b = Boundary::now();
-    let leaves = Leaves::new(primals);
+    let leaves = Leaves::with_links(primals, nested);
     let mut seeds = Vec::new();
     for ((&ad, p), t) in leaves.leaves.iter().zip(&leaves.parts).zip(items(tangents)) {
         if ad != 0 {
-            seeds.push((ad, widen(Grad::share(t.id, 0), p.id())));
+            let t_ad = if nested { t.ad } else { 0 };
+            seeds.push((ad, widen(Grad::share(t.id, t_ad), p.id())));
         }
     }
     let out = f(&leaves.value);
@@ -545,16 +639,21 @@ where
     let ts: HashMap<AdIndex, Grad> = if targets.is_empty() || seeds.is_empty() {
         HashMap::new()
     } else {
-        propagate::forward(seeds, Some(&targets))?
+        propagate::forward_with(seeds, Some(&targets), nested)?
     };
     let parts: Vec<Grad> = o_items
         .iter()
         .map(|it| match ts.get(&it.ad) {
-            Some(t) if it.ad != 0 && it.ty.is_float() => widen(t.detached(), it.id),
+            Some(t) if it.ad != 0 && it.ty.is_float() => {
+                widen(if nested { t.clone() } else { t.detached() }, it.id)
+            }
             _ => zeros_like(it.id),
         })
         .collect();
     let tangent = rebuild(&out, &parts);
+    if nested {
+        return Ok((out, tangent));
+    }
     Ok((detach(&out), tangent))
 }
 
@@ -577,8 +676,11 @@ where
 {
     let x_items = items(x);
     check_like("hvp", "directions", &x_items, v)?;
+    // inside a function being differentiated (as in `kiln::grad`): a differentiable product
+    let nested =
+        nested_call(x_items.iter().any(|it| it.ad != 0) || items(v).iter().any(|it| it.ad != 0));
     let _b = Boundary::now();
-    let leaves = Leaves::new(x);
+    let leaves = Leaves::with_links(x, nested);
     let out = f(&leaves.value);
     check_scalar("hvp", &out)?;
     let template = detach(x);
@@ -595,14 +697,15 @@ where
     let mut seeds = Vec::new();
     for ((&ad, p), t) in leaves.leaves.iter().zip(&leaves.parts).zip(items(v)) {
         if ad != 0 {
-            seeds.push((ad, widen(Grad::share(t.id, 0), p.id())));
+            let t_ad = if nested { t.ad } else { 0 };
+            seeds.push((ad, widen(Grad::share(t.id, t_ad), p.id())));
         }
     }
     let targets: Vec<AdIndex> = g.values().map(|gr| gr.ad()).filter(|&a| a != 0).collect();
     let ts = if targets.is_empty() {
         HashMap::new()
     } else {
-        propagate::forward(seeds, Some(&targets))?
+        propagate::forward_with(seeds, Some(&targets), nested)?
     };
     let parts: Vec<Grad> = leaves
         .leaves
@@ -614,7 +717,7 @@ where
                 .filter(|gr| gr.ad() != 0)
                 .and_then(|gr| ts.get(&gr.ad()));
             match t {
-                Some(t) => widen(t.detached(), p.id()),
+                Some(t) => widen(if nested { t.clone() } else { t.detached() }, p.id()),
                 None => zeros_like(p.id()),
             }
         })

@@ -383,7 +383,7 @@ pub fn forward_to<T: Float>(y: &Array<T>) -> Result<()> {
         return Ok(());
     }
     // seeds: the ancestors of y that hold a gradient
-    let seeds = seeds_above(y.ad);
+    let seeds = seeds_above(y.ad)?;
     let ts = propagate::forward(seeds, Some(&[y.ad]))?;
     if let Some(t) = ts.get(&y.ad) {
         let prev = graph::with(|g| g.node_mut(y.ad).grad.replace(t.detached()));
@@ -392,7 +392,9 @@ pub fn forward_to<T: Float>(y: &Array<T>) -> Result<()> {
     Ok(())
 }
 
-fn seeds_above(ad: AdIndex) -> Vec<(AdIndex, Grad)> {
+/// The nearest ancestors of `ad` that hold a gradient. An error when the walk meets a node whose
+/// edges a backward pass consumed: the tangent would silently miss what flowed through it.
+fn seeds_above(ad: AdIndex) -> Result<Vec<(AdIndex, Grad)>> {
     graph::with(|g| {
         let mut seen = std::collections::HashSet::new();
         let mut stack = vec![ad];
@@ -408,9 +410,15 @@ fn seeds_above(ad: AdIndex) -> Vec<(AdIndex, Grad)> {
                     continue;
                 }
             }
+            if n.consumed {
+                return Err(Error::Ad(format!(
+                    "forward_to: the path to it crosses a {}-element {} array whose graph an earlier `backward` consumed; call `backward_with(.., retain_graph = true)` the first time, or recompute the expression",
+                    n.size, n.ty
+                )));
+            }
             stack.extend(n.parents.iter().copied());
         }
-        out
+        Ok(out)
     })
 }
 

@@ -76,6 +76,16 @@ fn release(steps: &[Step]) {
     }
 }
 
+/// The steps of a running pass: their references are released when the pass ends, also when a
+/// rule (a user's `CustomOp`) panics, so that an unwinding pass leaves no node behind.
+struct Held(Vec<Step>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        release(&self.0);
+    }
+}
+
 /// `a + b` for two gradients of one type.
 fn add(a: Grad, b: &Grad) -> Grad {
     match a.ty() {
@@ -122,7 +132,8 @@ pub(crate) fn backward(
 ) -> Result<HashMap<AdIndex, Grad>> {
     let roots: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
     let boundary = isolate_boundary();
-    let steps = ancestors(&roots, boundary)?;
+    let held = Held(ancestors(&roots, boundary)?);
+    let steps = &held.0;
     let _rec = RecordingGuard::set(how.create_graph);
     let mut cts: HashMap<AdIndex, Grad> = HashMap::new();
     for (ad, g) in seeds {
@@ -159,7 +170,7 @@ pub(crate) fn backward(
             }
         }
     }
-    release(&steps);
+    drop(held);
     Ok(out)
 }
 
@@ -197,29 +208,41 @@ pub(crate) fn forward(
     seeds: Vec<(AdIndex, Grad)>,
     to: Option<&[AdIndex]>,
 ) -> Result<HashMap<AdIndex, Grad>> {
+    forward_with(seeds, to, false)
+}
+
+/// [`forward`]; with `record` the pass is itself recorded in the AD graph (the tangents are
+/// differentiable: a `kiln::jvp` inside a function being differentiated).
+pub(crate) fn forward_with(
+    seeds: Vec<(AdIndex, Grad)>,
+    to: Option<&[AdIndex]>,
+    record: bool,
+) -> Result<HashMap<AdIndex, Grad>> {
     let from: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
-    let mut steps = descendants(&from);
+    let mut held = Held(descendants(&from));
     if let Some(to) = to {
         // only the nodes on a path to a target matter
         let up = ancestors(to, 0);
         let keep: std::collections::HashSet<AdIndex> = match &up {
             Ok(v) => v.iter().map(|s| s.ad).collect(),
-            Err(_) => steps.iter().map(|s| s.ad).collect(),
+            Err(_) => held.0.iter().map(|s| s.ad).collect(),
         };
         if let Ok(v) = &up {
             release(v);
         }
-        let (kept, dropped): (Vec<Step>, Vec<Step>) =
-            steps.into_iter().partition(|s| keep.contains(&s.ad));
+        let (kept, dropped): (Vec<Step>, Vec<Step>) = std::mem::take(&mut held.0)
+            .into_iter()
+            .partition(|s| keep.contains(&s.ad));
         release(&dropped);
-        steps = kept;
+        held.0 = kept;
     }
-    let _rec = RecordingGuard::set(false);
+    let steps = &held.0;
+    let _rec = RecordingGuard::set(record);
     let mut ts: HashMap<AdIndex, Grad> = HashMap::new();
     for (ad, g) in seeds {
         accumulate(&mut ts, ad, g);
     }
-    for s in &steps {
+    for s in steps {
         if ts.contains_key(&s.ad) {
             continue;
         }
@@ -231,9 +254,7 @@ pub(crate) fn forward(
         let t = match rule.try_forward(&inputs) {
             Ok(t) => t,
             Err(e) => {
-                drop(inputs);
-                drop(ts);
-                release(&steps);
+                // the tangents go before the pass's references (`held`, declared first)
                 return Err(e);
             }
         };
@@ -241,6 +262,6 @@ pub(crate) fn forward(
             ts.insert(s.ad, t);
         }
     }
-    release(&steps);
+    drop(held);
     Ok(ts)
 }

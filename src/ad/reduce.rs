@@ -34,6 +34,10 @@ fn partials<T: Float>(op: ReduceOp, x: &Array<T>, out: &Array<T>) -> Option<Arra
             let others = select(&is0, &one, x).prod();
             let only_zero = is0 & zeros.eq(T::one());
             let with_zero = select(&only_zero, &others, &zero);
+            // `out` is captured detached (the node cannot hold itself); when this rule is being
+            // differentiated (`create_graph`, e.g. `hvp`) recompute the product from the tracked
+            // `x`, or the second derivative would miss d(out)/dx
+            let out = if tracks(x) { x.prod() } else { out.clone() };
             Some(select(&zeros.eq(T::zero()), out / x, with_zero))
         }
         ReduceOp::Min | ReduceOp::Max => {
