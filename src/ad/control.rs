@@ -74,7 +74,7 @@ impl Traverse for Flat {
 pub(crate) fn arrays<S: Traverse>(s: &S) -> (Vec<VarId>, Vec<AdIndex>) {
     let mut t = Traversal::new();
     s.traverse(&mut t);
-    (t.found.iter().map(|f| f.id).collect(), t.ads)
+    t.found.iter().map(|f| (f.id, f.ad)).unzip()
 }
 
 /// `template` with its arrays replaced by `ids`, each with the AD node at its position in `ads`
@@ -400,13 +400,7 @@ fn differentiate<A: Traverse + Clone, O: Traverse>(
 ) -> Differentiated<O> {
     // the body records derivatives even inside a backward pass's rules (first order only)
     let _rec = RecordingGuard::set(true);
-    let start = graph::with(|g| g.next_seq());
-    let (ids, _) = arrays(args);
-    let leaves = leaves_at(&ids, wrt);
-    let out = {
-        let a = rebuild_with(args, &ids, &leaves.0);
-        f(&a)
-    };
+    let (start, ids, leaves, out) = on_leaves(args, wrt, |a| f(a));
     let (out_ids, out_ads) = arrays(&out);
     let mut tangents = Vec::new();
     let mut boundary = leaves.0.clone();
@@ -442,6 +436,20 @@ fn differentiate<A: Traverse + Clone, O: Traverse>(
 }
 
 /// Fresh leaf nodes at positions `wrt` of `ids` (0 elsewhere), owned by the result.
+/// Run `f` on `args` with the positions `wrt` replaced by fresh leaves: the sequence number the
+/// body's first node gets, the arguments' ids, the leaves (by position) and the result.
+fn on_leaves<A: Traverse + Clone, O>(
+    args: &A,
+    wrt: &[usize],
+    f: impl FnOnce(&A) -> O,
+) -> (u64, Vec<VarId>, Nodes, O) {
+    let start = graph::with(|g| g.next_seq());
+    let (ids, _) = arrays(args);
+    let leaves = leaves_at(&ids, wrt);
+    let out = f(&rebuild_with(args, &ids, &leaves.0));
+    (start, ids, leaves, out)
+}
+
 fn leaves_at(ids: &[VarId], wrt: &[usize]) -> Nodes {
     Nodes(
         ids.iter()
@@ -524,13 +532,7 @@ fn probe<A: Traverse + Clone, O: Traverse>(
     let trace = crate::control::Trace::enter()?;
     for f in targets.iter().flatten() {
         let _rec = RecordingGuard::set(true);
-        let start = graph::with(|g| g.next_seq());
-        let (ids, _) = arrays(args);
-        let leaves = leaves_at(&ids, wrt);
-        let out = {
-            let a = rebuild_with(args, &ids, &leaves.0);
-            f(&a)
-        };
+        let (start, _, leaves, out) = on_leaves(args, wrt, f);
         let (_, out_ads) = arrays(&out);
         let new = graph::with(|g| {
             let mut seen = HashSet::new();

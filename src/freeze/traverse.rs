@@ -70,8 +70,6 @@ pub struct Traversal {
     /// The key without the arrays' literal and size classes (what a `&mut` argument may not change).
     shape: Xxh3,
     pub(crate) found: Vec<Found>,
-    /// The AD node of each position in `found` (0: none), for AD through control flow.
-    pub(crate) ads: Vec<crate::ad::AdIndex>,
     /// Deduplicated variables, in order of first appearance.
     pub(crate) slots: Vec<VarId>,
     track_paths: bool,
@@ -92,7 +90,6 @@ impl Traversal {
             hasher: Xxh3::new(),
             shape: Xxh3::new(),
             found: Vec::new(),
-            ads: Vec::new(),
             slots: Vec::new(),
             track_paths: false,
             path: Vec::new(),
@@ -160,7 +157,6 @@ impl Traversal {
             }
         };
         self.found.push(Found { id, slot, ad });
-        self.ads.push(ad);
         if self.track_paths {
             self.paths.push(self.path_string());
         }
