@@ -48,7 +48,11 @@ pub fn module(k: &Kernel, name: &str, w: usize) -> String {
         m.push('\n');
     }
     m.push_str(&body);
+    // !1: "the first target is (nearly) always taken", for fast paths whose slow alternative
+    // calls out lane by lane: without it the register allocator spills the loop's values around
+    // the calls on every iteration, the fast path included
     m.push_str("\nattributes #0 = { nounwind }\n!0 = !{i32 1}\n");
+    m.push_str("!1 = !{!\"branch_weights\", i32 1048575, i32 1}\n");
     m
 }
 
@@ -1351,7 +1355,9 @@ impl Gen<'_> {
             let (ok, i0) = self.contiguous_run(&ix64, p);
             let (fast, slow, join) = (self.fresh(), self.fresh(), self.fresh());
             let lb = |x: &str| x.trim_start_matches('%').to_string();
-            self.line(format!("br i1 {ok}, label {fast}, label {slow}"));
+            // (the slow path's helper calls clobber every vector register: weighting the branch
+            // keeps the loop's state in registers on the fast path; see `module`'s !1)
+            self.line(format!("br i1 {ok}, label {fast}, label {slow}, !prof !1"));
             self.label(&lb(&fast));
             let me = mty(t);
             let dstp = self.fresh();
