@@ -550,6 +550,28 @@ impl<T: Scalar, const N: usize> Vector<Array<T>, N> {
         crate::array::ok(crate::eval_ids(&ids));
         self
     }
+    /// Name the components `name.x`, `name.y`, `name.z`, `name.w` (beyond four: `name[4]`, …),
+    /// as [`Array::label`] does for one array; returns the vector for chaining.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let p = Vector2f::new(Float32::zeros(3), Float32::ones(3)).label("p");
+    /// assert_eq!(p.y().get_label().as_deref(), Some("p.y"));
+    /// ```
+    pub fn label(self, name: &str) -> Self {
+        for (k, c) in self.0.iter().enumerate() {
+            let l = match k {
+                0..=3 => format!("{name}.{}", ["x", "y", "z", "w"][k]),
+                _ => format!("{name}[{k}]"),
+            };
+            kiln_core::set_label(c.id(), &l);
+        }
+        self
+    }
+    /// Whether every component is evaluated.
+    pub fn is_evaluated(&self) -> bool {
+        self.0.iter().all(Array::is_evaluated)
+    }
     /// Convert each component to `U` (Rust `as` semantics, see [`Array::cast`]).
     ///
     /// ```
