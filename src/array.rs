@@ -162,8 +162,10 @@ impl<T: Scalar> Array<T> {
     /// ```
     ///
     /// `n` may be a [`Size`] (`x.size()`), which inside a frozen function follows the inputs.
-    pub fn full(value: T, n: impl Into<Size>) -> Self {
-        Self::wrap(core::literal(T::TYPE, value.to_bits64(), n))
+    /// `n` may also be any integer type (`10u32`, `n as i64`); a negative one panics, naming it.
+    #[track_caller]
+    pub fn full(value: T, n: impl IntoSize) -> Self {
+        Self::wrap(core::literal(T::TYPE, value.to_bits64(), n.into_size()))
     }
     /// A size-1 array holding `value` in memory rather than as a literal: kernels read it, so a
     /// new value needs no new kernel and no new recording of a frozen function.
@@ -464,7 +466,14 @@ impl<T: Numeric> Array<T> {
     /// ```
     /// assert_eq!(kiln::Int64::zeros(2).to_vec(), vec![0, 0]);
     /// ```
-    pub fn zeros(n: impl Into<Size>) -> Self {
+    ///
+    /// Sizes may be any integer type or a [`Size`]:
+    ///
+    /// ```
+    /// assert_eq!(kiln::Float32::zeros(3u32).len(), 3);
+    /// ```
+    #[track_caller]
+    pub fn zeros(n: impl IntoSize) -> Self {
         Self::full(T::zero(), n)
     }
     /// `n` ones.
@@ -472,7 +481,8 @@ impl<T: Numeric> Array<T> {
     /// ```
     /// assert_eq!(kiln::Float32::ones(2).to_vec(), vec![1.0, 1.0]);
     /// ```
-    pub fn ones(n: impl Into<Size>) -> Self {
+    #[track_caller]
+    pub fn ones(n: impl IntoSize) -> Self {
         Self::full(T::one(), n)
     }
     /// `0, 1, …, n − 1`.
@@ -482,8 +492,9 @@ impl<T: Numeric> Array<T> {
     /// ```
     ///
     /// `n` may be a [`Size`] (`x.size()`), which inside a frozen function follows the inputs.
-    pub fn arange(n: impl Into<Size>) -> Self {
-        let n = n.into();
+    #[track_caller]
+    pub fn arange(n: impl IntoSize) -> Self {
+        let n = n.into_size();
         let idx_ty = if !n.fits_u32() {
             VarType::U64
         } else {
@@ -506,8 +517,8 @@ impl<T: Float> Array<T> {
     /// With a [`Size`] `n` inside a frozen function, the step is computed from `n`'s value, so the
     /// recording is tied to the input sizes (it records anew for others).
     #[track_caller]
-    pub fn linspace(start: T, stop: T, n: impl Into<Size>) -> Self {
-        let n = n.into();
+    pub fn linspace(start: T, stop: T, n: impl IntoSize) -> Self {
+        let n = n.into_size();
         // the step is computed on the host from n's value: a constant of a frozen recording
         let count = n.get();
         let step = if count > 1 {
@@ -613,3 +624,49 @@ impl<T: Scalar> IntoArray<T> for T {
         Array::scalar(self)
     }
 }
+
+/// A number of elements: a [`Size`] or any integer type (what `zeros`, `ones`, `full`, `arange`
+/// and `linspace` take). A negative integer panics, naming it; an integer beyond `usize` too.
+///
+/// ```
+/// use kiln::prelude::*;
+/// assert_eq!(Float32::zeros(4u32).len(), 4);
+/// assert_eq!(Int32::arange(3i64).to_vec(), vec![0, 1, 2]);
+/// assert_eq!(UInt32::ones(2usize).to_vec(), vec![1, 1]);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a number of elements",
+    label = "give an integer (any integer type) or a `kiln::Size` such as `x.size()`"
+)]
+pub trait IntoSize {
+    /// The size (panics, naming the value, if it is negative or beyond `usize`).
+    fn into_size(self) -> Size;
+}
+impl IntoSize for Size {
+    fn into_size(self) -> Size {
+        self
+    }
+}
+impl IntoSize for &Size {
+    fn into_size(self) -> Size {
+        *self
+    }
+}
+macro_rules! int_size {
+    ($($t:ty),*) => {$(
+        impl IntoSize for $t {
+            #[track_caller]
+            fn into_size(self) -> Size {
+                match usize::try_from(self) {
+                    Ok(n) => Size::from(n),
+                    Err(_) => panic!(
+                        "kiln: {} ({}) is not a number of elements; give a size from 0 to usize::MAX",
+                        self,
+                        stringify!($t)
+                    ),
+                }
+            }
+        }
+    )*};
+}
+int_size!(usize, u8, u16, u32, u64, u128, isize, i8, i16, i32, i64, i128);

@@ -37,6 +37,7 @@ pub mod types;
 pub mod vector;
 
 pub use ad::{grad, hvp, jvp, value_and_grad, vjp};
+pub use array::IntoSize;
 pub use array::{Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64};
 pub use control::{dispatch, if_then_else, switch, while_loop, Mode, Registry};
 pub use freeze::{freeze, Frozen, Traverse};
@@ -62,7 +63,7 @@ pub use vector::*;
 /// Everything a typical program needs: `use kiln::prelude::*;`.
 pub mod prelude {
     pub use crate::array::{
-        Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64,
+        Array, Bool, Float32, Float64, Int32, Int64, IntoArray, IntoSize, UInt32, UInt64,
     };
     pub use crate::control::{dispatch, if_then_else, switch, while_loop, Mode};
     pub use crate::memory::{

@@ -81,7 +81,10 @@ impl Pcg32 {
     /// let x = rng.next_u32().to_vec();
     /// assert!(x[0] != x[1] && x[1] != x[2]);
     /// ```
-    pub fn new(size: impl Into<kiln_core::Size>) -> Self {
+    ///
+    /// `size` is any integer type or a [`Size`](kiln_core::Size) (`x.size()`).
+    #[track_caller]
+    pub fn new(size: impl crate::array::IntoSize) -> Self {
         Self::seeded(PCG32_DEFAULT_STATE, UInt64::arange(size))
     }
 

@@ -65,7 +65,9 @@ fn tensor_min_max_pow_with_scalars() {
         .map(|i| v[i].max([0.0, 0.5, 1.0, -1.0][i % 4]))
         .collect();
     assert_eq!(got, want);
-    let lt: Vec<bool> = (0..12).map(|i| v[i] < [0.0, 0.5, 1.0, -1.0][i % 4]).collect();
+    let lt: Vec<bool> = (0..12)
+        .map(|i| v[i] < [0.0, 0.5, 1.0, -1.0][i % 4])
+        .collect();
     assert_eq!(t.lt(&row).to_vec(), lt);
     // integers: the literal's type follows the tensor's
     let i = Tensor::<i32>::arange(5);
@@ -129,6 +131,35 @@ fn labels_on_every_kind() {
     let v = Vector3f::from_fn(|k| Float32::full(k as f32, 4)).label("pos");
     let labels: Vec<_> = v.iter().map(|c| c.get_label().unwrap()).collect();
     assert_eq!(labels, ["pos.x", "pos.y", "pos.z"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// sizes of any integer type
+
+#[test]
+fn sizes_of_any_integer_type() {
+    assert_eq!(Float32::zeros(10u32).to_vec(), vec![0.0; 10]);
+    assert_eq!(Float32::zeros(10u64).len(), 10);
+    assert_eq!(Float32::ones(3u8).to_vec(), vec![1.0; 3]);
+    assert_eq!(Int32::arange(5i64).to_vec(), (0..5).collect::<Vec<_>>());
+    assert_eq!(UInt32::full(7, 2i32).to_vec(), vec![7, 7]);
+    assert_eq!(
+        Float64::linspace(0.0, 1.0, 3u16).to_vec(),
+        vec![0.0, 0.5, 1.0]
+    );
+    let n: usize = 4;
+    assert_eq!(Int64::arange(n).len(), n);
+    // a Size still works (and follows a frozen function's inputs)
+    let x = Float32::zeros(6);
+    assert_eq!(UInt32::arange(x.size() / 2).to_vec(), vec![0, 1, 2]);
+    // an unsuffixed literal still works
+    assert_eq!(Float32::zeros(0).len(), 0);
+}
+
+#[test]
+#[should_panic(expected = "-3 (i32) is not a number of elements")]
+fn negative_size_panics_naming_it() {
+    let _ = Float32::zeros(-3);
 }
 
 // ---------------------------------------------------------------------------------------------
