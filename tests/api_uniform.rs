@@ -163,6 +163,26 @@ fn negative_size_panics_naming_it() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// vectors from scalars
+
+#[test]
+fn vectors_from_scalars_and_arrays() {
+    let v = Vector3f::new(1.0, 2.0, 3.0);
+    assert_eq!([v.x().item(), v.y().item(), v.z().item()], [1.0, 2.0, 3.0]);
+    assert_eq!(v.norm().item(), (1.0f32 + 4.0 + 9.0).sqrt());
+    // arrays (owned or borrowed) and scalars mix; scalars broadcast
+    let x = Float32::arange(4);
+    let p = Vector3f::new(&x, 1.0, x.clone() * 2.0);
+    let d = p.dot(&Vector3f::new(1.0, 1.0, 1.0)).to_vec();
+    let want: Vec<f32> = (0..4).map(|i| i as f32 + 1.0 + 2.0 * i as f32).collect();
+    assert_eq!(d, want);
+    let i = Vector2i::new(7, -3);
+    assert_eq!((i.x().item(), i.y().item()), (7, -3));
+    let w = Vector4d::new(0.5, 1.5, 2.5, 3.5);
+    assert_eq!(w.hsum().item(), 8.0);
+}
+
+// ---------------------------------------------------------------------------------------------
 // indexing and concat on arrays
 
 /// Python's `a[start:stop:step]` on a plain vector, as the reference, except that a position
