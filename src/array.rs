@@ -143,11 +143,8 @@ impl<T: Scalar> Array<T> {
     }
     /// As [`Array::from_slice`], returning an error if memory runs out.
     pub fn try_from_slice(data: &[T]) -> Result<Self> {
-        let mut bytes = Vec::with_capacity(std::mem::size_of_val(data));
-        for v in data {
-            bytes.extend_from_slice(&v.to_bits64().to_le_bytes()[..T::TYPE.size_bytes()]);
-        }
-        Ok(Self::wrap(core::from_bytes(T::TYPE, &bytes)?))
+        // one copy, straight into kiln's buffer
+        Ok(Self::wrap(core::from_scalars(data)?))
     }
     /// An evaluated array taking the values of `data`.
     ///
@@ -165,8 +162,10 @@ impl<T: Scalar> Array<T> {
     /// ```
     ///
     /// `n` may be a [`Size`] (`x.size()`), which inside a frozen function follows the inputs.
-    pub fn full(value: T, n: impl Into<Size>) -> Self {
-        Self::wrap(core::literal(T::TYPE, value.to_bits64(), n))
+    /// `n` may also be any integer type (`10u32`, `n as i64`); a negative one panics, naming it.
+    #[track_caller]
+    pub fn full(value: T, n: impl IntoSize) -> Self {
+        Self::wrap(core::literal(T::TYPE, value.to_bits64(), n.into_size()))
     }
     /// A size-1 array holding `value` in memory rather than as a literal: kernels read it, so a
     /// new value needs no new kernel and no new recording of a frozen function.
@@ -393,13 +392,88 @@ impl<T: Scalar> Array<T> {
     }
 }
 
+/// Indexing: NumPy's `a[i]`, `a[start:stop:step]` and `np.concatenate`, as lazy views. Each
+/// result is an `Array` that reads the source at computed positions inside the kernel that uses
+/// it (`gather_view`: no copy, no launch of its own). Positions may be negative (counted from the
+/// end). These panic on a position out of range, naming it; the `try_` twins return the error.
+impl<T: Scalar> Array<T> {
+    /// Element `i` (negative: from the end) as a size-1 array, like NumPy's `a[i]`.
+    ///
+    /// ```
+    /// let a = kiln::Int32::arange(5) * 10;
+    /// assert_eq!(a.at(1).item(), 10);
+    /// assert_eq!(a.at(-1).item(), 40);
+    /// ```
+    #[track_caller]
+    pub fn at(&self, i: impl TryInto<isize>) -> Array<T> {
+        ok(self.try_at(i))
+    }
+    /// As [`Array::at`], returning an error naming the position and the length.
+    pub fn try_at(&self, i: impl TryInto<isize>) -> Result<Array<T>> {
+        let i = i.try_into().unwrap_or(isize::MAX);
+        self.try_slice(crate::tensor::SliceArg::Index(i))
+    }
+    /// The elements in `range` (any Rust range of `i32`, `isize` or `usize`; negative positions
+    /// count from the end), with a step through [`SliceArg::step`](crate::tensor::SliceArg::step)
+    /// (negative: backwards), like NumPy's `a[start:stop:step]`. A lazy view. As in ndarray and
+    /// [`Tensor::slice`](crate::Tensor::slice), a position beyond either end is an error (NumPy
+    /// would clamp it).
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// use kiln::tensor::SliceArg;
+    /// let a = Int32::arange(6);
+    /// assert_eq!(a.slice(1..4).to_vec(), vec![1, 2, 3]);
+    /// assert_eq!(a.slice(-2..).to_vec(), vec![4, 5]);
+    /// assert_eq!(a.slice(SliceArg::from(..).step(2)).to_vec(), vec![0, 2, 4]);
+    /// assert_eq!(a.slice(SliceArg::from(..).step(-1)).to_vec(), vec![5, 4, 3, 2, 1, 0]);
+    /// ```
+    #[track_caller]
+    pub fn slice(&self, range: impl Into<crate::tensor::SliceArg>) -> Array<T> {
+        ok(self.try_slice(range))
+    }
+    /// As [`Array::slice`], returning an error naming the position and the length.
+    pub fn try_slice(&self, range: impl Into<crate::tensor::SliceArg>) -> Result<Array<T>> {
+        let n = self.size().get();
+        let t = crate::Tensor::try_from_array(self.clone(), &[n])?;
+        Ok(t.try_slice(&[range.into()])?.into_array())
+    }
+    /// The arrays one after another, like `np.concatenate` (a lazy view of the parts).
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let a = Float32::from_slice(&[1.0, 2.0]);
+    /// let b = Float32::arange(3) * 10.0;
+    /// assert_eq!(Float32::concat(&[a, b]).to_vec(), vec![1.0, 2.0, 0.0, 10.0, 20.0]);
+    /// ```
+    #[track_caller]
+    pub fn concat(parts: &[Array<T>]) -> Array<T> {
+        ok(Self::try_concat(parts))
+    }
+    /// As [`Array::concat`], returning an error (no parts, or a joined length beyond memory).
+    pub fn try_concat(parts: &[Array<T>]) -> Result<Array<T>> {
+        let tensors = parts
+            .iter()
+            .map(|p| crate::Tensor::try_from_array(p.clone(), &[p.size().get()]))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(crate::Tensor::try_concat(&tensors, 0)?.into_array())
+    }
+}
+
 impl<T: Numeric> Array<T> {
     /// `n` zeros.
     ///
     /// ```
     /// assert_eq!(kiln::Int64::zeros(2).to_vec(), vec![0, 0]);
     /// ```
-    pub fn zeros(n: impl Into<Size>) -> Self {
+    ///
+    /// Sizes may be any integer type or a [`Size`]:
+    ///
+    /// ```
+    /// assert_eq!(kiln::Float32::zeros(3u32).len(), 3);
+    /// ```
+    #[track_caller]
+    pub fn zeros(n: impl IntoSize) -> Self {
         Self::full(T::zero(), n)
     }
     /// `n` ones.
@@ -407,7 +481,8 @@ impl<T: Numeric> Array<T> {
     /// ```
     /// assert_eq!(kiln::Float32::ones(2).to_vec(), vec![1.0, 1.0]);
     /// ```
-    pub fn ones(n: impl Into<Size>) -> Self {
+    #[track_caller]
+    pub fn ones(n: impl IntoSize) -> Self {
         Self::full(T::one(), n)
     }
     /// `0, 1, …, n − 1`.
@@ -417,8 +492,9 @@ impl<T: Numeric> Array<T> {
     /// ```
     ///
     /// `n` may be a [`Size`] (`x.size()`), which inside a frozen function follows the inputs.
-    pub fn arange(n: impl Into<Size>) -> Self {
-        let n = n.into();
+    #[track_caller]
+    pub fn arange(n: impl IntoSize) -> Self {
+        let n = n.into_size();
         let idx_ty = if !n.fits_u32() {
             VarType::U64
         } else {
@@ -441,8 +517,8 @@ impl<T: Float> Array<T> {
     /// With a [`Size`] `n` inside a frozen function, the step is computed from `n`'s value, so the
     /// recording is tied to the input sizes (it records anew for others).
     #[track_caller]
-    pub fn linspace(start: T, stop: T, n: impl Into<Size>) -> Self {
-        let n = n.into();
+    pub fn linspace(start: T, stop: T, n: impl IntoSize) -> Self {
+        let n = n.into_size();
         // the step is computed on the host from n's value: a constant of a frozen recording
         let count = n.get();
         let step = if count > 1 {
@@ -461,28 +537,70 @@ impl<T: Scalar> From<T> for Array<T> {
     }
 }
 
-impl<T: Scalar> fmt::Debug for Array<T> {
+/// `{x}` prints the values like a rank-1 [`Tensor`](crate::Tensor) (NumPy/ndarray style: `[1, 2.5,
+/// 3]`, elements in their `Display` form; in arrays of more than 500 elements only the first and
+/// last 5, around `...`). Display **evaluates** the array (as `to_vec` does); an error prints as
+/// `<error: …>`.
+///
+/// ```
+/// let x = kiln::Float32::arange(4) * 0.5;
+/// assert_eq!(format!("{x}"), "[0, 0.5, 1, 1.5]");
+/// let long = kiln::Int32::arange(1000);
+/// assert_eq!(format!("{long}"), "[0, 1, 2, 3, 4, ..., 995, 996, 997, 998, 999]");
+/// ```
+impl<T: Scalar> fmt::Display for Array<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.try_to_vec() {
-            Ok(v) if v.len() <= 20 => write!(f, "{v:?}"),
-            Ok(v) => write!(
-                f,
-                "[{:?}, {:?}, {:?}, …, {:?}, {:?}] (len {})",
-                v[0],
-                v[1],
-                v[2],
-                v[v.len() - 2],
-                v[v.len() - 1],
-                v.len()
-            ),
+            Ok(v) => crate::tensor::write_flat(f, &v),
             Err(e) => write!(f, "<error: {e}>"),
         }
     }
 }
 
-impl<T: Scalar> fmt::Display for Array<T> {
+/// `{x:?}` describes the handle without evaluating anything: element type, size, label, and
+/// whether it is evaluated, a literal or lazy; the values (printed as by `Display`) only where they
+/// are known without running a kernel (an evaluated array outside a frozen recording or a traced
+/// body, or a literal).
+///
+/// ```
+/// let x = (kiln::Float32::arange(3) + 1.0).label("x");
+/// assert_eq!(format!("{x:?}"), r#"Array<f32>[3] "x" lazy"#);
+/// x.eval();
+/// assert_eq!(format!("{x:?}"), r#"Array<f32>[3] "x" evaluated [1, 2, 3]"#);
+/// assert_eq!(format!("{:?}", kiln::Int32::full(7, 2)), "Array<i32>[2] literal [7, 7]");
+/// ```
+impl<T: Scalar> fmt::Debug for Array<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        let n = core::size(self.id);
+        write!(f, "Array<{}>[{n}]", T::TYPE)?;
+        if let Some(l) = core::label(self.id) {
+            write!(f, " {l:?}")?;
+        }
+        if let Some(bits) = core::literal_value(self.id) {
+            f.write_str(" literal ")?;
+            // a literal's values are known without evaluating (Display would fill a buffer)
+            let v = T::from_bits64(bits);
+            if n > 500 {
+                return write!(f, "[{v}, ... ({n} times)]");
+            }
+            return crate::tensor::write_flat(f, &vec![v; n]);
+        }
+        if !self.is_evaluated() {
+            return f.write_str(" lazy");
+        }
+        f.write_str(" evaluated")?;
+        // reading an evaluated buffer runs no kernel; inside a frozen recording or a traced body
+        // a read is refused (and would be noted), so the values are left out there
+        if core::freeze::in_recording() || core::control::symbolic() {
+            return Ok(());
+        }
+        match self.try_to_vec() {
+            Ok(v) => {
+                f.write_str(" ")?;
+                crate::tensor::write_flat(f, &v)
+            }
+            Err(_) => Ok(()),
+        }
     }
 }
 
@@ -506,3 +624,49 @@ impl<T: Scalar> IntoArray<T> for T {
         Array::scalar(self)
     }
 }
+
+/// A number of elements: a [`Size`] or any integer type (what `zeros`, `ones`, `full`, `arange`
+/// and `linspace` take). A negative integer panics, naming it; an integer beyond `usize` too.
+///
+/// ```
+/// use kiln::prelude::*;
+/// assert_eq!(Float32::zeros(4u32).len(), 4);
+/// assert_eq!(Int32::arange(3i64).to_vec(), vec![0, 1, 2]);
+/// assert_eq!(UInt32::ones(2usize).to_vec(), vec![1, 1]);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a number of elements",
+    label = "give an integer (any integer type) or a `kiln::Size` such as `x.size()`"
+)]
+pub trait IntoSize {
+    /// The size (panics, naming the value, if it is negative or beyond `usize`).
+    fn into_size(self) -> Size;
+}
+impl IntoSize for Size {
+    fn into_size(self) -> Size {
+        self
+    }
+}
+impl IntoSize for &Size {
+    fn into_size(self) -> Size {
+        *self
+    }
+}
+macro_rules! int_size {
+    ($($t:ty),*) => {$(
+        impl IntoSize for $t {
+            #[track_caller]
+            fn into_size(self) -> Size {
+                match usize::try_from(self) {
+                    Ok(n) => Size::from(n),
+                    Err(_) => panic!(
+                        "kiln: {} ({}) is not a number of elements; give a size from 0 to usize::MAX",
+                        self,
+                        stringify!($t)
+                    ),
+                }
+            }
+        }
+    )*};
+}
+int_size!(usize, u8, u16, u32, u64, u128, isize, i8, i16, i32, i64, i128);

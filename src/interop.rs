@@ -1,22 +1,43 @@
 //! Conversions between kiln and `ndarray` (cargo feature `ndarray`): `Array` ↔ `Array1`, `Tensor`
-//! ↔ arrays of any rank.
+//! ↔ arrays of any rank. Owned arrays, views (`ArrayView`, `a.t()`, `a.slice(s![..;2, ..])`) and
+//! any strides are accepted; the data is copied once into kiln's buffer (a block copy for standard
+//! layout, else one pass in logical order) and never staged in between.
 
 use crate::array::Array;
 use kiln_core::{Result, Scalar};
+use ndarray::{ArrayBase, Data, Dimension, Ix1};
+
+/// The elements of `a` in logical (row-major) order, copied once into a new kiln variable.
+fn upload<T: Scalar, S: Data<Elem = T>, D: Dimension>(
+    a: &ArrayBase<S, D>,
+) -> Result<kiln_core::VarId> {
+    match a.as_slice() {
+        // standard layout: one block copy
+        Some(s) => kiln_core::from_scalars(s),
+        // strided, transposed or reversed: one pass in logical order, written straight into
+        // kiln's buffer
+        None => kiln_core::from_iter_exact(a.len(), a.iter().copied()),
+    }
+}
 
 impl<T: Scalar> Array<T> {
-    /// An evaluated array holding a copy of an `ndarray` vector (any memory layout).
+    /// An evaluated array holding a copy of an `ndarray` vector: owned or a view, any stride
+    /// (copied once, straight into kiln's buffer).
     ///
     /// ```
-    /// let a = ndarray::Array1::from(vec![1.0f32, 2.0]);
-    /// let k = kiln::Float32::from_ndarray(&a);
-    /// assert_eq!(k.to_vec(), vec![1.0, 2.0]);
+    /// use ndarray::s;
+    /// let a = ndarray::Array1::from(vec![1.0f32, 2.0, 3.0, 4.0]);
+    /// assert_eq!(kiln::Float32::from_ndarray(&a).to_vec(), vec![1.0, 2.0, 3.0, 4.0]);
+    /// let every_other = a.slice(s![..;2]);
+    /// assert_eq!(kiln::Float32::from_ndarray(&every_other).to_vec(), vec![1.0, 3.0]);
     /// ```
-    pub fn from_ndarray(a: &ndarray::Array1<T>) -> Self {
-        match a.as_slice() {
-            Some(s) => Self::from_slice(s),
-            None => Self::from_vec(a.iter().copied().collect()),
-        }
+    #[track_caller]
+    pub fn from_ndarray<S: Data<Elem = T>>(a: &ArrayBase<S, Ix1>) -> Self {
+        crate::array::ok(Self::try_from_ndarray(a))
+    }
+    /// As [`Array::from_ndarray`], returning an error if memory runs out.
+    pub fn try_from_ndarray<S: Data<Elem = T>>(a: &ArrayBase<S, Ix1>) -> Result<Self> {
+        Ok(Array::wrap(upload(a)?))
     }
     /// Evaluate and copy into an `ndarray` vector.
     ///
@@ -46,21 +67,31 @@ impl<T: Scalar> From<&Array<T>> for ndarray::Array1<T> {
 }
 
 impl<T: Scalar> crate::Tensor<T> {
-    /// A tensor holding a copy of an `ndarray` array of any rank and memory layout (kiln keeps
-    /// its own aligned buffers, so one copy is made: a single block copy for standard layout).
+    /// A tensor holding a copy of an `ndarray` array of any rank: owned or a view (`a.view()`,
+    /// `a.t()`, `a.slice(s![..;2, 1..])`), any strides. kiln keeps its own aligned buffers, so one
+    /// copy is made, straight into kiln's buffer: a block copy for standard (row-major contiguous)
+    /// layout, else one pass over the elements in logical order (never a staging copy).
     ///
     /// ```
+    /// use ndarray::s;
     /// let a = ndarray::arr2(&[[1, 2, 3], [4, 5, 6]]);
     /// let t = kiln::Tensor::from_ndarray(&a);
     /// assert_eq!(t.shape(), &[2, 3]);
     /// assert_eq!(t.transpose().to_ndarray(), a.t().into_dyn());
+    /// let v = kiln::Tensor::from_ndarray(&a.t());                  // a transposed view
+    /// assert_eq!(v.to_vec(), vec![1, 4, 2, 5, 3, 6]);
+    /// let w = kiln::Tensor::from_ndarray(&a.slice(s![.., ..;-2])); // strided, reversed
+    /// assert_eq!((w.shape(), w.to_vec()), (&[2, 2][..], vec![3, 1, 6, 4]));
     /// ```
-    pub fn from_ndarray<D: ndarray::Dimension>(a: &ndarray::Array<T, D>) -> Self {
+    #[track_caller]
+    pub fn from_ndarray<S: Data<Elem = T>, D: Dimension>(a: &ArrayBase<S, D>) -> Self {
+        crate::array::ok(Self::try_from_ndarray(a))
+    }
+    /// As [`Tensor::from_ndarray`], returning an error if memory runs out or the rank exceeds 8.
+    pub fn try_from_ndarray<S: Data<Elem = T>, D: Dimension>(a: &ArrayBase<S, D>) -> Result<Self> {
         let shape = a.shape().to_vec();
-        match a.as_slice() {
-            Some(s) => Self::from_slice(s, &shape),
-            None => Self::from_vec(a.iter().copied().collect(), &shape),
-        }
+        crate::tensor::numel(&shape)?;
+        crate::Tensor::try_from_array(Array::wrap(upload(a)?), &shape)
     }
     /// Evaluate and copy into an `ndarray` array of dynamic rank.
     pub fn to_ndarray(&self) -> ndarray::ArrayD<T> {
@@ -97,5 +128,11 @@ impl<T: Scalar> crate::Tensor<T> {
 impl<T: Scalar, D: ndarray::Dimension> From<&ndarray::Array<T, D>> for crate::Tensor<T> {
     fn from(a: &ndarray::Array<T, D>) -> Self {
         crate::Tensor::from_ndarray(a)
+    }
+}
+
+impl<T: Scalar, D: ndarray::Dimension> From<ndarray::ArrayView<'_, T, D>> for crate::Tensor<T> {
+    fn from(a: ndarray::ArrayView<'_, T, D>) -> Self {
+        crate::Tensor::from_ndarray(&a)
     }
 }

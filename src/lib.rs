@@ -37,6 +37,7 @@ pub mod types;
 pub mod vector;
 
 pub use ad::{grad, hvp, jvp, value_and_grad, vjp};
+pub use array::IntoSize;
 pub use array::{Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64};
 pub use control::{dispatch, if_then_else, switch, while_loop, Mode, Registry};
 pub use freeze::{freeze, Frozen, Traverse};
@@ -47,20 +48,22 @@ pub use kiln_core::{
 pub use kiln_derive::Traverse;
 pub use memory::{
     gather, gather_masked, gather_view, scatter, scatter_masked, scatter_reduce,
-    scatter_reduce_masked, try_gather_masked, try_scatter,
+    scatter_reduce_masked, try_gather, try_gather_masked, try_scatter, try_scatter_masked,
+    try_scatter_reduce, try_scatter_reduce_masked,
 };
 pub use ops::select;
 pub use random::Pcg32;
 pub use scan::{scan, Scan, ScanReport};
 pub use stencil::{median, stencil, Boundary, Rel, Stencil};
 pub use tensor::Tensor;
+pub use tensor::TensorOperand;
 pub use types::{Float, Integer, Numeric, Signed};
 pub use vector::*;
 
 /// Everything a typical program needs: `use kiln::prelude::*;`.
 pub mod prelude {
     pub use crate::array::{
-        Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64,
+        Array, Bool, Float32, Float64, Int32, Int64, IntoArray, IntoSize, UInt32, UInt64,
     };
     pub use crate::control::{dispatch, if_then_else, switch, while_loop, Mode};
     pub use crate::memory::{
@@ -71,7 +74,7 @@ pub mod prelude {
     pub use crate::random::Pcg32;
     pub use crate::scan::{Keep, Scan, ScanMode};
     pub use crate::stencil::{Boundary, Rel, Stencil};
-    pub use crate::tensor::Tensor;
+    pub use crate::tensor::{SliceArg, Tensor};
     pub use crate::types::{Float, Integer, Numeric, Signed};
     pub use crate::vector::{
         Vector, Vector2d, Vector2f, Vector2i, Vector3d, Vector3f, Vector3i, Vector4d, Vector4f,
@@ -80,23 +83,79 @@ pub mod prelude {
     pub use kiln_core::{Op, ReduceOp};
 }
 
-/// Evaluate several arrays together: those of equal size share one kernel.
+/// Evaluate several values together: arrays, tensors, vectors, tuples and anything else that
+/// implements [`Traverse`] (derive it for your own structs), owned or borrowed. Arrays of equal
+/// size share one kernel. Panics with the error's message if evaluation fails; see [`try_eval!`].
 ///
 /// ```
 /// use kiln::prelude::*;
 /// let x = Float32::arange(8);
 /// let (a, b) = (&x + 1.0, &x * 2.0);
-/// kiln::eval!(a, b);
-/// assert!(a.is_evaluated() && b.is_evaluated());
+/// let t = Tensor::from_array(&x * 3.0, &[2, 4]);
+/// let v = Vector2f::new(&x - 1.0, &x / 2.0);
+/// kiln::eval!(a, b, t, &v);
+/// assert!(a.is_evaluated() && b.is_evaluated() && t.is_evaluated() && v.y().is_evaluated());
+/// ```
+///
+/// Anything else is refused at compile time, naming the type:
+///
+/// ```compile_fail
+/// struct Settings { steps: usize }
+/// let s = Settings { steps: 3 };
+/// kiln::eval!(s); // error: `kiln::eval!` cannot evaluate `Settings`
 /// ```
 #[macro_export]
 macro_rules! eval {
     ($($a:expr),+ $(,)?) => {
-        $crate::eval_ids(&[$($a.id()),+]).unwrap_or_else(|e| panic!("kiln: {e}"))
+        $crate::try_eval!($($a),+).unwrap_or_else(|e| panic!("kiln: {e}"))
     };
 }
 
-/// Evaluate variables by id (what [`eval!`] expands to).
+/// As [`eval!`], returning the error (compilation, memory, a refused read) instead of panicking.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let t = Tensor::<f64>::ones(&[3]) * 2.0;
+/// kiln::try_eval!(t).unwrap();
+/// assert!(t.is_evaluated());
+/// ```
+#[macro_export]
+macro_rules! try_eval {
+    ($($a:expr),+ $(,)?) => {{
+        #[allow(unused_imports)]
+        use $crate::Evaluate as _;
+        let mut __kiln_found = $crate::freeze::Traversal::new();
+        // method syntax: a borrowed value (`&x`, or `x` that is a reference) derefs to the value
+        $( ($a).kiln_eval_collect(&mut __kiln_found); )+
+        $crate::eval_traversal(&__kiln_found)
+    }};
+}
+
+/// What [`eval!`] accepts: every type that implements [`Traverse`] (arrays, tensors, vectors,
+/// tuples, `Vec`s and options of them, structs deriving `Traverse`).
+#[diagnostic::on_unimplemented(
+    message = "`kiln::eval!` cannot evaluate `{Self}`",
+    label = "not an array, tensor, vector, or a type that implements `kiln::Traverse`",
+    note = "eval! takes arrays, tensors, vectors, tuples of them, and structs that `#[derive(kiln::Traverse)]`"
+)]
+pub trait Evaluate {
+    /// List the arrays this value holds into `t` (what `eval!` expands to).
+    #[doc(hidden)]
+    fn kiln_eval_collect(&self, t: &mut freeze::Traversal);
+}
+impl<X: Traverse + ?Sized> Evaluate for X {
+    fn kiln_eval_collect(&self, t: &mut freeze::Traversal) {
+        self.traverse(t);
+    }
+}
+
+/// Evaluate every array a traversal found, together (what [`eval!`] expands to).
+#[doc(hidden)]
+pub fn eval_traversal(t: &freeze::Traversal) -> Result<()> {
+    kiln_core::eval(&t.slots)
+}
+
+/// Evaluate variables by id.
 pub fn eval_ids(ids: &[kiln_core::VarId]) -> Result<()> {
     kiln_core::eval(ids)
 }

@@ -4,6 +4,14 @@
 //! counted in `kiln::stats()` (`oob_reads`, `oob_writes`; `KILN_DEBUG=1` also logs a warning). A
 //! scatter has value semantics: a clone of the target taken before it, or an expression already
 //! traced from it, keeps the old contents (the buffer is copied only if it is shared).
+//!
+//! Every function here panics on error with a message that says what to do, and has a `try_`
+//! twin with the same arguments in the same order that returns the error instead (`gather` /
+//! `try_gather`, `scatter_reduce_masked` / `try_scatter_reduce_masked`, …). Masks are `impl
+//! IntoArray<bool>` everywhere (`&mask`, `mask` or `true`). The one exception is the historical
+//! `try_scatter(op, target, value, index, mask)`, the general form that existed before the twins:
+//! it is `try_scatter_reduce_masked` (`ReduceOp::None` for a plain scatter) and stays for code that
+//! calls it.
 
 use crate::array::{ok, Array, Bool, IntoArray};
 use crate::types::Integer;
@@ -31,6 +39,17 @@ use kiln_core::{ReduceOp, Result, Scalar};
 #[track_caller]
 pub fn gather<T: Scalar, I: Integer>(source: &Array<T>, index: &Array<I>) -> Array<T> {
     gather_masked(source, index, true)
+}
+
+/// As [`gather`], returning errors (a size mismatch, a refused evaluation) instead of panicking.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let src = Float32::from_slice(&[10.0, 20.0]);
+/// assert_eq!(kiln::try_gather(&src, &UInt32::from(1u32)).unwrap().item(), 20.0);
+/// ```
+pub fn try_gather<T: Scalar, I: Integer>(source: &Array<T>, index: &Array<I>) -> Result<Array<T>> {
+    try_gather_masked(source, index, true)
 }
 
 /// A view: `source[index]` lane by lane (0 out of range), where an unevaluated `source` is not
@@ -119,6 +138,24 @@ pub fn scatter<T: Scalar, I: Integer>(
     scatter_masked(target, value, index, true)
 }
 
+/// As [`scatter`], returning errors instead of panicking (the target is unchanged on error).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut t = Int32::zeros(3);
+/// assert!(kiln::try_scatter_masked(&mut t, 5, &UInt32::arange(2), &Bool::from_slice(&[true, false, true])).is_err());
+/// kiln::try_scatter_masked(&mut t, 5, &UInt32::arange(2), true).unwrap();
+/// assert_eq!(t.to_vec(), vec![5, 5, 0]);
+/// ```
+pub fn try_scatter_masked<T: Scalar, I: Integer>(
+    target: &mut Array<T>,
+    value: impl IntoArray<T>,
+    index: &Array<I>,
+    mask: impl IntoArray<bool>,
+) -> Result<()> {
+    try_scatter(ReduceOp::None, target, value, index, mask)
+}
+
 /// `if mask { target[index] = value }` lane by lane.
 #[track_caller]
 pub fn scatter_masked<T: Scalar, I: Integer>(
@@ -127,7 +164,7 @@ pub fn scatter_masked<T: Scalar, I: Integer>(
     index: &Array<I>,
     mask: impl IntoArray<bool>,
 ) {
-    ok(try_scatter(ReduceOp::None, target, value, index, mask))
+    ok(try_scatter_masked(target, value, index, mask))
 }
 
 /// `target[index] (op)= value`; every duplicate index counts.
@@ -145,22 +182,54 @@ pub fn scatter_reduce<T: Scalar, I: Integer>(
     value: impl IntoArray<T>,
     index: &Array<I>,
 ) {
-    ok(try_scatter(op, target, value, index, true))
+    ok(try_scatter_reduce(op, target, value, index))
 }
 
-/// Masked [`scatter_reduce`].
+/// As [`scatter_reduce`], returning errors instead of panicking.
+pub fn try_scatter_reduce<T: Scalar, I: Integer>(
+    op: ReduceOp,
+    target: &mut Array<T>,
+    value: impl IntoArray<T>,
+    index: &Array<I>,
+) -> Result<()> {
+    try_scatter(op, target, value, index, true)
+}
+
+/// Masked [`scatter_reduce`]. The mask is `impl IntoArray<bool>` as in every masked function
+/// (`&mask`, `mask` or `true`).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut hist = UInt32::zeros(2);
+/// let idx = UInt32::from_slice(&[0, 1, 1]);
+/// scatter_reduce_masked(ReduceOp::Add, &mut hist, 1u32, &idx, &idx.ne(0));
+/// scatter_reduce_masked(ReduceOp::Add, &mut hist, 1u32, &idx, true);
+/// assert_eq!(hist.to_vec(), vec![1, 4]);
+/// ```
 #[track_caller]
 pub fn scatter_reduce_masked<T: Scalar, I: Integer>(
     op: ReduceOp,
     target: &mut Array<T>,
     value: impl IntoArray<T>,
     index: &Array<I>,
-    mask: &Bool,
+    mask: impl IntoArray<bool>,
 ) {
-    ok(try_scatter(op, target, value, index, mask))
+    ok(try_scatter_reduce_masked(op, target, value, index, mask))
 }
 
-/// Any scatter, returning errors instead of panicking.
+/// As [`scatter_reduce_masked`], returning errors instead of panicking (same as [`try_scatter`]).
+pub fn try_scatter_reduce_masked<T: Scalar, I: Integer>(
+    op: ReduceOp,
+    target: &mut Array<T>,
+    value: impl IntoArray<T>,
+    index: &Array<I>,
+    mask: impl IntoArray<bool>,
+) -> Result<()> {
+    try_scatter(op, target, value, index, mask)
+}
+
+/// Any scatter, returning errors instead of panicking: the general form, with the arguments of
+/// [`try_scatter_reduce_masked`] (kept under this name for the code that calls it).
 ///
 /// Gradients: `scatter` and `scatter_reduce(Add)` are differentiable in the target and the
 /// value (the overwritten elements of the old target get zero gradient; with duplicate indices

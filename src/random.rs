@@ -24,8 +24,9 @@ pub const PCG32_DEFAULT_STATE: u64 = 0x853c_49e6_748f_ea9b;
 /// The reference implementation's default stream selector (`PCG32_INITIALIZER`'s `initseq`).
 pub const PCG32_DEFAULT_STREAM: u64 = 0xda3e_39cb_94b9_5bdb;
 
-/// [`Pcg32::next_u32_bounded`] unrolls enough rejection-sampling attempts that a lane runs out of
-/// them with probability at most `2^-BOUNDED_FAILURE_BITS`.
+/// [`Pcg32::next_u32_bounded`] unrolls enough rejection-sampling attempts (straight-line code that
+/// fuses with its users, rather than a per-lane loop) that a lane runs out of them with
+/// probability at most `2^-BOUNDED_FAILURE_BITS`.
 pub const BOUNDED_FAILURE_BITS: u32 = 64;
 
 /// One PCG32 generator per lane (pcg32: 64-bit LCG, XSH RR output, 32-bit results).
@@ -80,7 +81,10 @@ impl Pcg32 {
     /// let x = rng.next_u32().to_vec();
     /// assert!(x[0] != x[1] && x[1] != x[2]);
     /// ```
-    pub fn new(size: impl Into<kiln_core::Size>) -> Self {
+    ///
+    /// `size` is any integer type or a [`Size`](kiln_core::Size) (`x.size()`).
+    #[track_caller]
+    pub fn new(size: impl crate::array::IntoSize) -> Self {
         Self::seeded(PCG32_DEFAULT_STATE, UInt64::arange(size))
     }
 
@@ -234,13 +238,17 @@ impl Pcg32 {
     /// A uniformly distributed value in `[0, bound)` per lane, without modulo bias: the reference
     /// `pcg32_boundedrand_r` (threshold `2^32 mod bound`; draw until `r >= threshold`; `r % bound`).
     ///
-    /// The engine has no per-lane loops yet, so the retry loop is unrolled: a lane that accepted
-    /// stops advancing, and the number of attempts is chosen from `bound` so that a lane is
-    /// rejected every time with probability `(threshold / 2^32)^attempts <= 2^-64`
-    /// ([`BOUNDED_FAILURE_BITS`]). Such a lane would return a (slightly biased) `r % bound` and
-    /// leave the reference sequence; otherwise every lane matches the reference exactly. Small
-    /// bounds need few attempts (bound < 2^16: at most 4; a power of two: 1, never rejects); bounds
-    /// near `2^31` need up to 64, which makes a long trace.
+    /// The retry loop is unrolled into a fixed number of masked attempts (it was written before
+    /// the engine had per-lane loops, [`kiln::while_loop`](crate::while_loop); it stays unrolled
+    /// because straight-line code fuses into the kernel of whatever uses the draw, with no loop
+    /// and no evaluation of the generator state, and because every existing sequence stays the
+    /// same). A lane that accepted stops advancing, and the number of attempts is chosen from
+    /// `bound` so that a lane is rejected every time with probability
+    /// `(threshold / 2^32)^attempts <= 2^-64` ([`BOUNDED_FAILURE_BITS`]). Such a lane would return
+    /// a (slightly biased) `r % bound` and leave the reference sequence; otherwise every lane
+    /// matches the reference exactly. Small bounds need few attempts (bound < 2^16: at most 4; a
+    /// power of two: 1, never rejects); bounds near `2^31` need up to 64, which makes a long trace
+    /// (a `while_loop` of draws would be shorter there, and exact in the 2^-64 case too).
     ///
     /// Panics if `bound == 0`.
     ///

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use kiln::prelude::*;
-//! let p = Vector3f::new(Float32::arange(4), 1.0.into(), 0.0.into());
+//! let p = Vector3f::new(Float32::arange(4), 1.0, 0.0);
 //! let q = (&p * 2.0 + 1.0).normalize();
 //! let len = q.norm();
 //! assert!(len.to_vec().iter().all(|l| (l - 1.0).abs() < 1e-6));
@@ -39,7 +39,7 @@ pub struct Vector<A, const N: usize>(pub [A; N]);
 ///
 /// ```
 /// use kiln::prelude::*;
-/// let v = Vector2f::new(3.0.into(), 4.0.into());
+/// let v = Vector2f::new(3.0, 4.0);
 /// assert_eq!(v.norm().item(), 5.0);
 /// ```
 pub type Vector2f = Vector<Array<f32>, 2>;
@@ -47,7 +47,7 @@ pub type Vector2f = Vector<Array<f32>, 2>;
 ///
 /// ```
 /// use kiln::prelude::*;
-/// let v = Vector3f::new(1.0.into(), 2.0.into(), 2.0.into());
+/// let v = Vector3f::new(1.0, 2.0, 2.0);
 /// assert_eq!(v.norm().item(), 3.0);
 /// ```
 pub type Vector3f = Vector<Array<f32>, 3>;
@@ -71,7 +71,7 @@ pub type Vector2d = Vector<Array<f64>, 2>;
 ///
 /// ```
 /// use kiln::prelude::*;
-/// let v = Vector3d::new(0.0.into(), 0.0.into(), (-2.0).into());
+/// let v = Vector3d::new(0.0, 0.0, -2.0);
 /// assert_eq!(v.normalize().z().item(), -1.0);
 /// ```
 pub type Vector3d = Vector<Array<f64>, 3>;
@@ -79,7 +79,7 @@ pub type Vector3d = Vector<Array<f64>, 3>;
 ///
 /// ```
 /// use kiln::prelude::*;
-/// let v = Vector4d::new(1.0.into(), 1.0.into(), 1.0.into(), 1.0.into());
+/// let v = Vector4d::new(1.0, 1.0, 1.0, 1.0);
 /// assert_eq!(v.norm().item(), 2.0);
 /// ```
 pub type Vector4d = Vector<Array<f64>, 4>;
@@ -87,7 +87,7 @@ pub type Vector4d = Vector<Array<f64>, 4>;
 ///
 /// ```
 /// use kiln::prelude::*;
-/// let v = Vector2i::new(2.into(), 3.into());
+/// let v = Vector2i::new(2, 3);
 /// assert_eq!(v.dot(&v).item(), 13);
 /// ```
 pub type Vector2i = Vector<Array<i32>, 2>;
@@ -95,7 +95,7 @@ pub type Vector2i = Vector<Array<i32>, 2>;
 ///
 /// ```
 /// use kiln::prelude::*;
-/// let c = Vector3i::new(1.into(), 0.into(), 0.into()).cross(&Vector3i::new(0.into(), 1.into(), 0.into()));
+/// let c = Vector3i::new(1, 0, 0).cross(&Vector3i::new(0, 1, 0));
 /// assert_eq!(c.z().item(), 1);
 /// ```
 pub type Vector3i = Vector<Array<i32>, 3>;
@@ -146,7 +146,7 @@ impl<A, const N: usize> Vector<A, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector2i::new(1.into(), 2.into());
+    /// let v = Vector2i::new(1, 2);
     /// assert_eq!(v.components().len(), 2);
     /// ```
     pub fn components(&self) -> &[A; N] {
@@ -156,7 +156,7 @@ impl<A, const N: usize> Vector<A, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let [x, y] = Vector2i::new(1.into(), 2.into()).into_components();
+    /// let [x, y] = Vector2i::new(1, 2).into_components();
     /// assert_eq!(x.item() + y.item(), 3);
     /// ```
     pub fn into_components(self) -> [A; N] {
@@ -175,7 +175,7 @@ impl<A, const N: usize> Vector<A, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector2f::new((-1.0).into(), 2.0.into()).map(|c| c.abs());
+    /// let v = Vector2f::new(-1.0, 2.0).map(|c| c.abs());
     /// assert_eq!(v.x().item(), 1.0);
     /// ```
     pub fn map<B>(self, f: impl FnMut(A) -> B) -> Vector<B, N> {
@@ -185,7 +185,7 @@ impl<A, const N: usize> Vector<A, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector3i::new(1.into(), 2.into(), 3.into());
+    /// let v = Vector3i::new(1, 2, 3);
     /// assert_eq!(v.iter().map(|c| c.item()).sum::<i32>(), 6);
     /// ```
     pub fn iter(&self) -> std::slice::Iter<'_, A> {
@@ -228,7 +228,7 @@ impl<A, const N: usize> IntoIterator for Vector<A, N> {
     }
 }
 
-impl<A> Vector<A, 2> {
+impl<T: Scalar> Vector<Array<T>, 2> {
     /// A 2D vector from its components.
     ///
     /// ```
@@ -236,34 +236,45 @@ impl<A> Vector<A, 2> {
     /// let v = Vector2f::new(Float32::arange(2), Float32::from(7.0));
     /// assert_eq!(v.y().item(), 7.0);
     /// ```
-    pub fn new(x: A, y: A) -> Self {
-        Vector([x, y])
+    pub fn new(x: impl IntoArray<T>, y: impl IntoArray<T>) -> Self {
+        Vector([x.into_array(), y.into_array()])
     }
 }
 
-impl<A> Vector<A, 3> {
-    /// A 3D vector from its components.
+impl<T: Scalar> Vector<Array<T>, 3> {
+    /// A 3D vector from its components: arrays (owned or borrowed) or plain scalars (size-1
+    /// literals that broadcast), as every operand in kiln.
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector3f::new(1.0.into(), 2.0.into(), 3.0.into());
+    /// let v = Vector3f::new(1.0, 2.0, 3.0);
     /// assert_eq!(v.z().item(), 3.0);
     /// ```
-    pub fn new(x: A, y: A, z: A) -> Self {
-        Vector([x, y, z])
+    pub fn new(x: impl IntoArray<T>, y: impl IntoArray<T>, z: impl IntoArray<T>) -> Self {
+        Vector([x.into_array(), y.into_array(), z.into_array()])
     }
 }
 
-impl<A> Vector<A, 4> {
+impl<T: Scalar> Vector<Array<T>, 4> {
     /// A 4D vector from its components.
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector4i::new(1.into(), 2.into(), 3.into(), 4.into());
+    /// let v = Vector4i::new(1, 2, 3, 4);
     /// assert_eq!(v.w().item(), 4);
     /// ```
-    pub fn new(x: A, y: A, z: A, w: A) -> Self {
-        Vector([x, y, z, w])
+    pub fn new(
+        x: impl IntoArray<T>,
+        y: impl IntoArray<T>,
+        z: impl IntoArray<T>,
+        w: impl IntoArray<T>,
+    ) -> Self {
+        Vector([
+            x.into_array(),
+            y.into_array(),
+            z.into_array(),
+            w.into_array(),
+        ])
     }
 }
 
@@ -550,11 +561,33 @@ impl<T: Scalar, const N: usize> Vector<Array<T>, N> {
         crate::array::ok(crate::eval_ids(&ids));
         self
     }
+    /// Name the components `name.x`, `name.y`, `name.z`, `name.w` (beyond four: `name[4]`, …),
+    /// as [`Array::label`] does for one array; returns the vector for chaining.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let p = Vector2f::new(Float32::zeros(3), Float32::ones(3)).label("p");
+    /// assert_eq!(p.y().get_label().as_deref(), Some("p.y"));
+    /// ```
+    pub fn label(self, name: &str) -> Self {
+        for (k, c) in self.0.iter().enumerate() {
+            let l = match k {
+                0..=3 => format!("{name}.{}", ["x", "y", "z", "w"][k]),
+                _ => format!("{name}[{k}]"),
+            };
+            kiln_core::set_label(c.id(), &l);
+        }
+        self
+    }
+    /// Whether every component is evaluated.
+    pub fn is_evaluated(&self) -> bool {
+        self.0.iter().all(Array::is_evaluated)
+    }
     /// Convert each component to `U` (Rust `as` semantics, see [`Array::cast`]).
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector2i::new(1.into(), (-2).into()).cast::<f32>();
+    /// let v = Vector2i::new(1, -2).cast::<f32>();
     /// assert_eq!(v.y().item(), -2.0);
     /// ```
     pub fn cast<U: Scalar>(&self) -> Vector<Array<U>, N> {
@@ -583,8 +616,8 @@ impl<T: Numeric, const N: usize> Vector<Array<T>, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let a = Vector3f::new(1.0.into(), 2.0.into(), 3.0.into());
-    /// let b = Vector3f::new(4.0.into(), (-5.0).into(), 6.0.into());
+    /// let a = Vector3f::new(1.0, 2.0, 3.0);
+    /// let b = Vector3f::new(4.0, -5.0, 6.0);
     /// assert_eq!(a.dot(&b).item(), 12.0);
     /// ```
     #[track_caller]
@@ -599,7 +632,7 @@ impl<T: Numeric, const N: usize> Vector<Array<T>, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector2i::new(3.into(), (-4).into());
+    /// let v = Vector2i::new(3, -4);
     /// assert_eq!(v.squared_norm().item(), 25);
     /// ```
     #[track_caller]
@@ -610,7 +643,7 @@ impl<T: Numeric, const N: usize> Vector<Array<T>, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector3i::new(1.into(), 2.into(), 3.into());
+    /// let v = Vector3i::new(1, 2, 3);
     /// assert_eq!(v.hsum().item(), 6);
     /// ```
     #[track_caller]
@@ -625,7 +658,7 @@ impl<T: Numeric, const N: usize> Vector<Array<T>, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector2i::new(1.into(), 5.into()).min(&Vector2i::splat(3.into()));
+    /// let v = Vector2i::new(1, 5).min(&Vector2i::splat(3.into()));
     /// assert_eq!((v.x().item(), v.y().item()), (1, 3));
     /// ```
     #[track_caller]
@@ -636,7 +669,7 @@ impl<T: Numeric, const N: usize> Vector<Array<T>, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector2i::new(1.into(), 5.into()).max(&Vector2i::splat(3.into()));
+    /// let v = Vector2i::new(1, 5).max(&Vector2i::splat(3.into()));
     /// assert_eq!((v.x().item(), v.y().item()), (3, 5));
     /// ```
     #[track_caller]
@@ -650,7 +683,7 @@ impl<T: Signed, const N: usize> Vector<Array<T>, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector2f::new((-1.5).into(), 2.0.into()).abs();
+    /// let v = Vector2f::new(-1.5, 2.0).abs();
     /// assert_eq!(v.x().item(), 1.5);
     /// ```
     pub fn abs(&self) -> Self {
@@ -663,7 +696,7 @@ impl<T: Float, const N: usize> Vector<Array<T>, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector3f::new(Float32::from_slice(&[3.0, 0.0]), 4.0.into(), 0.0.into());
+    /// let v = Vector3f::new(Float32::from_slice(&[3.0, 0.0]), 4.0, 0.0);
     /// assert_eq!(v.norm().to_vec(), vec![5.0, 4.0]);
     /// ```
     #[track_caller]
@@ -674,7 +707,7 @@ impl<T: Float, const N: usize> Vector<Array<T>, N> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let v = Vector2f::new(3.0.into(), 4.0.into()).normalize();
+    /// let v = Vector2f::new(3.0, 4.0).normalize();
     /// assert_eq!((v.x().item(), v.y().item()), (0.6, 0.8));
     /// ```
     #[track_caller]
@@ -689,8 +722,8 @@ impl<T: Numeric> Vector<Array<T>, 3> {
     ///
     /// ```
     /// use kiln::prelude::*;
-    /// let x = Vector3f::new(1.0.into(), 0.0.into(), 0.0.into());
-    /// let y = Vector3f::new(0.0.into(), 1.0.into(), 0.0.into());
+    /// let x = Vector3f::new(1.0, 0.0, 0.0);
+    /// let y = Vector3f::new(0.0, 1.0, 0.0);
     /// let z = x.cross(&y);
     /// assert_eq!((z.x().item(), z.y().item(), z.z().item()), (0.0, 0.0, 1.0));
     /// ```

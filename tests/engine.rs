@@ -369,7 +369,7 @@ fn nan_and_infinities_follow_ieee() {
 #[test]
 fn huge_allocation_is_an_error_and_the_process_continues() {
     leak_checked(|| {
-        let z = Float32::zeros(1 << 40);
+        let z = Float32::zeros(1usize << 40);
         let e = z.try_eval().unwrap_err();
         match &e {
             kiln::Error::OutOfMemory { bytes, .. } => assert_eq!(*bytes, 4u128 << 40),

@@ -388,7 +388,7 @@ fn pcg32_tracing_is_lazy_and_fuses() {
 // Vector
 
 fn v3(x: f32, y: f32, z: f32) -> Vector3f {
-    Vector3f::new(x.into(), y.into(), z.into())
+    Vector3f::new(x, y, z)
 }
 
 fn items(v: &Vector3f) -> [f32; 3] {
@@ -448,12 +448,12 @@ fn vector_lanewise_over_arrays() {
         }
     };
     // (x, 1, -2) × (1, 0, 0) = (0, -2, -1)
-    let c = i.cross(&Vector3i::new(1.into(), 0.into(), 0.into()));
+    let c = i.cross(&Vector3i::new(1, 0, 0));
     assert_eq!(lanes(c.x()), vec![0, 0, 0]);
     assert_eq!(lanes(c.y()), vec![-2, -2, -2]);
     assert_eq!(lanes(c.z()), vec![-1, -1, -1]);
     // (x, 1, -2) × (0, 0, 1) = (1, -x, 0)
-    let c = i.cross(&Vector3i::new(0.into(), 0.into(), 1.into()));
+    let c = i.cross(&Vector3i::new(0, 0, 1));
     assert_eq!(lanes(c.x()), vec![1, 1, 1]);
     assert_eq!(lanes(c.y()), vec![0, -1, -2]);
     assert_eq!(lanes(c.z()), vec![0, 0, 0]);
@@ -508,17 +508,17 @@ fn vector_operators() {
     let i = a.cast::<i32>();
     assert_eq!(i.z().item(), 3);
     // Debug shows the components
-    let s = format!("{:?}", Vector2i::new(1.into(), 2.into()));
+    let s = format!("{:?}", Vector2i::new(1, 2));
     assert!(s.contains("[1]") && s.contains("[2]"), "{s}");
 }
 
 #[test]
 fn vector_2_and_4() {
-    let v = Vector2f::new(3.0.into(), 4.0.into());
+    let v = Vector2f::new(3.0, 4.0);
     assert_eq!(v.norm().item(), 5.0);
     let n = v.normalize();
     assert_eq!((n.x().item(), n.y().item()), (0.6, 0.8));
-    let w = Vector4d::new(1.0.into(), 2.0.into(), 3.0.into(), 4.0.into());
+    let w = Vector4d::new(1.0, 2.0, 3.0, 4.0);
     assert_eq!(w.dot(&w).item(), 30.0);
     assert_eq!(w.w().item(), 4.0);
     let i = Vector4i::from_fn(|k| Int32::from(k as i32 + 1));

@@ -90,7 +90,7 @@ pub(crate) fn scatter_add_into<F: Float, I: Integer>(
         &mut out,
         value,
         index,
-        &in_range(index, mask, n),
+        in_range(index, mask, n),
     );
     out
 }

@@ -13,7 +13,8 @@ mod ops;
 mod reduce;
 mod view;
 
-pub use ops::broadcast_shapes;
+pub(crate) use fmt::write_flat;
+pub use ops::{broadcast_shapes, TensorOperand};
 pub use view::SliceArg;
 pub(crate) use view::{slice_adjoint, AxisSel};
 
@@ -169,6 +170,27 @@ impl<T: Scalar> Tensor<T> {
             shape: self.shape.clone(),
             transposed: self.transposed,
         }
+    }
+
+    /// Name the tensor (its flat array: shown by `whos()`, `Debug`, logs and error messages);
+    /// returns it for chaining, as [`Array::label`].
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let t = Tensor::<f32>::zeros(&[2, 2]).label("weights");
+    /// assert_eq!(t.get_label().as_deref(), Some("weights"));
+    /// ```
+    pub fn label(self, name: &str) -> Self {
+        kiln_core::set_label(self.array.id(), name);
+        self
+    }
+    /// The label, if any.
+    pub fn get_label(&self) -> Option<String> {
+        self.array.get_label()
+    }
+    /// Whether the contents are evaluated (in memory).
+    pub fn is_evaluated(&self) -> bool {
+        self.array.is_evaluated()
     }
 
     /// The flat row-major array.

@@ -31,6 +31,60 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     Ok(out)
 }
 
+/// The right-hand operand of a tensor method (`lt`, `min`, `pow`, …): a borrowed tensor
+/// (broadcast with NumPy's rule) or a plain scalar (applied to every element, as `t + 1.0` is).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let t = Tensor::<f32>::from_vec(vec![0.25, 0.75, 1.5], &[3]);
+/// assert_eq!(t.lt(0.5).to_vec(), vec![true, false, false]);
+/// assert_eq!(t.lt(&Tensor::full(1.0, &[1])).to_vec(), vec![true, true, false]);
+/// assert_eq!(t.max(1.0).to_vec(), vec![1.0, 1.0, 1.5]);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an operand for a `Tensor<{T}>`",
+    label = "give a `&Tensor<{T}>` or a `{T}`"
+)]
+pub trait TensorOperand<T: Scalar> {
+    /// `f` on the flat arrays of `lhs` and this operand (broadcast to a common shape), as a tensor.
+    fn zip_into<V: Scalar>(
+        self,
+        lhs: &Tensor<T>,
+        f: impl FnOnce(&Array<T>, &Array<T>) -> Array<V>,
+    ) -> Result<Tensor<V>>;
+}
+impl<T: Scalar> TensorOperand<T> for &Tensor<T> {
+    fn zip_into<V: Scalar>(
+        self,
+        lhs: &Tensor<T>,
+        f: impl FnOnce(&Array<T>, &Array<T>) -> Array<V>,
+    ) -> Result<Tensor<V>> {
+        lhs.zip_with(self, f)
+    }
+}
+impl<T: Scalar> TensorOperand<T> for T {
+    fn zip_into<V: Scalar>(
+        self,
+        lhs: &Tensor<T>,
+        f: impl FnOnce(&Array<T>, &Array<T>) -> Array<V>,
+    ) -> Result<Tensor<V>> {
+        // a size-1 literal operand: no broadcast view, the scalar folds into the kernel
+        let array = f(&lhs.array, &Array::scalar(self));
+        if array.size().get() != lhs.len() {
+            return Err(Error::Invalid(format!(
+                "a tensor operation returned {} elements for shape {:?}; it must work elementwise",
+                array.size(),
+                lhs.shape
+            )));
+        }
+        Ok(Tensor {
+            array,
+            shape: lhs.shape.clone(),
+            transposed: lhs.transposed,
+        })
+    }
+}
+
 impl<T: Scalar> Tensor<T> {
     /// Apply `f` to the flat arrays of `self` and `other` broadcast to a common shape.
     pub fn zip_with<U: Scalar, V: Scalar>(
@@ -214,10 +268,17 @@ impl<T: Signed> Neg for Tensor<T> {
 macro_rules! comparisons {
     ($($name:ident),*) => {
         impl<T: Scalar> Tensor<T> {$(
-            /// Lane-by-lane comparison with broadcasting.
+            #[doc = concat!("Elementwise `", stringify!($name), "` against a tensor (broadcast) or a scalar: a `Tensor<bool>`.")]
+            ///
+            /// ```
+            /// use kiln::prelude::*;
+            /// let t = Tensor::<i32>::arange(4).reshape(&[2, 2]);
+            /// let _mask: Tensor<bool> = t.lt(2);
+            /// assert_eq!(t.ge(&Tensor::from_vec(vec![1, 3], &[2])).to_vec(), vec![false, false, true, true]);
+            /// ```
             #[track_caller]
-            pub fn $name(&self, rhs: &Tensor<T>) -> Tensor<bool> {
-                ok(self.zip_with(rhs, |a, b| -> Bool { a.$name(b) }))
+            pub fn $name(&self, rhs: impl TensorOperand<T>) -> Tensor<bool> {
+                ok(rhs.zip_into(self, |a, b| -> Bool { a.$name(b) }))
             }
         )*}
     };
@@ -309,10 +370,10 @@ impl<T: Signed> Tensor<T> {
 macro_rules! tensor_binary {
     ($bound:path; $($name:ident),*) => {
         impl<T: $bound> Tensor<T> {$(
-            #[doc = concat!("Elementwise `", stringify!($name), "` with broadcasting (see `Array::", stringify!($name), "`).")]
+            #[doc = concat!("Elementwise `", stringify!($name), "` against a tensor (broadcast) or a scalar (see `Array::", stringify!($name), "`).")]
             #[track_caller]
-            pub fn $name(&self, other: &Tensor<T>) -> Tensor<T> {
-                ok(self.zip_with(other, |a, b| a.$name(b)))
+            pub fn $name(&self, other: impl TensorOperand<T>) -> Tensor<T> {
+                ok(other.zip_into(self, |a, b| a.$name(b)))
             }
         )*}
     };

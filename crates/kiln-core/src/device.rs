@@ -626,6 +626,70 @@ pub fn upload(ty: VarType, bytes: &[u8]) -> Result<Buffer> {
     Ok(buf)
 }
 
+/// A new buffer holding `data`, copied once from the caller's memory: one block copy for the
+/// primitive element types (on a little-endian host their memory is the buffer's byte format),
+/// else one pass converting each element.
+pub fn upload_scalars<T: crate::ty::Scalar>(data: &[T]) -> Result<Buffer> {
+    if let Some(bytes) = primitive_bytes(data) {
+        return upload(T::TYPE, bytes);
+    }
+    upload_iter(data.len(), data.iter().copied())
+}
+
+/// `data`'s memory as bytes when `T` is one of the primitive element types (whose layout is the
+/// buffer format on this little-endian host); `None` for any other `Scalar` implementation.
+fn primitive_bytes<T: crate::ty::Scalar>(data: &[T]) -> Option<&[u8]> {
+    use std::any::TypeId;
+    let t = TypeId::of::<T>();
+    let primitive = [
+        TypeId::of::<bool>(),
+        TypeId::of::<i32>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<i64>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<f32>(),
+        TypeId::of::<f64>(),
+    ]
+    .contains(&t);
+    if !primitive || cfg!(target_endian = "big") || std::mem::size_of::<T>() != T::TYPE.size_bytes()
+    {
+        return None;
+    }
+    // SAFETY: T is bool, i32, u32, i64, u64, f32 or f64 (checked by TypeId): no padding, every
+    // byte initialized, and u8 has alignment 1; the slice covers exactly data's memory.
+    Some(unsafe {
+        std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
+    })
+}
+
+/// A new buffer of `len` elements written from `values` in one pass (no staging copy): for host
+/// data that is not contiguous, such as a strided or transposed ndarray view. Fewer values than
+/// `len` is an error; extra ones are ignored.
+pub fn upload_iter<T: crate::ty::Scalar>(
+    len: usize,
+    values: impl IntoIterator<Item = T>,
+) -> Result<Buffer> {
+    let ty = T::TYPE;
+    let w = ty.size_bytes();
+    let buf = Buffer::new(ty, len, &|| format!("an array of {len} × {ty}"))?;
+    let mut written = 0usize;
+    for v in values.into_iter().take(len) {
+        let b = v.to_bits64().to_le_bytes();
+        // SAFETY: written < len, so bytes [written·w, written·w + w) lie inside the buffer's
+        // len·w bytes; the source is a local array of 8 ≥ w bytes.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), buf.ptr().add(written * w), w) };
+        written += 1;
+    }
+    if written < len {
+        return Err(crate::Error::Invalid(format!(
+            "upload: {written} values given for an array of {len}"
+        )));
+    }
+    clear_slack(&buf);
+    notify(DeviceOpKind::Upload, len, &[&buf]);
+    Ok(buf)
+}
+
 fn clear_slack(buf: &Buffer) {
     // SAFETY: every buffer has SLACK_BYTES writable bytes after its elements.
     unsafe { std::ptr::write_bytes(buf.ptr().add(buf.bytes()), 0, SLACK_BYTES) };

@@ -134,6 +134,35 @@ pub fn from_bytes(ty: VarType, bytes: &[u8]) -> Result<VarId> {
     Ok(data_var(ty, buf))
 }
 
+/// A new evaluated variable holding a copy of `data` (one copy: a block copy for the primitive
+/// element types).
+///
+/// ```
+/// let a = kiln_core::from_scalars(&[1.5f32, 2.5]).unwrap();
+/// assert_eq!(kiln_core::read_bytes(a).unwrap(), [1.5f32.to_le_bytes(), 2.5f32.to_le_bytes()].concat());
+/// kiln_core::dec_ref(a);
+/// ```
+pub fn from_scalars<T: Scalar>(data: &[T]) -> Result<VarId> {
+    let buf = device::upload_scalars(data)?;
+    Ok(data_var(T::TYPE, buf))
+}
+
+/// A new evaluated variable of `len` elements written from `values` in one pass (host data that is
+/// not contiguous: a strided view). Fewer values than `len` is an error.
+///
+/// ```
+/// let a = kiln_core::from_iter_exact(3, (0..3u32).rev()).unwrap();
+/// assert_eq!(kiln_core::read_bytes(a).unwrap(), [2u32, 1, 0].map(u32::to_le_bytes).concat());
+/// kiln_core::dec_ref(a);
+/// ```
+pub fn from_iter_exact<T: Scalar>(
+    len: usize,
+    values: impl IntoIterator<Item = T>,
+) -> Result<VarId> {
+    let buf = device::upload_iter(len, values)?;
+    Ok(data_var(T::TYPE, buf))
+}
+
 /// Inside a symbolic body: refuse a cross-lane request (see `control`) and return the placeholder
 /// result `zeros` (a literal 0 of `ty` and `n` lanes) so that tracing goes on.
 fn refuse_symbolic(id: VarId, how: &str, ty: VarType, n: usize) -> Option<VarId> {
