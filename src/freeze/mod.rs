@@ -281,6 +281,18 @@ impl FrozenState {
         let slots = t.slots.clone();
         let literals = literal_values(&slots);
         let sizes = engine::prepare_inputs(&slots)?;
+        // the `&mut` arguments' arrays: the caller's handles on them are replaced when a replay
+        // hands its outputs back, so a replay may write into them (see `replay_releasing`)
+        let released: Vec<bool> = {
+            let mut tm = Traversal::new();
+            args.traverse_mutable(&mut tm);
+            let mut mutable: Vec<VarId> = tm.found.iter().map(|f| f.id).collect();
+            mutable.sort_unstable();
+            slots
+                .iter()
+                .map(|id| mutable.binary_search(id).is_ok())
+                .collect()
+        };
 
         // find a recording
         let mut overwrite: Option<usize> = None;
@@ -300,7 +312,7 @@ impl FrozenState {
                     continue;
                 }
                 let reject = match e.rec.check(&sizes) {
-                    Ok(()) => match e.rec.replay(&slots)? {
+                    Ok(()) => match e.rec.replay_releasing(&slots, &released)? {
                         Replayed::Done(outs) => {
                             let out = finish_replay(e, args, &outs);
                             if let Some(mask) = &releaf {
