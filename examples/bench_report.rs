@@ -2801,16 +2801,14 @@ impl LrRayon {
             .into_par_iter()
             .map(|c| {
                 let (lo, hi) = (c * CHUNK, ((c + 1) * CHUNK).min(n));
+                let cols: [&[f32]; LR_D] = std::array::from_fn(|j| &x[j][lo..hi]);
                 let mut s = [0f32; LR_D + 2];
-                for i in lo..hi {
-                    let mut z = b;
-                    for j in 0..LR_D {
-                        z += x[j][i] * w[j];
-                    }
-                    s[LR_D + 1] += z.max(0.0) - z * y[i] + (-z.abs()).exp().ln_1p();
-                    let dz = 1.0 / (1.0 + (-z).exp()) - y[i];
-                    for j in 0..LR_D {
-                        s[j] += x[j][i] * dz;
+                for (i, &yi) in y[lo..hi].iter().enumerate() {
+                    let z = cols.iter().zip(&w).fold(b, |z, (c, wj)| z + c[i] * wj);
+                    s[LR_D + 1] += z.max(0.0) - z * yi + (-z.abs()).exp().ln_1p();
+                    let dz = 1.0 / (1.0 + (-z).exp()) - yi;
+                    for (sj, c) in s.iter_mut().zip(&cols) {
+                        *sj += c[i] * dz;
                     }
                     s[LR_D] += dz;
                 }
@@ -2830,16 +2828,12 @@ impl LrRayon {
         self.b1t *= 0.9;
         self.b2t *= 0.999;
         let (c1, c2) = ((1.0 - self.b1t) as f32, (1.0 - self.b2t) as f32);
-        for k in 0..=LR_D {
-            let g = sums[k] * inv;
-            self.m[k] = self.m[k] * b1 + g * (1.0 - b1);
-            self.v[k] = self.v[k] * b2 + g * g * (1.0 - b2);
-            let p = if k < LR_D {
-                &mut self.w[k]
-            } else {
-                &mut self.b
-            };
-            *p -= self.m[k] / c1 * lr / ((self.v[k] / c2).sqrt() + eps);
+        let params = self.w.iter_mut().chain([&mut self.b]);
+        for (((p, m), v), s) in params.zip(&mut self.m).zip(&mut self.v).zip(sums) {
+            let g = s * inv;
+            *m = *m * b1 + g * (1.0 - b1);
+            *v = *v * b2 + g * g * (1.0 - b2);
+            *p -= *m / c1 * lr / ((*v / c2).sqrt() + eps);
         }
         sums[LR_D + 1] * inv
     }
