@@ -55,7 +55,10 @@ pub struct Frozen<F, M: Shape> {
 ///
 /// `f` takes 1 to 8 arguments, each `&T` or `&mut T` with `T: Traverse`, and returns a
 /// `Traverse + Clone` value (`()` included). What `f` does to a `&mut` argument (a scatter into it,
-/// replacing one of its arrays) happens again on replay, to the caller's object.
+/// replacing one of its arrays) happens again on replay, to the caller's object. As in a traced
+/// call, a replay writes a `&mut` argument's new arrays into the old ones' buffers when the
+/// caller holds those alone (no clone, no pending expression reading them): a clone the caller
+/// kept still has the old values.
 ///
 /// **Captured values are baked in.** A plain value the closure captures (`let spp = 4;
 /// freeze(move |x: &Float32| x * spp as f32)`) is a constant of the recording: changing it later
