@@ -245,20 +245,57 @@ fn outputs_aliasing_inputs() {
 }
 
 #[test]
+fn a_later_reader_sees_the_old_state() {
+    check(|| {
+        // the new state is evaluated first; a later kernel still reads the old one, so only that
+        // later kernel may take its buffer
+        let mut f = kiln::freeze(|s: &mut Float32| -> Float32 {
+            let old = s.clone();
+            *s = &*s * 2.0f32;
+            s.eval();
+            &old + 1.0f32
+        });
+        let mut s = Float32::from_vec((0..3000).map(|i| i as f32).collect());
+        s.eval();
+        for _ in 0..4 {
+            let old = s.to_vec();
+            let r = f.call(&mut s).unwrap();
+            let twice: Vec<f32> = old.iter().map(|v| v * 2.0).collect();
+            let plus: Vec<f32> = old.iter().map(|v| v + 1.0).collect();
+            assert_eq!(s.to_vec(), twice);
+            assert_eq!(
+                r.to_vec(),
+                plus,
+                "a replay overwrote the state before its last reader"
+            );
+        }
+        assert_eq!(f.stats().replays, 3);
+    });
+}
+
+#[test]
 fn a_read_only_argument_is_never_written() {
     check(|| {
-        // `d` is passed by `&` and held once: the caller keeps it, so it must not take results
+        // `d` is passed by `&` and held once: the caller keeps it, so it must not take results,
+        // whether or not the kernel also reads the `&mut` state
         let mut f = kiln::freeze(|s: &mut Float32, d: &Float32| {
             *s = &*s + d;
+        });
+        let mut g = kiln::freeze(|s: &mut Float32, d: &Float32| {
+            *s = d * 2.0f32;
         });
         let d = Float32::from_vec(vec![1.5; 2000]);
         d.eval();
         let mut s = Float32::from_vec(vec![0.0; 2000]);
         s.eval();
+        let mut t = Float32::from_vec(vec![0.0; 2000]);
+        t.eval();
         for i in 1..=4 {
             f.call(&mut s, &d).unwrap();
+            g.call(&mut t, &d).unwrap();
             assert_eq!(d.to_vec(), vec![1.5; 2000]);
             assert_eq!(s.to_vec(), vec![1.5 * i as f32; 2000]);
+            assert_eq!(t.to_vec(), vec![3.0; 2000]);
         }
     });
 }
