@@ -2662,6 +2662,272 @@ fn row_ad_frozen_step_1m(cfg: &Config, notes: &mut Vec<String>) -> Row {
     row
 }
 
+// The frozen-versus-traced rows (issue 24, item 3): a replay writes the caller's uniquely held
+// `&mut` state in place, as the traced call does, so it is never slower than tracing the call.
+
+/// 1M particles: positions and velocities, updated in place by the step.
+#[derive(kiln::Traverse, Clone)]
+struct Particles {
+    px: Float32,
+    py: Float32,
+    pz: Float32,
+    vx: Float32,
+    vy: Float32,
+    vz: Float32,
+}
+
+/// One explicit Euler step under gravity with a bouncing floor (every array is rewritten).
+fn particle_step(p: &mut Particles) {
+    const DT: f32 = 1e-3;
+    p.vz = &p.vz - 9.81 * DT;
+    p.px = &p.px + &p.vx * DT;
+    p.py = &p.py + &p.vy * DT;
+    p.pz = &p.pz + &p.vz * DT;
+    let under = p.pz.lt(0.0f32);
+    p.pz = select(&under, -&p.pz, &p.pz);
+    p.vz = select(&under, -&p.vz * 0.9f32, &p.vz);
+}
+
+fn particles(n: usize) -> Particles {
+    let mut rng = Pcg32::new(n);
+    let p = Particles {
+        px: rng.next_f32(),
+        py: rng.next_f32(),
+        pz: rng.next_f32() * 0.01,
+        vx: rng.next_f32() - 0.5,
+        vy: rng.next_f32() - 0.5,
+        vz: rng.next_f32() - 0.5,
+    };
+    kiln::eval!(p.px, p.py, p.pz, p.vx, p.vy, p.vz);
+    p
+}
+
+fn particle_bits(p: &Particles) -> Vec<u32> {
+    [&p.px, &p.py, &p.pz, &p.vx, &p.vy, &p.vz]
+        .iter()
+        .flat_map(|a| a.to_vec())
+        .map(f32::to_bits)
+        .collect()
+}
+
+/// Row: the 1M-particle step frozen (replayed) vs traced (run unfrozen and evaluated each time).
+fn row_frozen_particles(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = 1 << 20;
+    let mut a = particles(n);
+    let mut b = a.clone();
+    // the clones share buffers until the first step writes them: separate them first
+    particle_step(&mut b);
+    kiln::eval!(b.px, b.py, b.pz, b.vx, b.vy, b.vz);
+    particle_step(&mut a);
+    kiln::eval!(a.px, a.py, a.pz, a.vx, a.vy, a.vz);
+    let mut f = kiln::freeze(|p: &mut Particles| particle_step(p));
+    const CALLS: usize = 10;
+    let (mut bytes_f, mut bytes_t) = (0u64, 0u64);
+    let [traced, frozen] = measure_all(
+        if cfg.quick { 5 } else { 11 },
+        cfg.budget,
+        [
+            &mut || {
+                let s0 = kiln::stats().inplace_bytes_saved;
+                let t = time(|| {
+                    for _ in 0..CALLS {
+                        particle_step(&mut b);
+                        kiln::eval!(b.px, b.py, b.pz, b.vx, b.vy, b.vz);
+                    }
+                });
+                bytes_t = (kiln::stats().inplace_bytes_saved - s0) / CALLS as u64;
+                t / CALLS as f64
+            },
+            &mut || {
+                let s0 = kiln::stats().inplace_bytes_saved;
+                let t = time(|| {
+                    for _ in 0..CALLS {
+                        f.call(&mut a).expect("particle step");
+                    }
+                });
+                bytes_f = (kiln::stats().inplace_bytes_saved - s0) / CALLS as u64;
+                t / CALLS as f64
+            },
+        ],
+    );
+    // both ran the same steps from the same start: bit for bit the same state
+    let same = particle_bits(&a) == particle_bits(&b);
+    let ratio = frozen.min / traced.min;
+    notes.push(format!(
+        "frozen particle step 1M: replayed {:.2} ms/step (median {:.2}), traced {:.2} ms/step (median {:.2}), {ratio:.2}x traced (best of {} rounds of {CALLS}); written in place per step: {:.1} MiB replayed, {:.1} MiB traced; {}; replayed and traced state bit-identical: {same}",
+        frozen.min * 1e3,
+        frozen.median * 1e3,
+        traced.min * 1e3,
+        traced.median * 1e3,
+        frozen.runs,
+        bytes_f as f64 / (1u64 << 20) as f64,
+        bytes_t as f64 / (1u64 << 20) as f64,
+        f.stats()
+    ));
+    let mut row = Row::new(
+        "frozen particle step 1M",
+        format!("{:.2} ms/step", frozen.min * 1e3),
+        Goal::AtMost(1.0),
+        if same { ratio } else { f64::NAN },
+        "frozen <= traced",
+    );
+    row.rayon = format!("{:.2} ms traced", traced.min * 1e3);
+    row.ratio = format!("{ratio:.2}x traced");
+    row
+}
+
+/// The logistic-regression step written by hand on slices with rayon: the same loss, gradient and
+/// Adam update as `lr_step` (in f32, bias corrections in f64), one fused pass over the samples.
+struct LrRayon {
+    w: [f32; LR_D],
+    b: f32,
+    m: [f32; LR_D + 1],
+    v: [f32; LR_D + 1],
+    b1t: f64,
+    b2t: f64,
+}
+
+impl LrRayon {
+    fn new() -> LrRayon {
+        LrRayon {
+            w: [0.0; LR_D],
+            b: 0.0,
+            m: [0.0; LR_D + 1],
+            v: [0.0; LR_D + 1],
+            b1t: 1.0,
+            b2t: 1.0,
+        }
+    }
+
+    /// One step over the columns `x` and labels `y`; returns the loss before the update.
+    fn step(&mut self, x: &[Vec<f32>], y: &[f32]) -> f32 {
+        use rayon::prelude::*;
+        const CHUNK: usize = 16_384;
+        let n = y.len();
+        let (w, b) = (self.w, self.b);
+        // per chunk: loss and the nine gradient sums
+        let sums = (0..n.div_ceil(CHUNK))
+            .into_par_iter()
+            .map(|c| {
+                let (lo, hi) = (c * CHUNK, ((c + 1) * CHUNK).min(n));
+                let cols: [&[f32]; LR_D] = std::array::from_fn(|j| &x[j][lo..hi]);
+                let mut s = [0f32; LR_D + 2];
+                for (i, &yi) in y[lo..hi].iter().enumerate() {
+                    let z = cols.iter().zip(&w).fold(b, |z, (c, wj)| z + c[i] * wj);
+                    s[LR_D + 1] += z.max(0.0) - z * yi + (-z.abs()).exp().ln_1p();
+                    let dz = 1.0 / (1.0 + (-z).exp()) - yi;
+                    for (sj, c) in s.iter_mut().zip(&cols) {
+                        *sj += c[i] * dz;
+                    }
+                    s[LR_D] += dz;
+                }
+                s
+            })
+            .reduce(
+                || [0f32; LR_D + 2],
+                |mut a, b| {
+                    for (x, y) in a.iter_mut().zip(b) {
+                        *x += y;
+                    }
+                    a
+                },
+            );
+        let inv = 1.0 / n as f32;
+        let (b1, b2, lr, eps) = (0.9f32, 0.999f32, 0.05f32, 1e-8f32);
+        self.b1t *= 0.9;
+        self.b2t *= 0.999;
+        let (c1, c2) = ((1.0 - self.b1t) as f32, (1.0 - self.b2t) as f32);
+        let params = self.w.iter_mut().chain([&mut self.b]);
+        for (((p, m), v), s) in params.zip(&mut self.m).zip(&mut self.v).zip(sums) {
+            let g = s * inv;
+            *m = *m * b1 + g * (1.0 - b1);
+            *v = *v * b2 + g * g * (1.0 - b2);
+            *p -= *m / c1 * lr / ((*v / c2).sqrt() + eps);
+        }
+        sums[LR_D + 1] * inv
+    }
+}
+
+/// Row: the logistic-regression training step at 1M samples (`lr_step`: loss, backward, Adam),
+/// frozen (replayed) vs traced (run unfrozen and evaluated each time) vs written by hand with rayon.
+fn row_frozen_logistic(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = 1 << 20;
+    let d = lr_data(n, 1);
+    let xs: Vec<Vec<f32>> = d.x.iter().map(|a| a.to_vec()).collect();
+    let ys = d.y.to_vec();
+    let (mut a, mut oa) = lr_fresh();
+    let (mut b, mut ob) = lr_fresh();
+    let mut r = LrRayon::new();
+    let mut f = kiln::freeze(lr_step);
+    const CALLS: usize = 5;
+    let (mut lf, mut lt) = (0u64, 0u64);
+    let mut loss_r = 0f32;
+    let [traced, frozen, hand] = measure_all(
+        if cfg.quick { 4 } else { 9 },
+        cfg.budget,
+        [
+            &mut || {
+                let l0 = kiln::stats().launches;
+                let t = time(|| {
+                    for _ in 0..CALLS {
+                        black_box(lr_step(&mut b, &mut ob, &d).eval());
+                    }
+                });
+                lt = (kiln::stats().launches - l0) / CALLS as u64;
+                t / CALLS as f64
+            },
+            &mut || {
+                let l0 = kiln::stats().launches;
+                let t = time(|| {
+                    for _ in 0..CALLS {
+                        black_box(f.call(&mut a, &mut oa, &d).expect("training step"));
+                    }
+                });
+                lf = (kiln::stats().launches - l0) / CALLS as u64;
+                t / CALLS as f64
+            },
+            &mut || {
+                time(|| {
+                    for _ in 0..CALLS {
+                        loss_r = black_box(r.step(&xs, &ys));
+                    }
+                }) / CALLS as f64
+            },
+        ],
+    );
+    // replayed and traced ran the same steps: bit for bit the same parameters; the rayon loop
+    // sums in another order, so it agrees to rounding
+    let same = lr_params(&a) == lr_params(&b);
+    let close = lr_params(&a)
+        .iter()
+        .zip(r.w.iter().chain([&r.b]))
+        .all(|(&x, &y)| (f32::from_bits(x) - y).abs() <= 1e-3 * (1.0 + y.abs()));
+    let ratio = frozen.min / traced.min;
+    notes.push(format!(
+        "frozen logistic regression 1M: replayed {:.2} ms/step (median {:.2}), traced {:.2} ms/step (median {:.2}), rayon by hand {:.2} ms/step (median {:.2}); {ratio:.2}x traced, {:.2}x rayon (best of {} rounds of {CALLS}); launches per step {lf} replayed, {lt} traced; {}; replayed and traced params bit-identical: {same}; rayon's params agree to 1e-3: {close} (last rayon loss {loss_r:.4})",
+        frozen.min * 1e3,
+        frozen.median * 1e3,
+        traced.min * 1e3,
+        traced.median * 1e3,
+        hand.min * 1e3,
+        hand.median * 1e3,
+        frozen.min / hand.min,
+        frozen.runs,
+        f.stats()
+    ));
+    let mut row = Row::new(
+        "frozen logistic regression 1M",
+        format!("{:.2} ms/step", frozen.min * 1e3),
+        Goal::AtMost(1.0),
+        if same { ratio } else { f64::NAN },
+        "frozen <= traced",
+    );
+    row.rayon = format!("{:.2} ms by hand", hand.min * 1e3);
+    row.copy = format!("{:.2} ms traced", traced.min * 1e3);
+    row.ratio = format!("{ratio:.2}x traced");
+    row
+}
+
 fn print_table(rows: &[Row]) {
     let header = [
         "workload", "kiln", "rayon", "copy", "ratio", "target", "result",
@@ -2794,7 +3060,7 @@ fn main() {
 
     let start = Instant::now();
     let mut notes = Vec::new();
-    let steps: [(&str, RowFn); 29] = [
+    let steps: [(&str, RowFn); 31] = [
         ("saxpy", row_saxpy),
         ("fused chain", row_chain),
         ("llvm vs cranelift", row_llvm_vs_cranelift),
@@ -2824,6 +3090,8 @@ fn main() {
         ("ad tracing", row_ad_tracing),
         ("ad frozen step n=1024", row_ad_frozen_step),
         ("ad frozen step 1M", row_ad_frozen_step_1m),
+        ("frozen particle step 1M", row_frozen_particles),
+        ("frozen logistic regression 1M", row_frozen_logistic),
     ];
     let mut rows = Vec::new();
     for (name, step) in steps {

@@ -10,6 +10,7 @@
 //! operations on the new buffers. Sizes are never guessed: see [`kiln_core::Size`].
 
 mod args;
+mod explain;
 mod stats;
 pub mod traverse;
 
@@ -54,7 +55,10 @@ pub struct Frozen<F, M: Shape> {
 ///
 /// `f` takes 1 to 8 arguments, each `&T` or `&mut T` with `T: Traverse`, and returns a
 /// `Traverse + Clone` value (`()` included). What `f` does to a `&mut` argument (a scatter into it,
-/// replacing one of its arrays) happens again on replay, to the caller's object.
+/// replacing one of its arrays) happens again on replay, to the caller's object. As in a traced
+/// call, a replay writes a `&mut` argument's new arrays into the old ones' buffers when the
+/// caller holds those alone (no clone, no pending expression reading them): a clone the caller
+/// kept still has the old values.
 ///
 /// **Captured values are baked in.** A plain value the closure captures (`let spp = 4;
 /// freeze(move |x: &Float32| x * spp as f32)`) is a constant of the recording: changing it later
@@ -160,6 +164,7 @@ impl<F, M: Shape> Frozen<F, M> {
     /// Drop every recording (the next call records anew).
     pub fn clear(&mut self) {
         self.state.entries.clear();
+        self.state.layouts.clear();
     }
 }
 
@@ -186,6 +191,8 @@ pub(crate) struct FrozenState {
     unfreeze_on_hidden: bool,
     warned: HashSet<String>,
     stats: FreezeStats,
+    /// What each recorded layout key was made of (to say why a new key records).
+    layouts: HashMap<u64, explain::Layout>,
 }
 
 /// Whether `KILN_FREEZE=0` turned freezing off for the process.
@@ -233,6 +240,7 @@ impl FrozenState {
             unfreeze_on_hidden: false,
             warned: HashSet::new(),
             stats: FreezeStats::default(),
+            layouts: HashMap::new(),
         }
     }
 
@@ -258,6 +266,9 @@ impl FrozenState {
             t.argument("state", |t| s.traverse(t));
         }
         let key = t.key();
+        // a key never recorded: keep what it is made of, to explain the recording it needs
+        let layout =
+            (!self.entries.contains_key(&key)).then(|| explain::Layout::of(args, extra.as_deref()));
         // a frozen function is a boundary of the AD graph: the `&mut` arrays that carry
         // gradients get fresh leaves on entry and on exit (see `Frozen` on AD)
         let releaf: Option<Vec<bool>> = if t.found.iter().any(|f| f.ad != 0) {
@@ -281,26 +292,40 @@ impl FrozenState {
         let slots = t.slots.clone();
         let literals = literal_values(&slots);
         let sizes = engine::prepare_inputs(&slots)?;
+        // the `&mut` arguments' arrays: the caller's handles on them are replaced when a replay
+        // hands its outputs back, so a replay may write into them (see `replay_releasing`)
+        let released: Vec<bool> = {
+            let mut tm = Traversal::new();
+            args.traverse_mutable(&mut tm);
+            let mut mutable: Vec<VarId> = tm.found.iter().map(|f| f.id).collect();
+            mutable.sort_unstable();
+            slots
+                .iter()
+                .map(|id| mutable.binary_search(id).is_ok())
+                .collect()
+        };
 
         // find a recording
         let mut overwrite: Option<usize> = None;
         let mut reasons: Vec<String> = Vec::new();
-        let mut changed_literals: Vec<u32> = Vec::new();
+        // (slot, value when recorded, value now)
+        let mut changed_literals: Vec<(u32, u64, u64)> = Vec::new();
         if let Some(list) = self.entries.get(&key) {
             for (i, e) in list.iter().enumerate() {
                 if e.literals != literals {
                     // same slot literal in both, other value: a changing literal
                     for &(slot, bits) in &literals {
                         let before = e.literals.iter().find(|l| l.0 == slot);
-                        if before.is_some_and(|b| b.1 != bits) && !changed_literals.contains(&slot)
-                        {
-                            changed_literals.push(slot);
+                        if let Some(&(_, was)) = before {
+                            if was != bits && !changed_literals.iter().any(|c| c.0 == slot) {
+                                changed_literals.push((slot, was, bits));
+                            }
                         }
                     }
                     continue;
                 }
                 let reject = match e.rec.check(&sizes) {
-                    Ok(()) => match e.rec.replay(&slots)? {
+                    Ok(()) => match e.rec.replay_releasing(&slots, &released)? {
                         Replayed::Done(outs) => {
                             let out = finish_replay(e, args, &outs);
                             if let Some(mask) = &releaf {
@@ -343,35 +368,62 @@ impl FrozenState {
         }
 
         // a literal input changed value: make it opaque from now on (one extra recording)
-        if !changed_literals.is_empty() && self.auto_opaque {
+        if !changed_literals.is_empty() {
             let mut paths_t = Traversal::with_paths();
             args.traverse_all(&mut paths_t);
             if let Some(s) = &extra {
                 paths_t.argument("state", |t| s.traverse(t));
             }
-            let mask = self
-                .opaque
-                .entry(key)
-                .or_insert_with(|| vec![false; t.found.len()]);
             let mut paths = Vec::new();
+            let mut values = Vec::new();
             for (pos, f) in t.found.iter().enumerate() {
-                if changed_literals.contains(&f.slot) {
-                    mask[pos] = true;
+                if let Some(&(_, was, now)) = changed_literals.iter().find(|c| c.0 == f.slot) {
+                    let ty = engine::input_class(f.id).0;
                     paths.push(paths_t.paths[pos].clone());
-                    let id = kiln_core::make_opaque(f.id)?;
-                    kiln_core::dec_ref(id);
+                    values.push(format!(
+                        "`{}` {} → {}",
+                        paths_t.paths[pos],
+                        explain::show(ty, was),
+                        explain::show(ty, now)
+                    ));
                 }
             }
             let list = paths.join(", ");
-            warn_once(&mut self.warned, format!("opaque {key} {list}"), || {
-                format!(
-                    "frozen function: the literal input(s) {list} changed value between calls and are made opaque from now on (one extra recording); call `make_opaque()` on them (or create them with `Array::opaque`) before calling to avoid it"
-                )
-            });
-            reasons.push(format!("literal input(s) {list} changed value"));
+            let values = values.join(", ");
+            if self.auto_opaque {
+                let mask = self
+                    .opaque
+                    .entry(key)
+                    .or_insert_with(|| vec![false; t.found.len()]);
+                for (pos, f) in t.found.iter().enumerate() {
+                    if changed_literals.iter().any(|c| c.0 == f.slot) {
+                        mask[pos] = true;
+                        let id = kiln_core::make_opaque(f.id)?;
+                        kiln_core::dec_ref(id);
+                    }
+                }
+                warn_once(&mut self.warned, format!("opaque {key} {list}"), || {
+                    format!(
+                        "frozen function: the literal input(s) {list} changed value between calls and are made opaque from now on (one extra recording); pass `kiln::make_opaque(&x)` (or create them with `Array::opaque`) from the first call on to avoid it"
+                    )
+                });
+                reasons.push(format!(
+                    "literal input(s) {list} changed value ({values}): a literal is baked into a recording, so these are made opaque from now on (this one extra recording); create them with `Array::opaque` or pass `kiln::make_opaque(&x)` from the first call on to avoid it"
+                ));
+            } else {
+                reasons.push(format!(
+                    "literal input(s) {list} changed value ({values}): a literal is baked into a recording, and with `auto_opaque(false)` each new value records anew; create them with `Array::opaque` or pass `kiln::make_opaque(&x)`"
+                ));
+            }
+        }
+        if let Some(new) = &layout {
+            let cleared = self.stats.recordings > 0 && self.entries.is_empty();
+            if let Some(why) = new.explain(self.layouts.values(), cleared) {
+                reasons.push(why);
+            }
         }
         self.record(
-            key, &slots, args, extra, run, overwrite, reasons, t0, releaf,
+            key, &slots, args, extra, run, overwrite, reasons, t0, releaf, layout,
         )
     }
 
@@ -387,6 +439,7 @@ impl FrozenState {
         reasons: Vec<String>,
         t0: Instant,
         releaf: Option<Vec<bool>>,
+        layout: Option<explain::Layout>,
     ) -> Result<O> {
         let total: usize = self.entries.values().map(|l| l.len()).sum();
         if overwrite.is_none() && total >= self.limit {
@@ -486,6 +539,10 @@ impl FrozenState {
             template: Box::new(template),
             n_returned,
         };
+        if let Some(mut l) = layout {
+            l.seq = self.stats.recordings;
+            self.layouts.entry(key).or_insert(l);
+        }
         let list = self.entries.entry(key).or_default();
         let retrace = !list.is_empty() || overwrite.is_some();
         match overwrite {

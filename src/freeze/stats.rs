@@ -22,7 +22,9 @@ pub struct FreezeStats {
     pub replays: usize,
     /// Calls that ran unfrozen because the recording limit was reached.
     pub unfrozen: usize,
-    /// Why each recording after the first was needed.
+    /// Why each recording after the first was needed, one entry each: what changed (the
+    /// argument's path, its old and new value, type, size class or aliasing; a size decision of
+    /// the trace; a literal's new value) and the fix where there is one.
     pub retraces: Vec<String>,
     /// Total time of recording calls (tracing, compiling, running), in nanoseconds.
     pub record_ns: u64,

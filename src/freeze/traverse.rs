@@ -75,6 +75,10 @@ pub struct Traversal {
     track_paths: bool,
     path: Vec<Seg>,
     pub(crate) paths: Vec<String>,
+    /// With paths: each plain value, string and structure visited (path, what it was), so that a
+    /// new layout can be explained (see `explain`).
+    /// (path, what it was, whether it is a plain value rather than a structure or a string).
+    pub(crate) plain: Vec<(String, String, bool)>,
 }
 
 impl Default for Traversal {
@@ -94,6 +98,7 @@ impl Traversal {
             track_paths: false,
             path: Vec::new(),
             paths: Vec::new(),
+            plain: Vec::new(),
         }
     }
     /// An empty traversal that also records each array's path (for messages).
@@ -165,16 +170,28 @@ impl Traversal {
     pub fn scalar(&mut self, type_tag: &'static str, bits: u64) {
         self.bytes(type_tag.as_bytes());
         self.word(bits);
+        if self.track_paths {
+            let what = format!("the {type_tag} {}", fmt_plain(type_tag, bits));
+            self.plain.push((self.path_string(), what, true));
+        }
     }
     /// A string that becomes part of the key.
     pub fn str(&mut self, s: &str) {
         self.word(0x57 ^ ((s.len() as u64) << 8));
         self.bytes(s.as_bytes());
+        if self.track_paths {
+            self.plain
+                .push((self.path_string(), format!("the string {s:?}"), false));
+        }
     }
     /// The start of a struct, enum variant or container: its name and element count.
     pub fn structure(&mut self, name: &'static str, len: usize) {
         self.bytes(name.as_bytes());
         self.word(0x5E ^ ((len as u64) << 8));
+        if self.track_paths {
+            let what = format!("a {name} of {len} element(s)");
+            self.plain.push((self.path_string(), what, false));
+        }
     }
     /// Visit a named field.
     pub fn field(&mut self, name: &'static str, f: impl FnOnce(&mut Traversal)) {
@@ -228,6 +245,18 @@ impl Traversal {
             }
         }
         s
+    }
+}
+
+/// A plain value from its type tag and key bits, as Rust prints it.
+fn fmt_plain(tag: &str, bits: u64) -> String {
+    match tag {
+        "f32" => format!("{:?}", f32::from_bits(bits as u32)),
+        "f64" => format!("{:?}", f64::from_bits(bits)),
+        "i8" | "i16" | "i32" | "i64" | "isize" => (bits as i64).to_string(),
+        "bool" => (bits != 0).to_string(),
+        "char" => char::from_u32(bits as u32).map_or(bits.to_string(), |c| format!("{c:?}")),
+        _ => bits.to_string(),
     }
 }
 

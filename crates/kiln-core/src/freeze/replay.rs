@@ -7,6 +7,11 @@
 //! each buffer has the length the kernel will touch, so a replay can never read or write out of
 //! bounds even if an expression were wrong. Lengths that depend on data (compress) are read as the
 //! op completes and the remaining expressions and guards are checked then.
+//!
+//! Update-in-place happens again at replay, decided anew for each call: an output may take the
+//! buffer of an intermediate that dies at its kernel (as it did when recorded), and of an input the
+//! caller releases — a `&mut` argument's array that the call replaces and that nothing else holds
+//! (see [`Recording::replay_releasing`]), which is how a traced call writes such state in place.
 
 use super::record::{Origin, Parts, RecBuf};
 use super::size::{class_of, Eval, ExprId, SizeNode};
@@ -176,6 +181,11 @@ pub struct Recording {
     ops: Vec<RecOp>,
     /// Per op: the buffers to drop after it ran.
     frees: Vec<Vec<u32>>,
+    /// Per input slot: the op that reads it last (`usize::MAX`: none), i.e. after which a
+    /// released slot's buffer may hold results.
+    slot_last_use: Vec<usize>,
+    /// Per input slot: whether an output of the function is the slot itself (never released).
+    slot_is_output: Vec<bool>,
     outputs: Vec<Out>,
     mutated: Vec<u32>,
     n_data: u32,
@@ -211,6 +221,20 @@ impl Recording {
             }
         }
         let slot_types = bufs[..n_slots].iter().map(|b| b.ty).collect();
+        let mut slot_last_use = vec![usize::MAX; n_slots];
+        for (i, op) in ops.iter().enumerate() {
+            for &b in &op.bufs {
+                if (b as usize) < n_slots {
+                    slot_last_use[b as usize] = i;
+                }
+            }
+        }
+        let mut slot_is_output = vec![false; n_slots];
+        for o in &outputs {
+            if let Out::Slot(k) = *o {
+                slot_is_output[k as usize] = true;
+            }
+        }
         Recording {
             nodes,
             record_values: values,
@@ -220,6 +244,8 @@ impl Recording {
             bufs,
             ops,
             frees,
+            slot_last_use,
+            slot_is_output,
             outputs,
             mutated,
             n_data,
@@ -341,10 +367,51 @@ impl Recording {
     }
 
     /// Replay with `slots` (deduplicated inputs in the recorded order; every non-literal one
-    /// evaluated). Call [`Recording::check`] first.
+    /// evaluated). Call [`Recording::check`] first. Inputs are only read (or, for a recorded
+    /// scatter into an input, written as the traced call did).
     pub fn replay(&self, slots: &[VarId]) -> Result<Replayed> {
+        self.replay_releasing(slots, &[])
+    }
+
+    /// [`Recording::replay`] for a caller that gives up its handles on the slots marked in
+    /// `released` once the replay returns (the arrays of `&mut` arguments that the outputs
+    /// replace): an output of a kernel may then be written into such a slot's buffer, as a traced
+    /// call writes its state in place. A marked slot is still only read unless, at the start of the
+    /// replay, nothing else can see it — that one handle is its only reference, no pending
+    /// expression reads it, no view shares its buffer, no output of the function is the slot itself
+    /// — and no length of the recording depends on data (a failed guard must leave the caller's
+    /// arrays untouched); its buffer is taken only by the kernel that reads it last, at each lane's
+    /// own index, for an output of its length and type. Results are the same bit for bit either
+    /// way; `KILN_INPLACE=0` turns this off like every reuse.
+    ///
+    /// ```
+    /// use kiln_core::{self as core, freeze, Op, VarType};
+    /// let bytes: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    /// let x = core::from_bytes(VarType::F32, &bytes).unwrap();
+    /// freeze::prepare_inputs(&[x]).unwrap();
+    /// freeze::begin(&[x]).unwrap();
+    /// let one = core::literal(VarType::F32, 1.0f32.to_bits() as u64, 1);
+    /// let y = core::op(Op::Add, &[x, one]).unwrap();
+    /// core::eval(&[y]).unwrap();
+    /// let rec = freeze::finish(&[x], &[y]).unwrap();
+    /// core::dec_ref(y);
+    ///
+    /// // `x += 1` on a state the caller holds alone: the result lands in x's own buffer
+    /// let before = core::buffer_addr(x);
+    /// let freeze::Replayed::Done(outs) = rec.replay_releasing(&[x], &[true]).unwrap() else {
+    ///     panic!("replay")
+    /// };
+    /// assert_eq!(core::buffer_addr(outs[0]), before);
+    /// core::dec_ref(x); // the caller's old handle goes, as `*x = y` drops it
+    /// let out = core::read_bytes(outs[0]).unwrap();
+    /// assert_eq!(f32::from_le_bytes(out[8..12].try_into().unwrap()), 4.0);
+    /// for id in [one, outs[0]] { core::dec_ref(id); }
+    /// ```
+    pub fn replay_releasing(&self, slots: &[VarId], released: &[bool]) -> Result<Replayed> {
         // inputs: sizes and buffers; mutated slots that someone else can see are copied first
         let mut slot_vars: Vec<VarId> = slots.to_vec();
+        // released slots that nothing else can see: their buffers may take results
+        let mut free_slots: Vec<bool> = Vec::new();
         let mut own: Vec<VarId> = Vec::new();
         let mut table: Vec<Option<Arc<Buffer>>> = vec![None; self.bufs.len()];
         let mut sizes = Vec::with_capacity(slots.len());
@@ -361,6 +428,22 @@ impl Recording {
                 sizes.push(v.size as u64);
                 table[k] = v.data.clone();
                 let mutated = self.mutated.contains(&(k as u32));
+                if released.get(k).copied().unwrap_or(false)
+                    && !mutated
+                    && !self.slot_is_output[k]
+                    && self.slot_last_use[k] != usize::MAX
+                    && self.n_data == 0
+                    && v.ext == 1
+                    && v.int == 0
+                    // the variable's reference and the table's: no view shares the buffer
+                    && v.data.as_ref().is_some_and(|b| Arc::strong_count(b) == 2)
+                    && crate::inplace::enabled()
+                {
+                    if free_slots.is_empty() {
+                        free_slots = vec![false; slots.len()];
+                    }
+                    free_slots[k] = true;
+                }
                 if mutated {
                     let shared = v.ext > 1
                         || v.int > 0
@@ -391,7 +474,7 @@ impl Recording {
         };
         let result = match copy_inputs() {
             Err(e) => Err(e),
-            Ok(()) => match self.run(&mut table, vals, &sizes) {
+            Ok(()) => match self.run(&mut table, vals, &sizes, &free_slots) {
                 Ok(Ok(vals)) => self.outputs(&table, &slot_vars, &vals).map(Replayed::Done),
                 Ok(Err(reject)) => Ok(Replayed::Retrace(reject)),
                 Err(e) => Err(e),
@@ -410,10 +493,25 @@ impl Recording {
         table: &mut [Option<Arc<Buffer>>],
         mut vals: Vec<Option<u64>>,
         sizes: &[u64],
+        free_slots: &[bool],
     ) -> Result<Result<Vec<Option<u64>>, Reject>> {
         let mut data: Vec<Option<u64>> = vec![None; self.n_data as usize];
+        let mut dying: Vec<u32> = Vec::new();
         for (i, op) in self.ops.iter().enumerate() {
-            if let Err(r) = self.run_op(op, table, &mut vals, &mut data, sizes, &self.frees[i])? {
+            // the released slots whose last reader this is die here too
+            let frees: &[u32] = if free_slots.is_empty() {
+                &self.frees[i]
+            } else {
+                dying.clear();
+                dying.extend_from_slice(&self.frees[i]);
+                dying.extend(
+                    (0..self.n_slots)
+                        .filter(|&k| free_slots[k] && self.slot_last_use[k] == i)
+                        .map(|k| k as u32),
+                );
+                &dying
+            };
+            if let Err(r) = self.run_op(op, table, &mut vals, &mut data, sizes, frees)? {
                 return Ok(Err(r));
             }
             for &b in &self.frees[i] {
@@ -451,7 +549,8 @@ impl Recording {
                 in_place,
             } => {
                 let size = known(vals, op.size)?;
-                let reuse = replay_in_place(table, in_place, params, &op.bufs, size, dying);
+                let reuse =
+                    replay_in_place(table, in_place, params, &op.bufs, size, dying, self.n_slots);
                 let held = kernel_buffers(table, params, &op.bufs, size, reuse)?;
                 let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
                 let mut spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
@@ -682,13 +781,16 @@ fn known(vals: &[Option<u64>], e: ExprId) -> Result<usize> {
     })
 }
 
-/// The length check that keeps a replay in bounds whatever the expressions say.
 /// Update-in-place at replay: for each output parameter of a replayed kernel that shared an
 /// input's buffer when recorded (`pairs`), that input's buffer again if the rule of the live
 /// evaluation still holds for it now — an
-/// intermediate of this replay (never an input slot: the caller can still read those) read only
+/// intermediate of this replay read only
 /// at each lane's own index, with the output's length and element width, that no later op and
 /// no output of the function uses (`dying`: dropped after this op) and nothing else holds.
+/// Then, for the outputs still without a buffer, an input slot in `dying` (below `n_slots`: one
+/// the caller released and nothing else can see, see [`Recording::replay_releasing`]) read at
+/// each lane's own index, of the output's length and type: the recording never paired those
+/// (an input of a recording is never written), so any output of the kernel may take one.
 fn replay_in_place(
     table: &[Option<Arc<Buffer>>],
     pairs: &[(u32, u32)],
@@ -696,9 +798,11 @@ fn replay_in_place(
     bufs: &[u32],
     size: usize,
     dying: &[u32],
+    n_slots: usize,
 ) -> Vec<Option<Arc<Buffer>>> {
+    let slot_dies = dying.iter().any(|&b| (b as usize) < n_slots);
     // (nothing recorded in place or nothing dies here: no allocation on the replay path)
-    if pairs.is_empty() || dying.is_empty() || !crate::inplace::enabled() {
+    if (pairs.is_empty() && !slot_dies) || dying.is_empty() || !crate::inplace::enabled() {
         return Vec::new();
     }
     let mut reuse: Vec<Option<Arc<Buffer>>> = vec![None; params.len()];
@@ -738,6 +842,47 @@ fn replay_in_place(
             let buf = table[b as usize].clone().expect("checked");
             crate::inplace::note_reuse(
                 &|| format!("replayed intermediate #{b} ({} × {})", buf.ty(), buf.len),
+                &|| format!("replayed output #{}", bufs[p]),
+                buf.bytes() as u64,
+            );
+            reuse[p] = Some(buf);
+        }
+    }
+    if !slot_dies {
+        return reuse;
+    }
+    for (p, param) in params.iter().enumerate() {
+        if param.kind != ParamKind::Output || reuse[p].is_some() {
+            continue;
+        }
+        let q = (0..params.len()).find(|&q| {
+            let b = bufs[q];
+            (b as usize) < n_slots
+                && params[q].kind == ParamKind::Input
+                && dying.contains(&b)
+                && !taken.contains(&b)
+                && bufs
+                    .iter()
+                    .zip(params)
+                    .all(|(&o, op)| o != b || op.kind == ParamKind::Input)
+                // the caller's variable and the table hold it, nothing else (checked when the
+                // replay began; no op since took a view of it)
+                && table[b as usize].as_ref().is_some_and(|buf| {
+                    buf.len == size && buf.ty() == param.ty && Arc::strong_count(buf) == 2
+                })
+        });
+        if let Some(q) = q {
+            let b = bufs[q];
+            taken.push(b);
+            let buf = table[b as usize].clone().expect("checked");
+            crate::inplace::note_reuse(
+                &|| {
+                    format!(
+                        "the released input #{b} ({} × {}) of a replay",
+                        buf.ty(),
+                        buf.len
+                    )
+                },
                 &|| format!("replayed output #{}", bufs[p]),
                 buf.bytes() as u64,
             );
@@ -784,6 +929,7 @@ fn kernel_buffers(
     Ok(held)
 }
 
+/// The length check that keeps a replay in bounds whatever the expressions say.
 fn check_len(kind: ParamKind, len: usize, size: usize) -> Result<()> {
     let ok = match kind {
         ParamKind::Input => len == size,
