@@ -1558,9 +1558,10 @@ static RECOMPUTE_DETECTED: std::sync::atomic::AtomicU64 = std::sync::atomic::Ato
 
 fn recompute_warning() -> &'static std::sync::atomic::AtomicBool {
     RECOMPUTE_WARNING.get_or_init(|| {
-        std::sync::atomic::AtomicBool::new(
-            std::env::var("KILN_WARN_RECOMPUTE").map_or(true, |v| v != "0"),
-        )
+        std::sync::atomic::AtomicBool::new(!matches!(
+            std::env::var("KILN_WARN_RECOMPUTE").as_deref(),
+            Ok("0")
+        ))
     })
 }
 
@@ -1588,6 +1589,11 @@ pub fn recompute_detections() -> u64 {
     RECOMPUTE_DETECTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Variables a walk has seen (ids hashed with the registry's small hasher: these walks run on
+/// every evaluation).
+type SeenSet =
+    std::collections::HashSet<u32, std::hash::BuildHasherDefault<crate::registry::FxHasher>>;
+
 /// Whether a lazy variable of this op can be evaluated on its own (a loop's placeholder, a region
 /// node and a side effect cannot; a size-1 counter is the constant 0 in any kernel).
 fn evaluable_alone(op: Op) -> bool {
@@ -1612,7 +1618,7 @@ fn walk_through(op: Op) -> bool {
 /// walk then finds none left.
 fn reused_scalars(st: &State, roots: &[u32]) -> Vec<u32> {
     let mut found = Vec::new();
-    let mut seen: std::collections::HashSet<u32> = std::collections::HashSet::new();
+    let mut seen = SeenSet::default();
     let mut stack: Vec<u32> = Vec::new();
     for &r in roots {
         let v = st.var(r);
@@ -1646,7 +1652,7 @@ fn broadcast_scalars(st: &State, id: u32) -> Vec<u32> {
         return Vec::new();
     }
     let mut found = Vec::new();
-    let mut seen: std::collections::HashSet<u32> = std::collections::HashSet::new();
+    let mut seen = SeenSet::default();
     let mut stack: Vec<u32> = v.deps.iter().copied().filter(|&d| d != 0).collect();
     while let Some(id) = stack.pop() {
         if !seen.insert(id) {
