@@ -1589,10 +1589,31 @@ pub fn recompute_detections() -> u64 {
     RECOMPUTE_DETECTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Variables a walk has seen (ids hashed with the registry's small hasher: these walks run on
-/// every evaluation).
-type SeenSet =
-    std::collections::HashSet<u32, std::hash::BuildHasherDefault<crate::registry::FxHasher>>;
+/// Variables a walk has seen: a short list searched in place while the walk is small (most
+/// evaluations in a loop are), a hash set (the registry's small hasher) beyond — these walks run
+/// on every evaluation.
+#[derive(Default)]
+struct SeenSet {
+    few: Vec<u32>,
+    many: std::collections::HashSet<u32, std::hash::BuildHasherDefault<crate::registry::FxHasher>>,
+}
+
+impl SeenSet {
+    /// Add `id`; false if it was there.
+    fn insert(&mut self, id: u32) -> bool {
+        if self.many.is_empty() {
+            if self.few.contains(&id) {
+                return false;
+            }
+            if self.few.len() < 32 {
+                self.few.push(id);
+                return true;
+            }
+            self.many.extend(self.few.drain(..));
+        }
+        self.many.insert(id)
+    }
+}
 
 /// Whether a lazy variable of this op can be evaluated on its own (a loop's placeholder, a region
 /// node and a side effect cannot; a size-1 counter is the constant 0 in any kernel).
