@@ -1776,7 +1776,7 @@ fn note_computed(st: &mut State, ids: &[u32], missed: bool) {
     let more = named.len().saturating_sub(3);
     tracing::warn!(
         target: "kiln::eval",
-        "{}{} {} been recomputed in registers by {RECOMPUTE_WARN_AT} kernels, the last one newly compiled: each evaluation that reads an unevaluated array computes it again, with everything it depends on. If this is state updated in a loop on the host, evaluate it once per iteration with `kiln::eval!(…)` (or freeze the loop's step with `kiln::freeze`); if it is read several times on purpose, `eval()` it once first. (Name arrays with `.label(\"…\")`; silence this with KILN_WARN_RECOMPUTE=0 or `kiln_core::schedule::warn_on_recompute(false)`.)",
+        "{}{} {} been recomputed in registers by {RECOMPUTE_WARN_AT} kernels, the last one newly compiled: each evaluation that reads an unevaluated array computes it again, with everything it depends on. If this is state updated in a loop on the host, evaluate it once per iteration with `kiln::eval!(…)` (or freeze the loop's step with `kiln::freeze`); if it is read several times on purpose, `eval()` it once first. (Name arrays with `.label(\"…\")`; silence this with KILN_WARN_RECOMPUTE=0 or `kiln::kiln_core::schedule::warn_on_recompute(false)`.)",
         list.join(", "),
         if more > 0 { format!(" and {more} more") } else { String::new() },
         if named.len() == 1 { "has" } else { "have" },
