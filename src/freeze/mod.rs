@@ -257,7 +257,13 @@ impl FrozenState {
     ) -> Result<O> {
         if !self.wants_state() {
             // off, or nested in another recording: run inlined
-            return Ok(run(args));
+            let out = run(args);
+            if !engine::in_recording() && !self.unfreeze_on_hidden {
+                // freezing turned off (`KILN_FREEZE=0`, `.enabled(false)`) must not change the
+                // program's complexity: evaluate what a frozen call evaluates
+                evaluate_outputs(&out, args)?;
+            }
+            return Ok(out);
         }
         let t0 = Instant::now();
         let mut t = Traversal::new();
@@ -577,6 +583,22 @@ impl FrozenState {
         }
         Ok(out)
     }
+}
+
+/// Evaluate a call's outputs as a frozen call does: the returned arrays, then the `&mut` arguments'
+/// arrays as they are now (a call run with freezing off evaluates them too, so that a loop of such
+/// calls keeps its state evaluated — and computes the same bits — as the frozen loop does).
+fn evaluate_outputs<A: ArgList, O: Traverse>(out: &O, args: &mut A) -> Result<()> {
+    let mut t = Traversal::new();
+    out.traverse(&mut t);
+    args.traverse_mutable(&mut t);
+    let pending: Vec<VarId> = t
+        .found
+        .iter()
+        .map(|f| f.id)
+        .filter(|&id| !engine::input_class(id).2 && !kiln_core::is_evaluated(id))
+        .collect();
+    kiln_core::eval(&pending)
 }
 
 /// Give the `&mut` arguments' float arrays marked in `mask` fresh leaves; detach the others.

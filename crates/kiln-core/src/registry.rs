@@ -146,6 +146,10 @@ pub(crate) struct Var {
     pub region: Option<Box<Region>>,
     /// The thread that traced it ([`thread_token`]): `eval_all` evaluates only its own thread's.
     pub thread: u32,
+    /// How many launched kernels computed this lazy variable in registers (saturating): a value
+    /// needed again after that is state a host loop never evaluated (see `schedule`'s host-loop
+    /// rules).
+    pub computed: u16,
 }
 
 /// The parts of a control-flow node in the traced graph (see `control`).
@@ -224,6 +228,7 @@ impl Var {
             alive: true,
             region: None,
             thread: 0,
+            computed: 0,
         }
     }
     pub fn is_evaluated(&self) -> bool {

@@ -133,6 +133,8 @@ struct Built {
     interior: Option<InteriorBuilt>,
     /// The variable bound to each parameter (an output's: its root).
     param_vars: Vec<u32>,
+    /// The lazy variables the kernel computes in registers (see [`note_computed`]).
+    computed: Vec<u32>,
 }
 
 /// A stencil group's interior kernel: the same work with taps read through shifted pointers.
@@ -168,6 +170,8 @@ struct Builder<'a> {
     shifted_of: HashMap<(u32, i64), u32>,
     /// The variable bound to each parameter (an output's: its root).
     param_vars: Vec<u32>,
+    /// The lazy (not evaluated, not literal) variables computed in registers, in visit order.
+    computed: Vec<u32>,
 }
 
 impl<'a> Builder<'a> {
@@ -508,6 +512,7 @@ impl<'a> Builder<'a> {
                 continue;
             }
             let v = self.st.var(id);
+            let lazy = !v.is_evaluated() && !v.is_literal();
             let reg = if v.is_evaluated() {
                 let kind = if v.size == 1 && self.size != 1 {
                     ParamKind::Broadcast
@@ -606,6 +611,9 @@ impl<'a> Builder<'a> {
                     }
                 }
             };
+            if lazy {
+                self.computed.push(id);
+            }
             self.reg_of.insert(id, reg);
         }
         self.reg_of[&root]
@@ -635,6 +643,7 @@ fn build_as(st: &State, g: Group, interior: bool) -> Built {
         stencil_seen: Vec::new(),
         shifted_of: HashMap::new(),
         param_vars: Vec::new(),
+        computed: Vec::new(),
     };
     for (n_out, &r) in g.roots.iter().enumerate() {
         let reg = b.visit(r);
@@ -664,6 +673,7 @@ fn build_as(st: &State, g: Group, interior: bool) -> Built {
         stencil_seen: b.stencil_seen,
         interior: None,
         param_vars: b.param_vars,
+        computed: b.computed,
     }
 }
 
@@ -1152,6 +1162,23 @@ fn run_with_into(
         }
         return Ok(());
     }
+    let reused = reused_scalars(&st, &roots);
+    if !reused.is_empty() {
+        for &r in &roots {
+            st.inc_int(r);
+        }
+        drop(st);
+        let settled = settle(&reused, "needed again by a later evaluation");
+        st = STATE.lock();
+        let mut garbage = Vec::new();
+        for &r in &roots {
+            st.dec_int(r, &mut garbage);
+        }
+        drop(st);
+        drop(garbage);
+        settled?;
+        st = STATE.lock();
+    }
     let side = st.take_runnable_effects();
     if roots.is_empty() && side.is_empty() {
         return Ok(());
@@ -1215,7 +1242,11 @@ fn run_with_into(
             drop(st);
             let r = launch_all(&built);
             st = STATE.lock();
-            r
+            r.map(|missed| {
+                for (b, missed) in built.iter().zip(missed) {
+                    note_computed(&mut st, &b.computed, missed);
+                }
+            })
         }
     };
     // publish results (only if everything ran) and release what the eval held
@@ -1250,15 +1281,19 @@ fn run_with_into(
     result
 }
 
-fn launch_all(built: &[Built]) -> Result<()> {
+/// Launch the built kernels in order; returns, per kernel, whether it had to be built (compiled or
+/// loaded from disk) rather than found in memory.
+fn launch_all(built: &[Built]) -> Result<Vec<bool>> {
     let kind = backend();
     let be = backend_instance(kind)?;
-    for b in built {
+    let mut missed = vec![false; built.len()];
+    for (bi, b) in built.iter().enumerate() {
         if b.kernel.is_empty() {
             continue;
         }
         let hash = b.kernel.hash();
         let look = cache::get(be.as_ref(), &b.kernel, hash)?;
+        missed[bi] = !look.hit;
         if !b.loop_labels.is_empty() {
             crate::stats::note_loop_labels(hash, b.loop_labels.clone());
         }
@@ -1327,7 +1362,7 @@ fn launch_all(built: &[Built]) -> Result<()> {
         };
         report_launch(b, kind, &look, t, status, "eval()");
     }
-    Ok(())
+    Ok(missed)
 }
 
 /// Log a launch like the seed (`eval(): launching kernel (n=…, in=…, out=…, ops=…)`, cache hit or
@@ -1391,6 +1426,7 @@ fn with_fused_kernel<R>(
     what: &str,
     run: impl FnOnce(&FusedKernel) -> Result<R>,
 ) -> Result<Option<R>> {
+    settle_broadcast_scalars(id)?;
     eval_side_effects()?;
     let _serial = EVAL_LOCK.lock();
     let mut st = STATE.lock();
@@ -1419,11 +1455,13 @@ fn with_fused_kernel<R>(
         return Ok(None);
     }
     drop(st);
+    let mut missed = false;
     let result = (|| {
         let kind = backend();
         let be = backend_instance(kind)?;
         let hash = built.kernel.hash();
         let look = cache::get(be.as_ref(), &built.kernel, hash)?;
+        missed = !look.hit;
         if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
             tracing::trace!(target: "kiln::kernel", "kernel IR ({what}):\n{}", built.kernel);
         }
@@ -1451,7 +1489,12 @@ fn with_fused_kernel<R>(
         .map(Some)
     })();
     let mut garbage = Vec::new();
-    STATE.lock().dec_int(id.0, &mut garbage);
+    let mut st = STATE.lock();
+    if result.is_ok() {
+        note_computed(&mut st, &built.computed, missed);
+    }
+    st.dec_int(id.0, &mut garbage);
+    drop(st);
     drop(garbage);
     result
 }
@@ -1484,6 +1527,260 @@ pub fn block_reduce_fused(op: ReduceOp, id: VarId, block: usize) -> Result<Optio
         report_launch(f.built, f.kind, f.look, t, status, "block_reduce()");
         Ok(out)
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host loops (issue 24)
+//
+// State updated in a Rust loop that never evaluates (`w = &w - g * lr` with no `eval!`) makes every
+// evaluation recompute the whole history in registers: each iteration's kernel is longer than the
+// last, compiles anew, and the loop turns quadratic. Two rules keep such state evaluated without
+// changing a bit of any result, and a warning covers what they do not:
+// - before a fused reduction over more than one lane, the lazy size-1 values it broadcasts are
+//   evaluated first (one size-1 kernel for all of them, as `eval!` on them would): the reduction's
+//   kernel then loads them, its shape no longer depends on how they were computed, and its blocks —
+//   which decide how the partial sums associate — are those of the loop written with `eval!`;
+// - an evaluation that needs a lazy size-1 value that an earlier launch already computed in
+//   registers evaluates that value first (it was needed again: it is state), so the graph behind
+//   it stops growing;
+// - a larger lazy array recomputed by many kernels, the last one newly compiled, is named in one
+//   warning with the fix (materialising it automatically would cost a full-size buffer that a
+//   program reading it twice on purpose never asked for).
+// Size-1 kernels compute the same IEEE operations as the lanes of a broadcast did (the kernel IR
+// has only explicit `fma`, and no backend contracts `a * b + c`), so moving a scalar's computation
+// into a kernel of its own changes no bits.
+
+/// Launches that computed a larger lazy array in registers before the warning below names it.
+const RECOMPUTE_WARN_AT: u16 = 16;
+
+static RECOMPUTE_WARNING: OnceLock<std::sync::atomic::AtomicBool> = OnceLock::new();
+static RECOMPUTE_DETECTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn recompute_warning() -> &'static std::sync::atomic::AtomicBool {
+    RECOMPUTE_WARNING.get_or_init(|| {
+        std::sync::atomic::AtomicBool::new(!matches!(
+            std::env::var("KILN_WARN_RECOMPUTE").as_deref(),
+            Ok("0")
+        ))
+    })
+}
+
+/// Turn the warning about arrays recomputed by many kernels (state a host loop never evaluates) on
+/// or off for the process; `KILN_WARN_RECOMPUTE=0` turns it off from the start. Detections are
+/// still counted ([`recompute_detections`]).
+///
+/// ```
+/// kiln_core::schedule::warn_on_recompute(false);
+/// kiln_core::schedule::warn_on_recompute(true);
+/// ```
+pub fn warn_on_recompute(on: bool) {
+    recompute_warning().store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How many times a larger lazy array was found recomputed by [`RECOMPUTE_WARN_AT`] kernels, the
+/// last one newly compiled (the first detection is also logged as a warning, target
+/// `kiln::eval`, unless [`warn_on_recompute`] turned it off).
+///
+/// ```
+/// let before = kiln_core::schedule::recompute_detections();
+/// assert!(kiln_core::schedule::recompute_detections() >= before);
+/// ```
+pub fn recompute_detections() -> u64 {
+    RECOMPUTE_DETECTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Variables a walk has seen: a short list searched in place while the walk is small (most
+/// evaluations in a loop are), a hash set (the registry's small hasher) beyond — these walks run
+/// on every evaluation.
+#[derive(Default)]
+struct SeenSet {
+    few: Vec<u32>,
+    many: std::collections::HashSet<u32, std::hash::BuildHasherDefault<crate::registry::FxHasher>>,
+}
+
+impl SeenSet {
+    /// Add `id`; false if it was there.
+    fn insert(&mut self, id: u32) -> bool {
+        if self.many.is_empty() {
+            if self.few.contains(&id) {
+                return false;
+            }
+            if self.few.len() < 32 {
+                self.few.push(id);
+                return true;
+            }
+            self.many.extend(self.few.drain(..));
+        }
+        self.many.insert(id)
+    }
+}
+
+/// Whether a lazy variable of this op can be evaluated on its own (a loop's placeholder, a region
+/// node and a side effect cannot; a size-1 counter is the constant 0 in any kernel).
+fn evaluable_alone(op: Op) -> bool {
+    !matches!(
+        op,
+        Op::Phi | Op::LoopBegin | Op::Switch | Op::Scatter(_) | Op::Counter
+    )
+}
+
+/// Whether the walks below look through a lazy variable of this op to its operands (not into
+/// control-flow regions, whose bodies are evaluated only as a whole).
+fn walk_through(op: Op) -> bool {
+    !matches!(
+        op,
+        Op::Phi | Op::LoopBegin | Op::Switch | Op::Out | Op::Scatter(_)
+    )
+}
+
+/// The lazy size-1 values below `roots` (roots excluded) that an earlier launch already computed
+/// in registers: evaluating them now stops the graph behind them from growing. All of them, not
+/// only the topmost: one evaluation stores them all (a size-1 store costs nothing), and its own
+/// walk then finds none left.
+fn reused_scalars(st: &State, roots: &[u32]) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut seen = SeenSet::default();
+    let mut stack: Vec<u32> = Vec::new();
+    for &r in roots {
+        let v = st.var(r);
+        if walk_through(v.op) {
+            stack.extend(v.deps.iter().copied().filter(|&d| d != 0));
+        }
+    }
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let v = st.var(id);
+        if !v.alive || v.is_evaluated() || v.is_literal() {
+            continue;
+        }
+        if v.size == 1 && v.computed > 0 && evaluable_alone(v.op) && !roots.contains(&id) {
+            found.push(id);
+        }
+        if walk_through(v.op) {
+            stack.extend(v.deps.iter().copied().filter(|&d| d != 0));
+        }
+    }
+    found
+}
+
+/// The topmost lazy size-1 values that the kernel of `id` (over more than one lane) would
+/// broadcast.
+fn broadcast_scalars(st: &State, id: u32) -> Vec<u32> {
+    let v = st.var(id);
+    if v.size <= 1 || v.is_evaluated() || !walk_through(v.op) {
+        return Vec::new();
+    }
+    let mut found = Vec::new();
+    let mut seen = SeenSet::default();
+    let mut stack: Vec<u32> = v.deps.iter().copied().filter(|&d| d != 0).collect();
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let v = st.var(id);
+        if !v.alive || v.is_evaluated() || v.is_literal() {
+            continue;
+        }
+        if v.size == 1 {
+            if evaluable_alone(v.op) {
+                found.push(id);
+            }
+            continue;
+        }
+        if walk_through(v.op) {
+            stack.extend(v.deps.iter().copied().filter(|&d| d != 0));
+        }
+    }
+    found
+}
+
+/// Evaluate `ids` (lazy size-1 values) in one evaluation, before the one that needs them.
+fn settle(ids: &[u32], why: &str) -> Result<()> {
+    tracing::debug!(target: "kiln::eval", "evaluating {} lazy scalar(s) first: {why}", ids.len());
+    let ids: Vec<VarId> = ids.iter().map(|&i| VarId(i)).collect();
+    run(Some(&ids))
+}
+
+/// Evaluate the lazy scalars that the fused reduction of `id` would broadcast (see the section's
+/// notes); for a size-1 `id`, those an earlier launch computed. Nothing while a control-flow body
+/// is traced symbolically.
+fn settle_broadcast_scalars(id: VarId) -> Result<()> {
+    if crate::control::symbolic() {
+        return Ok(());
+    }
+    let scalars = {
+        let st = STATE.lock();
+        let v = st.var(id.0);
+        if !v.alive || v.is_evaluated() {
+            return Ok(());
+        }
+        if v.size == 1 {
+            // a size-1 reduction broadcasts nothing; its own state may be reused
+            reused_scalars(&st, &[id.0])
+        } else {
+            broadcast_scalars(&st, id.0)
+        }
+    };
+    if scalars.is_empty() {
+        return Ok(());
+    }
+    // (`id`, held by the caller, keeps them alive)
+    settle(&scalars, "a reduction broadcasts them")
+}
+
+/// Count one more launch that computed each of `ids` in registers; `missed`: its kernel had to be
+/// built. A larger array recomputed by many kernels, the last one new, is a host loop's state that
+/// is never evaluated: warn once.
+fn note_computed(st: &mut State, ids: &[u32], missed: bool) {
+    let mut named: Vec<u32> = Vec::new();
+    for &id in ids {
+        let v = st.var_mut(id);
+        if !v.alive || v.is_evaluated() {
+            continue;
+        }
+        if v.computed < RECOMPUTE_WARN_AT && v.computed.saturating_add(1) >= RECOMPUTE_WARN_AT {
+            if missed && v.size > 1 {
+                named.push(id);
+            } else {
+                // (counted again on a later launch, until a new kernel computes it)
+                continue;
+            }
+        }
+        v.computed = v.computed.saturating_add(1);
+    }
+    if named.is_empty() {
+        return;
+    }
+    RECOMPUTE_DETECTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if !recompute_warning().swap(false, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    // labelled arrays first: the names the user gave
+    named.sort_by_key(|&id| (st.var(id).label.is_none(), id));
+    let list: Vec<String> = named
+        .iter()
+        .take(3)
+        .map(|&id| {
+            let v = st.var(id);
+            let deps: Vec<String> = v
+                .deps
+                .iter()
+                .filter(|&&d| d != 0)
+                .map(|&d| format!("r{d}"))
+                .collect();
+            format!("{} (a {:?} of {})", st.label_of(id), v.op, deps.join(", "))
+        })
+        .collect();
+    let more = named.len().saturating_sub(3);
+    tracing::warn!(
+        target: "kiln::eval",
+        "{}{} {} been recomputed in registers by {RECOMPUTE_WARN_AT} kernels, the last one newly compiled: each evaluation that reads an unevaluated array computes it again, with everything it depends on. If this is state updated in a loop on the host, evaluate it once per iteration with `kiln::eval!(…)` (or freeze the loop's step with `kiln::freeze`); if it is read several times on purpose, `eval()` it once first. (Name arrays with `.label(\"…\")`; silence this with KILN_WARN_RECOMPUTE=0 or `kiln::kiln_core::schedule::warn_on_recompute(false)`.)",
+        list.join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() },
+        if named.len() == 1 { "has" } else { "have" },
+    );
 }
 
 /// Whether `KILN_DEBUG=1` is set (report out-of-range accesses as warnings).
