@@ -930,8 +930,13 @@ fn group(st: &State, roots: &[u32], side: &[u32]) -> Vec<Group> {
 
 /// The kernels that evaluating `ids` now would launch (pending side effects included), without
 /// running anything: for inspection, logs and golden tests.
+///
+/// Pending reductions are evaluated first (a kernel reads them as evaluated size-1 data), so
+/// that the kernels listed are the ones an evaluation would launch; if that fails, the list is
+/// built anyway.
 pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
     let _serial = EVAL_LOCK.lock();
+    let _ = resolve_reductions();
     let st = STATE.lock();
     let mut roots = Vec::new();
     for id in ids {
@@ -989,6 +994,8 @@ pub fn eval_tiled(id: VarId, cols: usize) -> Result<()> {
 /// clone of the target keeps the old values: copy-on-write).
 pub fn eval_into(expr: &mut VarId, target: VarId) -> Result<bool> {
     let _serial = EVAL_LOCK.lock();
+    // (a pending reduction of the target holds a reference to it)
+    resolve_reductions()?;
     {
         let mut st = STATE.lock();
         let (e, t) = (st.var(expr.0), st.var(target.0));
@@ -1091,6 +1098,9 @@ fn run_with_into(
     into: &mut Option<u32>,
 ) -> Result<()> {
     let _serial = EVAL_LOCK.lock();
+    // pending reductions first: whatever reads them finds them evaluated (size-1 data), and
+    // their references to their sources are gone before in-place reuse counts references
+    resolve_reductions()?;
     let mut st = STATE.lock();
     let mut roots: Vec<u32> = Vec::new();
     match ids {
@@ -1391,6 +1401,7 @@ fn with_fused_kernel<R>(
     what: &str,
     run: impl FnOnce(&FusedKernel) -> Result<R>,
 ) -> Result<Option<R>> {
+    resolve_reductions()?;
     eval_side_effects()?;
     let _serial = EVAL_LOCK.lock();
     let mut st = STATE.lock();
@@ -1494,4 +1505,283 @@ pub fn debug_mode() -> bool {
             .map(|v| v != "0" && !v.is_empty())
             .unwrap_or(false)
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pending reductions: sibling reductions share one pass
+
+thread_local! {
+    /// Set while this thread resolves its pending reductions (the evaluations that this itself
+    /// starts — pending scatters first, a stencil source — must not start it again).
+    static RESOLVING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Clears [`RESOLVING`] when dropped (also when a launch panics).
+struct Resolving;
+
+impl Drop for Resolving {
+    fn drop(&mut self) {
+        RESOLVING.set(false);
+    }
+}
+
+/// Whether the unevaluated part of `id`'s graph holds a pending reduction (other than `id`).
+fn reaches_pending(st: &State, id: u32) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![id];
+    while let Some(i) = stack.pop() {
+        let v = st.var(i);
+        if v.is_evaluated() || !seen.insert(i) {
+            continue;
+        }
+        if matches!(v.op, Op::Reduce(_)) {
+            return true;
+        }
+        stack.extend(v.dep_ids());
+    }
+    false
+}
+
+/// Evaluate every pending reduction (`Op::Reduce`, what `sum`, `prod`, `reduce_min` and
+/// `reduce_max` return) of this thread that something still holds, before anything else is
+/// evaluated. Reductions are resolved phase by phase (one whose source holds another pending
+/// reduction waits for the next phase); within a phase the reductions over one size share one
+/// pass: evaluated sources of one length are reduced together by [`device::reduce_many`], and
+/// unevaluated sources of one size become the outputs of one kernel whose blocks are reduced as
+/// they are produced ([`device::launch_reduce_many`], no full-size array). Blocks are
+/// [`device::REDUCE_BLOCK`] lanes whatever the kernel, so each result has the bits that reducing
+/// its source alone gives. A lone reduction takes the single-reduction paths. Nothing runs inside
+/// a symbolic body.
+pub(crate) fn resolve_reductions() -> Result<()> {
+    if RESOLVING.get() || crate::control::symbolic() {
+        return Ok(());
+    }
+    if STATE.lock().pending_reductions.is_empty() {
+        return Ok(());
+    }
+    let _serial = EVAL_LOCK.lock();
+    RESOLVING.set(true);
+    let _reset = Resolving;
+    // pending scatters run first: a reduction reads its source after them, as it always did
+    run(Some(&[]))?;
+    loop {
+        let mut st = STATE.lock();
+        let me = crate::registry::thread_token();
+        let list = std::mem::take(&mut st.pending_reductions);
+        let (mut mine, mut others) = (Vec::new(), Vec::new());
+        for id in list {
+            let v = st.var(id);
+            if !v.alive || v.is_evaluated() || !matches!(v.op, Op::Reduce(_)) {
+                continue;
+            }
+            if v.thread != me {
+                others.push(id);
+            } else if !mine.contains(&id) {
+                mine.push(id);
+            }
+        }
+        if mine.is_empty() {
+            st.pending_reductions = others;
+            return Ok(());
+        }
+        let (ready, waiting): (Vec<u32>, Vec<u32>) = mine
+            .iter()
+            .partition(|&&r| !reaches_pending(&st, st.var(r).deps[0]));
+        others.extend(&waiting);
+        st.pending_reductions = others;
+        if ready.is_empty() {
+            return Err(crate::Error::Invalid(
+                "kiln internal error: pending reductions wait for each other".into(),
+            ));
+        }
+        for &r in &ready {
+            st.inc_int(r);
+        }
+        drop(st);
+        let result = resolve_phase(&ready);
+        let mut st = STATE.lock();
+        if result.is_err() {
+            // still pending: a later evaluation tries again (or reports the error again)
+            st.pending_reductions.extend(&ready);
+        }
+        let mut garbage = Vec::new();
+        for &r in &ready {
+            st.dec_int(r, &mut garbage);
+        }
+        drop(st);
+        drop(garbage);
+        result?;
+    }
+}
+
+/// Evaluate the pending reductions `ready` (none of whose sources holds a pending reduction).
+fn resolve_phase(ready: &[u32]) -> Result<()> {
+    // (reduction, source, op) of each still-pending one
+    let st = STATE.lock();
+    let items: Vec<(u32, u32, ReduceOp)> = ready
+        .iter()
+        .filter_map(|&r| {
+            let v = st.var(r);
+            match v.op {
+                Op::Reduce(op) if v.alive && !v.is_evaluated() => Some((r, v.deps[0], op)),
+                _ => None,
+            }
+        })
+        .collect();
+    // evaluated sources, grouped by (length, size expression): a replay finds them equal again
+    let mut stored: Vec<((usize, u32), Vec<(u32, ReduceOp, Arc<Buffer>)>)> = Vec::new();
+    // unevaluated sources, grouped by (size, size expression)
+    type Key = (usize, u32);
+    let mut lazy: Vec<(Key, Vec<u32>, Vec<(u32, usize, ReduceOp)>)> = Vec::new();
+    for &(r, src, op) in &items {
+        let sv = st.var(src);
+        if let Some(buf) = sv.data.clone() {
+            let key = (buf.len, sv.sym);
+            match stored.iter_mut().find(|g| g.0 == key) {
+                Some(g) => g.1.push((r, op, buf)),
+                None => stored.push((key, vec![(r, op, buf)])),
+            }
+            continue;
+        }
+        let key = (sv.size, sv.sym);
+        let g = match lazy.iter().position(|g| g.0 == key) {
+            Some(i) => &mut lazy[i],
+            None => {
+                lazy.push((key, Vec::new(), Vec::new()));
+                lazy.last_mut().expect("just pushed")
+            }
+        };
+        let k = match g.1.iter().position(|&s| s == src) {
+            Some(k) => k,
+            None => {
+                g.1.push(src);
+                g.1.len() - 1
+            }
+        };
+        g.2.push((r, k, op));
+    }
+    drop(st);
+    let mut results: Vec<(u32, Buffer)> = Vec::new();
+    for (_, group) in stored {
+        if let [(r, op, buf)] = &group[..] {
+            results.push((*r, device::reduce(*op, buf)?));
+        } else {
+            let pairs: Vec<(ReduceOp, &Buffer)> =
+                group.iter().map(|(_, op, b)| (*op, b.as_ref())).collect();
+            let outs = device::reduce_many(&pairs)?;
+            results.extend(group.iter().map(|g| g.0).zip(outs));
+        }
+    }
+    let mut stencils: Vec<u32> = Vec::new();
+    for ((size, sym), srcs, reds) in lazy {
+        match reduce_sources(size, sym, &srcs, &reds)? {
+            Some(r) => results.extend(r),
+            None => stencils.extend(&srcs),
+        }
+    }
+    if !stencils.is_empty() {
+        let ids: Vec<VarId> = stencils.iter().map(|&s| VarId(s)).collect();
+        run(Some(&ids))?;
+        // (their reductions stay pending: the next phase reduces the buffers)
+    }
+    let mut st = STATE.lock();
+    let mut garbage = Vec::new();
+    for (r, out) in results {
+        if st.var(r).alive && !st.var(r).is_evaluated() {
+            st.set_data(r, Arc::new(out), &mut garbage);
+        }
+    }
+    // the stencil sources' reductions go back on the list
+    for &(r, src, _) in &items {
+        if stencils.contains(&src) && !st.var(r).is_evaluated() {
+            st.pending_reductions.push(r);
+        }
+    }
+    drop(st);
+    drop(garbage);
+    Ok(())
+}
+
+/// Run the kernel computing the unevaluated `srcs` (all of `size` lanes) once and reduce its
+/// outputs as they are produced, in blocks of [`device::REDUCE_BLOCK`] lanes whatever the kernel
+/// (so that a result's bits never depend on what shares its pass): `reds` holds (reduction,
+/// index into `srcs`, operation). Returns each reduction's size-1 result, or `None` (nothing run)
+/// when the kernel holds a stencil, which is worth its split launch: the caller evaluates the
+/// sources and reduces their buffers.
+fn reduce_sources(
+    size: usize,
+    sym: u32,
+    srcs: &[u32],
+    reds: &[(u32, usize, ReduceOp)],
+) -> Result<Option<Vec<(u32, Buffer)>>> {
+    let mut st = STATE.lock();
+    for &s in srcs {
+        st.inc_int(s);
+    }
+    let built = build(
+        &st,
+        Group {
+            size,
+            sym,
+            roots: srcs.to_vec(),
+            side: Vec::new(),
+        },
+    );
+    drop(st);
+    let result = (|| {
+        if !built.stencil_seen.is_empty() {
+            return Ok(None);
+        }
+        let kind = backend();
+        let be = backend_instance(kind)?;
+        let hash = built.kernel.hash();
+        let look = cache::get(be.as_ref(), &built.kernel, hash)?;
+        if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
+            tracing::trace!(target: "kiln::kernel", "kernel IR (sibling reductions):\n{}", built.kernel);
+        }
+        let inputs: Vec<&Buffer> = built
+            .bindings
+            .iter()
+            .filter_map(|bind| match bind {
+                Binding::Input(buf) | Binding::Shifted(buf, _) => Some(buf.as_ref()),
+                Binding::Output(_) => None,
+            })
+            .collect();
+        let out_param = |k: usize| {
+            built
+                .bindings
+                .iter()
+                .position(|b| matches!(b, Binding::Output(j) if *j == k))
+                .expect("one output per source")
+        };
+        let mut spec = built.spec(&look.kernel, hash);
+        spec.block = device::REDUCE_BLOCK;
+        let t = Instant::now();
+        if let [(r, k, op)] = reds {
+            // one reduction alone: the single-reduction launch
+            let (out, _, status) = device::launch_reduce(spec, size, &inputs, out_param(*k), *op)?;
+            report_launch(&built, kind, &look, t, status, "reduce()");
+            return Ok(Some(vec![(*r, out)]));
+        }
+        let pairs: Vec<(usize, ReduceOp)> =
+            reds.iter().map(|&(_, k, op)| (out_param(k), op)).collect();
+        let (outs, _, status) = device::launch_reduce_many(spec, size, &inputs, &pairs)?;
+        report_launch(
+            &built,
+            kind,
+            &look,
+            t,
+            status,
+            "reduce() of sibling reductions",
+        );
+        Ok(Some(reds.iter().map(|r| r.0).zip(outs).collect()))
+    })();
+    let mut garbage = Vec::new();
+    let mut st = STATE.lock();
+    for &s in srcs {
+        st.dec_int(s, &mut garbage);
+    }
+    drop(st);
+    drop(garbage);
+    result
 }
