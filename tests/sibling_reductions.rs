@@ -323,3 +323,23 @@ fn failures_with_pending_reductions_leave_nothing_behind() {
         );
     });
 }
+
+/// An evaluated loop whose body returns an array of the wrong size built from a reduction is an
+/// error (not a kernel holding a pending reduction).
+#[test]
+fn a_loop_body_reducing_its_state_in_evaluated_mode() {
+    leak_checked(|| {
+        use kiln::control::{Loop, Mode};
+        use kiln::UInt32;
+        for compress in [false, true] {
+            let r = Loop::new((UInt32::arange(4), UInt32::zeros(4)))
+                .mode(Mode::Evaluated)
+                .compress(compress)
+                .run(
+                    |(x, _)| x.lt(3u32),
+                    |(x, n)| (x + 1u32, UInt32::zeros(3) + n.sum()),
+                );
+            assert!(r.is_err(), "compress {compress}");
+        }
+    });
+}

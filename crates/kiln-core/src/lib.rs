@@ -302,6 +302,12 @@ pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
     if let Some(z) = refuse_symbolic(id, "a reduction", var_type(id), 1) {
         return Ok(z);
     }
+    // pending scatters run now, as they did when reductions were eager: the reduction sees
+    // them, and no pending scatter is ever older than a pending reduction (so the scheduler can
+    // resolve reductions before the scatters, which may read them)
+    if STATE.lock().has_runnable_effects() {
+        schedule::eval_side_effects()?;
+    }
     let mut st = STATE.lock();
     let ty = st.var(id.0).ty;
     let mut v = registry::Var::new(Op::Reduce(op), ty, 1);

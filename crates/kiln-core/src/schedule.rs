@@ -936,7 +936,8 @@ fn group(st: &State, roots: &[u32], side: &[u32]) -> Vec<Group> {
 /// built anyway.
 pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
     let _serial = EVAL_LOCK.lock();
-    let _ = resolve_reductions();
+    let ids32: Vec<u32> = ids.iter().map(|i| i.0).collect();
+    let _ = resolve_reductions(Some(&ids32), &[]);
     let st = STATE.lock();
     let mut roots = Vec::new();
     for id in ids {
@@ -995,7 +996,7 @@ pub fn eval_tiled(id: VarId, cols: usize) -> Result<()> {
 pub fn eval_into(expr: &mut VarId, target: VarId) -> Result<bool> {
     let _serial = EVAL_LOCK.lock();
     // (a pending reduction of the target holds a reference to it)
-    resolve_reductions()?;
+    resolve_reductions(Some(&[expr.0]), &[target.0])?;
     {
         let mut st = STATE.lock();
         let (e, t) = (st.var(expr.0), st.var(target.0));
@@ -1100,7 +1101,9 @@ fn run_with_into(
     let _serial = EVAL_LOCK.lock();
     // pending reductions first: whatever reads them finds them evaluated (size-1 data), and
     // their references to their sources are gone before in-place reuse counts references
-    resolve_reductions()?;
+    let ids32: Option<Vec<u32>> = ids.map(|ids| ids.iter().map(|i| i.0).collect());
+    let touch: Vec<u32> = into.iter().copied().collect();
+    resolve_reductions(ids32.as_deref(), &touch)?;
     let mut st = STATE.lock();
     let mut roots: Vec<u32> = Vec::new();
     match ids {
@@ -1401,7 +1404,7 @@ fn with_fused_kernel<R>(
     what: &str,
     run: impl FnOnce(&FusedKernel) -> Result<R>,
 ) -> Result<Option<R>> {
-    resolve_reductions()?;
+    resolve_reductions(Some(&[id.0]), &[])?;
     eval_side_effects()?;
     let _serial = EVAL_LOCK.lock();
     let mut st = STATE.lock();
@@ -1511,8 +1514,8 @@ pub fn debug_mode() -> bool {
 // Pending reductions: sibling reductions share one pass
 
 thread_local! {
-    /// Set while this thread resolves its pending reductions (the evaluations that this itself
-    /// starts — pending scatters first, a stencil source — must not start it again).
+    /// Set while this thread resolves its pending reductions (the evaluation of a stencil source
+    /// that this itself starts must not start it again).
     static RESOLVING: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -1542,17 +1545,82 @@ fn reaches_pending(st: &State, id: u32) -> bool {
     false
 }
 
-/// Evaluate every pending reduction (`Op::Reduce`, what `sum`, `prod`, `reduce_min` and
-/// `reduce_max` return) of this thread that something still holds, before anything else is
-/// evaluated. Reductions are resolved phase by phase (one whose source holds another pending
-/// reduction waits for the next phase); within a phase the reductions over one size share one
-/// pass: evaluated sources of one length are reduced together by [`device::reduce_many`], and
+/// The variables of the unevaluated part of `from`'s graph, with the evaluated ones it reads.
+fn graph_of(st: &State, from: &[u32]) -> std::collections::HashSet<u32> {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = from.to_vec();
+    while let Some(i) = stack.pop() {
+        if i == 0 || !seen.insert(i) {
+            continue;
+        }
+        let v = st.var(i);
+        if !v.is_evaluated() {
+            stack.extend(v.dep_ids());
+        }
+    }
+    seen
+}
+
+/// Which of the pending reductions `mine` an evaluation of `roots` resolves: those it reads;
+/// those that read an evaluated array it reads that no handle holds, or one of `touch` (their
+/// references would keep that buffer from being updated in place or scattered into without a
+/// copy); the pending reductions these wait for; and every pending reduction over a source of
+/// the same size as one of these (siblings join the pass). Others stay pending: evaluating an
+/// unrelated array does not compute them.
+fn select_reductions(
+    st: &State,
+    roots: &[u32],
+    touch: &[u32],
+    mine: &[u32],
+) -> std::collections::HashSet<u32> {
+    let in_roots = graph_of(st, roots);
+    let hot: std::collections::HashSet<u32> = in_roots
+        .iter()
+        .copied()
+        .filter(|&i| st.var(i).is_evaluated() && st.var(i).ext == 0)
+        .chain(touch.iter().copied())
+        .collect();
+    let sources: HashMap<u32, std::collections::HashSet<u32>> = mine
+        .iter()
+        .map(|&p| (p, graph_of(st, &[st.var(p).deps[0]])))
+        .collect();
+    let mut chosen: std::collections::HashSet<u32> = mine
+        .iter()
+        .copied()
+        .filter(|p| in_roots.contains(p) || !sources[p].is_disjoint(&hot))
+        .collect();
+    loop {
+        let before = chosen.len();
+        let sizes: std::collections::HashSet<usize> = chosen
+            .iter()
+            .map(|&c| st.var(st.var(c).deps[0]).size)
+            .collect();
+        for &p in mine {
+            let waited_for = || chosen.iter().any(|c| sources[c].contains(&p));
+            if !chosen.contains(&p)
+                && (sizes.contains(&st.var(st.var(p).deps[0]).size) || waited_for())
+            {
+                chosen.insert(p);
+            }
+        }
+        if chosen.len() == before {
+            return chosen;
+        }
+    }
+}
+
+/// Evaluate the pending reductions (`Op::Reduce`, what `sum`, `prod`, `reduce_min` and
+/// `reduce_max` return) of this thread that an evaluation of `roots` needs (see
+/// [`select_reductions`]; `None`: all of them), before that evaluation builds its kernels.
+/// Reductions are resolved phase by phase (one whose source holds another pending reduction
+/// waits for the next phase); within a phase the reductions over one size share one pass:
+/// evaluated sources of one length are reduced together by [`device::reduce_many`], and
 /// unevaluated sources of one size become the outputs of one kernel whose blocks are reduced as
 /// they are produced ([`device::launch_reduce_many`], no full-size array). Blocks are
 /// [`device::REDUCE_BLOCK`] lanes whatever the kernel, so each result has the bits that reducing
 /// its source alone gives. A lone reduction takes the single-reduction paths. Nothing runs inside
 /// a symbolic body.
-pub(crate) fn resolve_reductions() -> Result<()> {
+pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result<()> {
     if RESOLVING.get() || crate::control::symbolic() {
         return Ok(());
     }
@@ -1562,8 +1630,10 @@ pub(crate) fn resolve_reductions() -> Result<()> {
     let _serial = EVAL_LOCK.lock();
     RESOLVING.set(true);
     let _reset = Resolving;
-    // pending scatters run first: a reduction reads its source after them, as it always did
-    run(Some(&[]))?;
+    // (no pending scatter is older than a pending reduction: `kiln_core::reduce` runs them when
+    // it makes one, as the eager reduction did; so reductions run before the scatters, which may
+    // read them)
+    let mut chosen: Option<std::collections::HashSet<u32>> = None;
     loop {
         let mut st = STATE.lock();
         let me = crate::registry::thread_token();
@@ -1580,6 +1650,17 @@ pub(crate) fn resolve_reductions() -> Result<()> {
                 mine.push(id);
             }
         }
+        let sel = chosen.get_or_insert_with(|| match roots {
+            None => mine.iter().copied().collect(),
+            Some(roots) => {
+                // the pending scatters this evaluation runs may read reductions too
+                let mut roots = roots.to_vec();
+                roots.extend(st.runnable_effects());
+                select_reductions(&st, &roots, touch, &mine)
+            }
+        });
+        let (mine, rest): (Vec<u32>, Vec<u32>) = mine.into_iter().partition(|p| sel.contains(p));
+        others.extend(rest);
         if mine.is_empty() {
             st.pending_reductions = others;
             return Ok(());

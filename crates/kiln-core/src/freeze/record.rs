@@ -673,7 +673,7 @@ pub fn begin(slots: &[VarId]) -> Result<()> {
         ));
     }
     // reductions pending from before the call are not the function's work
-    crate::schedule::resolve_reductions()?;
+    crate::schedule::resolve_reductions(None, &[])?;
     let epoch = NEXT_EPOCH.fetch_add(1, Relaxed);
     let mut r = Recorder {
         epoch,
