@@ -1710,10 +1710,13 @@ fn resolve_phase(ready: &[u32]) -> Result<()> {
         })
         .collect();
     // evaluated sources, grouped by (length, size expression): a replay finds them equal again
-    let mut stored: Vec<((usize, u32), Vec<(u32, ReduceOp, Arc<Buffer>)>)> = Vec::new();
+    type Stored = Vec<(u32, ReduceOp, Arc<Buffer>)>;
+    let mut stored: Vec<((usize, u32), Stored)> = Vec::new();
     // unevaluated sources, grouped by (size, size expression)
     type Key = (usize, u32);
-    let mut lazy: Vec<(Key, Vec<u32>, Vec<(u32, usize, ReduceOp)>)> = Vec::new();
+    // (reduction, index of its source, operation)
+    type Reds = Vec<(u32, usize, ReduceOp)>;
+    let mut lazy: Vec<(Key, Vec<u32>, Reds)> = Vec::new();
     for &(r, src, op) in &items {
         let sv = st.var(src);
         if let Some(buf) = sv.data.clone() {
