@@ -93,6 +93,11 @@ fn nan_propagates_through_a_shared_pass() {
             let (_, d) = delta(|| kiln::eval!(lo, hi));
             assert_eq!(d.launches, 1);
             assert!(lo.item().is_nan() && hi.item().is_nan(), "n={n}");
+            // and from a stored array (min and max in one loop)
+            y.eval();
+            let (lo, hi) = (y.reduce_max(), y.reduce_min());
+            kiln::eval!(lo, hi);
+            assert!(lo.item().is_nan() && hi.item().is_nan(), "stored, n={n}");
         }
     });
 }
@@ -220,6 +225,30 @@ fn min_and_max_of_a_stored_array_read_it_once() {
             let hmin = host.iter().copied().fold(f32::INFINITY, f32::min);
             let hmax = host.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             assert_eq!((lo.item(), hi.item()), (hmin, hmax), "n={n}");
+        }
+    });
+}
+
+/// Signed zeros in a shared min/max pass of a stored array: −0 is the minimum where one occurs,
+/// +0 the maximum where one occurs, as alone.
+#[test]
+fn signed_zeros_in_a_shared_pass() {
+    leak_checked(|| {
+        for (vals, want) in [
+            (vec![0.0f64, -0.0, 0.0], (-0.0f64, 0.0f64)),
+            (vec![-0.0, -0.0], (-0.0, -0.0)),
+            (vec![0.0; 40], (0.0, 0.0)),
+        ] {
+            let x = Float64::from_slice(&vals);
+            let alone = (
+                x.reduce_min().item().to_bits(),
+                x.reduce_max().item().to_bits(),
+            );
+            let (lo, hi) = (x.reduce_min(), x.reduce_max());
+            kiln::eval!(lo, hi);
+            let got = (lo.item().to_bits(), hi.item().to_bits());
+            assert_eq!(got, alone, "{vals:?}");
+            assert_eq!(got, (want.0.to_bits(), want.1.to_bits()), "{vals:?}");
         }
     });
 }

@@ -700,13 +700,42 @@ pub fn reduce_many(reds: &[(ReduceOp, &Buffer)]) -> Result<Vec<Buffer>> {
         reds.iter().all(|r| r.1.len == n),
         "kiln internal error: reduce_many over buffers of different lengths"
     );
+    // partner[j]: the maximum that goes with minimum j over the same float buffer (and back)
+    let mut partner: Vec<Option<usize>> = vec![None; reds.len()];
+    for j in 0..reds.len() {
+        let (op, b) = reds[j];
+        if op != ReduceOp::Min || !matches!(b.ty(), VarType::F32 | VarType::F64) {
+            continue;
+        }
+        if let Some(k) = (0..reds.len()).find(|&k| {
+            partner[k].is_none() && reds[k].0 == ReduceOp::Max && std::ptr::eq(reds[k].1, b)
+        }) {
+            partner[j] = Some(k);
+            partner[k] = Some(j);
+        }
+    }
+    let partner = &partner;
     let parts = launch::map_blocks(n, RED_BLOCK, |s, e| {
         let mut accs: Vec<Accum> = reds.iter().map(|&(op, b)| Accum::new(op, b.ty())).collect();
         let mut p = s;
         while p < e {
             let q = (p + MANY_PIECE).min(e);
-            for (acc, &(_, b)) in accs.iter_mut().zip(reds) {
-                acc.feed(b, p, q);
+            for j in 0..reds.len() {
+                if let Some(k) = partner[j] {
+                    if j < k {
+                        // a float minimum and maximum of one buffer: one loop for both
+                        let (a, b) = accs.split_at_mut(k);
+                        let (first, second) = (&mut a[j], &mut b[0]);
+                        let (lo, hi) = if reds[j].0 == ReduceOp::Min {
+                            (first, second)
+                        } else {
+                            (second, first)
+                        };
+                        feed_min_max(lo, hi, reds[j].1, p, q);
+                    }
+                    continue;
+                }
+                accs[j].feed(reds[j].1, p, q);
             }
             p = q;
         }
@@ -970,6 +999,93 @@ macro_rules! float_extreme {
 }
 float_extreme!(extreme_f32, extreme_f32_as, f32, u32, 16);
 float_extreme!(extreme_f64, extreme_f64_as, f64, u64, 8);
+
+/// The minimum and the maximum of a run in one loop over it (what `extreme_*` gives for each:
+/// `None` where that one falls back to the exact path), for a minimum and a maximum of one
+/// buffer reduced together (`normalize`).
+macro_rules! float_min_max {
+    ($name:ident, $f:ty, $bits:ty, $lanes:expr) => {
+        fn $name(xs: &[$bits]) -> Option<($bits, $bits)> {
+            const SIGN: $bits = 1 << (<$bits>::BITS - 1);
+            let mut lo = [<$f>::INFINITY; $lanes];
+            let mut hi = [<$f>::NEG_INFINITY; $lanes];
+            let mut check = [0.0 as $f; $lanes];
+            let chunks = xs.chunks_exact($lanes);
+            let rest = chunks.remainder();
+            for c in chunks {
+                for l in 0..$lanes {
+                    let v = <$f>::from_bits(c[l]);
+                    check[l] += v - v;
+                    lo[l] = if v < lo[l] { v } else { lo[l] };
+                    hi[l] = if v > hi[l] { v } else { hi[l] };
+                }
+            }
+            let (mut bl, mut bh, mut sum) = (<$f>::INFINITY, <$f>::NEG_INFINITY, 0.0 as $f);
+            for &b in rest {
+                let v = <$f>::from_bits(b);
+                sum += v - v;
+                bl = if v < bl { v } else { bl };
+                bh = if v > bh { v } else { bh };
+            }
+            for l in 0..$lanes {
+                sum += check[l];
+                bl = if lo[l] < bl { lo[l] } else { bl };
+                bh = if hi[l] > bh { hi[l] } else { bh };
+            }
+            if sum != 0.0 && xs.iter().any(|&b| <$f>::from_bits(b).is_nan()) {
+                return None;
+            }
+            let lo_bits = if bl == 0.0 {
+                if xs.iter().any(|&b| b == SIGN) {
+                    SIGN
+                } else {
+                    0
+                }
+            } else {
+                bl.to_bits()
+            };
+            let hi_bits = if bh == 0.0 {
+                if xs.iter().any(|&b| b == 0) {
+                    0
+                } else {
+                    SIGN
+                }
+            } else {
+                bh.to_bits()
+            };
+            Some((lo_bits, hi_bits))
+        }
+    };
+}
+float_min_max!(min_max_f32, f32, u32, 16);
+float_min_max!(min_max_f64, f64, u64, 8);
+
+/// Feed elements `s..e` of `buf` to a minimum and a maximum accumulator of it in one pass (the
+/// bits `Accum::feed` gives each).
+fn feed_min_max(lo: &mut Accum, hi: &mut Accum, buf: &Buffer, s: usize, e: usize) {
+    // SAFETY: the buffer holds buf.len >= e initialised elements of its type.
+    let pair = match buf.ty() {
+        VarType::F32 => {
+            let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const u32, buf.len) };
+            min_max_f32(&xs[s..e]).map(|(a, b)| (a as u64, b as u64))
+        }
+        VarType::F64 => {
+            let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const u64, buf.len) };
+            min_max_f64(&xs[s..e])
+        }
+        _ => None,
+    };
+    match pair {
+        Some((a, b)) => {
+            lo.bits = eval_reduce(lo.op, lo.ty, lo.bits, a);
+            hi.bits = eval_reduce(hi.op, hi.ty, hi.bits, b);
+        }
+        None => {
+            lo.feed(buf, s, e);
+            hi.feed(buf, s, e);
+        }
+    }
+}
 
 /// Typed fast paths for the hot reductions (sum of f32/f64, count of masks); others use bit-level
 /// `eval_reduce`, which defines the semantics.
