@@ -1,8 +1,20 @@
 //! Horizontal operations: reductions, block reductions, prefix sums, compaction, mask queries.
 //!
-//! Reductions return an evaluated size-1 array without reading it back to the host, so that they
-//! can be recorded by function freezing later; `item()` reads it. Mask queries (`all`, `any`,
-//! `count`) return host values. An empty array reduces to the operation's identity.
+//! Reductions return a pending size-1 array: it is evaluated, on the device and without a read
+//! back to the host, when something needs it (`eval`, `item()`, a kernel that uses it, a frozen
+//! call's end), together with the other pending reductions over a source of the same size — one
+//! pass computes them all (`kiln::eval!(x.reduce_min(), x.reduce_max())` reads `x` once). Mask
+//! queries (`all`, `any`, `count`) return host values at once. An empty array reduces to the
+//! operation's identity.
+//!
+//! ```
+//! let y = kiln::Float32::arange(1000) * 0.5 - 3.0;
+//! let (lo, hi) = (y.reduce_min(), y.reduce_max());
+//! let before = kiln::stats().launches;
+//! kiln::eval!(lo, hi);
+//! assert_eq!(kiln::stats().launches - before, 1, "one pass for both");
+//! assert_eq!((lo.item(), hi.item()), (-3.0, 496.5));
+//! ```
 //!
 //! Reducing an unevaluated array fuses the reduction into its kernel: the values are reduced block
 //! by block as they are computed and never stored, and the array stays lazy. Call `eval()` first if

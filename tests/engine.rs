@@ -144,8 +144,11 @@ fn reductions_and_horizontal_ops() {
         assert_eq!(m.compress().to_vec(), vec![0, 3, 6, 9, 12, 15, 18]);
         assert!(m.any() && !m.all() && !m.none());
         assert!(m.any_or(false) && !m.all_or(true));
-        // a reduction result is evaluated on the device, not read back
+        // a reduction result is pending until something needs it (issue 24: sibling reductions
+        // evaluated together share one pass), then evaluated on the device, not read back
         let s = x.sum();
+        assert!(!s.is_evaluated());
+        s.eval();
         assert!(s.is_evaluated());
         // large block sums cross the parallel split
         let big = UInt64::arange(300_001);
@@ -534,7 +537,8 @@ fn the_readme_example_fuses_and_is_accurate() {
         let n = 1_000_000;
         let x = Float32::linspace(0.0, 1.0, n).label("x");
         let y = (&x * &x + 1.0).tanh() * (-&x).exp() + x.abs().sqrt();
-        let (s, d) = delta(|| y.sum());
+        // (reductions are lazy since issue 24: the launch happens at the evaluation)
+        let (s, d) = delta(|| y.sum().eval().clone());
         assert_eq!(d.launches, 1, "the whole chain is one kernel");
         assert_eq!(d.device_ops, 1, "the reduction is fused into the launch");
         assert!(!y.is_evaluated(), "the full-size array was never stored");

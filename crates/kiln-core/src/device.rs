@@ -98,8 +98,23 @@ pub enum DeviceOpKind<'a> {
         launch_block: usize,
         size_sym: ExprId,
     },
+    /// A launch whose outputs are reduced block by block as they are produced, several
+    /// reductions in one pass (sibling reductions; `reds` holds (output parameter, operation),
+    /// an output may appear more than once). Buffers: the kernel's non-output parameters in
+    /// order, then one size-1 result per entry of `reds`.
+    LaunchReduceMany {
+        hash: KernelHash,
+        kernel: &'a Arc<dyn CompiledKernel>,
+        params: &'a [Param],
+        reds: &'a [(usize, ReduceOp)],
+        block: usize,
+        size_sym: ExprId,
+    },
     /// Buffers: input, size-1 result.
     Reduce(ReduceOp),
+    /// Reductions of evaluated buffers of one length in one pass over them. Buffers: one input
+    /// per operation, then one size-1 result per operation.
+    ReduceMany(&'a [ReduceOp]),
     /// Buffers: input, output.
     BlockReduce { op: ReduceOp, block: usize },
     /// Buffers: input, output.
@@ -121,7 +136,10 @@ impl DeviceOpKind<'_> {
     pub fn size_rule(&self) -> SizeRule {
         match self {
             DeviceOpKind::Launch { .. } | DeviceOpKind::LaunchSplit { .. } => SizeRule::Launch,
-            DeviceOpKind::Reduce(_) | DeviceOpKind::LaunchReduce { .. } => SizeRule::One,
+            DeviceOpKind::Reduce(_)
+            | DeviceOpKind::LaunchReduce { .. }
+            | DeviceOpKind::LaunchReduceMany { .. }
+            | DeviceOpKind::ReduceMany(_) => SizeRule::One,
             DeviceOpKind::LaunchBlockReduce { block, .. } => SizeRule::Blocks {
                 input: 0,
                 block: *block,
@@ -144,6 +162,8 @@ impl DeviceOpKind<'_> {
             DeviceOpKind::Launch { .. } => "launch",
             DeviceOpKind::LaunchSplit { .. } => "launch (stencil split)",
             DeviceOpKind::LaunchReduce { .. } => "launch+reduce",
+            DeviceOpKind::LaunchReduceMany { .. } => "launch+reduce (several)",
+            DeviceOpKind::ReduceMany(_) => "reduce (several)",
             DeviceOpKind::LaunchBlockReduce { .. } => "launch+block_reduce",
             DeviceOpKind::Reduce(_) => "reduce",
             DeviceOpKind::BlockReduce { .. } => "block_reduce",
@@ -510,6 +530,231 @@ pub fn launch_reduce(
     Ok((out, bits, st))
 }
 
+/// A kernel whose every output is written to its own scratch buffer a range of lanes at a time,
+/// to be consumed at once (sibling reductions sharing one pass).
+struct IntoScratches<'a> {
+    kernel: &'a dyn CompiledKernel,
+    /// One per kernel parameter; `None` for an output.
+    params: Vec<Option<&'a Buffer>>,
+    /// The element type of each parameter.
+    tys: Vec<VarType>,
+    lens: Vec<u64>,
+    status: [AtomicU64; STATUS_LEN],
+}
+
+impl<'a> IntoScratches<'a> {
+    /// `inputs`: every non-output parameter, in order.
+    fn new(spec: &LaunchSpec<'a>, inputs: &[&'a Buffer]) -> IntoScratches<'a> {
+        let mut next = inputs.iter();
+        let params: Vec<Option<&Buffer>> = spec
+            .params
+            .iter()
+            .map(|p| match p.kind {
+                crate::kernel::ParamKind::Output => None,
+                _ => Some(*next.next().expect("one input buffer per input parameter")),
+            })
+            .collect();
+        let lens = params
+            .iter()
+            .map(|b| b.map_or(0, |b| b.len as u64))
+            .collect();
+        IntoScratches {
+            kernel: spec.kernel.as_ref(),
+            params,
+            tys: spec.params.iter().map(|p| p.ty).collect(),
+            lens,
+            status: Default::default(),
+        }
+    }
+
+    /// Run lanes `[base, e)`, each output's lane `base` landing at element 0 of its scratch.
+    ///
+    /// # Safety
+    /// `base` is a multiple of `launch::BLOCK_ALIGN` and `scratch` has a buffer for every output
+    /// parameter holding at least `e − base` elements of its type.
+    unsafe fn run(&self, scratch: &[Option<Buffer>], base: usize, e: usize) {
+        let ptrs: Vec<*mut u8> = self
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match b {
+                Some(b) => b.ptr(),
+                None => {
+                    let s = scratch[i].as_ref().expect("a scratch buffer per output");
+                    s.ptr().wrapping_sub(base * self.tys[i].size_bytes())
+                }
+            })
+            .collect();
+        let args = LaunchArgs {
+            ptrs: ptrs.as_ptr(),
+            lens: self.lens.as_ptr(),
+            status: self.status.as_ptr(),
+        };
+        // SAFETY: inputs are live buffers matching the kernel's parameters for all lanes; each
+        // output pointer is shifted so that lanes [base, e) write its scratch[0, e − base),
+        // which the caller guarantees.
+        unsafe { self.kernel.run(&args, base as u64, e as u64) };
+    }
+}
+
+/// Lanes per block of a fused reduction whose result must not depend on its kernel (the pending
+/// reductions the scheduler resolves): [`launch::DEFAULT_BLOCK`], the block every light kernel
+/// (up to 16 instructions) ran its reductions in, so that their bits are what they were.
+pub const REDUCE_BLOCK: usize = launch::DEFAULT_BLOCK;
+
+/// Lanes a sibling reduction's kernel computes per call (into scratch that stays in cache while
+/// every reduction reads it); a multiple of 16, so that a block fed piece by piece reduces to the
+/// bits of the whole block.
+const SIBLING_PIECE: usize = 4096;
+
+/// Run a kernel with several outputs and reduce each as it is produced (sibling reductions in
+/// one pass: every lane is computed once and feeds every reduction). `reds`: (output parameter,
+/// operation); an output may be reduced more than once. Blocks of `spec.block` lanes are reduced
+/// as [`launch_reduce`] reduces them (each run in pieces of [`SIBLING_PIECE`] lanes, which gives
+/// the same bits), so each result has the bits that reducing its output alone with the same
+/// block gives. Returns one size-1 buffer and its bits per entry of `reds`, and the launch status.
+pub fn launch_reduce_many(
+    spec: LaunchSpec,
+    size: usize,
+    inputs: &[&Buffer],
+    reds: &[(usize, ReduceOp)],
+) -> Result<(Vec<Buffer>, Vec<u64>, [u64; STATUS_LEN])> {
+    let hash = spec.hash;
+    let block = spec.block.next_multiple_of(launch::BLOCK_ALIGN);
+    let piece = SIBLING_PIECE.min(block);
+    let kernel = IntoScratches::new(&spec, inputs);
+    let t = Instant::now();
+    let parts = launch::map_blocks(size, block, |s, e| -> Result<Vec<u64>> {
+        let mut scratch: Vec<Option<Buffer>> = Vec::with_capacity(spec.params.len());
+        for p in spec.params {
+            scratch.push(if p.kind == crate::kernel::ParamKind::Output {
+                let ty = p.ty;
+                Some(Buffer::new(ty, piece, &|| {
+                    format!("a reduction scratch piece of {piece} × {ty}")
+                })?)
+            } else {
+                None
+            });
+        }
+        let mut accs: Vec<Accum> = reds
+            .iter()
+            .map(|&(p, op)| Accum::new(op, spec.params[p].ty))
+            .collect();
+        let mut a = s;
+        while a < e {
+            let b = (a + piece).min(e);
+            // SAFETY: `a` is `s` (a multiple of `block`, itself a multiple of BLOCK_ALIGN) plus
+            // whole pieces (multiples of 16), and each output's scratch holds a whole piece.
+            unsafe { kernel.run(&scratch, a, b) };
+            for (acc, &(p, _)) in accs.iter_mut().zip(reds) {
+                let buf = scratch[p]
+                    .as_ref()
+                    .expect("a reduced parameter is an output");
+                acc.feed(buf, 0, b - a);
+            }
+            a = b;
+        }
+        Ok(accs.iter().map(Accum::finish).collect())
+    });
+    let parts = parts.into_iter().collect::<Result<Vec<Vec<u64>>>>()?;
+    let st = count_launch(t, &kernel.status, hash);
+    let mut outs = Vec::with_capacity(reds.len());
+    let mut bits = Vec::with_capacity(reds.len());
+    for (j, &(p, op)) in reds.iter().enumerate() {
+        let ty = spec.params[p].ty;
+        let col: Vec<u64> = parts.iter().map(|b| b[j]).collect();
+        let b = combine(op, ty, &col);
+        let out = Buffer::new(ty, 1, &|| "a reduction result".into())?;
+        set_elem(&out, 0, b);
+        outs.push(out);
+        bits.push(b);
+    }
+    let mut all: Vec<&Buffer> = inputs.to_vec();
+    all.extend(outs.iter());
+    notify(
+        DeviceOpKind::LaunchReduceMany {
+            hash: spec.hash,
+            kernel: spec.kernel,
+            params: spec.params,
+            reds,
+            block: spec.block,
+            size_sym: spec.size_sym,
+        },
+        size,
+        &all,
+    );
+    Ok((outs, bits, st))
+}
+
+/// Elements each buffer feeds its accumulator at a time in [`reduce_many`]: a multiple of 16
+/// (pieces of one block reduce to the bits of the whole block) small enough that a piece read
+/// for one reduction is still in the L1 cache for the next.
+const MANY_PIECE: usize = 2048;
+
+/// Reduce evaluated buffers of one length in one pass: block by block as [`reduce`] does, each
+/// block read piece by piece into every reduction, so memory is read once for all of them (a
+/// minimum and a maximum of one array: one pass). Each result has the bits [`reduce`] gives.
+pub fn reduce_many(reds: &[(ReduceOp, &Buffer)]) -> Result<Vec<Buffer>> {
+    let n = reds.first().map_or(0, |r| r.1.len);
+    assert!(
+        reds.iter().all(|r| r.1.len == n),
+        "kiln internal error: reduce_many over buffers of different lengths"
+    );
+    // partner[j]: the maximum that goes with minimum j over the same float buffer (and back)
+    let mut partner: Vec<Option<usize>> = vec![None; reds.len()];
+    for j in 0..reds.len() {
+        let (op, b) = reds[j];
+        if op != ReduceOp::Min || !matches!(b.ty(), VarType::F32 | VarType::F64) {
+            continue;
+        }
+        if let Some(k) = (0..reds.len()).find(|&k| {
+            partner[k].is_none() && reds[k].0 == ReduceOp::Max && std::ptr::eq(reds[k].1, b)
+        }) {
+            partner[j] = Some(k);
+            partner[k] = Some(j);
+        }
+    }
+    let partner = &partner;
+    let parts = launch::map_blocks(n, RED_BLOCK, |s, e| {
+        let mut accs: Vec<Accum> = reds.iter().map(|&(op, b)| Accum::new(op, b.ty())).collect();
+        let mut p = s;
+        while p < e {
+            let q = (p + MANY_PIECE).min(e);
+            for j in 0..reds.len() {
+                if let Some(k) = partner[j] {
+                    if j < k {
+                        // a float minimum and maximum of one buffer: one loop for both
+                        let (a, b) = accs.split_at_mut(k);
+                        let (first, second) = (&mut a[j], &mut b[0]);
+                        let (lo, hi) = if reds[j].0 == ReduceOp::Min {
+                            (first, second)
+                        } else {
+                            (second, first)
+                        };
+                        feed_min_max(lo, hi, reds[j].1, p, q);
+                    }
+                    continue;
+                }
+                accs[j].feed(reds[j].1, p, q);
+            }
+            p = q;
+        }
+        accs.iter().map(Accum::finish).collect::<Vec<u64>>()
+    });
+    let mut outs = Vec::with_capacity(reds.len());
+    for (j, &(op, b)) in reds.iter().enumerate() {
+        let col: Vec<u64> = parts.iter().map(|p| p[j]).collect();
+        let out = Buffer::new(b.ty(), 1, &|| "a reduction result".into())?;
+        set_elem(&out, 0, combine(op, b.ty(), &col));
+        outs.push(out);
+    }
+    let ops: Vec<ReduceOp> = reds.iter().map(|r| r.0).collect();
+    let mut all: Vec<&Buffer> = reds.iter().map(|r| r.1).collect();
+    all.extend(outs.iter());
+    notify(DeviceOpKind::ReduceMany(&ops), n, &all);
+    Ok(outs)
+}
+
 /// Lanes computed per kernel call of a fused block reduction (into a scratch buffer that stays in
 /// cache; a multiple of 16 so that pieces of one block reduce to the same bits as the whole).
 const FUSED_PIECE: usize = 16_384;
@@ -818,6 +1063,93 @@ macro_rules! float_extreme {
 }
 float_extreme!(extreme_f32, extreme_f32_as, f32, u32, 16);
 float_extreme!(extreme_f64, extreme_f64_as, f64, u64, 8);
+
+/// The minimum and the maximum of a run in one loop over it (what `extreme_*` gives for each:
+/// `None` where that one falls back to the exact path), for a minimum and a maximum of one
+/// buffer reduced together (`normalize`).
+macro_rules! float_min_max {
+    ($name:ident, $f:ty, $bits:ty, $lanes:expr) => {
+        fn $name(xs: &[$bits]) -> Option<($bits, $bits)> {
+            const SIGN: $bits = 1 << (<$bits>::BITS - 1);
+            let mut lo = [<$f>::INFINITY; $lanes];
+            let mut hi = [<$f>::NEG_INFINITY; $lanes];
+            let mut check = [0.0 as $f; $lanes];
+            let chunks = xs.chunks_exact($lanes);
+            let rest = chunks.remainder();
+            for c in chunks {
+                for l in 0..$lanes {
+                    let v = <$f>::from_bits(c[l]);
+                    check[l] += v - v;
+                    lo[l] = if v < lo[l] { v } else { lo[l] };
+                    hi[l] = if v > hi[l] { v } else { hi[l] };
+                }
+            }
+            let (mut bl, mut bh, mut sum) = (<$f>::INFINITY, <$f>::NEG_INFINITY, 0.0 as $f);
+            for &b in rest {
+                let v = <$f>::from_bits(b);
+                sum += v - v;
+                bl = if v < bl { v } else { bl };
+                bh = if v > bh { v } else { bh };
+            }
+            for l in 0..$lanes {
+                sum += check[l];
+                bl = if lo[l] < bl { lo[l] } else { bl };
+                bh = if hi[l] > bh { hi[l] } else { bh };
+            }
+            if sum != 0.0 && xs.iter().any(|&b| <$f>::from_bits(b).is_nan()) {
+                return None;
+            }
+            let lo_bits = if bl == 0.0 {
+                if xs.iter().any(|&b| b == SIGN) {
+                    SIGN
+                } else {
+                    0
+                }
+            } else {
+                bl.to_bits()
+            };
+            let hi_bits = if bh == 0.0 {
+                if xs.iter().any(|&b| b == 0) {
+                    0
+                } else {
+                    SIGN
+                }
+            } else {
+                bh.to_bits()
+            };
+            Some((lo_bits, hi_bits))
+        }
+    };
+}
+float_min_max!(min_max_f32, f32, u32, 16);
+float_min_max!(min_max_f64, f64, u64, 8);
+
+/// Feed elements `s..e` of `buf` to a minimum and a maximum accumulator of it in one pass (the
+/// bits `Accum::feed` gives each).
+fn feed_min_max(lo: &mut Accum, hi: &mut Accum, buf: &Buffer, s: usize, e: usize) {
+    // SAFETY: the buffer holds buf.len >= e initialised elements of its type.
+    let pair = match buf.ty() {
+        VarType::F32 => {
+            let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const u32, buf.len) };
+            min_max_f32(&xs[s..e]).map(|(a, b)| (a as u64, b as u64))
+        }
+        VarType::F64 => {
+            let xs = unsafe { std::slice::from_raw_parts(buf.ptr() as *const u64, buf.len) };
+            min_max_f64(&xs[s..e])
+        }
+        _ => None,
+    };
+    match pair {
+        Some((a, b)) => {
+            lo.bits = eval_reduce(lo.op, lo.ty, lo.bits, a);
+            hi.bits = eval_reduce(hi.op, hi.ty, hi.bits, b);
+        }
+        None => {
+            lo.feed(buf, s, e);
+            hi.feed(buf, s, e);
+        }
+    }
+}
 
 /// Typed fast paths for the hot reductions (sum of f32/f64, count of masks); others use bit-level
 /// `eval_reduce`, which defines the semantics.

@@ -239,6 +239,9 @@ impl Kernel {
                 Op::Tap | Op::Split => {
                     errs.push(here("stencil nodes are resolved by the scheduler".into()))
                 }
+                Op::Reduce(_) => errs.push(here(
+                    "pending reductions are resolved by the scheduler".into(),
+                )),
                 Op::Counter => {
                     if !inst.ty.is_int() {
                         errs.push(here(format!("index must be an integer, not {}", inst.ty)));

@@ -318,23 +318,32 @@ fn evaluated_buffer(id: VarId) -> Result<Arc<Buffer>> {
         .ok_or_else(|| Error::Invalid(format!("{} could not be evaluated", st.label_of(id.0))))
 }
 
-/// Evaluate `id` and reduce it to an evaluated size-1 variable (no host read).
+/// Reduce all of `id`'s elements to a size-1 variable, lazily: the result is a pending
+/// reduction that is evaluated when anything is next evaluated (`eval`, a read, a kernel that
+/// uses it), together with every other pending reduction, sibling reductions over one size in
+/// one pass (see `schedule::resolve_reductions`).
 ///
 /// An unevaluated `id` is reduced as its kernel produces it (one fused launch; the full-size array is
 /// never written) and stays unevaluated; an evaluated one is reduced from its buffer. A stencil's
 /// output is evaluated first instead (its split launch reads the interior with plain loads).
+/// Inside a symbolic body (a loop or branch being traced) a reduction is refused as before.
 pub fn reduce(op: ReduceOp, id: VarId) -> Result<VarId> {
     if let Some(z) = refuse_symbolic(id, "a reduction", var_type(id), 1) {
         return Ok(z);
     }
-    if let Some((out, _)) = schedule::reduce_fused(op, id)? {
-        let ty = var_type(id);
-        return Ok(data_var(ty, out));
+    // pending scatters run now, as they did when reductions were eager: the reduction sees
+    // them, and no pending scatter is ever older than a pending reduction (so the scheduler can
+    // resolve reductions before the scatters, which may read them)
+    if STATE.lock().has_runnable_effects() {
+        schedule::eval_side_effects()?;
     }
-    let buf = evaluated_buffer(id)?;
-    let ty = buf.ty();
-    let out = device::reduce(op, &buf)?;
-    Ok(data_var(ty, out))
+    let mut st = STATE.lock();
+    let ty = st.var(id.0).ty;
+    let mut v = registry::Var::new(Op::Reduce(op), ty, 1);
+    v.deps = [id.0, 0, 0, 0];
+    let r = st.insert(v);
+    st.pending_reductions.push(r);
+    Ok(VarId(r))
 }
 
 /// Evaluate `id` and reduce it, returning the result's bits on the host (for `Bool` + `Add`: the

@@ -118,6 +118,11 @@ pub enum Op {
     /// A stencil value that differs on the border (registry only): `arg0` holds in the interior,
     /// `arg1` everywhere (its meaning).
     Split,
+    /// A pending reduction of all of `arg0`'s lanes to one value (registry only, never in kernel
+    /// IR): the result of `sum`/`prod`/`reduce_min`/`reduce_max` until the scheduler evaluates it,
+    /// together with the other pending reductions over the same size in one pass (see
+    /// `schedule::resolve_reductions`).
+    Reduce(ReduceOp),
 
     // --- Structured regions (kernels only; see `kernel` for their layout and invariants). Inside a
     // region only the *active* lanes run: effects (gathers, scatters) and state updates are masked;
@@ -159,6 +164,7 @@ impl Op {
             Store | Neg | Not | Abs | Sqrt | Floor | Ceil | Round | Trunc | Cast | Bitcast => 1,
             Add | Sub | Mul | Div | Rem | Min | Max | And | Or | Xor | Shl | Shr | Eq | Ne | Lt
             | Le | Gt | Ge | Gather | Tap | Split => 2,
+            Reduce(_) => 1,
             Fma | Select | Scatter(_) => 3,
         }
     }
@@ -170,7 +176,7 @@ impl Op {
     pub fn is_pure(self) -> bool {
         !matches!(
             self,
-            Op::Data | Op::Load | Op::Store | Op::Scatter(_) | Op::Gather
+            Op::Data | Op::Load | Op::Store | Op::Scatter(_) | Op::Gather | Op::Reduce(_)
         ) && !self.is_region()
     }
     /// Region markers and the values they define (`Phi`, `Out`): never folded, hoisted or shared.
@@ -231,6 +237,13 @@ impl Op {
             Gather => "gather",
             Tap => "tap",
             Split => "split",
+            Reduce(ReduceOp::None) => "reduce",
+            Reduce(ReduceOp::Add) => "reduce.add",
+            Reduce(ReduceOp::Mul) => "reduce.mul",
+            Reduce(ReduceOp::Min) => "reduce.min",
+            Reduce(ReduceOp::Max) => "reduce.max",
+            Reduce(ReduceOp::And) => "reduce.and",
+            Reduce(ReduceOp::Or) => "reduce.or",
             Scatter(ReduceOp::None) => "scatter",
             Scatter(ReduceOp::Add) => "scatter.add",
             Scatter(ReduceOp::Mul) => "scatter.mul",

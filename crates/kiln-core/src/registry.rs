@@ -329,6 +329,10 @@ pub(crate) struct State {
     pub region_outs: HashMap<u32, Vec<u32>, BuildHasherDefault<FxHasher>>,
     /// The domain and reach of each live `Tap` and `Split` node (see `stencil`).
     pub stencil: HashMap<u32, Arc<crate::stencil::StencilMeta>, BuildHasherDefault<FxHasher>>,
+    /// Pending reductions (`Op::Reduce`) of all threads, without references: an entry whose
+    /// variable died, was evaluated or was reused for another operation is skipped and pruned when
+    /// the scheduler resolves this list (see `schedule::resolve_reductions`).
+    pub pending_reductions: Vec<u32>,
     pub alive: usize,
 }
 
@@ -344,6 +348,7 @@ impl State {
             next_seq: 0,
             region_outs: HashMap::with_hasher(BuildHasherDefault::new()),
             stencil: HashMap::with_hasher(BuildHasherDefault::new()),
+            pending_reductions: Vec::new(),
             alive: 0,
         }
     }

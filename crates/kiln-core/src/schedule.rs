@@ -940,8 +940,14 @@ fn group(st: &State, roots: &[u32], side: &[u32]) -> Vec<Group> {
 
 /// The kernels that evaluating `ids` now would launch (pending side effects included), without
 /// running anything: for inspection, logs and golden tests.
+///
+/// Pending reductions are evaluated first (a kernel reads them as evaluated size-1 data), so
+/// that the kernels listed are the ones an evaluation would launch; if that fails, the list is
+/// built anyway.
 pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
     let _serial = EVAL_LOCK.lock();
+    let ids32: Vec<u32> = ids.iter().map(|i| i.0).collect();
+    let _ = resolve_reductions(Some(&ids32), &[]);
     let st = STATE.lock();
     let mut roots = Vec::new();
     for id in ids {
@@ -999,6 +1005,8 @@ pub fn eval_tiled(id: VarId, cols: usize) -> Result<()> {
 /// clone of the target keeps the old values: copy-on-write).
 pub fn eval_into(expr: &mut VarId, target: VarId) -> Result<bool> {
     let _serial = EVAL_LOCK.lock();
+    // (a pending reduction of the target holds a reference to it)
+    resolve_reductions(Some(&[expr.0]), &[target.0])?;
     {
         let mut st = STATE.lock();
         let (e, t) = (st.var(expr.0), st.var(target.0));
@@ -1101,6 +1109,11 @@ fn run_with_into(
     into: &mut Option<u32>,
 ) -> Result<()> {
     let _serial = EVAL_LOCK.lock();
+    // pending reductions first: whatever reads them finds them evaluated (size-1 data), and
+    // their references to their sources are gone before in-place reuse counts references
+    let ids32: Option<Vec<u32>> = ids.map(|ids| ids.iter().map(|i| i.0).collect());
+    let touch: Vec<u32> = into.iter().copied().collect();
+    resolve_reductions(ids32.as_deref(), &touch)?;
     let mut st = STATE.lock();
     let mut roots: Vec<u32> = Vec::new();
     match ids {
@@ -1426,6 +1439,8 @@ fn with_fused_kernel<R>(
     what: &str,
     run: impl FnOnce(&FusedKernel) -> Result<R>,
 ) -> Result<Option<R>> {
+    // pending reductions first (they may be the lazy scalars below), then the lazy scalars
+    resolve_reductions(Some(&[id.0]), &[])?;
     settle_broadcast_scalars(id)?;
     eval_side_effects()?;
     let _serial = EVAL_LOCK.lock();
@@ -1791,4 +1806,376 @@ pub fn debug_mode() -> bool {
             .map(|v| v != "0" && !v.is_empty())
             .unwrap_or(false)
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pending reductions: sibling reductions share one pass
+
+thread_local! {
+    /// Set while this thread resolves its pending reductions (the evaluation of a stencil source
+    /// that this itself starts must not start it again).
+    static RESOLVING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Clears [`RESOLVING`] when dropped (also when a launch panics).
+struct Resolving;
+
+impl Drop for Resolving {
+    fn drop(&mut self) {
+        RESOLVING.set(false);
+    }
+}
+
+/// Whether the unevaluated part of `id`'s graph holds a pending reduction (other than `id`).
+fn reaches_pending(st: &State, id: u32) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![id];
+    while let Some(i) = stack.pop() {
+        let v = st.var(i);
+        if v.is_evaluated() || !seen.insert(i) {
+            continue;
+        }
+        if matches!(v.op, Op::Reduce(_)) {
+            return true;
+        }
+        stack.extend(v.dep_ids());
+    }
+    false
+}
+
+/// The variables of the unevaluated part of `from`'s graph, with the evaluated ones it reads.
+fn graph_of(st: &State, from: &[u32]) -> std::collections::HashSet<u32> {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = from.to_vec();
+    while let Some(i) = stack.pop() {
+        if i == 0 || !seen.insert(i) {
+            continue;
+        }
+        let v = st.var(i);
+        if !v.is_evaluated() {
+            stack.extend(v.dep_ids());
+        }
+    }
+    seen
+}
+
+/// Which of the pending reductions `mine` an evaluation of `roots` resolves: those it reads;
+/// those that read an evaluated array it reads that no handle holds, or one of `touch` (their
+/// references would keep that buffer from being updated in place or scattered into without a
+/// copy); the pending reductions these wait for; and every pending reduction over a source of
+/// the same size as one of these (siblings join the pass). Others stay pending: evaluating an
+/// unrelated array does not compute them.
+fn select_reductions(
+    st: &State,
+    roots: &[u32],
+    touch: &[u32],
+    mine: &[u32],
+) -> std::collections::HashSet<u32> {
+    let in_roots = graph_of(st, roots);
+    let hot: std::collections::HashSet<u32> = in_roots
+        .iter()
+        .copied()
+        .filter(|&i| st.var(i).is_evaluated() && st.var(i).ext == 0)
+        .chain(touch.iter().copied())
+        .collect();
+    let sources: HashMap<u32, std::collections::HashSet<u32>> = mine
+        .iter()
+        .map(|&p| (p, graph_of(st, &[st.var(p).deps[0]])))
+        .collect();
+    let mut chosen: std::collections::HashSet<u32> = mine
+        .iter()
+        .copied()
+        .filter(|p| in_roots.contains(p) || !sources[p].is_disjoint(&hot))
+        .collect();
+    loop {
+        let before = chosen.len();
+        let sizes: std::collections::HashSet<usize> = chosen
+            .iter()
+            .map(|&c| st.var(st.var(c).deps[0]).size)
+            .collect();
+        for &p in mine {
+            let waited_for = || chosen.iter().any(|c| sources[c].contains(&p));
+            if !chosen.contains(&p)
+                && (sizes.contains(&st.var(st.var(p).deps[0]).size) || waited_for())
+            {
+                chosen.insert(p);
+            }
+        }
+        if chosen.len() == before {
+            return chosen;
+        }
+    }
+}
+
+/// Evaluate the pending reductions (`Op::Reduce`, what `sum`, `prod`, `reduce_min` and
+/// `reduce_max` return) of this thread that an evaluation of `roots` needs (see
+/// [`select_reductions`]; `None`: all of them), before that evaluation builds its kernels.
+/// Reductions are resolved phase by phase (one whose source holds another pending reduction
+/// waits for the next phase); within a phase the reductions over one size share one pass:
+/// evaluated sources of one length are reduced together by [`device::reduce_many`], and
+/// unevaluated sources of one size become the outputs of one kernel whose blocks are reduced as
+/// they are produced ([`device::launch_reduce_many`], no full-size array). Blocks are
+/// [`device::REDUCE_BLOCK`] lanes whatever the kernel, so each result has the bits that reducing
+/// its source alone gives. A lone reduction takes the single-reduction paths. Nothing runs inside
+/// a symbolic body.
+pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result<()> {
+    if RESOLVING.get() || crate::control::symbolic() {
+        return Ok(());
+    }
+    if STATE.lock().pending_reductions.is_empty() {
+        return Ok(());
+    }
+    let _serial = EVAL_LOCK.lock();
+    RESOLVING.set(true);
+    let _reset = Resolving;
+    // (no pending scatter is older than a pending reduction: `kiln_core::reduce` runs them when
+    // it makes one, as the eager reduction did; so reductions run before the scatters, which may
+    // read them)
+    let mut chosen: Option<std::collections::HashSet<u32>> = None;
+    loop {
+        let mut st = STATE.lock();
+        let me = crate::registry::thread_token();
+        let list = std::mem::take(&mut st.pending_reductions);
+        let (mut mine, mut others) = (Vec::new(), Vec::new());
+        for id in list {
+            let v = st.var(id);
+            if !v.alive || v.is_evaluated() || !matches!(v.op, Op::Reduce(_)) {
+                continue;
+            }
+            if v.thread != me {
+                others.push(id);
+            } else if !mine.contains(&id) {
+                mine.push(id);
+            }
+        }
+        let sel = chosen.get_or_insert_with(|| match roots {
+            None => mine.iter().copied().collect(),
+            Some(roots) => {
+                // the pending scatters this evaluation runs may read reductions too
+                let mut roots = roots.to_vec();
+                roots.extend(st.runnable_effects());
+                select_reductions(&st, &roots, touch, &mine)
+            }
+        });
+        let (mine, rest): (Vec<u32>, Vec<u32>) = mine.into_iter().partition(|p| sel.contains(p));
+        others.extend(rest);
+        if mine.is_empty() {
+            st.pending_reductions = others;
+            return Ok(());
+        }
+        let (ready, waiting): (Vec<u32>, Vec<u32>) = mine
+            .iter()
+            .partition(|&&r| !reaches_pending(&st, st.var(r).deps[0]));
+        others.extend(&waiting);
+        st.pending_reductions = others;
+        if ready.is_empty() {
+            return Err(crate::Error::Invalid(
+                "kiln internal error: pending reductions wait for each other".into(),
+            ));
+        }
+        for &r in &ready {
+            st.inc_int(r);
+        }
+        drop(st);
+        let result = resolve_phase(&ready);
+        let mut st = STATE.lock();
+        if result.is_err() {
+            // still pending: a later evaluation tries again (or reports the error again)
+            st.pending_reductions.extend(&ready);
+        }
+        let mut garbage = Vec::new();
+        for &r in &ready {
+            st.dec_int(r, &mut garbage);
+        }
+        drop(st);
+        drop(garbage);
+        result?;
+    }
+}
+
+/// Evaluate the pending reductions `ready` (none of whose sources holds a pending reduction).
+fn resolve_phase(ready: &[u32]) -> Result<()> {
+    // (reduction, source, op) of each still-pending one
+    let st = STATE.lock();
+    let items: Vec<(u32, u32, ReduceOp)> = ready
+        .iter()
+        .filter_map(|&r| {
+            let v = st.var(r);
+            match v.op {
+                Op::Reduce(op) if v.alive && !v.is_evaluated() => Some((r, v.deps[0], op)),
+                _ => None,
+            }
+        })
+        .collect();
+    // evaluated sources, grouped by (length, size expression): a replay finds them equal again
+    type Stored = Vec<(u32, ReduceOp, Arc<Buffer>)>;
+    let mut stored: Vec<((usize, u32), Stored)> = Vec::new();
+    // unevaluated sources, grouped by (size, size expression)
+    type Key = (usize, u32);
+    // (reduction, index of its source, operation)
+    type Reds = Vec<(u32, usize, ReduceOp)>;
+    let mut lazy: Vec<(Key, Vec<u32>, Reds)> = Vec::new();
+    for &(r, src, op) in &items {
+        let sv = st.var(src);
+        if let Some(buf) = sv.data.clone() {
+            let key = (buf.len, sv.sym);
+            match stored.iter_mut().find(|g| g.0 == key) {
+                Some(g) => g.1.push((r, op, buf)),
+                None => stored.push((key, vec![(r, op, buf)])),
+            }
+            continue;
+        }
+        let key = (sv.size, sv.sym);
+        let g = match lazy.iter().position(|g| g.0 == key) {
+            Some(i) => &mut lazy[i],
+            None => {
+                lazy.push((key, Vec::new(), Vec::new()));
+                lazy.last_mut().expect("just pushed")
+            }
+        };
+        let k = match g.1.iter().position(|&s| s == src) {
+            Some(k) => k,
+            None => {
+                g.1.push(src);
+                g.1.len() - 1
+            }
+        };
+        g.2.push((r, k, op));
+    }
+    drop(st);
+    // a host loop's lazy state broadcast into a source is evaluated first, as for a lone fused
+    // reduction (section "Host loops"), so the kernel's shape repeats from one iteration to the next
+    for (_, srcs, _) in &lazy {
+        for &src in srcs {
+            settle_broadcast_scalars(VarId(src))?;
+        }
+    }
+    let mut results: Vec<(u32, Buffer)> = Vec::new();
+    for (_, group) in stored {
+        if let [(r, op, buf)] = &group[..] {
+            results.push((*r, device::reduce(*op, buf)?));
+        } else {
+            let pairs: Vec<(ReduceOp, &Buffer)> =
+                group.iter().map(|(_, op, b)| (*op, b.as_ref())).collect();
+            let outs = device::reduce_many(&pairs)?;
+            results.extend(group.iter().map(|g| g.0).zip(outs));
+        }
+    }
+    let mut stencils: Vec<u32> = Vec::new();
+    for ((size, sym), srcs, reds) in lazy {
+        match reduce_sources(size, sym, &srcs, &reds)? {
+            Some(r) => results.extend(r),
+            None => stencils.extend(&srcs),
+        }
+    }
+    if !stencils.is_empty() {
+        let ids: Vec<VarId> = stencils.iter().map(|&s| VarId(s)).collect();
+        run(Some(&ids))?;
+        // (their reductions stay pending: the next phase reduces the buffers)
+    }
+    let mut st = STATE.lock();
+    let mut garbage = Vec::new();
+    for (r, out) in results {
+        if st.var(r).alive && !st.var(r).is_evaluated() {
+            st.set_data(r, Arc::new(out), &mut garbage);
+        }
+    }
+    // the stencil sources' reductions go back on the list
+    for &(r, src, _) in &items {
+        if stencils.contains(&src) && !st.var(r).is_evaluated() {
+            st.pending_reductions.push(r);
+        }
+    }
+    drop(st);
+    drop(garbage);
+    Ok(())
+}
+
+/// Run the kernel computing the unevaluated `srcs` (all of `size` lanes) once and reduce its
+/// outputs as they are produced, in blocks of [`device::REDUCE_BLOCK`] lanes whatever the kernel
+/// (so that a result's bits never depend on what shares its pass): `reds` holds (reduction,
+/// index into `srcs`, operation). Returns each reduction's size-1 result, or `None` (nothing run)
+/// when the kernel holds a stencil, which is worth its split launch: the caller evaluates the
+/// sources and reduces their buffers.
+fn reduce_sources(
+    size: usize,
+    sym: u32,
+    srcs: &[u32],
+    reds: &[(u32, usize, ReduceOp)],
+) -> Result<Option<Vec<(u32, Buffer)>>> {
+    let mut st = STATE.lock();
+    for &s in srcs {
+        st.inc_int(s);
+    }
+    let built = build(
+        &st,
+        Group {
+            size,
+            sym,
+            roots: srcs.to_vec(),
+            side: Vec::new(),
+        },
+    );
+    drop(st);
+    let mut missed = false;
+    let result = (|| {
+        if !built.stencil_seen.is_empty() {
+            return Ok(None);
+        }
+        let kind = backend();
+        let be = backend_instance(kind)?;
+        let hash = built.kernel.hash();
+        let look = cache::get(be.as_ref(), &built.kernel, hash)?;
+        missed = !look.hit;
+        if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
+            tracing::trace!(target: "kiln::kernel", "kernel IR (sibling reductions):\n{}", built.kernel);
+        }
+        let inputs: Vec<&Buffer> = built
+            .bindings
+            .iter()
+            .filter_map(|bind| match bind {
+                Binding::Input(buf) | Binding::Shifted(buf, _) => Some(buf.as_ref()),
+                Binding::Output(_) => None,
+            })
+            .collect();
+        let out_param = |k: usize| {
+            built
+                .bindings
+                .iter()
+                .position(|b| matches!(b, Binding::Output(j) if *j == k))
+                .expect("one output per source")
+        };
+        let mut spec = built.spec(&look.kernel, hash);
+        spec.block = device::REDUCE_BLOCK;
+        let t = Instant::now();
+        if let [(r, k, op)] = reds {
+            // one reduction alone: the single-reduction launch
+            let (out, _, status) = device::launch_reduce(spec, size, &inputs, out_param(*k), *op)?;
+            report_launch(&built, kind, &look, t, status, "reduce()");
+            return Ok(Some(vec![(*r, out)]));
+        }
+        let pairs: Vec<(usize, ReduceOp)> =
+            reds.iter().map(|&(_, k, op)| (out_param(k), op)).collect();
+        let (outs, _, status) = device::launch_reduce_many(spec, size, &inputs, &pairs)?;
+        report_launch(
+            &built,
+            kind,
+            &look,
+            t,
+            status,
+            "reduce() of sibling reductions",
+        );
+        Ok(Some(reds.iter().map(|r| r.0).zip(outs).collect()))
+    })();
+    let mut garbage = Vec::new();
+    let mut st = STATE.lock();
+    if matches!(result, Ok(Some(_))) {
+        note_computed(&mut st, &built.computed, missed);
+    }
+    for &s in srcs {
+        st.dec_int(s, &mut garbage);
+    }
+    drop(st);
+    drop(garbage);
+    result
 }

@@ -547,6 +547,8 @@ pub fn scatter(
         return Ok(());
     }
     crate::schedule::eval(&[*target])?;
+    // a pending reduction of the target would see the scatter's writes, or force a copy
+    crate::schedule::resolve_reductions(Some(&[]), &[target.0])?;
     // in a symbolic body, earlier scatters of the same body into the target stay pending: they
     // run before this one, in order, inside the region
     let mut st = if symbolic {

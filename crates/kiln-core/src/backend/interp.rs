@@ -259,7 +259,7 @@ impl CompiledKernel for InterpKernel {
                             *o = (lane0 + l as u64) & inst.ty.bit_mask();
                         }
                     }
-                    Op::Data | Op::Tap | Op::Split => {
+                    Op::Data | Op::Tap | Op::Split | Op::Reduce(_) => {
                         unreachable!("registry-only ops never appear in kernels")
                     }
                     Op::Load => {

@@ -535,6 +535,43 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
                 launch_block,
             }
         }
+        DeviceOpKind::LaunchReduceMany {
+            hash,
+            kernel,
+            params,
+            reds,
+            block,
+            size_sym,
+        } => {
+            launch_size = r.expr(size_sym, rec.size);
+            let n = rec.buffers.len();
+            let k = reds.len();
+            for i in 0..n - k {
+                bufs.push(r.input_buf(addr(i), name));
+            }
+            let one = r.expr(0, 1);
+            for (j, &(p, _)) in reds.iter().enumerate() {
+                bufs.push(r.new_buf(addr(n - k + j), params[p].ty, one, op_index));
+            }
+            ReplayKind::LaunchReduceMany {
+                hash,
+                kernel: kernel.clone(),
+                params: params.into(),
+                reds: reds.into(),
+                block,
+            }
+        }
+        DeviceOpKind::ReduceMany(ops) => {
+            let k = ops.len();
+            for i in 0..k {
+                bufs.push(r.input_buf(addr(i), name));
+            }
+            let one = r.expr(0, 1);
+            for i in 0..k {
+                bufs.push(r.new_buf(addr(k + i), rec.buffers[k + i].ty(), one, op_index));
+            }
+            ReplayKind::ReduceMany(ops.into())
+        }
         DeviceOpKind::Reduce(op) => {
             bufs.push(r.input_buf(addr(0), name));
             let one = r.expr(0, 1);
@@ -635,6 +672,8 @@ pub fn begin(slots: &[VarId]) -> Result<()> {
                 .into(),
         ));
     }
+    // reductions pending from before the call are not the function's work
+    crate::schedule::resolve_reductions(None, &[])?;
     let epoch = NEXT_EPOCH.fetch_add(1, Relaxed);
     let mut r = Recorder {
         epoch,

@@ -98,7 +98,17 @@ pub(crate) enum ReplayKind {
         block: usize,
         launch_block: usize,
     },
+    /// Sibling reductions of one kernel's outputs in one pass: (output parameter, operation).
+    LaunchReduceMany {
+        hash: KernelHash,
+        kernel: Arc<dyn CompiledKernel>,
+        params: Arc<[Param]>,
+        reds: Arc<[(usize, ReduceOp)]>,
+        block: usize,
+    },
     Reduce(ReduceOp),
+    /// Reductions of evaluated buffers of one length in one pass.
+    ReduceMany(Arc<[ReduceOp]>),
     BlockReduce {
         op: ReduceOp,
         block: usize,
@@ -269,6 +279,7 @@ impl Recording {
                     o.kind,
                     ReplayKind::Launch { .. }
                         | ReplayKind::LaunchReduce { .. }
+                        | ReplayKind::LaunchReduceMany { .. }
                         | ReplayKind::LaunchBlockReduce { .. }
                 )
             })
@@ -617,6 +628,56 @@ impl Recording {
                 let (out, _) =
                     device::launch_block_reduce(spec, size, &refs, *out_param, *rop, *block)?;
                 outs.push((op.bufs[n - 1], out));
+            }
+            ReplayKind::LaunchReduceMany {
+                hash,
+                kernel,
+                params,
+                reds,
+                block,
+            } => {
+                let size = known(vals, op.size)?;
+                let k = reds.len();
+                let n = op.bufs.len();
+                let inputs: Vec<Param> = params
+                    .iter()
+                    .filter(|p| p.kind != ParamKind::Output)
+                    .cloned()
+                    .collect();
+                let mut held = Vec::with_capacity(n - k);
+                for (j, &b) in op.bufs[..n - k].iter().enumerate() {
+                    let buf = get(table, b)?;
+                    check_len(inputs[j].kind, buf.len, size)?;
+                    held.push(buf);
+                }
+                let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
+                let spec = LaunchSpec::constant(kernel, *hash, params, &[], *block);
+                let (res, _, _) = device::launch_reduce_many(spec, size, &refs, reds)?;
+                for (j, out) in res.into_iter().enumerate() {
+                    outs.push((op.bufs[n - k + j], out));
+                }
+            }
+            ReplayKind::ReduceMany(ops) => {
+                let k = ops.len();
+                let mut held = Vec::with_capacity(k);
+                for &b in &op.bufs[..k] {
+                    held.push(get(table, b)?);
+                }
+                let len = held.first().map_or(0, |b| b.len);
+                if held.iter().any(|b| b.len != len) {
+                    return Err(Error::Invalid(
+                        "kiln internal error: a replayed multi-reduction's inputs differ in length"
+                            .into(),
+                    ));
+                }
+                let pairs: Vec<(ReduceOp, &Buffer)> = ops
+                    .iter()
+                    .copied()
+                    .zip(held.iter().map(|b| b.as_ref()))
+                    .collect();
+                for (j, out) in device::reduce_many(&pairs)?.into_iter().enumerate() {
+                    outs.push((op.bufs[k + j], out));
+                }
             }
             ReplayKind::Reduce(rop) => {
                 let src = get(table, op.bufs[0])?;

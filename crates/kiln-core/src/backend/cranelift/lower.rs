@@ -78,7 +78,7 @@ impl<'f> Gen<'_, 'f> {
         let from = |j: usize| k.ty(inst.args[j]);
         let v = match inst.op {
             Op::Literal => self.literal(t, inst.imm),
-            Op::Data | Op::Tap | Op::Split => {
+            Op::Data | Op::Tap | Op::Split | Op::Reduce(_) => {
                 return Err(format!("`{}` cannot appear in a kernel", inst.op))
             }
             op @ (Op::LoopBegin

@@ -645,7 +645,7 @@ impl Gen<'_> {
                     self.line(format!("{dst} = or {vt} {dst}.i, zeroinitializer"));
                 }
             }
-            Op::Data | Op::Tap | Op::Split => {
+            Op::Data | Op::Tap | Op::Split | Op::Reduce(_) => {
                 unreachable!("registry-only ops never appear in kernels")
             }
             Op::Load => {
