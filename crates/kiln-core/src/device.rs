@@ -341,16 +341,7 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
         if spec.tile_cols > 0 && launch::can_tile(size, spec.tile_cols) {
             launch::launch_tiled(spec.kernel.as_ref(), &args, size, spec.tile_cols)
         } else if spec.private.is_empty()
-            || !crate::privatise::launch(
-                spec.kernel.as_ref(),
-                spec.params,
-                &spec.private,
-                &ptrs,
-                &lens,
-                args.status,
-                size,
-                spec.block,
-            )
+            || !crate::privatise::launch(&spec, &ptrs, &lens, args.status, size)
         {
             launch::launch(spec.kernel.as_ref(), &args, size, spec.block)
         }

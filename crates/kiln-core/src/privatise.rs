@@ -116,22 +116,21 @@ struct Copy {
     offset: usize,
 }
 
-/// Run `kernel` over `[0, size)` in blocks of `block` lanes, privatising the targets of `private`
+/// Run `spec`'s kernel over `[0, size)` in its blocks, privatising the targets of its `private`
 /// that [`worth_it`]; returns `false` (having run nothing) when none is, for the caller's usual
 /// launch.
 ///
 /// # Safety
 /// As [`crate::launch::launch`]: `ptrs`/`lens` describe live buffers matching `params`.
 pub(crate) unsafe fn launch(
-    kernel: &dyn CompiledKernel,
-    params: &[Param],
-    private: &Private,
+    spec: &crate::device::LaunchSpec,
     ptrs: &[*mut u8],
     lens: &[u64],
     status: *const std::sync::atomic::AtomicU64,
     size: usize,
-    block: usize,
 ) -> bool {
+    let (kernel, params, private, block): (&dyn CompiledKernel, &[Param], &Private, usize) =
+        (spec.kernel.as_ref(), spec.params, &spec.private, spec.block);
     let block = block.max(1).next_multiple_of(crate::launch::BLOCK_ALIGN);
     let blocks = size.div_ceil(block);
     let mut copies = Vec::new();
