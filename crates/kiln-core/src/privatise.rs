@@ -47,6 +47,12 @@ impl Default for Private {
 
 impl Private {
     /// The candidates of `kernel` (the first [`MAX_TARGETS`] of them).
+    ///
+    /// ```
+    /// use kiln_core::kernel::Kernel;
+    /// use kiln_core::privatise::Private;
+    /// assert!(Private::of(&Kernel::default()).is_empty());
+    /// ```
     pub fn of(kernel: &Kernel) -> Private {
         let mut p = Private::default();
         for (i, param) in kernel.params.iter().enumerate() {
@@ -88,6 +94,13 @@ impl Private {
 /// Whether a target of `len` elements of `bytes` each is privatised in a launch of `size` lanes
 /// in `blocks` blocks: more than one block, a copy small enough to stay in cache, and folding the
 /// copies (`blocks × len` updates) cheap next to the launch (at most one per 8 lanes).
+///
+/// ```
+/// use kiln_core::privatise::worth_it;
+/// assert!(worth_it(8, 4, 1_000_000, 62)); // k-means: 8 f32 sums over 1M lanes
+/// assert!(!worth_it(8, 4, 16_000, 1)); // one block: the target is updated directly
+/// assert!(!worth_it(1 << 20, 4, 1_000_000, 62)); // a big target: shared, as before
+/// ```
 pub fn worth_it(len: usize, bytes: usize, size: usize, blocks: usize) -> bool {
     blocks > 1
         && len > 0
