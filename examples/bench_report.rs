@@ -2685,6 +2685,177 @@ fn row_ad_frozen_step(cfg: &Config, notes: &mut Vec<String>) -> Row {
     row
 }
 
+// -------------------------------------------------------------------------------------------------
+// k-means (issue 24, item 5): scatter_reduce into few bins
+
+/// Points and starting centroids of the k-means row: `n` points in the plane around `k` centres
+/// (deterministic), the first `k` points as centroids.
+fn kmeans_data(n: usize, k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        s = s
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((s >> 40) as f32) / (1u64 << 24) as f32
+    };
+    let (mut xs, mut ys) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n {
+        let c = (i % k) as f32;
+        xs.push((c * 2.4).cos() * 10.0 + (next() - 0.5) * 6.0);
+        ys.push((c * 2.4).sin() * 10.0 + (next() - 0.5) * 6.0);
+    }
+    let (cx, cy) = (xs[..k].to_vec(), ys[..k].to_vec());
+    (xs, ys, cx, cy)
+}
+
+/// One k-means iteration with kiln, as `examples/kmeans.rs` writes it: assignment, three
+/// scatter_reduce(Add) into k bins (one fused kernel), the division.
+fn kmeans_kiln(x: &Float32, y: &Float32, cx: &Float32, cy: &Float32) -> (Float32, Float32, UInt32) {
+    let k = cx.len();
+    let mut best = Float32::full(f32::INFINITY, x.len());
+    let mut label = UInt32::zeros(x.len());
+    for c in 0..k {
+        let i = UInt32::from(c as u32);
+        let (dx, dy) = (x - &gather(cx, &i), y - &gather(cy, &i));
+        let d = &dx * &dx + &dy * &dy;
+        let closer = d.lt(&best);
+        best = select(&closer, &d, &best);
+        label = select(&closer, c as u32, &label);
+    }
+    let (mut sx, mut sy, mut count) = (Float32::zeros(k), Float32::zeros(k), UInt32::zeros(k));
+    scatter_reduce(ReduceOp::Add, &mut sx, x, &label);
+    scatter_reduce(ReduceOp::Add, &mut sy, y, &label);
+    scatter_reduce(ReduceOp::Add, &mut count, 1u32, &label);
+    let n = count.cast::<f32>();
+    let empty = n.eq(0.0);
+    let nx = select(&empty, cx, &(&sx / &n));
+    let ny = select(&empty, cy, &(&sy / &n));
+    kiln::eval!(nx, ny, count);
+    (nx, ny, count)
+}
+
+/// The nearest centroid of one point (first of equals), as the kiln version decides it.
+#[inline(always)]
+fn kmeans_nearest(px: f32, py: f32, cx: &[f32], cy: &[f32]) -> usize {
+    let (mut best, mut label) = (f32::INFINITY, 0);
+    for c in 0..cx.len() {
+        let (dx, dy) = (px - cx[c], py - cy[c]);
+        let d = dx * dx + dy * dy;
+        if d < best {
+            best = d;
+            label = c;
+        }
+    }
+    label
+}
+
+/// Per-cluster sums and counts into new centroids (empty clusters keep theirs).
+fn kmeans_finish(
+    sx: &[f64],
+    sy: &[f64],
+    n: &[u32],
+    cx: &[f32],
+    cy: &[f32],
+) -> (Vec<f32>, Vec<f32>) {
+    (0..cx.len())
+        .map(|c| match n[c] {
+            0 => (cx[c], cy[c]),
+            m => ((sx[c] / m as f64) as f32, (sy[c] / m as f64) as f32),
+        })
+        .unzip()
+}
+
+/// One iteration as a single-threaded host loop.
+fn kmeans_host(xs: &[f32], ys: &[f32], cx: &[f32], cy: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<u32>) {
+    let k = cx.len();
+    let (mut sx, mut sy, mut n) = (vec![0f64; k], vec![0f64; k], vec![0u32; k]);
+    for (&px, &py) in xs.iter().zip(ys) {
+        let c = kmeans_nearest(px, py, cx, cy);
+        sx[c] += px as f64;
+        sy[c] += py as f64;
+        n[c] += 1;
+    }
+    let (nx, ny) = kmeans_finish(&sx, &sy, &n, cx, cy);
+    (nx, ny, n)
+}
+
+/// One iteration on rayon: chunks fold into private sums and counts, merged at the end.
+fn kmeans_rayon(xs: &[f32], ys: &[f32], cx: &[f32], cy: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<u32>) {
+    use rayon::prelude::*;
+    let k = cx.len();
+    let zero = || (vec![0f64; k], vec![0f64; k], vec![0u32; k]);
+    let (sx, sy, n) = xs
+        .par_chunks(16_384)
+        .zip(ys.par_chunks(16_384))
+        .fold(zero, |(mut sx, mut sy, mut n), (xc, yc)| {
+            for (&px, &py) in xc.iter().zip(yc) {
+                let c = kmeans_nearest(px, py, cx, cy);
+                sx[c] += px as f64;
+                sy[c] += py as f64;
+                n[c] += 1;
+            }
+            (sx, sy, n)
+        })
+        .reduce(zero, |(mut a, mut b, mut c), (d, e, f)| {
+            for i in 0..k {
+                a[i] += d[i];
+                b[i] += e[i];
+                c[i] += f[i];
+            }
+            (a, b, c)
+        });
+    let (nx, ny) = kmeans_finish(&sx, &sy, &n, cx, cy);
+    (nx, ny, n)
+}
+
+/// k-means 1M points × 8 clusters in 2-d: one iteration (assign, sums and counts, divide) with
+/// kiln vs a single-threaded host loop vs rayon.
+fn row_kmeans(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let (n, k) = (1_000_000, 8);
+    let (xs, ys, cxs, cys) = kmeans_data(n, k);
+    let (x, y) = (Float32::from_slice(&xs), Float32::from_slice(&ys));
+    let (cx, cy) = (Float32::from_slice(&cxs), Float32::from_slice(&cys));
+    let reps = if cfg.quick { 7 } else { 21 };
+    let [kt, ht, rt] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || time(|| drop(black_box(kmeans_kiln(&x, &y, &cx, &cy)))),
+            &mut || time(|| drop(black_box(kmeans_host(black_box(&xs), &ys, &cxs, &cys)))),
+            &mut || time(|| drop(black_box(kmeans_rayon(black_box(&xs), &ys, &cxs, &cys)))),
+        ],
+    );
+    let (kx, ky, kn) = kmeans_kiln(&x, &y, &cx, &cy);
+    let (kx, ky, kn) = (kx.to_vec(), ky.to_vec(), kn.to_vec());
+    let (hx, hy, hn) = kmeans_host(&xs, &ys, &cxs, &cys);
+    let (rx, ry, rn) = kmeans_rayon(&xs, &ys, &cxs, &cys);
+    // (kiln sums in f32, the baselines in f64: the centroids agree to f32 sum accuracy)
+    let moved = (0..k)
+        .map(|c| (kx[c] - hx[c]).abs().max((ky[c] - hy[c]).abs()))
+        .fold(0f32, f32::max);
+    let same = kn == hn && rn == hn && moved < 1e-2;
+    let (st, sp) = (ht.median / kt.median, rt.median / kt.median);
+    notes.push(format!(
+        "k-means 1M x 8 (2-d f32), one iteration: kiln {} (best {}; one kernel: assignment + 3 scatter_reduce into 8 bins, privatised per block), host loop 1 thread {} ({st:.2}x), rayon fold {} ({sp:.2}x); counts equal: {}, largest centroid difference to the host loop {moved:.2e} (kiln sums f32, baselines f64); rayon and host agree: {}",
+        ms(kt.median),
+        ms(kt.min),
+        ms(ht.median),
+        ms(rt.median),
+        kn == hn,
+        rn == hn && rx.iter().zip(&hx).chain(ry.iter().zip(&hy)).all(|(a, b)| (a - b).abs() < 1e-4),
+    ));
+    let mut row = Row::new(
+        "k-means 1M x 8 iteration",
+        ms(kt.median),
+        Goal::AtLeast(3.0),
+        if same { st } else { f64::NAN },
+        ">= 3x host loop (1 thread)",
+    );
+    row.rayon = ms(rt.median);
+    row.ratio = format!("{st:.2}x host, {sp:.2}x rayon");
+    row
+}
+
 /// Row: the frozen training step at 1M samples, gradient by AD vs written by hand (both frozen).
 fn row_ad_frozen_step_1m(cfg: &Config, notes: &mut Vec<String>) -> Row {
     let n = 1 << 20;
@@ -3178,6 +3349,7 @@ fn main() {
         ("inplace normalize", row_inplace_normalize),
         ("inplace transpose", row_inplace_transpose),
         ("inplace loop", row_inplace_loop),
+        ("k-means", row_kmeans),
         ("ad gradient", row_ad_gradient),
         ("ad tracing", row_ad_tracing),
         ("ad frozen step n=1024", row_ad_frozen_step),

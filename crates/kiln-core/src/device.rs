@@ -61,6 +61,8 @@ pub enum DeviceOpKind<'a> {
         tile_cols: usize,
         /// The launch size's expression while recording (0: constant).
         size_sym: ExprId,
+        /// Reduce-scatter targets that blocks may accumulate privately (see `privatise`).
+        private: crate::privatise::Private,
     },
     /// A stencil group (see `stencil`): `interior` over the plan's interior lanes, its inputs read
     /// at `lane + shifts[i]`, `general` over the rest. Buffers: the general kernel's parameters in
@@ -233,6 +235,8 @@ pub struct LaunchSpec<'a> {
     pub tile_cols: usize,
     /// The launch size's expression while recording (0: constant).
     pub size_sym: ExprId,
+    /// Reduce-scatter targets that blocks may accumulate privately (see `privatise`).
+    pub private: crate::privatise::Private,
 }
 
 impl<'a> LaunchSpec<'a> {
@@ -252,6 +256,7 @@ impl<'a> LaunchSpec<'a> {
             block,
             tile_cols: 0,
             size_sym: 0,
+            private: Default::default(),
         }
     }
 }
@@ -355,7 +360,9 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
     unsafe {
         if spec.tile_cols > 0 && launch::can_tile(size, spec.tile_cols) {
             launch::launch_tiled(spec.kernel.as_ref(), &args, size, spec.tile_cols)
-        } else {
+        } else if spec.private.is_empty()
+            || !crate::privatise::launch(&spec, &ptrs, &lens, args.status, size)
+        {
             launch::launch(spec.kernel.as_ref(), &args, size, spec.block)
         }
     };
@@ -369,6 +376,7 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
             block: spec.block,
             tile_cols: spec.tile_cols,
             size_sym: spec.size_sym,
+            private: spec.private,
         },
         size,
         buffers,

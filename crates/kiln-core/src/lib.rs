@@ -30,6 +30,7 @@ pub mod lanes;
 pub mod launch;
 pub(crate) mod log;
 pub mod op;
+pub mod privatise;
 pub mod registry;
 pub mod schedule;
 pub mod stats;

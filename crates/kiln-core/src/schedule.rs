@@ -728,6 +728,7 @@ impl Built {
             },
             tile_cols: self.tile_cols,
             size_sym: self.sym,
+            private: crate::privatise::Private::of(&self.kernel),
         }
     }
 }
@@ -977,6 +978,28 @@ pub fn eval(ids: &[VarId]) -> Result<()> {
     run(Some(ids))
 }
 
+thread_local! {
+    /// Set while [`eval_leaving_effects`] runs: pending side effects stay pending.
+    static HOLD_EFFECTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Evaluate `ids` but leave this thread's pending side effects (scatters) pending: a scatter
+/// materialises its target this way, so that consecutive scatters of one size (k-means' sums and
+/// counts) stay pending and run in one kernel with the values and indices they share. Nothing
+/// `ids` computes can depend on a pending scatter: tracing a read of an array a scatter will write
+/// runs that scatter first (`trace::lock_clean`).
+pub fn eval_leaving_effects(ids: &[VarId]) -> Result<()> {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            HOLD_EFFECTS.with(|h| h.set(false));
+        }
+    }
+    HOLD_EFFECTS.with(|h| h.set(true));
+    let _reset = Reset;
+    run(Some(ids))
+}
+
 /// Run pending side effects (scatters) only.
 pub fn eval_side_effects() -> Result<()> {
     run(Some(&[]))
@@ -1192,7 +1215,11 @@ fn run_with_into(
         settled?;
         st = STATE.lock();
     }
-    let side = st.take_runnable_effects();
+    let side = if HOLD_EFFECTS.with(std::cell::Cell::get) {
+        Vec::new()
+    } else {
+        st.take_runnable_effects()
+    };
     if roots.is_empty() && side.is_empty() {
         return Ok(());
     }

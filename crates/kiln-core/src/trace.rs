@@ -546,7 +546,10 @@ pub fn scatter(
         crate::control::refuse(|| label, "scattering into an array the body computes");
         return Ok(());
     }
-    crate::schedule::eval(&[*target])?;
+    if !crate::is_evaluated(*target) {
+        // (other pending scatters stay pending: they fuse with this one when they share its size)
+        crate::schedule::eval_leaving_effects(&[*target])?;
+    }
     // a pending reduction of the target would see the scatter's writes, or force a copy
     crate::schedule::resolve_reductions(Some(&[]), &[target.0])?;
     // in a symbolic body, earlier scatters of the same body into the target stay pending: they

@@ -161,6 +161,15 @@ pub unsafe fn scatter_lane(
         return;
     }
     let i = index as usize;
+    if is_private(target) {
+        // a block's own copy of a small target (see `privatise`): no other thread sees it
+        // SAFETY: i < len; the copy belongs to the block this thread is running.
+        unsafe {
+            let old = read_bits(target, ty, i);
+            write_bits(target, ty, i, reduce_fast(op, ty, old, value));
+        }
+        return;
+    }
     // One atomic read-modify-write loop per element width; the cell type differs, the logic not.
     macro_rules! rmw {
         ($atomic:ty, $raw:ty) => {{
@@ -190,6 +199,42 @@ pub unsafe fn scatter_lane(
         4 => rmw!(AtomicU32, u32),
         _ => rmw!(AtomicU64, u64),
     }
+}
+
+thread_local! {
+    /// The byte range of the private target copies of the block this thread runs (see
+    /// `privatise`); empty outside a privatised launch.
+    static PRIVATE: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// `eval_reduce` with the sums (histograms, k-means) spelled out: the same bits, without the
+/// general evaluator's dispatch on every lane.
+#[inline]
+fn reduce_fast(op: ReduceOp, ty: VarType, old: u64, value: u64) -> u64 {
+    match (op, ty) {
+        (ReduceOp::Add, VarType::F32) => {
+            (f32::from_bits(old as u32) + f32::from_bits(value as u32)).to_bits() as u64
+        }
+        (ReduceOp::Add, VarType::F64) => (f64::from_bits(old) + f64::from_bits(value)).to_bits(),
+        (ReduceOp::Add, VarType::I32 | VarType::U32) => {
+            (old as u32).wrapping_add(value as u32) as u64
+        }
+        (ReduceOp::Add, VarType::I64 | VarType::U64) => old.wrapping_add(value),
+        _ => crate::op::eval_reduce(op, ty, old, value),
+    }
+}
+
+/// Mark `[lo, hi)` as the running block's private copies (`lo == hi`: none).
+pub(crate) fn set_private_range(lo: usize, hi: usize) {
+    PRIVATE.with(|p| p.set((lo, hi)));
+}
+
+fn is_private(target: *mut u8) -> bool {
+    let a = target as usize;
+    PRIVATE.with(|p| {
+        let (lo, hi) = p.get();
+        a >= lo && a < hi
+    })
 }
 
 fn update<C>(

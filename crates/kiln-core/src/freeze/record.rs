@@ -411,6 +411,7 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
             block,
             tile_cols,
             size_sym,
+            private,
         } => {
             launch_size = r.expr(size_sym, rec.size);
             // outputs written over an input's buffer (update-in-place decided them)
@@ -449,6 +450,7 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
                 block,
                 tile_cols,
                 in_place: in_place.into(),
+                private,
             }
         }
         DeviceOpKind::LaunchSplit {

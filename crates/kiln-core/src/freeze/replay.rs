@@ -73,6 +73,8 @@ pub(crate) enum ReplayKind {
         /// (output, input) parameters that shared a buffer when recorded (update-in-place):
         /// the only pairs a replay may write in place again.
         in_place: Arc<[(u32, u32)]>,
+        /// Reduce-scatter targets that blocks may accumulate privately, as when recorded.
+        private: crate::privatise::Private,
     },
     LaunchSplit {
         general: (KernelHash, Arc<dyn CompiledKernel>, Arc<[Param]>),
@@ -558,6 +560,7 @@ impl Recording {
                 block,
                 tile_cols,
                 in_place,
+                private,
             } => {
                 let size = known(vals, op.size)?;
                 let reuse =
@@ -566,6 +569,7 @@ impl Recording {
                 let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
                 let mut spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
                 spec.tile_cols = *tile_cols;
+                spec.private = *private;
                 device::launch_kernel(spec, size, &refs);
             }
             ReplayKind::LaunchSplit {

@@ -1390,6 +1390,17 @@ impl Gen<'_> {
             self.label(&lb(&slow));
             done = Some(join);
         }
+        if rop == ReduceOp::Add && t != VarType::Bool {
+            // sums (histograms, k-means) update in place with one atomic add per active lane:
+            // no call (which would spill every vector register) and the same bits as the
+            // helper's compare-and-swap loop, `old + value` lane after lane
+            self.scatter_add_inline(t, p, &val, &ix64, &m);
+            if let Some(join) = done {
+                self.line(format!("br label {join}"));
+                self.label(join.trim_start_matches('%'));
+            }
+            return;
+        }
         // the value's bits, zero-extended to 64 (the helper's ABI)
         let vt = self.vt(t);
         let it = self.v(ity(t));
@@ -1434,6 +1445,49 @@ impl Gen<'_> {
         if let Some(join) = done {
             self.line(format!("br label {join}"));
             self.label(join.trim_start_matches('%'));
+        }
+    }
+
+    /// `target[index] += value` for each active lane of a reduce-add scatter, inline: in range,
+    /// an atomic add (`atomicrmw add`/`fadd`, in lane order); out of range, the status counter.
+    fn scatter_add_inline(&mut self, t: VarType, p: usize, val: &str, ix64: &str, m: &str) {
+        let w = self.w;
+        let me = mty(t);
+        let vt = self.vt(t);
+        let add = if t.is_float() { "fadd" } else { "add" };
+        let st = self.fresh();
+        self.line(format!(
+            "{st} = getelementptr inbounds i64, ptr %status, i64 {}",
+            crate::backend::STATUS_OOB_WRITES
+        ));
+        let lb = |x: &str| x.trim_start_matches('%').to_string();
+        for lane in 0..w {
+            let (bit, go, skip) = (self.fresh(), self.fresh(), self.fresh());
+            self.line(format!("{bit} = extractelement <{w} x i1> {m}, i64 {lane}"));
+            self.line(format!("br i1 {bit}, label {go}, label {skip}"));
+            self.label(&lb(&go));
+            let (ie, inb, upd, oob) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+            self.line(format!(
+                "{ie} = extractelement <{w} x i64> {ix64}, i64 {lane}"
+            ));
+            // (unsigned: a negative index is out of range, as the helper has it)
+            self.line(format!("{inb} = icmp ult i64 {ie}, %len{p}"));
+            self.line(format!("br i1 {inb}, label {upd}, label {oob}"));
+            self.label(&lb(&upd));
+            let (ve, ptr, old) = (self.fresh(), self.fresh(), self.fresh());
+            self.line(format!("{ve} = extractelement {vt} {val}, i64 {lane}"));
+            self.line(format!(
+                "{ptr} = getelementptr inbounds {me}, ptr %base{p}, i64 {ie}"
+            ));
+            self.line(format!(
+                "{old} = atomicrmw {add} ptr {ptr}, {me} {ve} monotonic"
+            ));
+            self.line(format!("br label {skip}"));
+            self.label(&lb(&oob));
+            let c = self.fresh();
+            self.line(format!("{c} = atomicrmw add ptr {st}, i64 1 monotonic"));
+            self.line(format!("br label {skip}"));
+            self.label(&lb(&skip));
         }
     }
 

@@ -1,0 +1,315 @@
+//! `scatter_reduce` into few bins (issue 24, item 5): blocks accumulate small targets privately
+//! and fold them in block order; consecutive scatters of one size fuse into one kernel. Every
+//! backend is checked against a host loop (exact kinds) and against the interpreter (float sums),
+//! over sizes around the 16 384-lane block boundary, masked and with out-of-range indices.
+
+mod common;
+use common::{delta, leak_checked};
+use kiln::kiln_core::{self as core, BackendKind};
+use kiln::prelude::*;
+
+const SIZES: [usize; 6] = [0, 1, 17, 16_383, 16_384, 16_385];
+
+fn backends() -> Vec<BackendKind> {
+    let mut b = vec![BackendKind::Interp, BackendKind::Cranelift];
+    if core::backend::llvm::shared().is_ok() {
+        b.push(BackendKind::Llvm);
+    }
+    b
+}
+
+/// Deterministic pseudo-random stream.
+fn lcg(seed: u64) -> impl FnMut() -> u64 {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    move || {
+        s = s
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        s >> 33
+    }
+}
+
+/// Indices in `[0, bins + 2)`: about 2 in `bins + 2` lanes fall outside the target.
+fn indices(n: usize, bins: usize, seed: u64) -> Vec<u32> {
+    let mut r = lcg(seed);
+    (0..n).map(|_| (r() % (bins as u64 + 2)) as u32).collect()
+}
+
+fn mask(n: usize, seed: u64) -> Vec<bool> {
+    let mut r = lcg(seed ^ 0x55);
+    (0..n).map(|_| r() % 3 != 0).collect()
+}
+
+/// The host loop: `t[i] = f(t[i], v)` for every active lane in range; returns the result and the
+/// number of active lanes that were out of range.
+fn host<T: Copy>(
+    init: &[T],
+    vals: &[T],
+    idx: &[u32],
+    m: Option<&[bool]>,
+    f: impl Fn(T, T) -> T,
+) -> (Vec<T>, u64) {
+    let mut t = init.to_vec();
+    let mut oob = 0;
+    for (k, (&v, &i)) in vals.iter().zip(idx).enumerate() {
+        if m.is_some_and(|m| !m[k]) {
+            continue;
+        }
+        match t.get_mut(i as usize) {
+            Some(x) => *x = f(*x, v),
+            None => oob += 1,
+        }
+    }
+    (t, oob)
+}
+
+/// Runs one scatter_reduce on `backend`, returning the target and the out-of-range writes counted.
+fn run<T: kiln::Scalar>(
+    backend: BackendKind,
+    op: ReduceOp,
+    init: &[T],
+    vals: &[T],
+    idx: &[u32],
+    m: Option<&[bool]>,
+) -> (Vec<T>, u64) {
+    core::with_backend(backend, || {
+        let mut t = Array::<T>::from_slice(init);
+        let (v, i) = (Array::<T>::from_slice(vals), UInt32::from_slice(idx));
+        let ((), d) = delta(|| {
+            match m {
+                None => scatter_reduce(op, &mut t, &v, &i),
+                Some(m) => scatter_reduce_masked(op, &mut t, &v, &i, &Bool::from_slice(m)),
+            }
+            kiln::eval!(t);
+        });
+        (t.to_vec(), d.oob_writes)
+    })
+}
+
+/// Checks one exact reduction kind on every backend and size, masked and not, small and big bins.
+fn exact_kind<T: kiln::Scalar + PartialEq + std::fmt::Debug>(
+    op: ReduceOp,
+    init_of: impl Fn(usize) -> T,
+    val_of: impl Fn(u64) -> T,
+    f: impl Fn(T, T) -> T + Copy,
+) {
+    for backend in backends() {
+        for (s, &n) in SIZES.iter().enumerate() {
+            // 1 bin, few bins, and a target too big to privatise at these sizes
+            for bins in [1usize, 8, 5000] {
+                let seed = (s * 31 + bins) as u64;
+                let init: Vec<T> = (0..bins).map(&init_of).collect();
+                let mut r = lcg(seed ^ 0xabc);
+                let vals: Vec<T> = (0..n).map(|_| val_of(r())).collect();
+                let idx = indices(n, bins, seed);
+                let m = mask(n, seed);
+                for masked in [false, true] {
+                    let mm = masked.then_some(&m[..]);
+                    let want = host(&init, &vals, &idx, mm, f);
+                    let got = run(backend, op, &init, &vals, &idx, mm);
+                    assert_eq!(
+                        got, want,
+                        "{op:?} on {backend}: n={n}, bins={bins}, masked={masked}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn integer_sums_are_exact_on_every_backend() {
+    leak_checked(|| {
+        exact_kind::<u32>(
+            ReduceOp::Add,
+            |i| i as u32 * 7,
+            |r| r as u32,
+            |a, b| a.wrapping_add(b),
+        );
+        exact_kind::<i64>(
+            ReduceOp::Add,
+            |i| -(i as i64),
+            |r| r as i64 - (1 << 30),
+            |a, b| a.wrapping_add(b),
+        );
+    });
+}
+
+#[test]
+fn min_max_mul_are_exact_on_every_backend() {
+    leak_checked(|| {
+        exact_kind::<i32>(ReduceOp::Min, |_| i32::MAX - 3, |r| r as i32, i32::min);
+        exact_kind::<i32>(ReduceOp::Max, |i| i as i32 - 5, |r| -(r as i32), i32::max);
+        // odd factors: the wrapping product never collapses to zero
+        exact_kind::<u64>(
+            ReduceOp::Mul,
+            |i| 2 * i as u64 + 1,
+            |r| r | 1,
+            |a, b| a.wrapping_mul(b),
+        );
+        // distinct non-zero floats: min/max are total orders, exact in any grouping
+        exact_kind::<f32>(
+            ReduceOp::Min,
+            |i| 1e30 + i as f32,
+            |r| (r % 100_000) as f32 * 0.25 + 1.0,
+            f32::min,
+        );
+        exact_kind::<f32>(
+            ReduceOp::Max,
+            |_| -1e30,
+            |r| -((r % 100_000) as f32) * 0.5 - 1.0,
+            f32::max,
+        );
+        // float sums of small integers are exact whatever the grouping
+        exact_kind::<f32>(
+            ReduceOp::Add,
+            |i| i as f32,
+            |r| (r % 64) as f32 - 32.0,
+            |a, b| a + b,
+        );
+    });
+}
+
+#[test]
+fn mask_or_and_into_few_bins() {
+    leak_checked(|| {
+        exact_kind::<bool>(ReduceOp::Or, |_| false, |r| r % 5 == 0, |a, b| a | b);
+        exact_kind::<bool>(ReduceOp::And, |_| true, |r| r % 7 != 0, |a, b| a & b);
+    });
+}
+
+/// Float sums with rounding: every backend gives the interpreter's bits, and running again
+/// gives the same bits (blocks fold in block order, whatever thread ran them).
+#[test]
+fn float_sums_match_the_interpreter_and_repeat_bit_for_bit() {
+    leak_checked(|| {
+        for &n in SIZES.iter().chain(&[70_001]) {
+            let mut r = lcg(n as u64);
+            let vals: Vec<f32> = (0..n).map(|_| (r() % 10_000) as f32 * 0.001_37).collect();
+            let idx = indices(n, 8, 99);
+            let init = vec![0.5f32; 8];
+            let oracle = run(BackendKind::Interp, ReduceOp::Add, &init, &vals, &idx, None);
+            for backend in backends() {
+                for _ in 0..2 {
+                    let got = run(backend, ReduceOp::Add, &init, &vals, &idx, None);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got.0), bits(&oracle.0), "{backend}, n={n}");
+                    assert_eq!(got.1, oracle.1);
+                }
+            }
+            // and the sums are right to float accuracy
+            let (want, _) = host(&init, &vals, &idx, None, |a: f32, b| a + b);
+            for (g, w) in oracle.0.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 1e-3 * w.abs().max(1.0),
+                    "n={n}: {g} vs {w}"
+                );
+            }
+        }
+    });
+}
+
+/// A target of −0.0 that only −0.0s are added to stays −0.0 (the private copies start from −0.0,
+/// not +0.0).
+#[test]
+fn negative_zero_survives_private_sums() {
+    leak_checked(|| {
+        for backend in backends() {
+            let n = 50_000;
+            let idx = indices(n, 4, 5);
+            let (got, oob) = run(
+                backend,
+                ReduceOp::Add,
+                &[-0.0f32; 4],
+                &vec![-0.0f32; n],
+                &idx,
+                None,
+            );
+            assert_eq!(oob, idx.iter().filter(|&&i| i >= 4).count() as u64);
+            assert!(
+                got.iter().all(|x| x.to_bits() == (-0.0f32).to_bits()),
+                "{backend}: {got:?}"
+            );
+        }
+    });
+}
+
+/// k-means' sums and counts: three scatters of one size that share their index run in one
+/// kernel with the computation of that index.
+#[test]
+fn sibling_scatters_fuse_into_one_launch() {
+    leak_checked(|| {
+        let n = 40_000;
+        let x = Float32::arange(n) * 0.001;
+        let y = Float32::arange(n) * 0.002;
+        kiln::eval!(x, y);
+        let (mut sx, mut sy, mut count) = (Float32::zeros(8), Float32::zeros(8), UInt32::zeros(8));
+        kiln::eval!(sx, sy, count);
+        let ((), d) = delta(|| {
+            let label = (&x * 100.0).cast::<u32>() % 8u32;
+            scatter_reduce(ReduceOp::Add, &mut sx, &x, &label);
+            scatter_reduce(ReduceOp::Add, &mut sy, &y, &label);
+            scatter_reduce(ReduceOp::Add, &mut count, 1u32, &label);
+            kiln::eval!(sx, sy, count);
+        });
+        assert_eq!(d.launches, 1, "{d:?}");
+        let xs = x.to_vec();
+        let mut want = [0u32; 8];
+        for v in &xs {
+            want[((v * 100.0) as u32 % 8) as usize] += 1;
+        }
+        assert_eq!(count.to_vec(), want.to_vec());
+        assert_eq!(count.to_vec().iter().sum::<u32>(), n as u32);
+    });
+}
+
+/// A frozen function with a few-bin scatter_reduce replays at other sizes with the bits of the
+/// unfrozen call.
+#[test]
+fn frozen_few_bin_scatter_replays_at_other_sizes() {
+    leak_checked(|| {
+        let body = |v: &Float32, i: &UInt32| -> Float32 {
+            let mut t = Float32::zeros(8);
+            scatter_reduce(ReduceOp::Add, &mut t, &(v * 1.5), i);
+            t
+        };
+        let mut f = kiln::freeze(body);
+        for (k, &n) in [30_000usize, 70_001, 16_385, 100].iter().enumerate() {
+            let mut r = lcg(n as u64);
+            let vals: Vec<f32> = (0..n).map(|_| (r() % 1000) as f32 * 0.013).collect();
+            let (v, i) = (
+                Float32::from_slice(&vals),
+                UInt32::from_slice(&indices(n, 8, 7)),
+            );
+            let frozen = f.call(&v, &i).unwrap().to_vec();
+            let plain = body(&v, &i).to_vec();
+            let bits = |x: &[f32]| x.iter().map(|y| y.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&frozen), bits(&plain), "call {k}, n={n}");
+        }
+        let s = f.stats();
+        assert!(s.replays >= 2, "{s}");
+    });
+}
+
+/// Histograms built on several threads at once: each gets its own exact counts.
+#[test]
+fn threads_build_histograms_at_once() {
+    leak_checked(|| {
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let n = 40_000 + t as usize * 1001;
+                    let idx = indices(n, 16, t);
+                    let mut h = UInt32::zeros(16);
+                    scatter_reduce(ReduceOp::Add, &mut h, 1u32, &UInt32::from_slice(&idx));
+                    let got = h.to_vec();
+                    let (want, _) = host(&[0u32; 16], &vec![1u32; n], &idx, None, |a, b| a + b);
+                    assert_eq!(got, want, "thread {t}");
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}
