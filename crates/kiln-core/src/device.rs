@@ -1075,9 +1075,29 @@ float_extreme!(extreme_f64, extreme_f64_as, f64, u64, 8);
 /// The minimum and the maximum of a run in one loop over it (what `extreme_*` gives for each:
 /// `None` where that one falls back to the exact path), for a minimum and a maximum of one
 /// buffer reduced together (`normalize`).
+///
+/// kiln-core is compiled for the baseline x86-64 (two f64 per SSE2 instruction), which made this
+/// loop compute-bound (`normalize` on 1.8 GB: 138 ms against 63 ms for one memory pass); the same
+/// body is therefore also compiled for AVX2 and picked at run time where the CPU has it (the
+/// operations are the same IEEE compares and adds lane by lane, so the bits are too).
 macro_rules! float_min_max {
-    ($name:ident, $f:ty, $bits:ty, $lanes:expr) => {
+    ($name:ident, $generic:ident, $avx2:ident, $f:ty, $bits:ty, $lanes:expr) => {
         fn $name(xs: &[$bits]) -> Option<($bits, $bits)> {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of a
+                // `target_feature(enable = "avx2")` function.
+                return unsafe { $avx2(xs) };
+            }
+            $generic(xs)
+        }
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        fn $avx2(xs: &[$bits]) -> Option<($bits, $bits)> {
+            $generic(xs)
+        }
+        #[inline(always)]
+        fn $generic(xs: &[$bits]) -> Option<($bits, $bits)> {
             const SIGN: $bits = 1 << (<$bits>::BITS - 1);
             let mut lo = [<$f>::INFINITY; $lanes];
             let mut hi = [<$f>::NEG_INFINITY; $lanes];
@@ -1129,8 +1149,8 @@ macro_rules! float_min_max {
         }
     };
 }
-float_min_max!(min_max_f32, f32, u32, 16);
-float_min_max!(min_max_f64, f64, u64, 8);
+float_min_max!(min_max_f32, min_max_f32_generic, min_max_f32_avx2, f32, u32, 16);
+float_min_max!(min_max_f64, min_max_f64_generic, min_max_f64_avx2, f64, u64, 8);
 
 /// Feed elements `s..e` of `buf` to a minimum and a maximum accumulator of it in one pass (the
 /// bits `Accum::feed` gives each).

@@ -710,7 +710,7 @@ impl KernelBuilder {
                 self.push(Inst::new(op, any, &[x, idx, mask], p as u64));
             }
             // registry-only: never in kernels
-            Op::Data | Op::Tap | Op::Split => unreachable!(),
+            Op::Data | Op::Tap | Op::Split | Op::Reduce(_) => unreachable!(),
             // regions have generators of their own (see the end of this file)
             Op::LoopBegin
             | Op::Phi
