@@ -1149,8 +1149,22 @@ macro_rules! float_min_max {
         }
     };
 }
-float_min_max!(min_max_f32, min_max_f32_generic, min_max_f32_avx2, f32, u32, 16);
-float_min_max!(min_max_f64, min_max_f64_generic, min_max_f64_avx2, f64, u64, 8);
+float_min_max!(
+    min_max_f32,
+    min_max_f32_generic,
+    min_max_f32_avx2,
+    f32,
+    u32,
+    16
+);
+float_min_max!(
+    min_max_f64,
+    min_max_f64_generic,
+    min_max_f64_avx2,
+    f64,
+    u64,
+    8
+);
 
 /// Feed elements `s..e` of `buf` to a minimum and a maximum accumulator of it in one pass (the
 /// bits `Accum::feed` gives each).

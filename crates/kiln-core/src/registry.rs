@@ -363,7 +363,9 @@ impl State {
     /// Insert a variable (taking one internal reference on each operand); pure ops go through CSE.
     /// The new (or reused) variable is returned with one *external* reference added.
     pub fn insert(&mut self, v: Var) -> u32 {
-        let cse_ok = v.op.is_pure() && v.data.is_none();
+        // (a pending reduction is not shared: each thread resolves its own, and a frozen
+        // recording must see the reductions its function made)
+        let cse_ok = v.op.is_pure() && v.data.is_none() && !matches!(v.op, Op::Reduce(_));
         let key = CseKey::of(&v);
         let recording = crate::freeze::record::active();
         if cse_ok {

@@ -1214,6 +1214,38 @@ fn run_with_into(
         drop(garbage);
         settled?;
         st = STATE.lock();
+        // a root below another root may have been evaluated by the settling (its own walk
+        // settles what is below *its* roots): it is a buffer now, not work for this kernel
+        roots.retain(|&r| {
+            let v = st.var(r);
+            v.alive && !v.is_evaluated()
+        });
+    }
+    // the settling above released the lock: a pending reduction may have come within reach
+    // since the one at the top (seen with reductions traced by other threads meanwhile); a
+    // kernel must never meet one
+    if !st.pending_reductions.is_empty()
+        && !RESOLVING.get()
+        && roots.iter().any(|&r| reaches_pending(&st, r))
+    {
+        for &r in &roots {
+            st.inc_int(r);
+        }
+        drop(st);
+        let resolved = resolve_reductions(Some(&roots), &touch);
+        st = STATE.lock();
+        let mut garbage = Vec::new();
+        for &r in &roots {
+            st.dec_int(r, &mut garbage);
+        }
+        drop(st);
+        drop(garbage);
+        resolved?;
+        st = STATE.lock();
+        roots.retain(|&r| {
+            let v = st.var(r);
+            v.alive && !v.is_evaluated()
+        });
     }
     let side = if HOLD_EFFECTS.with(std::cell::Cell::get) {
         Vec::new()
@@ -1959,9 +1991,24 @@ pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result
     // it makes one, as the eager reduction did; so reductions run before the scatters, which may
     // read them)
     let mut chosen: Option<std::collections::HashSet<u32>> = None;
+    // what the evaluation reads: another thread's pending reduction in it (an array sent across
+    // threads before it was evaluated) must be resolved here too, or its kernel would meet it
+    let mut reads: Option<std::collections::HashSet<u32>> = None;
     loop {
         let mut st = STATE.lock();
         let me = crate::registry::thread_token();
+        let reads = reads.get_or_insert_with(|| {
+            // (CSE shares a reduction of equal operands between threads; the sources of this
+            // thread's own pending reductions count too: a sibling chosen below may wait for
+            // another thread's reduction)
+            let mut from: Vec<u32> = roots.map(<[u32]>::to_vec).unwrap_or_default();
+            from.extend(st.runnable_effects());
+            from.extend(st.pending_reductions.iter().filter_map(|&p| {
+                let v = st.var(p);
+                (v.alive && v.thread == me && matches!(v.op, Op::Reduce(_))).then(|| v.deps[0])
+            }));
+            graph_of(&st, &from)
+        });
         let list = std::mem::take(&mut st.pending_reductions);
         let (mut mine, mut others) = (Vec::new(), Vec::new());
         for id in list {
@@ -1969,12 +2016,24 @@ pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result
             if !v.alive || v.is_evaluated() || !matches!(v.op, Op::Reduce(_)) {
                 continue;
             }
-            if v.thread != me {
+            if v.thread != me && !reads.contains(&id) {
                 others.push(id);
             } else if !mine.contains(&id) {
                 mine.push(id);
             }
         }
+        // a pending reduction this evaluation reads is resolved whatever list it is on (or
+        // whether another thread's resolution holds it off the list right now)
+        let mut unlisted: Vec<u32> = reads
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let v = st.var(i);
+                v.alive && !v.is_evaluated() && matches!(v.op, Op::Reduce(_)) && !mine.contains(&i)
+            })
+            .collect();
+        unlisted.sort_unstable();
+        mine.extend(unlisted);
         let sel = chosen.get_or_insert_with(|| match roots {
             None => mine.iter().copied().collect(),
             Some(roots) => {
@@ -1996,9 +2055,29 @@ pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result
         others.extend(&waiting);
         st.pending_reductions = others;
         if ready.is_empty() {
-            return Err(crate::Error::Invalid(
-                "kiln internal error: pending reductions wait for each other".into(),
-            ));
+            // they wait for reductions this resolution did not pick (held by another thread's
+            // list, or made after the pick): take those in too and try again
+            let srcs: Vec<u32> = mine.iter().map(|&r| st.var(r).deps[0]).collect();
+            let mut blocking: Vec<u32> = graph_of(&st, &srcs)
+                .into_iter()
+                .filter(|&i| {
+                    let v = st.var(i);
+                    v.alive
+                        && !v.is_evaluated()
+                        && matches!(v.op, Op::Reduce(_))
+                        && !mine.contains(&i)
+                })
+                .collect();
+            if blocking.is_empty() {
+                return Err(crate::Error::Invalid(
+                    "kiln internal error: pending reductions wait for each other".into(),
+                ));
+            }
+            blocking.sort_unstable();
+            sel.extend(blocking.iter().copied());
+            reads.extend(blocking.iter().copied());
+            st.pending_reductions.extend(blocking);
+            continue;
         }
         for &r in &ready {
             st.inc_int(r);
@@ -2070,13 +2149,6 @@ fn resolve_phase(ready: &[u32]) -> Result<()> {
         g.2.push((r, k, op));
     }
     drop(st);
-    // a host loop's lazy state broadcast into a source is evaluated first, as for a lone fused
-    // reduction (section "Host loops"), so the kernel's shape repeats from one iteration to the next
-    for (_, srcs, _) in &lazy {
-        for &src in srcs {
-            settle_broadcast_scalars(VarId(src))?;
-        }
-    }
     let mut results: Vec<(u32, Buffer)> = Vec::new();
     for (_, group) in stored {
         if let [(r, op, buf)] = &group[..] {
