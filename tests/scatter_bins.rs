@@ -456,3 +456,48 @@ fn frozen_plain_updates_stay_exclusive_at_other_sizes() {
         }
     });
 }
+
+/// A gather at one index for every lane (k-means reads a centroid this way) loads once and
+/// broadcasts on LLVM: the same values and out-of-range counts as the interpreter, in range, out
+/// of range, negative, masked, for f32, i32 and bool sources, over sizes around the block edge.
+#[test]
+fn gather_at_one_index_matches_the_interpreter() {
+    leak_checked(|| {
+        let eval_on = |backend: BackendKind, n: usize, at: i32| {
+            core::with_backend(backend, || {
+                let src = Float32::from_slice(&[1.5, -2.0, 3.25]);
+                let ints = Int32::from_slice(&[7, -8, 9]);
+                let flags = Bool::from_slice(&[true, false, true]);
+                let m = UInt32::arange(n) % 3u32;
+                let keep = m.ne(1u32);
+                let i = Int32::from(at);
+                let ((a, b, c, d), dl) = delta(|| {
+                    let a = gather(&src, &i) + Float32::arange(n);
+                    let b = gather_masked(&ints, &i, &keep) + 1i32;
+                    let c = select(&gather(&flags, &i), 1u32, 2u32) + &m;
+                    let d = gather(&src, &Int32::from(at)) * 2.0;
+                    kiln::eval!(a, b, c, d);
+                    (a.to_vec(), b.to_vec(), c.to_vec(), d.len())
+                });
+                (a, b, c, d, dl.oob_reads)
+            })
+        };
+        for &n in &SIZES {
+            for at in [0, 2, 3, -1] {
+                let want = eval_on(BackendKind::Interp, n, at);
+                for backend in backends() {
+                    assert_eq!(
+                        eval_on(backend, n, at),
+                        want,
+                        "{backend}: n={n}, index {at}"
+                    );
+                }
+                if n > 0 && (0..3).contains(&at) {
+                    assert_eq!(want.0[0], [1.5, -2.0, 3.25][at as usize]);
+                } else if n > 0 {
+                    assert!(want.4 > 0, "out of range is counted");
+                }
+            }
+        }
+    });
+}

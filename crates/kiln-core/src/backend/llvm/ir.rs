@@ -1244,6 +1244,51 @@ impl Gen<'_> {
         let m = self.and_mask(active.as_deref(), &mk);
         let me = mty(t);
         let mv = self.v(me);
+        let lit = &k.insts[inst.args[0] as usize];
+        if lit.op == Op::Literal && lit.ty.is_int() {
+            // one index for every lane (k-means reads centroid `c` this way): one scalar load
+            // and a broadcast instead of a gather of the same address
+            let bits = lit.imm & lit.ty.bit_mask();
+            let width = 8 * lit.ty.size_bytes() as u32;
+            let negative = lit.ty.is_signed() && width < 64 && bits >> (width - 1) & 1 == 1
+                || lit.ty.is_signed() && width == 64 && (bits as i64) < 0;
+            // (a negative index is out of range: as large as an unsigned index gets)
+            let c = if negative { u64::MAX } else { bits };
+            let (ok, sp, safe, one) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+            self.line(format!("{ok} = icmp ult i64 {c}, %len{p}"));
+            let inb = self.splat("i1", &ok);
+            let (valid, bad, badn) = (self.fresh(), self.fresh(), self.fresh());
+            self.line(format!("{valid} = and <{w} x i1> {m}, {inb}"));
+            let all = self.all_true();
+            self.line(format!("{badn} = xor <{w} x i1> {inb}, {all}"));
+            self.line(format!("{bad} = and <{w} x i1> {m}, {badn}"));
+            let cnt = self.count(&bad);
+            let (old, new) = (self.fresh(), self.fresh());
+            self.line(format!("{old} = load i64, ptr %oob, align 8"));
+            self.line(format!("{new} = add i64 {old}, {cnt}"));
+            self.line(format!("store i64 {new}, ptr %oob, align 8"));
+            self.line(format!(
+                "{sp} = getelementptr {me}, ptr %base{p}, i64 {}",
+                c as i64
+            ));
+            // out of range, the load reads the counter's own 8 bytes instead (never used)
+            self.line(format!("{safe} = select i1 {ok}, ptr {sp}, ptr %oob"));
+            self.line(format!("{one} = load {me}, ptr {safe}, align 1"));
+            let all_lanes = self.splat(me, &one);
+            let loaded = if t == VarType::Bool {
+                self.fresh()
+            } else {
+                dst.clone()
+            };
+            self.line(format!(
+                "{loaded} = select <{w} x i1> {valid}, {mv} {all_lanes}, {mv} zeroinitializer"
+            ));
+            if t == VarType::Bool {
+                let vt = self.vt(t);
+                self.line(format!("{dst} = trunc {mv} {loaded} to {vt}"));
+            }
+            return;
+        }
         let (inb, ptrs) = if sty(ixt) == "i32" {
             // 32-bit indices stay 32-bit, so x86 gathers 8 lanes per instruction (vgatherdps)
             // rather than 4: the bounds check compares against min(len - 1, u32::MAX), and an
