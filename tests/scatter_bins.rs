@@ -313,3 +313,191 @@ fn threads_build_histograms_at_once() {
         }
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Plain (non-atomic) updates of privatised targets
+
+/// The text of the kernel the pending scatters would run in.
+fn pending_kernel() -> String {
+    let ks = core::kernels_for(&[]);
+    assert_eq!(ks.len(), 1, "one pending kernel");
+    ks[0].to_string()
+}
+
+/// A reduce-scatter into a target of at most 16 KiB compiles to plain updates (`exclusive` in
+/// the IR, so its cache entry is not the atomic kernel's); a bigger target, a plain overwrite and a
+/// target the kernel also reads stay atomic.
+#[test]
+fn small_reduce_targets_compile_plain_updates() {
+    leak_checked(|| {
+        let n = 20_000;
+        let v = Float32::arange(n) * 0.5;
+        let i = UInt32::arange(n) % 7u32;
+        kiln::eval!(v, i);
+        let case = |bins: usize, op: ReduceOp| -> String {
+            let mut t = UInt32::zeros(bins);
+            t.eval();
+            scatter_reduce(op, &mut t, 3u32, &i);
+            let text = pending_kernel();
+            t.eval();
+            text
+        };
+        assert!(case(8, ReduceOp::Add).contains(", exclusive"));
+        assert!(case(4096, ReduceOp::Max).contains(", exclusive"), "16 KiB");
+        assert!(
+            !case(4097, ReduceOp::Add).contains(", exclusive"),
+            "past 16 KiB"
+        );
+        assert!(
+            !case(8, ReduceOp::None).contains(", exclusive"),
+            "overwrite"
+        );
+        // a gather from the target in the same kernel reads it as it was: the launch sees one
+        // buffer bound to two parameters and runs the blocks in order on one thread
+        let mut t = UInt32::from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        t.eval();
+        let g = gather(&t, &i);
+        scatter_reduce(ReduceOp::Add, &mut t, &(&g * 2u32), &i);
+        assert!(pending_kernel().contains(", exclusive"));
+        let mut want = [1u32, 2, 3, 4, 5, 6, 7, 8];
+        for k in 0..n {
+            want[k % 7] += 2 * (k % 7 + 1) as u32;
+        }
+        assert_eq!(t.to_vec(), want.to_vec());
+        // the flag is part of the hash
+        let mut t = Float32::zeros(8);
+        t.eval();
+        scatter_reduce(ReduceOp::Add, &mut t, &v, &i);
+        let k = core::kernels_for(&[]).remove(0);
+        t.eval();
+        let mut atomic = k.clone();
+        for inst in &mut atomic.insts {
+            inst.imm &= !core::kernel::SCATTER_EXCLUSIVE;
+        }
+        assert!(k.insts.iter().any(|x| x.exclusive()));
+        assert_ne!(k.hash(), atomic.hash());
+    });
+}
+
+/// Plain updates around the copy-size limit (4096 u32 = 16 KiB is privatised, 4097 and 5000 are
+/// not) and across block boundaries: exact kinds equal the host loop, float sums the
+/// interpreter's bits, masked and with out-of-range lanes, on every backend.
+#[test]
+fn plain_updates_match_around_the_copy_limit() {
+    leak_checked(|| {
+        for backend in backends() {
+            for &n in &[16_384usize, 16_385, 70_001] {
+                for bins in [1usize, 8, 4096, 4097, 5000] {
+                    let seed = (n + bins) as u64;
+                    let idx = indices(n, bins, seed);
+                    let m = mask(n, seed);
+                    let mut r = lcg(seed);
+                    let ints: Vec<u32> = (0..n).map(|_| r() as u32).collect();
+                    let floats: Vec<f32> = (0..n).map(|_| (r() % 5000) as f32 * 0.0031).collect();
+                    for masked in [false, true] {
+                        let mm = masked.then_some(&m[..]);
+                        let init = vec![5u32; bins];
+                        let want = host(&init, &ints, &idx, mm, |a, b| a.wrapping_add(b));
+                        let got = run(backend, ReduceOp::Add, &init, &ints, &idx, mm);
+                        assert_eq!(got, want, "u32 on {backend}: n={n} bins={bins} {masked}");
+                        let init = vec![0.25f32; bins];
+                        let got = run(backend, ReduceOp::Add, &init, &floats, &idx, mm);
+                        if bins <= 4096 {
+                            // privatised: the interpreter's bits, whatever thread ran a block
+                            let oracle =
+                                run(BackendKind::Interp, ReduceOp::Add, &init, &floats, &idx, mm);
+                            let bits =
+                                |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&got.0),
+                                bits(&oracle.0),
+                                "f32 on {backend}: n={n} bins={bins} {masked}"
+                            );
+                        }
+                        // (a shared target's float sums depend on which thread came first)
+                        let (want, oob) = host(&init, &floats, &idx, mm, |a, b| a + b);
+                        assert_eq!(got.1, oob);
+                        for (g, w) in got.0.iter().zip(&want) {
+                            assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} vs {w}");
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// A frozen histogram whose target length changes between calls: the recorded launch keeps its
+/// plain updates exclusive (privatised, or blocks in order on one thread for a target past the
+/// limit), so every call counts exactly.
+#[test]
+fn frozen_plain_updates_stay_exclusive_at_other_sizes() {
+    leak_checked(|| {
+        let body = |t: &UInt32, i: &UInt32| -> UInt32 {
+            let mut h = t.clone();
+            scatter_reduce(ReduceOp::Add, &mut h, 1u32, i);
+            h
+        };
+        let mut f = kiln::freeze(body);
+        for (k, &(n, bins)) in [
+            (40_000usize, 8usize),
+            (70_001, 8),
+            (50_000, 6000),
+            (16_385, 3),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let idx = indices(n, bins, k as u64);
+            let (t, i) = (UInt32::zeros(bins), UInt32::from_slice(&idx));
+            let got = f.call(&t, &i).unwrap().to_vec();
+            let (want, _) = host(&vec![0u32; bins], &vec![1u32; n], &idx, None, |a, b| a + b);
+            assert_eq!(got, want, "call {k}: n={n}, bins={bins}");
+        }
+    });
+}
+
+/// A gather at one index for every lane (k-means reads a centroid this way) loads once and
+/// broadcasts on LLVM: the same values and out-of-range counts as the interpreter, in range, out
+/// of range, negative, masked, for f32, i32 and bool sources, over sizes around the block edge.
+#[test]
+fn gather_at_one_index_matches_the_interpreter() {
+    leak_checked(|| {
+        let eval_on = |backend: BackendKind, n: usize, at: i32| {
+            core::with_backend(backend, || {
+                let src = Float32::from_slice(&[1.5, -2.0, 3.25]);
+                let ints = Int32::from_slice(&[7, -8, 9]);
+                let flags = Bool::from_slice(&[true, false, true]);
+                let m = UInt32::arange(n) % 3u32;
+                let keep = m.ne(1u32);
+                let i = Int32::from(at);
+                let ((a, b, c, d), dl) = delta(|| {
+                    let a = gather(&src, &i) + Float32::arange(n);
+                    let b = gather_masked(&ints, &i, &keep) + 1i32;
+                    let c = select(&gather(&flags, &i), 1u32, 2u32) + &m;
+                    let d = gather(&src, &Int32::from(at)) * 2.0;
+                    kiln::eval!(a, b, c, d);
+                    (a.to_vec(), b.to_vec(), c.to_vec(), d.len())
+                });
+                (a, b, c, d, dl.oob_reads)
+            })
+        };
+        for &n in &SIZES {
+            for at in [0, 2, 3, -1] {
+                let want = eval_on(BackendKind::Interp, n, at);
+                for backend in backends() {
+                    assert_eq!(
+                        eval_on(backend, n, at),
+                        want,
+                        "{backend}: n={n}, index {at}"
+                    );
+                }
+                if n > 0 && (0..3).contains(&at) {
+                    assert_eq!(want.0[0], [1.5, -2.0, 3.25][at as usize]);
+                } else if n > 0 {
+                    assert!(want.4 > 0, "out of range is counted");
+                }
+            }
+        }
+    });
+}

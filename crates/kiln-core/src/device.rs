@@ -358,7 +358,9 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
     // kernel's parameters: inputs hold `size` (or 1, broadcast) elements, outputs were allocated for
     // `size`, indexed buffers carry their length; all stay alive (borrowed) for the launch.
     unsafe {
-        if spec.tile_cols > 0 && launch::can_tile(size, spec.tile_cols) {
+        // (a kernel with plain scatter updates never runs in tiles: `privatise` owns its launch)
+        if spec.tile_cols > 0 && launch::can_tile(size, spec.tile_cols) && !spec.private.exclusive()
+        {
             launch::launch_tiled(spec.kernel.as_ref(), &args, size, spec.tile_cols)
         } else if spec.private.is_empty()
             || !crate::privatise::launch(&spec, &ptrs, &lens, args.status, size)

@@ -50,6 +50,12 @@ pub struct Param {
     pub kind: ParamKind,
 }
 
+/// Flag in a `Scatter`'s `imm` (above the parameter index): the scatter updates its target with
+/// plain read-modify-writes, lane after lane; the launch must give each thread its own target
+/// (see `privatise`). Part of the kernel's text and hash, so such kernels never share a cache
+/// entry with their atomic twins.
+pub const SCATTER_EXCLUSIVE: u64 = 1 << 32;
+
 /// One instruction. Unused argument slots are 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Inst {
@@ -71,6 +77,15 @@ impl Inst {
             args: a,
             imm,
         }
+    }
+    /// The parameter a `Load`, `Store`, `Gather` or `Scatter` uses (`imm` less its flags).
+    pub fn param(&self) -> usize {
+        (self.imm & 0xffff_ffff) as usize
+    }
+    /// Whether a `Scatter` updates its target with plain (non-atomic) read-modify-writes: its
+    /// launches guarantee that no two threads update one target copy (see `privatise`).
+    pub fn exclusive(&self) -> bool {
+        matches!(self.op, Op::Scatter(_)) && self.imm & SCATTER_EXCLUSIVE != 0
     }
     /// The operands actually used by this instruction.
     pub fn operands(&self) -> &[Reg] {
@@ -207,7 +222,7 @@ impl Kernel {
                 }
             };
             let param = |errs: &mut Vec<String>, kinds: &[ParamKind]| -> Option<Param> {
-                match self.params.get(inst.imm as usize) {
+                match self.params.get(inst.param()) {
                     None => {
                         errs.push(here(format!("parameter p{} does not exist", inst.imm)));
                         None
@@ -751,8 +766,14 @@ impl fmt::Display for Kernel {
                 )?,
                 Op::Scatter(_) => writeln!(
                     f,
-                    "  {}.{} p{}[r{}] = r{}, mask r{}",
-                    inst.op, inst.ty, inst.imm, a[1], a[0], a[2]
+                    "  {}.{} p{}[r{}] = r{}, mask r{}{}",
+                    inst.op,
+                    inst.ty,
+                    inst.param(),
+                    a[1],
+                    a[0],
+                    a[2],
+                    if inst.exclusive() { ", exclusive" } else { "" }
                 )?,
                 Op::Cast | Op::Bitcast => {
                     let from = self.insts[a[0] as usize].ty;

@@ -34,6 +34,9 @@ pub const MAX_TARGET_BYTES: usize = 16 * 1024;
 pub struct Private {
     n: u8,
     targets: [(u32, ReduceOp); MAX_TARGETS],
+    /// The kernel's scatters into these targets are plain read-modify-writes ([`mark_exclusive`]):
+    /// every launch must privatise them all or run its blocks one after another on one thread.
+    exclusive: bool,
 }
 
 impl Default for Private {
@@ -41,6 +44,7 @@ impl Default for Private {
         Private {
             n: 0,
             targets: [(0, ReduceOp::None); MAX_TARGETS],
+            exclusive: false,
         }
     }
 }
@@ -62,7 +66,7 @@ impl Private {
             let mut rop = None;
             let mut ok = true;
             for inst in &kernel.insts {
-                let uses = matches!(inst.op, Op::Gather | Op::Scatter(_)) && inst.imm == i as u64;
+                let uses = matches!(inst.op, Op::Gather | Op::Scatter(_)) && inst.param() == i;
                 if !uses {
                     continue;
                 }
@@ -78,7 +82,14 @@ impl Private {
                 p.n += 1;
             }
         }
+        p.exclusive = kernel.insts.iter().any(|i| i.exclusive());
         p
+    }
+
+    /// Whether the kernel's scatters into the targets are plain read-modify-writes: a launch of
+    /// several blocks must privatise every target (see [`mark_exclusive`]).
+    pub fn exclusive(&self) -> bool {
+        self.exclusive
     }
 
     /// The candidates: (parameter, reduction).
@@ -89,6 +100,50 @@ impl Private {
     pub fn is_empty(&self) -> bool {
         self.n == 0
     }
+}
+
+/// Compile the scatters into `kernel`'s privatisable targets as plain (non-atomic) updates where
+/// every such target is small enough to privatise: `len(p)` gives parameter `p`'s length in
+/// elements. All or nothing, because a launch then guarantees exclusivity for the whole kernel: it
+/// privatises every target, or (a single block, a copy not worth folding, a target bound to two
+/// parameters) runs its blocks one after another on one thread. Returns whether it marked any.
+/// Scatters into other parameters (a target also gathered from) stay atomic.
+///
+/// The bits do not change: a privatised launch already updates each copy lane after lane and
+/// folds the copies in block order; atomic or not, those are the same additions in the same order.
+///
+/// ```
+/// use kiln_core::kernel::Kernel;
+/// assert!(!kiln_core::privatise::mark_exclusive(&mut Kernel::default(), |_| 0));
+/// ```
+pub fn mark_exclusive(kernel: &mut Kernel, len: impl Fn(usize) -> usize) -> bool {
+    if !plain_updates() {
+        return false;
+    }
+    let private = Private::of(kernel);
+    let targets = private.targets();
+    let small = |&(p, _): &(u32, ReduceOp)| {
+        let p = p as usize;
+        len(p) * kernel.params[p].ty.size_bytes() <= MAX_TARGET_BYTES
+    };
+    if targets.is_empty() || !targets.iter().all(small) {
+        return false;
+    }
+    for inst in &mut kernel.insts {
+        // (a scatter into another target, e.g. one also gathered from, stays atomic)
+        if matches!(inst.op, Op::Scatter(_))
+            && targets.iter().any(|&(p, _)| p as usize == inst.param())
+        {
+            inst.imm |= crate::kernel::SCATTER_EXCLUSIVE;
+        }
+    }
+    true
+}
+
+/// `KILN_PLAIN_SCATTER=0` keeps every scatter atomic (to compare, or to rule this path out).
+fn plain_updates() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_PLAIN_SCATTER").map_or(true, |v| v != "0"))
 }
 
 /// Whether a target of `len` elements of `bytes` each is privatised in a launch of `size` lanes
@@ -148,6 +203,7 @@ pub(crate) unsafe fn launch(
     let blocks = size.div_ceil(block);
     let mut copies = Vec::new();
     let mut stride = 0;
+    let mut serial = false;
     for &(p, rop) in private.targets() {
         let p = p as usize;
         let (ty, len) = (params[p].ty, lens[p] as usize);
@@ -156,7 +212,18 @@ pub(crate) unsafe fn launch(
             .iter()
             .enumerate()
             .any(|(q, &other)| q != p && other == ptrs[p]);
-        if aliased || !worth_it(len, ty.size_bytes(), size, blocks) {
+        let fits = blocks > 1 && len > 0 && len * ty.size_bytes() <= MAX_TARGET_BYTES;
+        if private.exclusive() {
+            // plain updates: every target the kernel can touch gets a copy per block, else the
+            // blocks run one after another (folding is at most 4096 elements per block)
+            if len == 0 {
+                continue; // (every lane is out of range: nothing is updated)
+            }
+            if aliased || !fits {
+                serial = true;
+                break;
+            }
+        } else if aliased || !worth_it(len, ty.size_bytes(), size, blocks) {
             continue;
         }
         copies.push(Copy {
@@ -168,6 +235,23 @@ pub(crate) unsafe fn launch(
         });
         // (the slack vector code may touch past the end, and a cache line of its own)
         stride += (len * ty.size_bytes() + crate::alloc::SLACK_BYTES).next_multiple_of(64);
+    }
+    if serial || (private.exclusive() && copies.is_empty()) {
+        if blocks <= 1 {
+            return false; // (one block: the usual launch runs it inline)
+        }
+        let args = LaunchArgs {
+            ptrs: ptrs.as_ptr(),
+            lens: lens.as_ptr(),
+            status,
+        };
+        for b in 0..blocks {
+            let (s, e) = (b * block, ((b + 1) * block).min(size));
+            // SAFETY: the caller's buffers are live; one thread runs the blocks in order, so the
+            // kernel's plain updates do not race.
+            unsafe { kernel.run(&args, s as u64, e as u64) };
+        }
+        return true;
     }
     if copies.is_empty() {
         return false;

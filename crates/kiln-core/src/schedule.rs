@@ -960,7 +960,15 @@ pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
     let side = st.runnable_effects();
     group(&st, &roots, &side)
         .into_iter()
-        .map(|g| build(&st, g).kernel)
+        .map(|g| {
+            let mut b = build(&st, g);
+            // (as `run_with_into` marks them: stencil kernels, which may split, stay atomic)
+            if b.stencil_seen.is_empty() {
+                let vars = &b.param_vars;
+                crate::privatise::mark_exclusive(&mut b.kernel, |p| st.var(vars[p]).size);
+            }
+            b.kernel
+        })
         .collect()
 }
 
@@ -1265,6 +1273,14 @@ fn run_with_into(
     if let Some((tid, cols)) = tile {
         for b in built.iter_mut().filter(|b| b.roots.contains(&tid)) {
             b.tile_cols = cols;
+        }
+    }
+    // scatters into few bins update per-block copies with plain read-modify-writes: only for
+    // kernels launched whole (`launch_kernel`, which then guarantees one thread per copy)
+    for b in built.iter_mut() {
+        if b.interior.is_none() && b.tile_cols == 0 {
+            let vars = &b.param_vars;
+            crate::privatise::mark_exclusive(&mut b.kernel, |p| st.var(vars[p]).size);
         }
     }
     let reusable: Vec<bool> = built.iter().map(|b| may_reuse(&st, b)).collect();

@@ -250,7 +250,7 @@ impl CompiledKernel for InterpKernel {
                 let arg = |j: usize| {
                     &before[inst.args[j] as usize * CHUNK..inst.args[j] as usize * CHUNK + CHUNK]
                 };
-                let p = inst.imm as usize;
+                let p = inst.param();
                 match inst.op {
                     Op::Literal => out[..lanes].fill(inst.imm),
                     op if op.is_region() => unreachable!("handled above"),

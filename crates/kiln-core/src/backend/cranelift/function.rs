@@ -93,7 +93,7 @@ pub(super) fn build_function(
     let mut used = vec![false; k.params.len()];
     for i in &k.insts {
         if matches!(i.op, Op::Load | Op::Store | Op::Gather | Op::Scatter(_)) {
-            used[i.imm as usize] = true;
+            used[i.param()] = true;
         }
     }
     let mut bases = vec![None; k.params.len()];

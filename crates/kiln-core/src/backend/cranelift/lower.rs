@@ -72,7 +72,7 @@ impl<'f> Gen<'_, 'f> {
         if let Some(Some(f)) = self.affine.get(r) {
             return Ok(Some(self.affine(r, t, *f)));
         }
-        let p = inst.imm as usize;
+        let p = inst.param();
         let k = self.k;
         let arg = |g: &mut Self, j: usize| g.val(inst.args[j]);
         let from = |j: usize| k.ty(inst.args[j]);

@@ -1248,6 +1248,51 @@ impl Gen<'_> {
         let m = self.and_mask(active.as_deref(), &mk);
         let me = mty(t);
         let mv = self.v(me);
+        let lit = &k.insts[inst.args[0] as usize];
+        if lit.op == Op::Literal && lit.ty.is_int() {
+            // one index for every lane (k-means reads centroid `c` this way): one scalar load
+            // and a broadcast instead of a gather of the same address
+            let bits = lit.imm & lit.ty.bit_mask();
+            let width = 8 * lit.ty.size_bytes() as u32;
+            let negative = lit.ty.is_signed() && width < 64 && bits >> (width - 1) & 1 == 1
+                || lit.ty.is_signed() && width == 64 && (bits as i64) < 0;
+            // (a negative index is out of range: as large as an unsigned index gets)
+            let c = if negative { u64::MAX } else { bits };
+            let (ok, sp, safe, one) = (self.fresh(), self.fresh(), self.fresh(), self.fresh());
+            self.line(format!("{ok} = icmp ult i64 {c}, %len{p}"));
+            let inb = self.splat("i1", &ok);
+            let (valid, bad, badn) = (self.fresh(), self.fresh(), self.fresh());
+            self.line(format!("{valid} = and <{w} x i1> {m}, {inb}"));
+            let all = self.all_true();
+            self.line(format!("{badn} = xor <{w} x i1> {inb}, {all}"));
+            self.line(format!("{bad} = and <{w} x i1> {m}, {badn}"));
+            let cnt = self.count(&bad);
+            let (old, new) = (self.fresh(), self.fresh());
+            self.line(format!("{old} = load i64, ptr %oob, align 8"));
+            self.line(format!("{new} = add i64 {old}, {cnt}"));
+            self.line(format!("store i64 {new}, ptr %oob, align 8"));
+            self.line(format!(
+                "{sp} = getelementptr {me}, ptr %base{p}, i64 {}",
+                c as i64
+            ));
+            // out of range, the load reads the counter's own 8 bytes instead (never used)
+            self.line(format!("{safe} = select i1 {ok}, ptr {sp}, ptr %oob"));
+            self.line(format!("{one} = load {me}, ptr {safe}, align 1"));
+            let all_lanes = self.splat(me, &one);
+            let loaded = if t == VarType::Bool {
+                self.fresh()
+            } else {
+                dst.clone()
+            };
+            self.line(format!(
+                "{loaded} = select <{w} x i1> {valid}, {mv} {all_lanes}, {mv} zeroinitializer"
+            ));
+            if t == VarType::Bool {
+                let vt = self.vt(t);
+                self.line(format!("{dst} = trunc {mv} {loaded} to {vt}"));
+            }
+            return;
+        }
         let (inb, ptrs) = if sty(ixt) == "i32" {
             // 32-bit indices stay 32-bit, so x86 gathers 8 lanes per instruction (vgatherdps)
             // rather than 4: the bounds check compares against min(len - 1, u32::MAX), and an
@@ -1335,7 +1380,7 @@ impl Gen<'_> {
         let Op::Scatter(rop) = inst.op else {
             unreachable!()
         };
-        let p = inst.imm as usize;
+        let p = inst.param();
         let (val, ix, mk) = (
             self.r(inst.args[0]),
             self.r(inst.args[1]),
@@ -1394,7 +1439,7 @@ impl Gen<'_> {
             // sums (histograms, k-means) update in place with one atomic add per active lane:
             // no call (which would spill every vector register) and the same bits as the
             // helper's compare-and-swap loop, `old + value` lane after lane
-            self.scatter_add_inline(t, p, &val, &ix64, &m);
+            self.scatter_add_inline(t, p, &val, &ix64, &m, inst.exclusive());
             if let Some(join) = done {
                 self.line(format!("br label {join}"));
                 self.label(join.trim_start_matches('%'));
@@ -1450,7 +1495,18 @@ impl Gen<'_> {
 
     /// `target[index] += value` for each active lane of a reduce-add scatter, inline: in range,
     /// an atomic add (`atomicrmw add`/`fadd`, in lane order); out of range, the status counter.
-    fn scatter_add_inline(&mut self, t: VarType, p: usize, val: &str, ix64: &str, m: &str) {
+    ///
+    /// `exclusive` (the launch gives this thread its own target: see `privatise`): a plain load,
+    /// add and store instead of the atomic add — the same additions in the same lane order.
+    fn scatter_add_inline(
+        &mut self,
+        t: VarType,
+        p: usize,
+        val: &str,
+        ix64: &str,
+        m: &str,
+        exclusive: bool,
+    ) {
         let w = self.w;
         let me = mty(t);
         let vt = self.vt(t);
@@ -1461,6 +1517,55 @@ impl Gen<'_> {
             crate::backend::STATUS_OOB_WRITES
         ));
         let lb = |x: &str| x.trim_start_matches('%').to_string();
+        let mut join = None;
+        if exclusive {
+            // every lane active and in range (the common case): the updates without a branch
+            // per lane, still lane after lane
+            let (ins, lens, inr, ok, bits, full) = (
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+            );
+            let (fast, slow, done) = (self.fresh(), self.fresh(), self.fresh());
+            self.line(format!(
+                "{ins} = insertelement <{w} x i64> poison, i64 %len{p}, i64 0"
+            ));
+            self.line(format!(
+                "{lens} = shufflevector <{w} x i64> {ins}, <{w} x i64> poison, <{w} x i32> zeroinitializer"
+            ));
+            self.line(format!("{inr} = icmp ult <{w} x i64> {ix64}, {lens}"));
+            self.line(format!("{ok} = and <{w} x i1> {inr}, {m}"));
+            self.line(format!("{bits} = bitcast <{w} x i1> {ok} to i{w}"));
+            self.line(format!("{full} = icmp eq i{w} {bits}, -1"));
+            self.line(format!("br i1 {full}, label {fast}, label {slow}"));
+            self.label(&lb(&fast));
+            let al = t.size_bytes();
+            for lane in 0..w {
+                let (ie, ve, ptr, old, sum) = (
+                    self.fresh(),
+                    self.fresh(),
+                    self.fresh(),
+                    self.fresh(),
+                    self.fresh(),
+                );
+                self.line(format!(
+                    "{ie} = extractelement <{w} x i64> {ix64}, i64 {lane}"
+                ));
+                self.line(format!("{ve} = extractelement {vt} {val}, i64 {lane}"));
+                self.line(format!(
+                    "{ptr} = getelementptr inbounds {me}, ptr %base{p}, i64 {ie}"
+                ));
+                self.line(format!("{old} = load {me}, ptr {ptr}, align {al}"));
+                self.line(format!("{sum} = {add} {me} {old}, {ve}"));
+                self.line(format!("store {me} {sum}, ptr {ptr}, align {al}"));
+            }
+            self.line(format!("br label {done}"));
+            self.label(&lb(&slow));
+            join = Some(done);
+        }
         for lane in 0..w {
             let (bit, go, skip) = (self.fresh(), self.fresh(), self.fresh());
             self.line(format!("{bit} = extractelement <{w} x i1> {m}, i64 {lane}"));
@@ -1479,15 +1584,27 @@ impl Gen<'_> {
             self.line(format!(
                 "{ptr} = getelementptr inbounds {me}, ptr %base{p}, i64 {ie}"
             ));
-            self.line(format!(
-                "{old} = atomicrmw {add} ptr {ptr}, {me} {ve} monotonic"
-            ));
+            if exclusive {
+                let sum = self.fresh();
+                let al = t.size_bytes();
+                self.line(format!("{old} = load {me}, ptr {ptr}, align {al}"));
+                self.line(format!("{sum} = {add} {me} {old}, {ve}"));
+                self.line(format!("store {me} {sum}, ptr {ptr}, align {al}"));
+            } else {
+                self.line(format!(
+                    "{old} = atomicrmw {add} ptr {ptr}, {me} {ve} monotonic"
+                ));
+            }
             self.line(format!("br label {skip}"));
             self.label(&lb(&oob));
             let c = self.fresh();
             self.line(format!("{c} = atomicrmw add ptr {st}, i64 1 monotonic"));
             self.line(format!("br label {skip}"));
             self.label(&lb(&skip));
+        }
+        if let Some(done) = join {
+            self.line(format!("br label {done}"));
+            self.label(&lb(&done));
         }
     }
 
