@@ -78,7 +78,7 @@ fn run<T: kiln::Scalar>(
         let ((), d) = delta(|| {
             match m {
                 None => scatter_reduce(op, &mut t, &v, &i),
-                Some(m) => scatter_reduce_masked(op, &mut t, &v, &i, &Bool::from_slice(m)),
+                Some(m) => scatter_reduce_masked(op, &mut t, &v, &i, Bool::from_slice(m)),
             }
             kiln::eval!(t);
         });
