@@ -363,7 +363,16 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
         {
             launch::launch_tiled(spec.kernel.as_ref(), &args, size, spec.tile_cols)
         } else if spec.private.is_empty()
-            || !crate::privatise::launch(&spec, &ptrs, &lens, args.status, size)
+            || !crate::privatise::launch(
+                spec.kernel.as_ref(),
+                spec.params,
+                &spec.private,
+                spec.block,
+                &ptrs,
+                &lens,
+                args.status,
+                size,
+            )
         {
             launch::launch(spec.kernel.as_ref(), &args, size, spec.block)
         }

@@ -190,15 +190,19 @@ struct Copy {
 ///
 /// # Safety
 /// As [`crate::launch::launch`]: `ptrs`/`lens` describe live buffers matching `params`.
+/// (It takes the launch's parts rather than `device::LaunchSpec`: the device layer calls down
+/// here, never the other way.)
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn launch(
-    spec: &crate::device::LaunchSpec,
+    kernel: &dyn CompiledKernel,
+    params: &[Param],
+    private: &Private,
+    block: usize,
     ptrs: &[*mut u8],
     lens: &[u64],
     status: *const std::sync::atomic::AtomicU64,
     size: usize,
 ) -> bool {
-    let (kernel, params, private, block): (&dyn CompiledKernel, &[Param], &Private, usize) =
-        (spec.kernel.as_ref(), spec.params, &spec.private, spec.block);
     let block = block.max(1).next_multiple_of(crate::launch::BLOCK_ALIGN);
     let blocks = size.div_ceil(block);
     let mut copies = Vec::new();
