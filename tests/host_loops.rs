@@ -63,6 +63,8 @@ fn fit(d: &Data, iters: usize, eval_each: bool) -> ([u64; 4], Vec<u64>, Vec<u64>
         per_iter.push(built() - before);
         launches.push(kiln::stats().launches - launched);
     }
+    // (read together: one launch, as the `eval!` loop's last iteration)
+    kiln::eval!(w0, w1, w2, b);
     let bits = [w0.item(), w1.item(), w2.item(), b.item()].map(f64::to_bits);
     (bits, per_iter, launches)
 }
@@ -86,6 +88,28 @@ fn uneval_loop_compiles_a_bounded_number_of_kernels() {
     leak_checked(|| {
         for n in [1, 16, 1000, 16383, 16384, 16385] {
             check_loop(n, 12);
+        }
+    });
+}
+
+/// Read only at the end, the uneval'd loop's whole graph is resolved at once: its kernels must
+/// still not grow with the iterations. After a 4-iteration warm-up, a 16-iteration loop, its final
+/// read included, builds no kernel.
+#[test]
+fn uneval_loop_read_once_builds_no_kernel_per_iteration() {
+    leak_checked(|| {
+        for n in [17, 16385] {
+            let d = data(n);
+            let (want, _, _) = fit(&d, 16, true);
+            fit(&d, 4, false);
+            let before = built();
+            let (got, _, _) = fit(&d, 16, false);
+            assert_eq!(got, want, "n = {n}");
+            assert_eq!(
+                built() - before,
+                0,
+                "n = {n}: kernels built by the 16-iteration loop"
+            );
         }
     });
 }

@@ -1206,7 +1206,12 @@ fn run_with_into(
         }
         return Ok(());
     }
-    let reused = reused_scalars(&st, &roots);
+    // (not in an evaluation that resolving reductions starts: it settles its own scalars)
+    let reused = if RESOLVING.get() {
+        Vec::new()
+    } else {
+        reused_scalars(&st, &roots)
+    };
     if !reused.is_empty() {
         for &r in &roots {
             st.inc_int(r);
@@ -1901,9 +1906,14 @@ impl Drop for Resolving {
     }
 }
 
+/// A set of variable ids (the registry's small hasher: these walks run per evaluation while
+/// reductions are pending).
+type IdSet =
+    std::collections::HashSet<u32, std::hash::BuildHasherDefault<crate::registry::FxHasher>>;
+
 /// Whether the unevaluated part of `id`'s graph holds a pending reduction (other than `id`).
 fn reaches_pending(st: &State, id: u32) -> bool {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = SeenSet::default();
     let mut stack = vec![id];
     while let Some(i) = stack.pop() {
         let v = st.var(i);
@@ -1919,19 +1929,66 @@ fn reaches_pending(st: &State, id: u32) -> bool {
 }
 
 /// The variables of the unevaluated part of `from`'s graph, with the evaluated ones it reads.
-fn graph_of(st: &State, from: &[u32]) -> std::collections::HashSet<u32> {
-    let mut seen = std::collections::HashSet::new();
+fn graph_of(st: &State, from: &[u32]) -> IdSet {
+    graph_walk(st, from, false)
+}
+
+/// The variables of the unevaluated part of `from`'s graph, with the evaluated ones it reads;
+/// `stop_at_reductions`: a pending reduction is included but not walked through (what it reads
+/// is its own business: a host loop's reductions each read the previous ones, and walking their
+/// whole chain for each of them would cost the square of the loop's length).
+fn graph_walk(st: &State, from: &[u32], stop_at_reductions: bool) -> IdSet {
+    let mut seen = IdSet::default();
     let mut stack = from.to_vec();
     while let Some(i) = stack.pop() {
         if i == 0 || !seen.insert(i) {
             continue;
         }
         let v = st.var(i);
-        if !v.is_evaluated() {
+        let stop = stop_at_reductions && matches!(v.op, Op::Reduce(_)) && !from.contains(&i);
+        if !v.is_evaluated() && !stop {
             stack.extend(v.dep_ids());
         }
     }
     seen
+}
+
+/// The level of each of `reductions`: how many pending reductions lie on the longest path below
+/// it (0: it can be resolved now). Reductions are resolved level by level; one walk over the
+/// graph, each variable once.
+fn pending_levels(st: &State, reductions: &[u32]) -> HashMap<u32, u32> {
+    // depth of a variable: the most pending reductions on a path from it, itself included
+    let mut depth: HashMap<u32, u32> = HashMap::new();
+    let mut stack: Vec<(u32, bool)> = reductions.iter().map(|&r| (r, false)).collect();
+    while let Some((id, expanded)) = stack.pop() {
+        if depth.contains_key(&id) {
+            continue;
+        }
+        let v = st.var(id);
+        if v.is_evaluated() {
+            depth.insert(id, 0);
+            continue;
+        }
+        if !expanded {
+            stack.push((id, true));
+            stack.extend(
+                v.dep_ids()
+                    .filter(|d| !depth.contains_key(d))
+                    .map(|d| (d, false)),
+            );
+            continue;
+        }
+        let below = v
+            .dep_ids()
+            .map(|d| depth.get(&d).copied().unwrap_or(0))
+            .max();
+        let own = u32::from(matches!(v.op, Op::Reduce(_)));
+        depth.insert(id, below.unwrap_or(0) + own);
+    }
+    reductions
+        .iter()
+        .map(|&r| (r, depth.get(&r).copied().unwrap_or(1).saturating_sub(1)))
+        .collect()
 }
 
 /// Which of the pending reductions `mine` an evaluation of `roots` resolves: those it reads;
@@ -1940,46 +1997,54 @@ fn graph_of(st: &State, from: &[u32]) -> std::collections::HashSet<u32> {
 /// copy); the pending reductions these wait for; and every pending reduction over a source of
 /// the same size as one of these (siblings join the pass). Others stay pending: evaluating an
 /// unrelated array does not compute them.
-fn select_reductions(
-    st: &State,
-    roots: &[u32],
-    touch: &[u32],
-    mine: &[u32],
-) -> std::collections::HashSet<u32> {
+fn select_reductions(st: &State, roots: &[u32], touch: &[u32], mine: &[u32]) -> IdSet {
     let in_roots = graph_of(st, roots);
-    let hot: std::collections::HashSet<u32> = in_roots
+    let hot: IdSet = in_roots
         .iter()
         .copied()
         .filter(|&i| st.var(i).is_evaluated() && st.var(i).ext == 0)
         .chain(touch.iter().copied())
         .collect();
-    let sources: HashMap<u32, std::collections::HashSet<u32>> = mine
+    // each source up to the pending reductions it reads (a reduction that reads a hot array
+    // only through another one holds no reference to it: that other one does); walked only for
+    // the reductions the evaluation does not read, since those it reads are chosen and so is
+    // everything they wait for (a host loop read at the end reads them all: no walk)
+    let sources: HashMap<u32, IdSet> = mine
         .iter()
-        .map(|&p| (p, graph_of(st, &[st.var(p).deps[0]])))
+        .filter(|p| !in_roots.contains(p))
+        .map(|&p| (p, graph_walk(st, &[st.var(p).deps[0]], true)))
         .collect();
-    let mut chosen: std::collections::HashSet<u32> = mine
+    let size_of = |p: u32| st.var(st.var(p).deps[0]).size;
+    let in_mine: IdSet = mine.iter().copied().collect();
+    let mut by_size: HashMap<usize, Vec<u32>> = HashMap::new();
+    for &p in mine {
+        by_size.entry(size_of(p)).or_default().push(p);
+    }
+    let mut work: Vec<u32> = mine
         .iter()
         .copied()
         .filter(|p| in_roots.contains(p) || !sources[p].is_disjoint(&hot))
         .collect();
-    loop {
-        let before = chosen.len();
-        let sizes: std::collections::HashSet<usize> = chosen
-            .iter()
-            .map(|&c| st.var(st.var(c).deps[0]).size)
-            .collect();
-        for &p in mine {
-            let waited_for = || chosen.iter().any(|c| sources[c].contains(&p));
-            if !chosen.contains(&p)
-                && (sizes.contains(&st.var(st.var(p).deps[0]).size) || waited_for())
-            {
-                chosen.insert(p);
-            }
+    let mut chosen = IdSet::default();
+    let mut sizes: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    while let Some(c) = work.pop() {
+        if !chosen.insert(c) {
+            continue;
         }
-        if chosen.len() == before {
-            return chosen;
+        if sizes.insert(size_of(c)) {
+            work.extend(&by_size[&size_of(c)]);
+        }
+        // the pending reductions it waits for (theirs are taken in when they are chosen)
+        if let Some(graph) = sources.get(&c) {
+            work.extend(
+                graph
+                    .iter()
+                    .copied()
+                    .filter(|&i| i != c && in_mine.contains(&i)),
+            );
         }
     }
+    chosen
 }
 
 /// Evaluate the pending reductions (`Op::Reduce`, what `sum`, `prod`, `reduce_min` and
@@ -2006,10 +2071,12 @@ pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result
     // (no pending scatter is older than a pending reduction: `kiln_core::reduce` runs them when
     // it makes one, as the eager reduction did; so reductions run before the scatters, which may
     // read them)
-    let mut chosen: Option<std::collections::HashSet<u32>> = None;
+    let mut chosen: Option<IdSet> = None;
     // what the evaluation reads: another thread's pending reduction in it (an array sent across
     // threads before it was evaluated) must be resolved here too, or its kernel would meet it
-    let mut reads: Option<std::collections::HashSet<u32>> = None;
+    let mut reads: Option<IdSet> = None;
+    let mut levels: Option<HashMap<u32, u32>> = None;
+    let mut read_reductions: Option<Vec<u32>> = None;
     loop {
         let mut st = STATE.lock();
         let me = crate::registry::thread_token();
@@ -2027,6 +2094,8 @@ pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result
         });
         let list = std::mem::take(&mut st.pending_reductions);
         let (mut mine, mut others) = (Vec::new(), Vec::new());
+        // (a set beside the list: a host loop read only at the end has hundreds pending)
+        let mut in_mine = IdSet::default();
         for id in list {
             let v = st.var(id);
             if !v.alive || v.is_evaluated() || !matches!(v.op, Op::Reduce(_)) {
@@ -2034,21 +2103,33 @@ pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result
             }
             if v.thread != me && !reads.contains(&id) {
                 others.push(id);
-            } else if !mine.contains(&id) {
+            } else if in_mine.insert(id) {
                 mine.push(id);
             }
         }
         // a pending reduction this evaluation reads is resolved whatever list it is on (or
         // whether another thread's resolution holds it off the list right now)
-        let mut unlisted: Vec<u32> = reads
+        // (the reductions among what it reads, found once: a host loop's graph is large)
+        let read_reductions = read_reductions.get_or_insert_with(|| {
+            let mut found: Vec<u32> = reads
+                .iter()
+                .copied()
+                .filter(|&i| matches!(st.var(i).op, Op::Reduce(_)))
+                .collect();
+            found.sort_unstable();
+            found
+        });
+        let unlisted: Vec<u32> = read_reductions
             .iter()
             .copied()
             .filter(|&i| {
                 let v = st.var(i);
-                v.alive && !v.is_evaluated() && matches!(v.op, Op::Reduce(_)) && !mine.contains(&i)
+                v.alive
+                    && !v.is_evaluated()
+                    && matches!(v.op, Op::Reduce(_))
+                    && !in_mine.contains(&i)
             })
             .collect();
-        unlisted.sort_unstable();
         mine.extend(unlisted);
         let sel = chosen.get_or_insert_with(|| match roots {
             None => mine.iter().copied().collect(),
@@ -2065,9 +2146,17 @@ pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result
             st.pending_reductions = others;
             return Ok(());
         }
-        let (ready, waiting): (Vec<u32>, Vec<u32>) = mine
+        // (the lowest level first: checking every reduction each phase would cost the square
+        // of a host loop's length; the full check when none of those is ready)
+        let levels = levels.get_or_insert_with(|| pending_levels(&st, &mine));
+        let low = mine.iter().filter_map(|r| levels.get(r)).min().copied();
+        let is_ready = |r: u32| !reaches_pending(&st, st.var(r).deps[0]);
+        let (mut ready, mut waiting): (Vec<u32>, Vec<u32>) = mine
             .iter()
-            .partition(|&&r| !reaches_pending(&st, st.var(r).deps[0]));
+            .partition(|&r| levels.get(r).is_none_or(|l| Some(*l) == low) && is_ready(*r));
+        if ready.is_empty() {
+            (ready, waiting) = mine.iter().partition(|&&r| is_ready(r));
+        }
         others.extend(&waiting);
         st.pending_reductions = others;
         if ready.is_empty() {
@@ -2092,14 +2181,25 @@ pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result
             blocking.sort_unstable();
             sel.extend(blocking.iter().copied());
             reads.extend(blocking.iter().copied());
+            read_reductions.extend(blocking.iter().copied());
+            read_reductions.sort_unstable();
+            read_reductions.dedup();
             st.pending_reductions.extend(blocking);
             continue;
         }
         for &r in &ready {
             st.inc_int(r);
         }
+        let scalars = phase_scalars(&st, &ready);
         drop(st);
-        let result = resolve_phase(&ready);
+        // (under `RESOLVING`: this evaluation resolves nothing itself; none of them reads a
+        // pending reduction, since no source of `ready` does)
+        let result = if scalars.is_empty() {
+            Ok(())
+        } else {
+            settle(&scalars, "the reductions of this phase broadcast them")
+        }
+        .and_then(|()| resolve_phase(&ready));
         let mut st = STATE.lock();
         if result.is_err() {
             // still pending: a later evaluation tries again (or reports the error again)
@@ -2113,6 +2213,27 @@ pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result
         drop(garbage);
         result?;
     }
+}
+
+/// The lazy size-1 values the kernels of a phase's reductions `ready` would broadcast. A host loop
+/// that reads its weights only at the end is resolved phase by phase, one iteration each; each
+/// phase's kernel would inline every update of the weights so far (a new kernel per phase) unless
+/// the weights of that iteration are evaluated first, as [`settle_broadcast_scalars`] does for a
+/// lone reduction.
+fn phase_scalars(st: &State, ready: &[u32]) -> Vec<u32> {
+    let mut found: Vec<u32> = Vec::new();
+    for &r in ready {
+        let v = st.var(r);
+        if !v.alive || v.is_evaluated() {
+            continue;
+        }
+        for s in broadcast_scalars(st, v.deps[0]) {
+            if !found.contains(&s) {
+                found.push(s);
+            }
+        }
+    }
+    found
 }
 
 /// Evaluate the pending reductions `ready` (none of whose sources holds a pending reduction).
