@@ -501,3 +501,77 @@ fn gather_at_one_index_matches_the_interpreter() {
         }
     });
 }
+
+/// Targets small enough to stay in one register while a vector's lanes update them (at most 4, 8
+/// or 16 elements, by type and width): every index in range and every lane active, so the kernel
+/// takes that path; sums give the interpreter's bits, exact kinds the host loop's, for each length
+/// around the register sizes.
+#[test]
+fn register_sized_targets_match_lane_by_lane() {
+    fn in_range(n: usize, bins: usize, seed: u64) -> Vec<u32> {
+        let mut r = lcg(seed);
+        (0..n).map(|_| (r() % bins as u64) as u32).collect()
+    }
+    leak_checked(|| {
+        let n = 40_000;
+        for bins in 1..=17usize {
+            let idx = in_range(n, bins, bins as u64);
+            let mut r = lcg(bins as u64 ^ 7);
+            let f32s: Vec<f32> = (0..n)
+                .map(|_| (r() % 9_999) as f32 * 0.013 - 60.0)
+                .collect();
+            let f64s: Vec<f64> = (0..n)
+                .map(|_| (r() % 9_999) as f64 * 0.0131 - 60.0)
+                .collect();
+            let u32s: Vec<u32> = (0..n).map(|_| r() as u32).collect();
+            let i64s: Vec<i64> = (0..n).map(|_| r() as i64 - (1 << 30)).collect();
+            let f32_init = vec![0.75f32; bins];
+            let f64_init = vec![-0.0f64; bins];
+            let want32 = run(
+                BackendKind::Interp,
+                ReduceOp::Add,
+                &f32_init,
+                &f32s,
+                &idx,
+                None,
+            );
+            let want64 = run(
+                BackendKind::Interp,
+                ReduceOp::Add,
+                &f64_init,
+                &f64s,
+                &idx,
+                None,
+            );
+            let want_u = host(&vec![3u32; bins], &u32s, &idx, None, u32::wrapping_add);
+            let want_i = host(&vec![-5i64; bins], &i64s, &idx, None, i64::wrapping_add);
+            for backend in backends() {
+                let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let bits64 = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let got = run(backend, ReduceOp::Add, &f32_init, &f32s, &idx, None);
+                assert_eq!(
+                    bits32(&got.0),
+                    bits32(&want32.0),
+                    "f32 {backend} bins={bins}"
+                );
+                let got = run(backend, ReduceOp::Add, &f64_init, &f64s, &idx, None);
+                assert_eq!(
+                    bits64(&got.0),
+                    bits64(&want64.0),
+                    "f64 {backend} bins={bins}"
+                );
+                let got = run(backend, ReduceOp::Add, &vec![3u32; bins], &u32s, &idx, None);
+                assert_eq!(got, want_u, "u32 {backend} bins={bins}");
+                let got = run(
+                    backend,
+                    ReduceOp::Add,
+                    &vec![-5i64; bins],
+                    &i64s,
+                    &idx,
+                    None,
+                );
+                assert_eq!(got, want_i, "i64 {backend} bins={bins}");
+            }
+        }
+    });
+}

@@ -81,6 +81,12 @@ fn mty(t: VarType) -> &'static str {
         sty(t)
     }
 }
+/// Elements of a small scatter target kept in one register of `bytes` (`scatter_add_in_register`),
+/// at most the kernel's width.
+fn reg_lanes(w: usize, t: VarType, bytes: usize) -> usize {
+    w.min(bytes / t.size_bytes()).max(1)
+}
+
 /// Intrinsic mangling of a scalar type name.
 fn mangle(s: &str) -> &'static str {
     match s {
@@ -1265,12 +1271,20 @@ impl Gen<'_> {
             self.line(format!("{valid} = and <{w} x i1> {m}, {inb}"));
             let all = self.all_true();
             self.line(format!("{badn} = xor <{w} x i1> {inb}, {all}"));
+            // (counted only when out of range: a branch on a value the loop does not change,
+            // rather than a mask count and a store for every vector)
+            let (counting, counted) = (self.fresh(), self.fresh());
+            let lb = |x: &str| x.trim_start_matches('%').to_string();
+            self.line(format!("br i1 {ok}, label {counted}, label {counting}"));
+            self.label(&lb(&counting));
             self.line(format!("{bad} = and <{w} x i1> {m}, {badn}"));
             let cnt = self.count(&bad);
             let (old, new) = (self.fresh(), self.fresh());
             self.line(format!("{old} = load i64, ptr %oob, align 8"));
             self.line(format!("{new} = add i64 {old}, {cnt}"));
             self.line(format!("store i64 {new}, ptr %oob, align 8"));
+            self.line(format!("br label {counted}"));
+            self.label(&lb(&counted));
             self.line(format!(
                 "{sp} = getelementptr {me}, ptr %base{p}, i64 {}",
                 c as i64
@@ -1540,9 +1554,30 @@ impl Gen<'_> {
             self.line(format!("{ok} = and <{w} x i1> {inr}, {m}"));
             self.line(format!("{bits} = bitcast <{w} x i1> {ok} to i{w}"));
             self.line(format!("{full} = icmp eq i{w} {bits}, -1"));
-            self.line(format!("br i1 {full}, label {fast}, label {slow}"));
-            self.label(&lb(&fast));
             let al = t.size_bytes();
+            if matches!(me, "float" | "double" | "i32" | "i64") {
+                // a target of at most one register: kept in it for the vector's lanes (the
+                // narrowest register it fits, since 512-bit operations take two issue slots on
+                // some CPUs)
+                let whole = self.fresh();
+                self.line(format!("br i1 {full}, label {whole}, label {slow}"));
+                self.label(&lb(&whole));
+                let mut tiers = vec![reg_lanes(w, t, 32), reg_lanes(w, t, 64)];
+                tiers.dedup();
+                for r in tiers {
+                    let (small, regs, next) = (self.fresh(), self.fresh(), self.fresh());
+                    self.line(format!("{small} = icmp ule i64 %len{p}, {r}"));
+                    self.line(format!("br i1 {small}, label {regs}, label {next}"));
+                    self.label(&lb(&regs));
+                    self.scatter_add_in_register(t, p, r, val, ix64);
+                    self.line(format!("br label {done}"));
+                    self.label(&lb(&next));
+                }
+                self.line(format!("br label {fast}"));
+            } else {
+                self.line(format!("br i1 {full}, label {fast}, label {slow}"));
+            }
+            self.label(&lb(&fast));
             for lane in 0..w {
                 let (ie, ve, ptr, old, sum) = (
                     self.fresh(),
@@ -1606,6 +1641,64 @@ impl Gen<'_> {
             self.line(format!("br label {done}"));
             self.label(&lb(&done));
         }
+    }
+
+    /// The exclusive update of a small target (at most `r` elements: one register) whose
+    /// lanes are all active and in range: the target (with the slack after it) is loaded into a
+    /// register, each lane in
+    /// turn adds its value to the element it names (a compare with the element numbers, an add,
+    /// a select: the element gets exactly `old + value` in lane order, the others are left as
+    /// they were, bit for bit) and the register is stored back. This replaces a chain of scalar
+    /// load/add/store per lane, whose store-to-load round trips bound k-means' sums and counts.
+    fn scatter_add_in_register(&mut self, t: VarType, p: usize, r: usize, val: &str, ix64: &str) {
+        let w = self.w;
+        let me = mty(t);
+        let vw = self.vt(t);
+        let rt = format!("<{r} x {me}>");
+        let add = if t.is_float() { "fadd" } else { "add" };
+        let al = t.size_bytes();
+        let (cur, ix32) = (self.fresh(), self.fresh());
+        // a plain load and store of the whole register, past the target's end into the slack
+        // every buffer has (`LaunchArgs`: vector code may read and write it; the bytes are
+        // written back as they were read): a masked store does not forward to the next
+        // vector's load, which would wait for the store to retire
+        self.line(format!("{cur} = load {rt}, ptr %base{p}, align {al}"));
+        self.line(format!("{ix32} = trunc <{w} x i64> {ix64} to <{w} x i32>"));
+        let mut cur = cur;
+        for lane in 0..w {
+            let (ie, one, bits, hit, ve, sv_in, sv, sum, next) = (
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+                self.fresh(),
+            );
+            // the element this lane updates, as a one-hot mask made with a scalar shift (the
+            // index is below the target's length, at most `r`)
+            self.line(format!(
+                "{ie} = extractelement <{w} x i32> {ix32}, i64 {lane}"
+            ));
+            self.line(format!("{one} = shl i32 1, {ie}"));
+            self.line(format!("{bits} = trunc i32 {one} to i{r}"));
+            self.line(format!("{hit} = bitcast i{r} {bits} to <{r} x i1>"));
+            self.line(format!("{ve} = extractelement {vw} {val}, i64 {lane}"));
+            self.line(format!(
+                "{sv_in} = insertelement {rt} poison, {me} {ve}, i64 0"
+            ));
+            self.line(format!(
+                "{sv} = shufflevector {rt} {sv_in}, {rt} poison, <{r} x i32> zeroinitializer"
+            ));
+            self.line(format!("{sum} = {add} {rt} {cur}, {sv}"));
+            self.line(format!(
+                "{next} = select <{r} x i1> {hit}, {rt} {sum}, {rt} {cur}"
+            ));
+            cur = next;
+        }
+        self.line(format!("store {rt} {cur}, ptr %base{p}, align {al}"));
     }
 
     fn mask_or_all(&self) -> String {
