@@ -3303,13 +3303,12 @@ proptest! {
     }
 }
 
-/// Outputs past `STREAMING_BYTES` take LLVM's second lane loop (non-temporal stores) when their
+/// Outputs past `streaming_bytes()` take LLVM's second lane loop (non-temporal stores) when their
 /// first lane is 32-byte aligned (starts 0 and 8), the plain loop otherwise (start 3): the same
 /// values, a range that ends off the vector grid (37 lanes past a multiple of 16), every width.
 #[test]
 fn llvm_streaming_stores_for_big_outputs_agree() {
-    use kiln_core::backend::llvm::ir::STREAMING_BYTES;
-    let n = (STREAMING_BYTES / 4) as usize + 37;
+    let n = (kiln_core::backend::llvm::ir::streaming_bytes() / 4) as usize + 37;
     let k = Kernel {
         params: vec![
             p(VarType::F32, ParamKind::Input),
