@@ -280,6 +280,10 @@ impl Gen<'_> {
         self.tmp += 1;
         format!("%{}t{}", self.pfx, self.tmp)
     }
+    /// `N` fresh names at once.
+    fn fresh_n<const N: usize>(&mut self) -> [String; N] {
+        std::array::from_fn(|_| self.fresh())
+    }
     fn line(&mut self, s: impl AsRef<str>) {
         self.out.push_str("  ");
         self.out.push_str(s.as_ref());
@@ -1606,7 +1610,7 @@ impl Gen<'_> {
                 let mut tiers = vec![reg_lanes(w, t, 32), reg_lanes(w, t, 64)];
                 tiers.dedup();
                 for r in tiers {
-                    let (small, regs, next) = (self.fresh(), self.fresh(), self.fresh());
+                    let [small, regs, next] = self.fresh_n();
                     self.line(format!("{small} = icmp ule i64 %len{p}, {r}"));
                     self.line(format!("br i1 {small}, label {regs}, label {next}"));
                     self.label(&lb(&regs));
@@ -1707,17 +1711,7 @@ impl Gen<'_> {
         self.line(format!("{ix32} = trunc <{w} x i64> {ix64} to <{w} x i32>"));
         let mut cur = cur;
         for lane in 0..w {
-            let (ie, one, bits, hit, ve, sv_in, sv, sum, next) = (
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-            );
+            let [ie, one, bits, hit, ve, sv_in, sv, sum, next] = self.fresh_n();
             // the element this lane updates, as a one-hot mask made with a scalar shift (the
             // index is below the target's length, at most `r`)
             self.line(format!(
