@@ -4149,3 +4149,99 @@ fn verify_rejects_malformed_regions() {
     k[6] = Inst::new(Op::Store, U32, &[5], 0);
     assert_rejected(k, "stores go outside every region");
 }
+
+/// Exclusive reduce-add scatters (`SCATTER_EXCLUSIVE`, what privatised launches compile) into
+/// targets around the register sizes LLVM keeps them in (4/8/16 elements by type and width),
+/// through LLVM at every width (4 to 64 lanes) and compiled for the other kinds of host: every
+/// lane in range (the register path), and with masked-off and out-of-range lanes (the per-lane
+/// path); the interpreter's bits, status counters included.
+#[test]
+fn llvm_exclusive_scatter_adds_into_small_targets_at_every_width() {
+    use VarType::*;
+    let Some(bes) = llvm_widths() else { return };
+    for ty in [F32, F64, I32, U64] {
+        for len in [1usize, 3, 4, 5, 8, 9, 16, 17] {
+            for in_range in [true, false] {
+                let mut scatter = Inst::new(Op::Scatter(ReduceOp::Add), ty, &[0, 1, 2], 3);
+                scatter.imm |= kiln_core::kernel::SCATTER_EXCLUSIVE;
+                let k = Kernel {
+                    params: vec![
+                        p(ty, ParamKind::Input),
+                        p(U32, ParamKind::Input),
+                        p(Bool, ParamKind::Input),
+                        p(ty, ParamKind::Indexed),
+                    ],
+                    insts: vec![
+                        Inst::new(Op::Load, ty, &[], 0),
+                        Inst::new(Op::Load, U32, &[], 1),
+                        Inst::new(Op::Load, Bool, &[], 2),
+                        scatter,
+                    ],
+                };
+                assert!(k.insts[3].exclusive());
+                let mut rng = Rng(len as u64 * 31 + u64::from(in_range));
+                let n = 203;
+                let vals: Vec<u64> = (0..n).map(|_| rand_bits(&mut rng, ty)).collect();
+                let spread = if in_range { len } else { len + 2 };
+                let idx: Vec<u64> = (0..n).map(|_| rng.next() % spread as u64).collect();
+                let mask: Vec<u64> = (0..n).map(|i| u64::from(in_range || i % 7 != 3)).collect();
+                let target: Vec<u64> = (0..len).map(|_| rand_bits(&mut rng, ty)).collect();
+                let bufs = vec![
+                    Buf::from_bits(ty, &vals),
+                    Buf::from_bits(U32, &idx),
+                    Buf::from_bits(Bool, &mask),
+                    Buf::from_bits(ty, &target),
+                ];
+                for (w, be) in bes {
+                    let compiled = be.compile(&k).unwrap_or_else(|e| panic!("w{w}: {e}"));
+                    for (s, e) in [(0, n as u64), (3, 150), (64, 128), (7, 8)] {
+                        check_compiled(&k, &*compiled, &bufs, s, e).unwrap_or_else(|m| {
+                            panic!("{ty} len {len} in range {in_range} w{w} [{s}, {e}): {m}")
+                        });
+                    }
+                }
+                compiles_for_other_hosts(&k).unwrap_or_else(|m| panic!("{m}"));
+            }
+        }
+    }
+}
+
+/// A gather at a literal index (one scalar load, broadcast; out-of-range lanes counted only when
+/// the index is out of range) at every LLVM width, in and out of range, masked.
+#[test]
+fn llvm_literal_index_gathers_at_every_width() {
+    use VarType::*;
+    let Some(bes) = llvm_widths() else { return };
+    for (lit, len) in [(2u64, 5usize), (4, 5), (5, 5), (u32::MAX as u64, 5), (0, 0)] {
+        let k = Kernel {
+            params: vec![
+                p(F32, ParamKind::Indexed),
+                p(Bool, ParamKind::Input),
+                p(F32, ParamKind::Output),
+            ],
+            insts: vec![
+                Inst::new(Op::Literal, U32, &[], lit),
+                Inst::new(Op::Load, Bool, &[], 1),
+                Inst::new(Op::Gather, F32, &[0, 1], 0),
+                Inst::new(Op::Store, F32, &[2], 2),
+            ],
+        };
+        let mut rng = Rng(lit ^ 0x5a);
+        let n = 77;
+        let src: Vec<u64> = (0..len).map(|_| rand_bits(&mut rng, F32)).collect();
+        let mask: Vec<u64> = (0..n).map(|i| u64::from(i % 3 != 1)).collect();
+        let bufs = vec![
+            Buf::from_bits(F32, &src),
+            Buf::from_bits(Bool, &mask),
+            Buf::from_bits(F32, &vec![0; n]),
+        ];
+        for (w, be) in bes {
+            let compiled = be.compile(&k).unwrap_or_else(|e| panic!("w{w}: {e}"));
+            for (s, e) in [(0, n as u64), (5, 70), (76, 77)] {
+                check_compiled(&k, &*compiled, &bufs, s, e)
+                    .unwrap_or_else(|m| panic!("index {lit} of {len}, w{w} [{s}, {e}): {m}"));
+            }
+        }
+        compiles_for_other_hosts(&k).unwrap_or_else(|m| panic!("{m}"));
+    }
+}
