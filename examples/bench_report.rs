@@ -33,6 +33,10 @@ mod workloads;
 #[allow(dead_code)]
 #[path = "photon_walk.rs"]
 mod photon_walk;
+// and the k-means row the example's step
+#[allow(dead_code)]
+#[path = "kmeans.rs"]
+mod kmeans;
 use workloads::*;
 
 // -------------------------------------------------------------------------------------------------
@@ -2789,47 +2793,9 @@ fn row_ad_frozen_step(cfg: &Config, notes: &mut Vec<String>) -> Row {
 /// Points and starting centroids of the k-means row: `n` points in the plane around `k` centres
 /// (deterministic), the first `k` points as centroids.
 fn kmeans_data(n: usize, k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        s = s
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((s >> 40) as f32) / (1u64 << 24) as f32
-    };
-    let (mut xs, mut ys) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for i in 0..n {
-        let c = (i % k) as f32;
-        xs.push((c * 2.4).cos() * 10.0 + (next() - 0.5) * 6.0);
-        ys.push((c * 2.4).sin() * 10.0 + (next() - 0.5) * 6.0);
-    }
+    let (xs, ys) = kmeans::make_points(n, k);
     let (cx, cy) = (xs[..k].to_vec(), ys[..k].to_vec());
     (xs, ys, cx, cy)
-}
-
-/// One k-means iteration with kiln, as `examples/kmeans.rs` writes it: assignment, three
-/// scatter_reduce(Add) into k bins (one fused kernel), the division.
-fn kmeans_kiln(x: &Float32, y: &Float32, cx: &Float32, cy: &Float32) -> (Float32, Float32, UInt32) {
-    let k = cx.len();
-    let mut best = Float32::full(f32::INFINITY, x.len());
-    let mut label = UInt32::zeros(x.len());
-    for c in 0..k {
-        let i = UInt32::from(c as u32);
-        let (dx, dy) = (x - &gather(cx, &i), y - &gather(cy, &i));
-        let d = &dx * &dx + &dy * &dy;
-        let closer = d.lt(&best);
-        best = select(&closer, &d, &best);
-        label = select(&closer, c as u32, &label);
-    }
-    let (mut sx, mut sy, mut count) = (Float32::zeros(k), Float32::zeros(k), UInt32::zeros(k));
-    scatter_reduce(ReduceOp::Add, &mut sx, x, &label);
-    scatter_reduce(ReduceOp::Add, &mut sy, y, &label);
-    scatter_reduce(ReduceOp::Add, &mut count, 1u32, &label);
-    let n = count.cast::<f32>();
-    let empty = n.eq(0.0);
-    let nx = select(&empty, cx, &(&sx / &n));
-    let ny = select(&empty, cy, &(&sy / &n));
-    kiln::eval!(nx, ny, count);
-    (nx, ny, count)
 }
 
 /// The nearest centroid of one point (first of equals), as the kiln version decides it.
@@ -2928,12 +2894,12 @@ fn row_kmeans(cfg: &Config, notes: &mut Vec<String>) -> Row {
         reps,
         cfg.budget,
         [
-            &mut || per(&mut || drop(black_box(kmeans_kiln(&x, &y, &cx, &cy)))),
+            &mut || per(&mut || drop(black_box(kmeans::step(&x, &y, &cx, &cy)))),
             &mut || per(&mut || drop(black_box(kmeans_host(black_box(&xs), &ys, &cxs, &cys)))),
             &mut || per(&mut || drop(black_box(kmeans_rayon(black_box(&xs), &ys, &cxs, &cys)))),
         ],
     );
-    let (kx, ky, kn) = kmeans_kiln(&x, &y, &cx, &cy);
+    let (kx, ky, kn) = kmeans::step(&x, &y, &cx, &cy);
     let (kx, ky, kn) = (kx.to_vec(), ky.to_vec(), kn.to_vec());
     let (hx, hy, hn) = kmeans_host(&xs, &ys, &cxs, &cys);
     let (rx, ry, rn) = kmeans_rayon(&xs, &ys, &cxs, &cys);

@@ -15,7 +15,7 @@ use kiln::prelude::*;
 use std::time::Instant;
 
 /// Deterministic points around `k` true centres (a small LCG; no dependencies).
-fn make_points(n: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn make_points(n: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
     let mut s = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
         s = s
@@ -35,7 +35,12 @@ fn make_points(n: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
 
 /// One k-means iteration: nearest centroid per point, then the per-cluster means. Clusters that
 /// lost every point keep their old centroid.
-fn step(x: &Float32, y: &Float32, cx: &Float32, cy: &Float32) -> (Float32, Float32, UInt32) {
+pub(crate) fn step(
+    x: &Float32,
+    y: &Float32,
+    cx: &Float32,
+    cy: &Float32,
+) -> (Float32, Float32, UInt32) {
     let k = cx.len();
     let mut best = Float32::full(f32::INFINITY, x.len());
     let mut label = UInt32::zeros(x.len());
