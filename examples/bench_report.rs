@@ -322,9 +322,9 @@ fn row_saxpy(cfg: &Config, notes: &mut Vec<String>) -> Row {
 /// What the fused chain row's Dr.Jit target (>= 1.2x Dr.Jit, issue 24) rests on: measured by
 /// bench/peers/run.sh in the same run, and profiled on an AVX-512 host (docs/architecture.md,
 /// "Performance on an AVX-512 host").
-const DRJIT_NOTE_CHAIN: &str = "fused chain vs Dr.Jit (target >= 1.2x; bench/peers/run.sh measures both in one run): the kernel is compute-bound (61 ops per lane, 16-lane zmm vectors, one div and one sqrt); CPU time per call on a 2-vCPU AVX-512 host, 1 thread: kiln 7.0 ms, Dr.Jit 8.4 ms (1.20x); wall-clock gaps there came from the shared machine's load, not the kernel";
+const DRJIT_NOTE_CHAIN: &str = "fused chain vs Dr.Jit (target >= 1.2x; bench/peers/run.sh measures both in one run): the kernel is compute-bound (61 ops per lane, 16-lane zmm vectors, one div and one sqrt); CPU time per call on a 2-vCPU AVX-512 host, 1 thread: kiln 7.0 ms, Dr.Jit 8.4 ms (1.20x); best wall time in one bench/peers/run.sh run (same host, issue 24): kiln 3.65 ms, Dr.Jit 4.36 ms (1.19x, within run-to-run noise of the target)";
 /// The same for the Monte Carlo row.
-const DRJIT_NOTE_MONTE: &str = "monte carlo vs Dr.Jit (target >= 1.2x; bench/peers/run.sh): the same PCG32 in both (64-bit vpmullq, vprorvd), count fused into the kernel; CPU time per call on a 2-vCPU AVX-512 host, 1 thread: kiln 12.7 ms, Dr.Jit 13.5 ms (1.07x): MISSED, no kernel-level slack found (426 instructions per 64 lanes, no spills)";
+const DRJIT_NOTE_MONTE: &str = "monte carlo vs Dr.Jit (target >= 1.2x; bench/peers/run.sh): the same PCG32 in both (64-bit vpmullq, vprorvd), count fused into the kernel; CPU time per call on a 2-vCPU AVX-512 host, 1 thread: kiln 12.7 ms, Dr.Jit 13.5 ms (1.07x); best wall time in one bench/peers/run.sh run (same host, issue 24): kiln 6.54 ms, Dr.Jit 7.27 ms (1.11x): MISSED, no kernel-level slack found (426 instructions per 64 lanes, no spills; 3 64-bit multiplies per point, the generator's minimum, the arithmetic Dr.Jit runs too)";
 
 /// Row 2: The fused chain with transcendental functions against std's scalar functions.
 fn row_chain(cfg: &Config, notes: &mut Vec<String>) -> Row {
