@@ -877,20 +877,11 @@ fn replay_in_place(
             continue;
         }
         let fits = |q: usize| {
-            let b = bufs[q];
-            params[q].kind == ParamKind::Input
-                && dying.contains(&b)
-                && !taken.contains(&b)
-                // read at the lane's own index by every parameter bound to it
-                && bufs
-                    .iter()
-                    .zip(params)
-                    .all(|(&o, op)| o != b || op.kind == ParamKind::Input)
-                && table[b as usize].as_ref().is_some_and(|buf| {
-                    buf.len == size
-                        && buf.ty().size_bytes() == param.ty.size_bytes()
-                        && Arc::strong_count(buf) == 1
-                })
+            dying_input(q, params, bufs, table, dying, &taken, |buf| {
+                buf.len == size
+                    && buf.ty().size_bytes() == param.ty.size_bytes()
+                    && Arc::strong_count(buf) == 1
+            })
         };
         // the inputs recorded as sharing this output's buffer, lowest first (scanning only the
         // pairs: a wide kernel, like an optimizer's step over every parameter, has dozens of
@@ -921,18 +912,10 @@ fn replay_in_place(
             continue;
         }
         let q = (0..params.len()).find(|&q| {
-            let b = bufs[q];
-            (b as usize) < n_slots
-                && params[q].kind == ParamKind::Input
-                && dying.contains(&b)
-                && !taken.contains(&b)
-                && bufs
-                    .iter()
-                    .zip(params)
-                    .all(|(&o, op)| o != b || op.kind == ParamKind::Input)
+            (bufs[q] as usize) < n_slots
                 // the caller's variable and the table hold it, nothing else (checked when the
                 // replay began; no op since took a view of it)
-                && table[b as usize].as_ref().is_some_and(|buf| {
+                && dying_input(q, params, bufs, table, dying, &taken, |buf| {
                     buf.len == size && buf.ty() == param.ty && Arc::strong_count(buf) == 2
                 })
         });
@@ -955,6 +938,28 @@ fn replay_in_place(
         }
     }
     reuse
+}
+
+/// Whether parameter `q` is an input whose buffer dies at this op and is not `taken` yet, read at
+/// each lane's own index by every parameter bound to it, and whose table entry passes `ok`.
+fn dying_input(
+    q: usize,
+    params: &[Param],
+    bufs: &[u32],
+    table: &[Option<Arc<Buffer>>],
+    dying: &[u32],
+    taken: &[u32],
+    ok: impl Fn(&Arc<Buffer>) -> bool,
+) -> bool {
+    let b = bufs[q];
+    params[q].kind == ParamKind::Input
+        && dying.contains(&b)
+        && !taken.contains(&b)
+        && bufs
+            .iter()
+            .zip(params)
+            .all(|(&o, op)| o != b || op.kind == ParamKind::Input)
+        && table[b as usize].as_ref().is_some_and(ok)
 }
 
 /// The buffers of a replayed kernel's parameters: new outputs of `size` elements (entered in
