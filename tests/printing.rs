@@ -27,6 +27,8 @@ fn reference<T: Display>(v: &[T]) -> String {
 
 #[test]
 fn arrays_and_rank1_tensors_display_alike() {
+    // (every test holds the lock: another test's launches would show in the launch count)
+    let _s = serial();
     for n in [0usize, 1, 6, 7, 500, 501, 16385] {
         let f: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 3.0).collect();
         let i: Vec<i64> = (0..n).map(|i| i as i64 * 7 - 20).collect();
@@ -103,6 +105,8 @@ fn debug_describes_without_evaluating() {
 
 #[test]
 fn debug_inside_a_frozen_function_reads_nothing() {
+    // (every test holds the lock: another test's launches would show in the launch count)
+    let _s = serial();
     // inside a recording a read is refused; Debug must not trip over it
     let mut f = kiln::freeze(|x: &Float32| -> Float32 {
         let s = format!("{x:?}");
@@ -126,6 +130,8 @@ fn debug_inside_a_frozen_function_reads_nothing() {
 
 #[test]
 fn vectors_debug_their_components() {
+    // (every test holds the lock: another test's launches would show in the launch count)
+    let _s = serial();
     let v = Vector2i::from_fn(|k| Int32::from(k as i32 + 1));
     let s = format!("{v:?}");
     assert!(
