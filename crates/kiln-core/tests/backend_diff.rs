@@ -4245,3 +4245,132 @@ fn llvm_literal_index_gathers_at_every_width() {
         compiles_for_other_hosts(&k).unwrap_or_else(|m| panic!("{m}"));
     }
 }
+
+/// Rows read and written through `counter + uniform` indices (`x[t * stride + base + lane]`), the
+/// access of a fused scan: in a loop with a uniform trip count (`looped`) or straight, plus a
+/// scatter through the same index. The run check (one bounds compare per vector or per iteration's
+/// groups) must send every run that is not wholly in bounds, starts below zero or wraps the index
+/// type to the per-lane path, with the same out-of-range counts as the interpreter.
+fn row_kernel(ity: VarType, ty: VarType, stride: u64, steps: u64, looped: bool) -> Kernel {
+    use VarType::*;
+    let mut insts = vec![
+        Inst::new(Op::Counter, ity, &[], 0),      // r0 lane
+        Inst::new(Op::Load, ity, &[], 0),         // r1 base (broadcast)
+        Inst::new(Op::Literal, ity, &[], stride), // r2
+        Inst::new(Op::Literal, ty, &[], 0),       // r3 initial sum
+        Inst::new(Op::Literal, ity, &[], 0),      // r4 t = 0
+        Inst::new(Op::Literal, ity, &[], 1),      // r5
+        Inst::new(Op::Literal, ity, &[], steps),  // r6
+        Inst::new(Op::Literal, Bool, &[], 1),     // r7 true
+    ];
+    if looped {
+        insts.extend([
+            Inst::new(Op::LoopBegin, ity, &[], 0),   // r8
+            Inst::new(Op::Phi, ity, &[4], 0),        // r9 t
+            Inst::new(Op::Phi, ty, &[3], 0),         // r10 sum
+            Inst::new(Op::Lt, Bool, &[9, 6], 0),     // r11
+            Inst::new(Op::LoopCond, Bool, &[11], 0), // r12
+            Inst::new(Op::Mul, ity, &[9, 2], 0),     // r13 t * stride
+            Inst::new(Op::Add, ity, &[13, 1], 0),    // r14 + base: uniform
+            Inst::new(Op::Add, ity, &[0, 14], 0),    // r15 + lane: a row index
+            Inst::new(Op::Gather, ty, &[15, 7], 1),  // r16
+            Inst::new(Op::Add, ty, &[10, 16], 0),    // r17
+            Inst::new(Op::Scatter(ReduceOp::None), ty, &[17, 15, 7], 2), // r18
+            Inst::new(Op::Add, ity, &[9, 5], 0),     // r19
+            Inst::new(Op::LoopNext, ity, &[9, 19], 0), // r20
+            Inst::new(Op::LoopNext, ty, &[10, 17], 0), // r21
+            Inst::new(Op::LoopEnd, ity, &[8], 0),    // r22
+            Inst::new(Op::Store, ty, &[10], 3),      // r23
+        ]);
+    } else {
+        insts.extend([
+            Inst::new(Op::Add, ity, &[1, 0], 0),   // r8 base + lane
+            Inst::new(Op::Gather, ty, &[8, 7], 1), // r9
+            Inst::new(Op::Add, ty, &[9, 9], 0),    // r10
+            Inst::new(Op::Scatter(ReduceOp::None), ty, &[10, 8, 7], 2), // r11
+            Inst::new(Op::Store, ty, &[10], 3),    // r12
+        ]);
+    }
+    Kernel {
+        params: vec![
+            p(ity, ParamKind::Broadcast),
+            p(ty, ParamKind::Indexed),
+            p(ty, ParamKind::Indexed),
+            p(ty, ParamKind::Output),
+        ],
+        insts,
+    }
+}
+
+#[test]
+fn row_reads_and_writes_at_every_bound_and_wrap() {
+    use VarType::*;
+    // every Cranelift variant (1 to 8 groups per iteration) and LLVM at each width
+    let mut backends: Vec<(String, &dyn Backend)> = variant_backends()
+        .iter()
+        .map(|(n, b)| (n.clone(), b as &dyn Backend))
+        .collect();
+    for (w, l) in llvm_widths().unwrap_or(&[]) {
+        backends.push((format!("llvm w{w}"), l));
+    }
+    let mut rng = Rng(11);
+    for (ity, ty) in [
+        (I32, F32),
+        (U32, F32),
+        (I64, F32),
+        (U64, F32),
+        (I32, F64),
+        (U64, F64),
+        (U32, I32),
+    ] {
+        for (end, looped) in [
+            (1u64, true),
+            (7, false),
+            (8, true),
+            (9, true),
+            (17, false),
+            (33, true),
+            (70, true),
+            (70, false),
+        ] {
+            let (stride, steps) = (end + (end % 3), 3);
+            let k = row_kernel(ity, ty, stride, steps, looped);
+            k.verify().unwrap_or_else(|e| panic!("{e:?}\n{k}"));
+            let compiled: Vec<_> = backends
+                .iter()
+                .map(|(n, b)| (n, b.compile(&k).unwrap_or_else(|e| panic!("{n}: {e}\n{k}"))))
+                .collect();
+            let rows = (stride * steps) as i64;
+            let top = ity.bit_mask() as i64; // -1 for 64-bit types
+            for base in [
+                0i64,
+                1,
+                5,
+                -1,
+                -4,
+                stride as i64,
+                rows - end as i64 + 1,
+                top - 2,
+            ] {
+                for len in [rows + 4, rows - 3, end as i64] {
+                    let len = len.max(0) as usize;
+                    let src: Vec<u64> = (0..len).map(|_| rand_bits(&mut rng, ty)).collect();
+                    let dst: Vec<u64> = (0..len).map(|_| rand_bits(&mut rng, ty)).collect();
+                    let bufs = vec![
+                        Buf::from_bits(ity, &[base as u64 & ity.bit_mask()]),
+                        Buf::from_bits(ty, &src),
+                        Buf::from_bits(ty, &dst),
+                        Buf::new(ty, end as usize),
+                    ];
+                    for (s, e) in [(0, end), (end / 2, end), (1.min(end), end)] {
+                        for (n, c) in &compiled {
+                            check_compiled(&k, &**c, &bufs, s, e).unwrap_or_else(|m| {
+                                panic!("{n}, {ity} index, {ty}, base {base}, source {len}: {m}")
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

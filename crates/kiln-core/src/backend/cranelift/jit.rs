@@ -9,7 +9,7 @@ use super::{Target, Tuning, SCATTER_SYMBOL};
 use crate::backend::{scatter_lane_extern, Backend, BackendKind, CompiledKernel, LaunchArgs};
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
-use crate::op::Op;
+use crate::op::{Op, ReduceOp};
 use cranelift_codegen::ir::types::{I32, I64};
 use cranelift_codegen::ir::AbiParam;
 use cranelift_codegen::isa::OwnedTargetIsa;
@@ -147,8 +147,12 @@ impl CraneliftBackend {
         let func_id = module
             .declare_function("kiln_kernel", Linkage::Local, &sig)
             .map_err(|e| e.to_string())?;
-        let has_scatter = kernel.insts.iter().any(|i| matches!(i.op, Op::Scatter(_)));
-        let scatter_id = if has_scatter {
+        // Plain scatters store inline (see `Gen::scatter`); only reducing ones call the helper.
+        let calls_helper = kernel
+            .insts
+            .iter()
+            .any(|i| matches!(i.op, Op::Scatter(r) if r != ReduceOp::None));
+        let scatter_id = if calls_helper {
             let mut s = module.make_signature();
             s.params.push(AbiParam::new(I32));
             s.params.extend([AbiParam::new(I64); 5]);

@@ -1,10 +1,13 @@
 //! Memory accesses: element addresses, broadcast and vector loads, stores (the last vector of a
 //! range may touch up to three lanes past `end`, within the buffers' slack), and gathers and
 //! scatters, which only act on active lanes: gathers are per-lane loads with a branchless bounds
-//! check, and scatters call the shared `scatter_lane_extern` helper.
+//! check; plain scatters are per-lane stores behind a bounds check, and reducing scatters call
+//! the shared `scatter_lane_extern` helper (its atomics and privatised targets are not worth
+//! inlining, and a call in the loop makes every vector value spill around it).
 
-use super::{is_wide, ivty, lane_ty, log2_size, vty, Gen, V, W};
+use super::{is_wide, ivty, lane_ty, log2_size, type_index, vty, Gen, V, W};
 use crate::error::Result;
+use crate::op::{Op, ReduceOp};
 use crate::ty::VarType;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4, I64, I8X16};
@@ -140,18 +143,209 @@ impl<'f> Gen<'_, 'f> {
         ity: VarType,
         m: Value,
     ) -> Result<(Value, Value), String> {
-        let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
         let i0 = self.index_lane(idx, ity, 0);
-        let il = self.index_lane(idx, ity, W as usize - 1);
-        let e = self.b.ins().iadd_imm(i0, W - 1);
-        let same = self.b.ins().icmp(IntCC::Equal, il, e);
-        let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, e, len);
-        let nowrap = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, i0, e);
+        let inside = self.run_in_bounds(p, ity, i0, W)?;
         let all = self.b.ins().vall_true(m);
-        let ok = self.b.ins().band(same, inside);
-        let ok = self.b.ins().band(ok, nowrap);
-        let ok = self.b.ins().band(ok, all);
-        Ok((ok, i0))
+        Ok((self.b.ins().band(inside, all), i0))
+    }
+
+    /// Whether the `n` indices `i0, i0 + 1, …` of a `counter + uniform` index (consecutive in the
+    /// index type, unless that wraps) are all below parameter `p`'s length without wrapping: one
+    /// compare, `i0 <u min(len, type's limit) - (n - 1)` (0 when negative). A negative 32-bit
+    /// index, sign-extended, is huge and fails it; the bound is loop-invariant (hoisted).
+    fn run_in_bounds(
+        &mut self,
+        p: usize,
+        ity: VarType,
+        i0: Value,
+        n: i64,
+    ) -> Result<Value, String> {
+        let bound = match self.run_bounds.get(&(p, ity, n)) {
+            Some(&b) => b,
+            None => self.run_bound(p, ity, n)?,
+        };
+        Ok(self.b.ins().icmp(IntCC::UnsignedLessThan, i0, bound))
+    }
+
+    /// Compute, where the builder stands, the bounds of the row reads and writes of runs of
+    /// `W * c` lanes for each `c` of `chunks` (0s skipped), so that loops read them.
+    pub(super) fn precompute_run_bounds(&mut self, chunks: &[usize]) -> Result<(), String> {
+        let k = self.k;
+        for inst in &k.insts {
+            let idx = match inst.op {
+                Op::Gather => inst.args[0],
+                Op::Scatter(ReduceOp::None) => inst.args[1],
+                _ => continue,
+            };
+            if inst.ty == VarType::Bool || !self.contiguous[idx as usize] {
+                continue;
+            }
+            for &c in chunks.iter().filter(|&&c| c > 0) {
+                let key = (inst.param(), k.ty(idx), W * c as i64);
+                if !self.run_bounds.contains_key(&key) {
+                    let b = self.run_bound(key.0, key.1, key.2)?;
+                    self.run_bounds.insert(key, b);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn run_bound(&mut self, p: usize, ity: VarType, n: i64) -> Result<Value, String> {
+        let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
+        let limit = match ity {
+            VarType::I32 | VarType::U32 => {
+                let top = if ity == VarType::I32 {
+                    1i64 << 31
+                } else {
+                    1i64 << 32
+                };
+                let top = self.b.ins().iconst(I64, top);
+                self.b.ins().umin(len, top)
+            }
+            _ => len,
+        };
+        let enough = self
+            .b
+            .ins()
+            .icmp_imm(IntCC::UnsignedGreaterThanOrEqual, limit, n - 1);
+        let bound = self.b.ins().iadd_imm(limit, -(n - 1));
+        let zero = self.b.ins().iconst(I64, 0);
+        Ok(self.b.ins().select(enough, bound, zero))
+    }
+
+    /// A row read or write (index `counter + uniform`, see `contiguous`) for all groups of an
+    /// iteration at once: one bounds-and-mask check covers their consecutive lanes, then each group
+    /// loads or stores one vector; when the check fails each group takes its own path. Checked per
+    /// group, the dozen scalar instructions of each check were most of a step in loops that walk
+    /// rows (a fused scan over wide rows), and kept few steps' loads in flight. Returns false, having
+    /// emitted nothing, for any other instruction.
+    pub(super) fn rows_of_groups(
+        &mut self,
+        r: usize,
+        groups: &mut [Vec<Option<V>>],
+        chunk: &[Value],
+        first_group: usize,
+    ) -> Result<bool, String> {
+        let inst = self.k.insts[r];
+        let t = inst.ty;
+        let (val_arg, idx_arg, mask_arg) = match inst.op {
+            Op::Gather => (None, inst.args[0], inst.args[1]),
+            Op::Scatter(ReduceOp::None) => (Some(inst.args[0]), inst.args[1], inst.args[2]),
+            _ => return Ok(false),
+        };
+        if groups.len() < 2 || t == VarType::Bool || !self.contiguous[idx_arg as usize] {
+            return Ok(false);
+        }
+        let ity = self.k.ty(idx_arg);
+        let p = inst.param();
+        // Each group's operands and active lanes.
+        let outer_active = self.active;
+        let mut ops = Vec::with_capacity(groups.len());
+        // every lane of every group active, known while compiling: no mask test
+        let mut all_known = self.lit[mask_arg as usize].is_some_and(|b| b != 0);
+        for (u, vals) in groups.iter_mut().enumerate() {
+            std::mem::swap(&mut self.vals, vals);
+            self.active = self.regions.active.get(u).copied().or(outer_active);
+            all_known &= self.active.is_some() && self.active == self.full_active;
+            let got = (|| -> Result<_, String> {
+                let idx = self.val(idx_arg)?;
+                let mask = self.val(mask_arg)?;
+                let val = val_arg.map(|a| self.val(a)).transpose()?;
+                let m = self.active_mask(mask)?;
+                Ok((idx, mask, val, m, self.active))
+            })();
+            std::mem::swap(&mut self.vals, vals);
+            ops.push(got?);
+        }
+        // Group u's index is group 0's plus 4u in the index type (a counter of that type plus a
+        // uniform value): one run of 4·G indices from group 0's first.
+        let i0 = self.index_lane(ops[0].0, ity, 0);
+        let ok = self.run_in_bounds(p, ity, i0, W * ops.len() as i64)?;
+        let mut ok = ok;
+        if !all_known {
+            let mut every = ops[0].3;
+            for o in &ops[1..] {
+                every = self.b.ins().band(every, o.3);
+            }
+            let all = self.b.ins().vall_true(every);
+            ok = self.b.ins().band(ok, all);
+        }
+
+        let fast = self.b.create_block();
+        let slow = self.b.create_block();
+        // laid out after the function: the fast path falls through
+        self.b.set_cold_block(slow);
+        let join = self.b.create_block();
+        let parts = if is_wide(t) { 2 } else { 1 };
+        if val_arg.is_none() {
+            for _ in 0..parts * ops.len() {
+                self.b.append_block_param(join, vty(t));
+            }
+        }
+        self.b.ins().brif(ok, fast, &[], slow, &[]);
+        self.b.switch_to_block(fast);
+        self.b.seal_block(fast);
+        let addr = self.elem_addr(p, t, i0)?;
+        let mem = self.mem;
+        let mut loaded = Vec::new();
+        for (u, o) in ops.iter().enumerate() {
+            for part in 0..parts {
+                let off = (u * W as usize * t.size_bytes() + 16 * part) as i32;
+                match o.2 {
+                    None => loaded.push(self.b.ins().load(vty(t), mem, addr, off)),
+                    Some(V::One(x)) => {
+                        self.b.ins().store(mem, x, addr, off);
+                    }
+                    Some(V::Two(lo, hi)) => {
+                        self.b
+                            .ins()
+                            .store(mem, if part == 0 { lo } else { hi }, addr, off);
+                    }
+                }
+            }
+        }
+        let args: Vec<cranelift_codegen::ir::BlockArg> =
+            loaded.into_iter().map(Into::into).collect();
+        self.b.ins().jump(join, &args);
+
+        self.b.switch_to_block(slow);
+        self.b.seal_block(slow);
+        let mut slow_vals = Vec::new();
+        for (u, (o, &lane)) in ops.iter().zip(chunk).enumerate() {
+            self.lane = lane;
+            self.group = first_group + u;
+            self.active = o.4;
+            match o.2 {
+                None => match self.gather(p, t, o.0, ity, o.1, true)? {
+                    V::One(x) => slow_vals.push(self.bc(vty(t), x)),
+                    V::Two(lo, hi) => {
+                        slow_vals.push(self.bc(vty(t), lo));
+                        slow_vals.push(self.bc(vty(t), hi));
+                    }
+                },
+                Some(v) => {
+                    let op_ty = type_index(t);
+                    self.scatter(p, t, op_ty, v, o.0, ity, o.1, true)?;
+                }
+            }
+        }
+        let args: Vec<cranelift_codegen::ir::BlockArg> =
+            slow_vals.into_iter().map(Into::into).collect();
+        self.b.ins().jump(join, &args);
+        self.b.switch_to_block(join);
+        self.b.seal_block(join);
+        let ps = self.b.block_params(join).to_vec();
+        for (u, vals) in groups.iter_mut().enumerate() {
+            vals[r] = val_arg.is_none().then(|| {
+                if is_wide(t) {
+                    V::Two(ps[2 * u], ps[2 * u + 1])
+                } else {
+                    V::One(ps[u])
+                }
+            });
+        }
+        Ok(true)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -170,6 +364,8 @@ impl<'f> Gen<'_, 'f> {
             let (ok, i0) = self.whole_run(p, idx, ity, m)?;
             let fast = self.b.create_block();
             let slow = self.b.create_block();
+            // laid out after the function: the fast path falls through
+            self.b.set_cold_block(slow);
             let join = self.b.create_block();
             let parts = if is_wide(t) { 2 } else { 1 };
             for _ in 0..parts {
@@ -275,15 +471,14 @@ impl<'f> Gen<'_, 'f> {
         run: bool,
     ) -> Result<(), String> {
         let m = self.active_mask(mask)?;
-        let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
-        let base = self.bases[p].ok_or_else(|| format!("parameter p{p} not loaded"))?;
-        let func = self.scatter.ok_or("scatter helper not declared")?;
         let mut done = None;
         if run && t != VarType::Bool {
             // a row write: one vector store when the whole run is in bounds and active
             let (ok, i0) = self.whole_run(p, idx, ity, m)?;
             let fast = self.b.create_block();
             let slow = self.b.create_block();
+            // laid out after the function: the fast path falls through
+            self.b.set_cold_block(slow);
             let join = self.b.create_block();
             self.b.ins().brif(ok, fast, &[], slow, &[]);
             self.b.switch_to_block(fast);
@@ -305,6 +500,86 @@ impl<'f> Gen<'_, 'f> {
             done = Some(join);
         }
         let bits = self.bc_v(ivty(t), val);
+        if op_ty >> 8 == 0 {
+            self.store_lanes(p, t, bits, idx, ity, m)?;
+        } else {
+            self.call_lanes(p, t, op_ty, bits, idx, ity, m)?;
+        }
+        if let Some(join) = done {
+            self.b.ins().jump(join, &[]);
+            self.b.switch_to_block(join);
+            self.b.seal_block(join);
+        }
+        Ok(())
+    }
+
+    /// A plain scatter's active lanes, in lane order (the last of equal indices wins, as in the
+    /// interpreter): a store when the index is below the length, else a count of bad writes.
+    fn store_lanes(
+        &mut self,
+        p: usize,
+        t: VarType,
+        bits: V,
+        idx: V,
+        ity: VarType,
+        m: Value,
+    ) -> Result<(), String> {
+        let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
+        let bad_var = self.oob_writes.ok_or("write counter missing")?;
+        let mem = self.mem;
+        let mut bad_total: Option<Value> = None;
+        for l in 0..W as usize {
+            let ml = self.b.ins().extractlane(m, l as u8);
+            let on = self.b.ins().icmp_imm(IntCC::NotEqual, ml, 0);
+            // Unsigned compare: negative indices (and u64 ones past i64::MAX) are huge, hence out.
+            let ix = self.index_lane(idx, ity, l);
+            let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, ix, len);
+            let ok = self.b.ins().band(on, inside);
+            let outside = self.b.ins().bxor_imm(inside, 1);
+            let bad = self.b.ins().band(on, outside);
+            let bad = self.b.ins().uextend(I64, bad);
+            bad_total = Some(match bad_total {
+                None => bad,
+                Some(s) => self.b.ins().iadd(s, bad),
+            });
+            let store = self.b.create_block();
+            let next = self.b.create_block();
+            self.b.ins().brif(ok, store, &[], next, &[]);
+            self.b.switch_to_block(store);
+            self.b.seal_block(store);
+            let x = self.extract(bits, l);
+            let addr = self.elem_addr(p, t, ix)?;
+            if t == VarType::Bool {
+                let x = self.b.ins().band_imm(x, 1);
+                self.b.ins().istore8(mem, x, addr, 0);
+            } else {
+                self.b.ins().store(mem, x, addr, 0);
+            }
+            self.b.ins().jump(next, &[]);
+            self.b.switch_to_block(next);
+            self.b.seal_block(next);
+        }
+        let count = self.b.use_var(bad_var);
+        let count = self.b.ins().iadd(count, bad_total.expect("four lanes"));
+        self.b.def_var(bad_var, count);
+        Ok(())
+    }
+
+    /// A reducing scatter's active lanes, one helper call each.
+    #[allow(clippy::too_many_arguments)]
+    fn call_lanes(
+        &mut self,
+        p: usize,
+        t: VarType,
+        op_ty: u32,
+        bits: V,
+        idx: V,
+        ity: VarType,
+        m: Value,
+    ) -> Result<(), String> {
+        let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
+        let base = self.bases[p].ok_or_else(|| format!("parameter p{p} not loaded"))?;
+        let func = self.scatter.ok_or("scatter helper not declared")?;
         for l in 0..W as usize {
             let ml = self.b.ins().extractlane(m, l as u8);
             let call = self.b.create_block();
@@ -332,11 +607,6 @@ impl<'f> Gen<'_, 'f> {
             self.b.ins().jump(next, &[]);
             self.b.switch_to_block(next);
             self.b.seal_block(next);
-        }
-        if let Some(join) = done {
-            self.b.ins().jump(join, &[]);
-            self.b.switch_to_block(join);
-            self.b.seal_block(join);
         }
         Ok(())
     }

@@ -161,7 +161,17 @@ struct Gen<'a, 'f> {
     const_cache: HashMap<([u8; 16], Type), Value>,
     /// Lower the loop body in `body_order` rather than in the kernel's order.
     schedule: bool,
+    /// Out-of-range lanes of gathers and of plain scatters, added to the status at the end.
     oob: Option<Variable>,
+    oob_writes: Option<Variable>,
+    /// The mask of a main-loop iteration, whose lanes are all below `end`: a gather or scatter
+    /// whose mask is a literal `true` and whose lanes are active under exactly this mask needs no
+    /// mask test (the value is compared by identity; uniform loops keep their entry mask).
+    full_active: Option<Value>,
+    /// `run_in_bounds`'s bound per (parameter, index type, lanes in the run), computed in the
+    /// entry block.
+    run_bounds: HashMap<(usize, VarType, i64), Value>,
+    /// The helper that reducing scatters call.
     scatter: Option<FuncRef>,
     /// Open loops and switches, and the active lanes of each group inside them.
     regions: region::Regions,

@@ -148,8 +148,13 @@ impl<'f> Gen<'_, 'f> {
                 let header = self.b.create_block();
                 self.b.ins().jump(header, &[]);
                 self.b.switch_to_block(header);
-                // the condition code runs for the lanes still in the loop
-                self.regions.active = masks.iter().map(|&m| self.b.use_var(m)).collect();
+                // the condition code runs for the lanes still in the loop (in a uniform loop, the
+                // lanes that entered it: the same values, so that `full_active` still matches)
+                self.regions.active = if uniform_cond {
+                    saved.clone()
+                } else {
+                    masks.iter().map(|&m| self.b.use_var(m)).collect()
+                };
                 self.regions.frames.push(Frame::Loop {
                     header,
                     exit: None,
@@ -187,9 +192,7 @@ impl<'f> Gen<'_, 'f> {
                 let mut now = Vec::with_capacity(n);
                 let any = if uniform_cond {
                     // every lane agrees: the lanes stay as they entered, lane 0 decides
-                    for &mv in &masks {
-                        now.push(self.b.use_var(mv));
-                    }
+                    now.extend_from_slice(&self.regions.active);
                     let V::One(c) = get(groups, 0, inst.args[0])? else {
                         return Err("loop condition is not a mask".into());
                     };
