@@ -542,8 +542,12 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             let unchanged: Vec<bool> = (0..ids.len())
                 .map(|k| carried[k] && next_ids[k] == placeholders[k])
                 .collect();
-            if attempt == 1 && unchanged.iter().any(|&u| u) {
-                tracing::debug!(target: "kiln::control", "{what}: {} state entries never change: traced again without them", unchanged.iter().filter(|&&u| u).count());
+            // Until no carried entry is unchanged: an entry can become unchanged only once others
+            // are fixed (its next value folded to its placeholder), and a placeholder left out of
+            // the loop while its trace still reads it would be a state no loop defines. Each
+            // round carries fewer entries, so this ends.
+            if unchanged.iter().any(|&u| u) {
+                tracing::debug!(target: "kiln::control", "{what}: {} state entries never change (trace {attempt}): traced again without them", unchanged.iter().filter(|&&u| u).count());
                 for (k, u) in unchanged.iter().enumerate() {
                     if *u {
                         carried[k] = false;

@@ -44,6 +44,29 @@ fn collatz_in_one_kernel_traced_once() {
     }
 }
 
+/// An entry that changes only through an invariant one (`b + a` with `a` a constant 0 once `a`
+/// is fixed) turns out unchanged in the second trace: it must not be left out of the loop while
+/// the condition still reads it (the kernel builder panicked, "placeholder … used outside its
+/// loop"). Traced three times: all, without `a`, without `a` and `b`.
+#[test]
+fn entries_unchanged_only_in_a_later_trace_are_dropped_too() {
+    let traced = Cell::new(0);
+    let b0 = UInt32::arange(6) * 5u32 + 10u32; // b >= 10: `i` alone decides
+    let (a, b, i) = kiln::while_loop(
+        (UInt32::zeros(6), b0.clone(), UInt32::zeros(6)),
+        |(_, b, i)| b.lt(5u32) | i.lt(2u32),
+        |(a, b, i)| {
+            traced.set(traced.get() + 1);
+            (a.clone(), b + a, i + 1u32)
+        },
+    )
+    .unwrap();
+    assert_eq!(b.to_vec(), b0.to_vec());
+    assert_eq!(a.to_vec(), vec![0; 6]);
+    assert_eq!(i.to_vec(), vec![2; 6]);
+    assert_eq!(traced.get(), 3);
+}
+
 #[test]
 fn invariant_state_is_not_carried_and_traced_once_more() {
     let traced = Cell::new(0);
