@@ -496,15 +496,13 @@ fn truncated_evaluated_loop_inside_a_frozen_function() {
 }
 
 /// Found while testing evaluated mode in frozen functions: an evaluated loop whose body has an
-/// evaluated branch fails inside a frozen function with `HiddenInput { label: "r31 (u32 × 4)",
+/// evaluated branch failed inside a frozen function with `HiddenInput { label: "r31 (u32 × 4)",
 /// during: "returned from the function" }`, whose advice (pass the array as an argument) does
 /// not apply: the function captures nothing. The evaluated branch compacts lanes (`compress`),
-/// which a loop driver cannot replay (`freeze/record.rs` has an error for that, "compacts lanes
-/// (compress) ... run it in symbolic mode", which is not what comes out). Unfrozen, the same
-/// function gives `[11, 10, 10, 10]`. Expected: the right result, or an error that names the
-/// loop and says to run it (or the branch) in symbolic mode.
+/// which a loop driver cannot replay. Unfrozen, the same function gives `[11, 10, 10, 10]`.
+/// Expected, and what comes out now: the right result, or an error that names the loop and says
+/// to run it (or the branch) in symbolic mode.
 #[test]
-#[ignore = "bug: evaluated branch in an evaluated loop in a frozen function gives a misleading HiddenInput error"]
 fn evaluated_branch_in_an_evaluated_loop_inside_a_frozen_function() {
     leak_checked(|| {
         let body = |x: &UInt32| -> UInt32 {

@@ -896,7 +896,7 @@ pub fn driver_finish(
             .any(|o| matches!(o.kind, ReplayKind::Compress { .. }))
         {
             r.fail(Failure::Error(Error::Invalid(format!(
-                "evaluated loop {label} inside a frozen function compacts lanes (compress), whose counts change from one iteration to the next and cannot be replayed; run it in symbolic mode, or without `.compress(true)`"
+                "evaluated loop {label} inside a frozen function compacts lanes (an evaluated branch or switch in its body, or `.compress(true)`), whose counts change from one iteration to the next and cannot be replayed; run the loop (or that branch) in symbolic mode, or the loop without `.compress(true)`"
             ))));
             return;
         }
