@@ -11,7 +11,26 @@ use crate::op::{Op, ReduceOp};
 use crate::ty::VarType;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4, I64, I8X16};
-use cranelift_codegen::ir::{InstBuilder, Value};
+use cranelift_codegen::ir::{Block, InstBuilder, Type, Value};
+use cranelift_frontend::Variable;
+
+/// Vectors per value of type `t` (64-bit lanes take two).
+fn parts_of(t: VarType) -> usize {
+    if is_wide(t) {
+        2
+    } else {
+        1
+    }
+}
+
+/// A value of type `t` from its first `parts_of(t)` vectors.
+fn from_vectors(t: VarType, vs: &[Value]) -> V {
+    if is_wide(t) {
+        V::Two(vs[0], vs[1])
+    } else {
+        V::One(vs[0])
+    }
+}
 
 impl<'f> Gen<'_, 'f> {
     /// Byte address of element `lane` of parameter `p` (elements of type `t`).
@@ -261,8 +280,7 @@ impl<'f> Gen<'_, 'f> {
         // Group u's index is group 0's plus 4u in the index type (a counter of that type plus a
         // uniform value): one run of 4·G indices from group 0's first.
         let i0 = self.index_lane(ops[0].0, ity, 0);
-        let ok = self.run_in_bounds(p, ity, i0, W * ops.len() as i64)?;
-        let mut ok = ok;
+        let mut ok = self.run_in_bounds(p, ity, i0, W * ops.len() as i64)?;
         if !all_known {
             let mut every = ops[0].3;
             for o in &ops[1..] {
@@ -272,78 +290,36 @@ impl<'f> Gen<'_, 'f> {
             ok = self.b.ins().band(ok, all);
         }
 
-        let fast = self.b.create_block();
-        let slow = self.b.create_block();
-        // laid out after the function: the fast path falls through
-        self.b.set_cold_block(slow);
-        let join = self.b.create_block();
-        let parts = if is_wide(t) { 2 } else { 1 };
-        if val_arg.is_none() {
-            for _ in 0..parts * ops.len() {
-                self.b.append_block_param(join, vty(t));
-            }
-        }
-        self.b.ins().brif(ok, fast, &[], slow, &[]);
-        self.b.switch_to_block(fast);
-        self.b.seal_block(fast);
-        let addr = self.elem_addr(p, t, i0)?;
-        let mem = self.mem;
-        let mut loaded = Vec::new();
-        for (u, o) in ops.iter().enumerate() {
-            for part in 0..parts {
-                let off = (u * W as usize * t.size_bytes() + 16 * part) as i32;
-                match o.2 {
-                    None => loaded.push(self.b.ins().load(vty(t), mem, addr, off)),
-                    Some(V::One(x)) => {
-                        self.b.ins().store(mem, x, addr, off);
-                    }
-                    Some(V::Two(lo, hi)) => {
-                        self.b
-                            .ins()
-                            .store(mem, if part == 0 { lo } else { hi }, addr, off);
+        let n = ops.len();
+        let stored: Option<Vec<V>> =
+            val_arg.map(|_| ops.iter().map(|o| o.2.expect("a value")).collect());
+        let count = if stored.is_some() { 0 } else { n * parts_of(t) };
+        let vs = self.fast_or_slow(
+            ok,
+            vty(t),
+            count,
+            |g| g.run_access(p, t, i0, stored.as_deref(), n),
+            |g| {
+                let mut out = Vec::new();
+                for (u, (o, &lane)) in ops.iter().zip(chunk).enumerate() {
+                    g.lane = lane;
+                    g.group = first_group + u;
+                    g.active = o.4;
+                    match o.2 {
+                        None => {
+                            let v = g.gather(p, t, o.0, ity, o.1, true)?;
+                            out.extend(g.vectors(t, v));
+                        }
+                        Some(v) => g.scatter(p, t, type_index(t), v, o.0, ity, o.1, true)?,
                     }
                 }
-            }
-        }
-        let args: Vec<cranelift_codegen::ir::BlockArg> =
-            loaded.into_iter().map(Into::into).collect();
-        self.b.ins().jump(join, &args);
-
-        self.b.switch_to_block(slow);
-        self.b.seal_block(slow);
-        let mut slow_vals = Vec::new();
-        for (u, (o, &lane)) in ops.iter().zip(chunk).enumerate() {
-            self.lane = lane;
-            self.group = first_group + u;
-            self.active = o.4;
-            match o.2 {
-                None => match self.gather(p, t, o.0, ity, o.1, true)? {
-                    V::One(x) => slow_vals.push(self.bc(vty(t), x)),
-                    V::Two(lo, hi) => {
-                        slow_vals.push(self.bc(vty(t), lo));
-                        slow_vals.push(self.bc(vty(t), hi));
-                    }
-                },
-                Some(v) => {
-                    let op_ty = type_index(t);
-                    self.scatter(p, t, op_ty, v, o.0, ity, o.1, true)?;
-                }
-            }
-        }
-        let args: Vec<cranelift_codegen::ir::BlockArg> =
-            slow_vals.into_iter().map(Into::into).collect();
-        self.b.ins().jump(join, &args);
-        self.b.switch_to_block(join);
-        self.b.seal_block(join);
-        let ps = self.b.block_params(join).to_vec();
+                Ok(out)
+            },
+        )?;
         for (u, vals) in groups.iter_mut().enumerate() {
-            vals[r] = val_arg.is_none().then(|| {
-                if is_wide(t) {
-                    V::Two(ps[2 * u], ps[2 * u + 1])
-                } else {
-                    V::One(ps[u])
-                }
-            });
+            vals[r] = val_arg
+                .is_none()
+                .then(|| from_vectors(t, &vs[u * parts_of(t)..]));
         }
         Ok(true)
     }
@@ -362,48 +338,17 @@ impl<'f> Gen<'_, 'f> {
             // a row read: one vector load when the whole run is in bounds and active
             let m = self.active_mask(mask)?;
             let (ok, i0) = self.whole_run(p, idx, ity, m)?;
-            let fast = self.b.create_block();
-            let slow = self.b.create_block();
-            // laid out after the function: the fast path falls through
-            self.b.set_cold_block(slow);
-            let join = self.b.create_block();
-            let parts = if is_wide(t) { 2 } else { 1 };
-            for _ in 0..parts {
-                self.b.append_block_param(join, vty(t));
-            }
-            self.b.ins().brif(ok, fast, &[], slow, &[]);
-            self.b.switch_to_block(fast);
-            self.b.seal_block(fast);
-            let addr = self.elem_addr(p, t, i0)?;
-            let mem = self.mem;
-            let args: Vec<Value> = if is_wide(t) {
-                let lo = self.b.ins().load(vty(t), mem, addr, 0);
-                let hi = self.b.ins().load(vty(t), mem, addr, 16);
-                vec![lo, hi]
-            } else {
-                vec![self.b.ins().load(vty(t), mem, addr, 0)]
-            };
-            let args: Vec<cranelift_codegen::ir::BlockArg> =
-                args.into_iter().map(Into::into).collect();
-            self.b.ins().jump(join, &args);
-            self.b.switch_to_block(slow);
-            self.b.seal_block(slow);
-            let v = self.gather(p, t, idx, ity, mask, false)?;
-            let args: Vec<Value> = match v {
-                V::One(x) => vec![self.bc(vty(t), x)],
-                V::Two(lo, hi) => vec![self.bc(vty(t), lo), self.bc(vty(t), hi)],
-            };
-            let args: Vec<cranelift_codegen::ir::BlockArg> =
-                args.into_iter().map(Into::into).collect();
-            self.b.ins().jump(join, &args);
-            self.b.switch_to_block(join);
-            self.b.seal_block(join);
-            let ps = self.b.block_params(join).to_vec();
-            return Ok(if is_wide(t) {
-                V::Two(ps[0], ps[1])
-            } else {
-                V::One(ps[0])
-            });
+            let vs = self.fast_or_slow(
+                ok,
+                vty(t),
+                parts_of(t),
+                |g| g.run_access(p, t, i0, None, 1),
+                |g| {
+                    let v = g.gather(p, t, idx, ity, mask, false)?;
+                    Ok(g.vectors(t, v))
+                },
+            )?;
+            return Ok(from_vectors(t, &vs));
         }
         let m = self.active_mask(mask)?;
         let len = self.lens[p].ok_or_else(|| format!("parameter p{p} is not indexed"))?;
@@ -416,22 +361,7 @@ impl<'f> Gen<'_, 'f> {
         let mut lanes = Vec::with_capacity(4);
         let mut bad_total: Option<Value> = None;
         for l in 0..W as usize {
-            let ml = self.b.ins().extractlane(m, l as u8);
-            let on = self.b.ins().icmp_imm(IntCC::NotEqual, ml, 0);
-            let ix = self.index_lane(idx, ity, l);
-            // Unsigned compare: negative indices (and u64 ones past i64::MAX) are huge, hence out.
-            let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, ix, len);
-            let ok = self.b.ins().band(on, inside);
-            let outside = self
-                .b
-                .ins()
-                .icmp(IntCC::UnsignedGreaterThanOrEqual, ix, len);
-            let bad = self.b.ins().band(on, outside);
-            let bad = self.b.ins().uextend(I64, bad);
-            bad_total = Some(match bad_total {
-                None => bad,
-                Some(s) => self.b.ins().iadd(s, bad),
-            });
+            let (ix, ok) = self.lane_in_bounds(m, idx, ity, l, len, &mut bad_total);
             // Branchless: read element 0 (always mapped: slack) when the lane must not read.
             let zero64 = self.b.ins().iconst(I64, 0);
             let safe = self.b.ins().select(ok, ix, zero64);
@@ -451,9 +381,7 @@ impl<'f> Gen<'_, 'f> {
             };
             lanes.push(x);
         }
-        let count = self.b.use_var(oob_var);
-        let count = self.b.ins().iadd(count, bad_total.expect("four lanes"));
-        self.b.def_var(oob_var, count);
+        self.count_bad(oob_var, bad_total);
         let v = self.build(t, &lanes);
         Ok(self.bc_v(vty(t), v))
     }
@@ -471,46 +399,123 @@ impl<'f> Gen<'_, 'f> {
         run: bool,
     ) -> Result<(), String> {
         let m = self.active_mask(mask)?;
-        let mut done = None;
         if run && t != VarType::Bool {
             // a row write: one vector store when the whole run is in bounds and active
             let (ok, i0) = self.whole_run(p, idx, ity, m)?;
-            let fast = self.b.create_block();
-            let slow = self.b.create_block();
-            // laid out after the function: the fast path falls through
-            self.b.set_cold_block(slow);
-            let join = self.b.create_block();
-            self.b.ins().brif(ok, fast, &[], slow, &[]);
-            self.b.switch_to_block(fast);
-            self.b.seal_block(fast);
-            let addr = self.elem_addr(p, t, i0)?;
-            let mem = self.mem;
-            match val {
-                V::One(x) => {
-                    self.b.ins().store(mem, x, addr, 0);
-                }
-                V::Two(lo, hi) => {
-                    self.b.ins().store(mem, lo, addr, 0);
-                    self.b.ins().store(mem, hi, addr, 16);
-                }
-            }
-            self.b.ins().jump(join, &[]);
-            self.b.switch_to_block(slow);
-            self.b.seal_block(slow);
-            done = Some(join);
+            self.fast_or_slow(
+                ok,
+                vty(t),
+                0,
+                |g| g.run_access(p, t, i0, Some(&[val]), 1),
+                |g| {
+                    g.scatter_lanes(p, t, op_ty, val, idx, ity, m)
+                        .map(|()| Vec::new())
+                },
+            )?;
+            return Ok(());
         }
+        self.scatter_lanes(p, t, op_ty, val, idx, ity, m)
+    }
+
+    /// A scatter's active lanes one by one: plain ones stored inline, reducing ones through the
+    /// helper.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter_lanes(
+        &mut self,
+        p: usize,
+        t: VarType,
+        op_ty: u32,
+        val: V,
+        idx: V,
+        ity: VarType,
+        m: Value,
+    ) -> Result<(), String> {
         let bits = self.bc_v(ivty(t), val);
         if op_ty >> 8 == 0 {
-            self.store_lanes(p, t, bits, idx, ity, m)?;
+            self.store_lanes(p, t, bits, idx, ity, m)
         } else {
-            self.call_lanes(p, t, op_ty, bits, idx, ity, m)?;
+            self.call_lanes(p, t, op_ty, bits, idx, ity, m)
         }
-        if let Some(join) = done {
-            self.b.ins().jump(join, &[]);
-            self.b.switch_to_block(join);
-            self.b.seal_block(join);
+    }
+
+    /// `fast` where `ok` holds, else `slow` (a cold block, laid out after the function so that
+    /// the fast path falls through); each returns `count` vectors of type `ty`, which come back
+    /// joined.
+    fn fast_or_slow(
+        &mut self,
+        ok: Value,
+        ty: Type,
+        count: usize,
+        fast: impl FnOnce(&mut Self) -> Result<Vec<Value>, String>,
+        slow: impl FnOnce(&mut Self) -> Result<Vec<Value>, String>,
+    ) -> Result<Vec<Value>, String> {
+        let fast_block = self.b.create_block();
+        let slow_block = self.b.create_block();
+        self.b.set_cold_block(slow_block);
+        let join = self.b.create_block();
+        for _ in 0..count {
+            self.b.append_block_param(join, ty);
         }
+        self.b.ins().brif(ok, fast_block, &[], slow_block, &[]);
+        self.arm(fast_block, join, fast)?;
+        self.arm(slow_block, join, slow)?;
+        self.b.switch_to_block(join);
+        self.b.seal_block(join);
+        Ok(self.b.block_params(join).to_vec())
+    }
+
+    /// Lower `arm` into `block`, ending with a jump to `join` with its vectors.
+    fn arm(
+        &mut self,
+        block: Block,
+        join: Block,
+        arm: impl FnOnce(&mut Self) -> Result<Vec<Value>, String>,
+    ) -> Result<(), String> {
+        self.b.switch_to_block(block);
+        self.b.seal_block(block);
+        let vs = arm(self)?;
+        let args: Vec<cranelift_codegen::ir::BlockArg> = vs.into_iter().map(Into::into).collect();
+        self.b.ins().jump(join, &args);
         Ok(())
+    }
+
+    /// The vectors of a run of `groups` groups from element `i0` of parameter `p`: loaded (and
+    /// returned), or `stored` (one value per group).
+    fn run_access(
+        &mut self,
+        p: usize,
+        t: VarType,
+        i0: Value,
+        stored: Option<&[V]>,
+        groups: usize,
+    ) -> Result<Vec<Value>, String> {
+        let addr = self.elem_addr(p, t, i0)?;
+        let mem = self.mem;
+        let mut loaded = Vec::new();
+        for u in 0..groups {
+            for part in 0..parts_of(t) {
+                let off = (u * W as usize * t.size_bytes() + 16 * part) as i32;
+                match stored.map(|vs| vs[u]) {
+                    None => loaded.push(self.b.ins().load(vty(t), mem, addr, off)),
+                    Some(V::One(x)) => {
+                        self.b.ins().store(mem, x, addr, off);
+                    }
+                    Some(V::Two(lo, hi)) => {
+                        let x = if part == 0 { lo } else { hi };
+                        self.b.ins().store(mem, x, addr, off);
+                    }
+                }
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// A value's vectors, as type `vty(t)`.
+    fn vectors(&mut self, t: VarType, v: V) -> Vec<Value> {
+        match v {
+            V::One(x) => vec![self.bc(vty(t), x)],
+            V::Two(lo, hi) => vec![self.bc(vty(t), lo), self.bc(vty(t), hi)],
+        }
     }
 
     /// A plain scatter's active lanes, in lane order (the last of equal indices wins, as in the
@@ -529,19 +534,7 @@ impl<'f> Gen<'_, 'f> {
         let mem = self.mem;
         let mut bad_total: Option<Value> = None;
         for l in 0..W as usize {
-            let ml = self.b.ins().extractlane(m, l as u8);
-            let on = self.b.ins().icmp_imm(IntCC::NotEqual, ml, 0);
-            // Unsigned compare: negative indices (and u64 ones past i64::MAX) are huge, hence out.
-            let ix = self.index_lane(idx, ity, l);
-            let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, ix, len);
-            let ok = self.b.ins().band(on, inside);
-            let outside = self.b.ins().bxor_imm(inside, 1);
-            let bad = self.b.ins().band(on, outside);
-            let bad = self.b.ins().uextend(I64, bad);
-            bad_total = Some(match bad_total {
-                None => bad,
-                Some(s) => self.b.ins().iadd(s, bad),
-            });
+            let (ix, ok) = self.lane_in_bounds(m, idx, ity, l, len, &mut bad_total);
             let store = self.b.create_block();
             let next = self.b.create_block();
             self.b.ins().brif(ok, store, &[], next, &[]);
@@ -559,10 +552,42 @@ impl<'f> Gen<'_, 'f> {
             self.b.switch_to_block(next);
             self.b.seal_block(next);
         }
-        let count = self.b.use_var(bad_var);
-        let count = self.b.ins().iadd(count, bad_total.expect("four lanes"));
-        self.b.def_var(bad_var, count);
+        self.count_bad(bad_var, bad_total);
         Ok(())
+    }
+
+    /// Lane `l`'s index (64-bit) and whether it is active (in `m`) and below `len`; an active lane
+    /// out of range adds one to `bad`.
+    fn lane_in_bounds(
+        &mut self,
+        m: Value,
+        idx: V,
+        ity: VarType,
+        l: usize,
+        len: Value,
+        bad: &mut Option<Value>,
+    ) -> (Value, Value) {
+        let ml = self.b.ins().extractlane(m, l as u8);
+        let on = self.b.ins().icmp_imm(IntCC::NotEqual, ml, 0);
+        let ix = self.index_lane(idx, ity, l);
+        // Unsigned compare: negative indices (and u64 ones past i64::MAX) are huge, hence out.
+        let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, ix, len);
+        let ok = self.b.ins().band(on, inside);
+        let outside = self.b.ins().bxor_imm(inside, 1);
+        let out = self.b.ins().band(on, outside);
+        let out = self.b.ins().uextend(I64, out);
+        *bad = Some(match *bad {
+            None => out,
+            Some(s) => self.b.ins().iadd(s, out),
+        });
+        (ix, ok)
+    }
+
+    /// Add this vector's count of out-of-range lanes to counter `var`.
+    fn count_bad(&mut self, var: Variable, bad: Option<Value>) {
+        let count = self.b.use_var(var);
+        let count = self.b.ins().iadd(count, bad.expect("four lanes"));
+        self.b.def_var(var, count);
     }
 
     /// A reducing scatter's active lanes, one helper call each.
