@@ -530,6 +530,20 @@ impl KernelBuilder {
         self.k.params.push(Param { ty, kind });
         self.k.params.len() - 1
     }
+    /// `counter + uniform` (a row of a stacked array, which the backends read and write as vectors
+    /// when the run is in bounds): the uniform part a small literal (−2..4, wrapped) or a broadcast
+    /// load (random bits: mostly far out of range).
+    fn row_index(&mut self, ity: VarType, sel: u16, imm: u64) -> Reg {
+        let c = self.push(Inst::new(Op::Counter, ity, &[], 0));
+        let base = if sel % 4 == 0 {
+            let p = self.param(ity, ParamKind::Broadcast, sel);
+            self.push(Inst::new(Op::Load, ity, &[], p as u64))
+        } else {
+            let v = ((imm >> 8) % 7) as i64 - 2;
+            self.push(Inst::new(Op::Literal, ity, &[], v as u64 & ity.bit_mask()))
+        };
+        self.push(Inst::new(Op::Add, ity, &[c, base], 0))
+    }
     /// A register of type `ty`: an existing one, or a fresh source (literal, load, counter).
     fn reg(&mut self, ty: VarType, sel: u16, imm: u64) -> Reg {
         self.reg_of(ty, sel, imm, false)
@@ -671,7 +685,11 @@ impl KernelBuilder {
             }
             Op::Gather => {
                 let ity = INTS[a[2] as usize % 4];
-                let idx = self.reg(ity, a[0], imm);
+                let idx = if imm % 3 == 0 {
+                    self.row_index(ity, a[0], imm)
+                } else {
+                    self.reg(ity, a[0], imm)
+                };
                 let mask = self.reg(VarType::Bool, a[1], imm.rotate_left(17));
                 let reuse: Vec<usize> = self
                     .gather_sources
@@ -700,7 +718,11 @@ impl KernelBuilder {
                 } else {
                     self.reg(any, a[0], imm)
                 };
-                let idx = self.reg(ity, a[1], imm.rotate_left(17));
+                let idx = if imm % 3 == 1 {
+                    self.row_index(ity, a[1], imm)
+                } else {
+                    self.reg(ity, a[1], imm.rotate_left(17))
+                };
                 let mask = self.reg(VarType::Bool, a[2], imm.rotate_left(34));
                 self.k.params.push(Param {
                     ty: any,
