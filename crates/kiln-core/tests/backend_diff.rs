@@ -1503,6 +1503,26 @@ fn gather_counts_out_of_range_reads_of_active_lanes_only() {
     }
 }
 
+/// `scatter` (registers 0, 1, 2 into parameter 3) of loaded values of `ty`, indices of `ity` and
+/// a mask, into an indexed target of `ty`.
+fn scatter_kernel(ty: VarType, ity: VarType, scatter: Inst) -> Kernel {
+    use VarType::*;
+    Kernel {
+        params: vec![
+            p(ty, ParamKind::Input),
+            p(ity, ParamKind::Input),
+            p(Bool, ParamKind::Input),
+            p(ty, ParamKind::Indexed),
+        ],
+        insts: vec![
+            Inst::new(Op::Load, ty, &[], 0),
+            Inst::new(Op::Load, ity, &[], 1),
+            Inst::new(Op::Load, Bool, &[], 2),
+            scatter,
+        ],
+    }
+}
+
 #[test]
 fn scatter_reductions_and_out_of_range_writes() {
     use VarType::*;
@@ -1513,20 +1533,7 @@ fn scatter_reductions_and_out_of_range_writes() {
         (ReduceOp::Max, U32),
     ] {
         for ty in [I32, F32, F64, U64, Bool] {
-            let k = Kernel {
-                params: vec![
-                    p(ty, ParamKind::Input),
-                    p(ity, ParamKind::Input),
-                    p(Bool, ParamKind::Input),
-                    p(ty, ParamKind::Indexed),
-                ],
-                insts: vec![
-                    Inst::new(Op::Load, ty, &[], 0),
-                    Inst::new(Op::Load, ity, &[], 1),
-                    Inst::new(Op::Load, Bool, &[], 2),
-                    Inst::new(Op::Scatter(rop), ty, &[0, 1, 2], 3),
-                ],
-            };
+            let k = scatter_kernel(ty, ity, Inst::new(Op::Scatter(rop), ty, &[0, 1, 2], 3));
             let mut rng = Rng(7);
             let n = 37;
             let vals: Vec<u64> = (0..n).map(|_| rand_bits(&mut rng, ty)).collect();
@@ -4186,20 +4193,7 @@ fn llvm_exclusive_scatter_adds_into_small_targets_at_every_width() {
             for in_range in [true, false] {
                 let mut scatter = Inst::new(Op::Scatter(ReduceOp::Add), ty, &[0, 1, 2], 3);
                 scatter.imm |= kiln_core::kernel::SCATTER_EXCLUSIVE;
-                let k = Kernel {
-                    params: vec![
-                        p(ty, ParamKind::Input),
-                        p(U32, ParamKind::Input),
-                        p(Bool, ParamKind::Input),
-                        p(ty, ParamKind::Indexed),
-                    ],
-                    insts: vec![
-                        Inst::new(Op::Load, ty, &[], 0),
-                        Inst::new(Op::Load, U32, &[], 1),
-                        Inst::new(Op::Load, Bool, &[], 2),
-                        scatter,
-                    ],
-                };
+                let k = scatter_kernel(ty, U32, scatter);
                 assert!(k.insts[3].exclusive());
                 let mut rng = Rng(len as u64 * 31 + u64::from(in_range));
                 let n = 203;
@@ -4358,6 +4352,8 @@ fn row_reads_and_writes_at_every_bound_and_wrap() {
             let (stride, steps) = (end + (end % 3), 3);
             let k = row_kernel(ity, ty, stride, steps, looped);
             k.verify().unwrap_or_else(|e| panic!("{e:?}\n{k}"));
+            // the widths and instruction sets this host does not run: compiled and verified
+            compiles_for_other_hosts(&k).unwrap_or_else(|e| panic!("{e}\n{k}"));
             let compiled: Vec<_> = backends
                 .iter()
                 .map(|(n, b)| (n, b.compile(&k).unwrap_or_else(|e| panic!("{n}: {e}\n{k}"))))

@@ -14,6 +14,18 @@ use cranelift_codegen::ir::types::{I32, I32X4, I64, I8X16};
 use cranelift_codegen::ir::{Block, InstBuilder, Type, Value};
 use cranelift_frontend::Variable;
 
+/// One group's side of a row access in `Gen::rows_of_groups`.
+struct GroupAccess {
+    idx: V,
+    mask: V,
+    /// The value stored (a scatter) or none (a gather).
+    val: Option<V>,
+    /// `mask` and the group's active lanes.
+    lanes: Value,
+    /// The group's active-lane mask, restored for its own slow path.
+    active: Option<Value>,
+}
+
 /// Vectors per value of type `t` (64-bit lanes take two).
 fn parts_of(t: VarType) -> usize {
     if is_wide(t) {
@@ -171,7 +183,8 @@ impl<'f> Gen<'_, 'f> {
     /// Whether the `n` indices `i0, i0 + 1, …` of a `counter + uniform` index (consecutive in the
     /// index type, unless that wraps) are all below parameter `p`'s length without wrapping: one
     /// compare, `i0 <u min(len, type's limit) - (n - 1)` (0 when negative). A negative 32-bit
-    /// index, sign-extended, is huge and fails it; the bound is loop-invariant (hoisted).
+    /// index, sign-extended, is huge and fails it. The bound is read from `run_bounds` (computed
+    /// once in the entry block) when it is there.
     fn run_in_bounds(
         &mut self,
         p: usize,
@@ -260,7 +273,7 @@ impl<'f> Gen<'_, 'f> {
         let p = inst.param();
         // Each group's operands and active lanes.
         let outer_active = self.active;
-        let mut ops = Vec::with_capacity(groups.len());
+        let mut ops: Vec<GroupAccess> = Vec::with_capacity(groups.len());
         // every lane of every group active, known while compiling: no mask test
         let mut all_known = self.lit[mask_arg as usize].is_some_and(|b| b != 0);
         for (u, vals) in groups.iter_mut().enumerate() {
@@ -268,31 +281,33 @@ impl<'f> Gen<'_, 'f> {
             self.active = self.regions.active.get(u).copied().or(outer_active);
             all_known &= self.active.is_some() && self.active == self.full_active;
             let got = (|| -> Result<_, String> {
-                let idx = self.val(idx_arg)?;
                 let mask = self.val(mask_arg)?;
-                let val = val_arg.map(|a| self.val(a)).transpose()?;
-                let m = self.active_mask(mask)?;
-                Ok((idx, mask, val, m, self.active))
+                Ok(GroupAccess {
+                    idx: self.val(idx_arg)?,
+                    mask,
+                    val: val_arg.map(|a| self.val(a)).transpose()?,
+                    lanes: self.active_mask(mask)?,
+                    active: self.active,
+                })
             })();
             std::mem::swap(&mut self.vals, vals);
             ops.push(got?);
         }
         // Group u's index is group 0's plus 4u in the index type (a counter of that type plus a
         // uniform value): one run of 4·G indices from group 0's first.
-        let i0 = self.index_lane(ops[0].0, ity, 0);
+        let i0 = self.index_lane(ops[0].idx, ity, 0);
         let mut ok = self.run_in_bounds(p, ity, i0, W * ops.len() as i64)?;
         if !all_known {
-            let mut every = ops[0].3;
+            let mut every = ops[0].lanes;
             for o in &ops[1..] {
-                every = self.b.ins().band(every, o.3);
+                every = self.b.ins().band(every, o.lanes);
             }
             let all = self.b.ins().vall_true(every);
             ok = self.b.ins().band(ok, all);
         }
 
         let n = ops.len();
-        let stored: Option<Vec<V>> =
-            val_arg.map(|_| ops.iter().map(|o| o.2.expect("a value")).collect());
+        let stored: Option<Vec<V>> = ops.iter().map(|o| o.val).collect();
         let count = if stored.is_some() { 0 } else { n * parts_of(t) };
         let vs = self.fast_or_slow(
             ok,
@@ -304,13 +319,13 @@ impl<'f> Gen<'_, 'f> {
                 for (u, (o, &lane)) in ops.iter().zip(chunk).enumerate() {
                     g.lane = lane;
                     g.group = first_group + u;
-                    g.active = o.4;
-                    match o.2 {
+                    g.active = o.active;
+                    match o.val {
                         None => {
-                            let v = g.gather(p, t, o.0, ity, o.1, true)?;
+                            let v = g.gather(p, t, o.idx, ity, o.mask, true)?;
                             out.extend(g.vectors(t, v));
                         }
-                        Some(v) => g.scatter(p, t, type_index(t), v, o.0, ity, o.1, true)?,
+                        Some(v) => g.scatter(p, t, type_index(t), v, o.idx, ity, o.mask, true)?,
                     }
                 }
                 Ok(out)
