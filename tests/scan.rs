@@ -11,8 +11,9 @@
 //!    the values that disagree and the fix; rows the Rust type system already rejects are listed,
 //!    with the reason, next to those tests.
 //! 2. **Against a plain-Rust reference loop**: a proptest over step counts (0, 1, 15, 16, 17 and
-//!    random ones), row widths (1, 7, 8, 9, 33), random mixes of SITSOT / NITSOT / MITSOT outputs,
-//!    sequence taps, kept rows (save-mem) and execution modes, for `f64` and `i64`.
+//!    random ones), row widths (1, 7, 8, 9, 33; 130 and 300, wide enough to run lane-blocked),
+//!    random mixes of SITSOT / NITSOT / MITSOT outputs, sequence taps, kept rows (save-mem) and
+//!    execution modes, for `f64` and `i64`.
 //! 3. **Equivalences**: rewrites on and off, `go_backwards` and `reverse`, fused and stepped
 //!    execution, the three backends, `keep_states` and a forward recompute.
 //! 4. **Composition**: a scan inside a frozen function, an RNN with matrix products (push-out),
@@ -1328,7 +1329,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         Just(17usize),
         0usize..40
     ];
-    let width = prop::sample::select(vec![1usize, 7, 8, 9, 33]);
+    let width = prop::sample::select(vec![1usize, 7, 8, 9, 33, 130, 300]);
     let seq_taps = prop::sample::select(vec![vec![0i64], vec![-1, 0], vec![0, 2], vec![-2, 1]]);
     let mode = prop::sample::select(vec![ScanMode::Auto, ScanMode::Fused, ScanMode::Stepped]);
     let kind = prop_oneof![
@@ -1864,6 +1865,61 @@ fn fused_and_stepped_modes_agree() {
                 }
             }
         }
+        Ok(())
+    })
+}
+
+/// Wide rows in fused mode run lane-blocked on the compiled backends (`backend::blocked`: a
+/// block of lanes runs step by step, rows read and written as contiguous segments, instead of
+/// each lane walking down its column): forward and reverse carries, sequence taps and a MITSOT,
+/// at widths on both sides of a block, 0, 1 and several steps, give the interpreter's bits, and
+/// the compiled backends did block.
+#[test]
+fn wide_fused_scans_run_lane_blocked_with_the_interpreters_bits() {
+    check(|| {
+        let blocked_before = kiln::stats().kernels_blocked;
+        for (width, steps) in [(300usize, 7usize), (4099, 3), (1000, 1), (257, 0)] {
+            let xs = Tensor::<f64>::from_vec(float_data(steps * width, 9), &[steps, width]);
+            let init = Tensor::<f64>::from_vec(float_data(2 * width, 10), &[2, width]);
+            let run = || -> kiln::Result<Vec<Vec<u64>>> {
+                let zero = Tensor::<f64>::zeros(&[width]);
+                let ema = |m: &Tensor<f64>, x: &Tensor<f64>| {
+                    let m = m * 0.8123 + x * 0.1877;
+                    (m.clone(), m)
+                };
+                let (c, ys) = Lax::new(&zero, &xs).mode(ScanMode::Fused).run(ema)?;
+                let (cr, ysr) = Lax::new(&zero, &xs)
+                    .mode(ScanMode::Fused)
+                    .reverse(true)
+                    .run(ema)?;
+                let mut outs = vec![c.to_vec(), ys.to_vec(), cr.to_vec(), ysr.to_vec()];
+                if steps > 1 {
+                    let r = Scan::<f64>::new()
+                        .sequence_taps(&xs, &[-1, 0])
+                        .output_taps(&init, &[-2, -1])
+                        .mode(ScanMode::Fused)
+                        .run(|s| {
+                            s.seq(0, -1) * 0.5 + s.seq(0, 0) + s.out(0, -2) * 0.25
+                                - s.out(0, -1) * 0.125
+                        })?;
+                    outs.push(r.output::<f64>(0).to_vec());
+                }
+                Ok(outs.iter().map(|o| bits(o)).collect())
+            };
+            let want = with_backend(BackendKind::Interp, run)?;
+            for kind in backends().into_iter().filter(|&k| k != BackendKind::Interp) {
+                let got = with_backend(kind, run)?;
+                for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g, w, "{kind:?}, width {width}, {steps} steps: result {j}");
+                }
+            }
+        }
+        let blocked = kiln::stats().kernels_blocked - blocked_before;
+        let compiled = backends().len() as u64 - 1;
+        assert!(
+            blocked >= 2 * compiled,
+            "{blocked} kernels blocked, expected the forward and reverse carries on {compiled} backends"
+        );
         Ok(())
     })
 }

@@ -25,7 +25,7 @@ pub struct Lookup {
 }
 
 /// The compiled form of `kernel` (hash `hash`) for `backend`, compiling on a miss.
-pub fn get(backend: &dyn Backend, kernel: &Kernel, hash: KernelHash) -> Result<Lookup> {
+pub fn get(backend: &Arc<dyn Backend>, kernel: &Kernel, hash: KernelHash) -> Result<Lookup> {
     let key = (backend.kind(), hash);
     if let Some(k) = CACHE.lock().as_ref().and_then(|m| m.get(&key).cloned()) {
         stats::CACHE_HITS.fetch_add(1, Relaxed);
@@ -43,7 +43,14 @@ pub fn get(backend: &dyn Backend, kernel: &Kernel, hash: KernelHash) -> Result<L
         );
     }
     let t = Instant::now();
-    let compiled = backend.compile(kernel)?;
+    // (a blocked kernel counts as one compile: its three parts are one cache entry)
+    let compiled = match crate::backend::blocked::split(kernel) {
+        Some(s) if backend.kind() != BackendKind::Interp => {
+            stats::KERNELS_BLOCKED.fetch_add(1, Relaxed);
+            crate::backend::blocked::compile_split(backend, kernel, s)?
+        }
+        _ => backend.compile(kernel)?,
+    };
     let ns = t.elapsed().as_nanos() as u64;
     if compiled.loaded_from_disk() {
         stats::DISK_HITS.fetch_add(1, Relaxed);

@@ -1385,7 +1385,7 @@ fn launch_all(built: &[Built]) -> Result<Vec<bool>> {
             continue;
         }
         let hash = b.kernel.hash();
-        let look = cache::get(be.as_ref(), &b.kernel, hash)?;
+        let look = cache::get(&be, &b.kernel, hash)?;
         missed[bi] = !look.hit;
         if !b.loop_labels.is_empty() {
             crate::stats::note_loop_labels(hash, b.loop_labels.clone());
@@ -1406,7 +1406,7 @@ fn launch_all(built: &[Built]) -> Result<Vec<bool>> {
             None => device::launch_kernel(b.spec(&look.kernel, hash), b.size, &buffers),
             Some(inner) => {
                 let ihash = inner.kernel.hash();
-                let ilook = cache::get(be.as_ref(), &inner.kernel, ihash)?;
+                let ilook = cache::get(&be, &inner.kernel, ihash)?;
                 if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
                     tracing::trace!(target: "kiln::kernel", "stencil interior kernel IR:\n{}", inner.kernel);
                 }
@@ -1555,7 +1555,7 @@ fn with_fused_kernel<R>(
         let kind = backend();
         let be = backend_instance(kind)?;
         let hash = built.kernel.hash();
-        let look = cache::get(be.as_ref(), &built.kernel, hash)?;
+        let look = cache::get(&be, &built.kernel, hash)?;
         missed = !look.hit;
         if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
             tracing::trace!(target: "kiln::kernel", "kernel IR ({what}):\n{}", built.kernel);
@@ -2361,7 +2361,7 @@ fn reduce_sources(
         let kind = backend();
         let be = backend_instance(kind)?;
         let hash = built.kernel.hash();
-        let look = cache::get(be.as_ref(), &built.kernel, hash)?;
+        let look = cache::get(&be, &built.kernel, hash)?;
         missed = !look.hit;
         if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {
             tracing::trace!(target: "kiln::kernel", "kernel IR (sibling reductions):\n{}", built.kernel);

@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 pub(crate) static KERNELS_COMPILED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static KERNELS_BLOCKED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CACHE_HITS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CACHE_MISSES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static DISK_HITS: AtomicU64 = AtomicU64::new(0);
@@ -98,6 +99,9 @@ pub fn take_truncation_error() -> Option<crate::Error> {
 pub struct Stats {
     /// Kernels compiled by a backend (cache misses that compiled).
     pub kernels_compiled: u64,
+    /// Of those, kernels compiled lane-blocked: a counted loop over the rows of stacked arrays
+    /// (a fused scan) run step by step over cache-sized blocks of lanes (`backend::blocked`).
+    pub kernels_blocked: u64,
     /// Launches whose kernel was already in the cache.
     pub cache_hits: u64,
     /// Launches whose kernel had to be compiled (neither in memory nor in the disk cache).
@@ -161,6 +165,7 @@ pub(crate) fn snapshot(vars_alive: u64) -> Stats {
     let a = crate::alloc::stats();
     Stats {
         kernels_compiled: KERNELS_COMPILED.load(Relaxed),
+        kernels_blocked: KERNELS_BLOCKED.load(Relaxed),
         cache_hits: CACHE_HITS.load(Relaxed),
         cache_misses: CACHE_MISSES.load(Relaxed),
         disk_hits: DISK_HITS.load(Relaxed),

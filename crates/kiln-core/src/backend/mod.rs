@@ -6,6 +6,7 @@
 //! lane-level helpers that every backend shares for scatters, so that their semantics (bounds
 //! checks, atomic reductions, status counting) exist exactly once.
 
+pub mod blocked;
 pub mod cranelift;
 pub mod interp;
 pub mod llvm;

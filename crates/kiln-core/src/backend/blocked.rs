@@ -1,0 +1,775 @@
+//! Lane blocking: a kernel whose work is one counted loop over the rows of stacked arrays (a fused
+//! scan's steps read and write row `t` at `t · width + lane`) runs step-major over cache-sized
+//! blocks of lanes instead of lane-major.
+//!
+//! Lane-major, each vector of lanes walks down its own column: one new page per step, which no
+//! hardware prefetcher follows, so a wide scan ran at a third of memory speed. Step-major, a block
+//! of a few thousand lanes reads and writes one contiguous row segment per step, and its loop state
+//! stays in cache between steps. The kernel is cut into three kernels that the backend compiles as
+//! usual — `pre` (the code before the loop; it also stores the loop's initial state), `step` (one
+//! iteration: state in, state out, the loop counter arriving as a broadcast value) and `post` (the
+//! code after the loop, reading the final state) — and [`BlockedKernel`] runs them block by block.
+//!
+//! Blocking reorders lane-steps inside a launch, so [`split`] applies it only where no program can
+//! see the order: the loop's trip count is a literal (every lane runs the same steps); nothing is
+//! written outside the loop body; every scatter in it is a plain row write (`lane + f(t)`) whose
+//! rows lie at least a block apart, so no two lanes of a block write one element; no buffer is both
+//! read and written by indexing (checked again on the bound buffers at run time, where an overlap
+//! runs the kernel unsplit). The interpreter never blocks: it stays the oracle the blocked kernels
+//! are tested against.
+
+use super::{write_bits, Backend, BackendKind, CompiledKernel, LaunchArgs};
+use crate::error::Result;
+use crate::kernel::{Inst, Kernel, Param, ParamKind, Reg};
+use crate::op::{Op, ReduceOp};
+use crate::ty::VarType;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+/// Lanes per block when nothing smaller is needed: a row segment of 16 KiB for `f32`, long enough
+/// for the hardware prefetcher to stream, while the block's loop state (two copies) stays in L2.
+pub const DEFAULT_LANES: usize = 4096;
+
+/// The fewest lanes a block may have (below it the per-step calls cost more than blocking saves).
+const MIN_LANES: usize = 64;
+
+/// Rows closer than this many bytes are walked well lane-major (a few pages hold a lane's whole
+/// column): blocking them would only add the state's loads and stores.
+const MIN_ROW_BYTES: i128 = 1024;
+
+/// Lanes per block: `KILN_LANE_BLOCK` (0 turns blocking off), else [`DEFAULT_LANES`].
+fn lanes_setting() -> usize {
+    static LANES: OnceLock<usize> = OnceLock::new();
+    *LANES.get_or_init(|| {
+        std::env::var("KILN_LANE_BLOCK")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(DEFAULT_LANES)
+    })
+}
+
+/// A kernel cut around its loop (see the module documentation).
+#[derive(Debug)]
+pub struct Split {
+    pub pre: Kernel,
+    pub step: Kernel,
+    pub post: Kernel,
+    /// Types of the loop state other than the counter (two scratch copies each: in and out).
+    phis: Vec<VarType>,
+    /// Types of the values computed before the loop that `step` or `post` read from scratch.
+    lives: Vec<VarType>,
+    counter_ty: VarType,
+    /// The counter's value at step 0 and its increment (bits of `counter_ty`).
+    first: u64,
+    stride: u64,
+    trips: u64,
+    /// Lanes per block.
+    pub lanes: usize,
+    /// Indexed parameters the loop writes into.
+    scattered: Vec<usize>,
+}
+
+impl Split {
+    /// Number of steps the loop runs.
+    pub fn trips(&self) -> u64 {
+        self.trips
+    }
+}
+
+/// The loop of a kernel, as `split` finds it.
+struct Loop {
+    begin: usize,
+    /// Its phis (`begin + 1 ..`).
+    phis: std::ops::Range<usize>,
+    end: usize,
+    cond: usize,
+    /// `next` value of each phi.
+    next: HashMap<usize, Reg>,
+}
+
+/// The one top-level loop of `k`, with its `while` and `next`s, if it has exactly one.
+fn find_loop(k: &Kernel) -> Option<Loop> {
+    let mut depth = 0usize;
+    let mut found: Option<Loop> = None;
+    for (i, inst) in k.insts.iter().enumerate() {
+        match inst.op {
+            Op::LoopBegin | Op::Switch => {
+                if depth == 0 && inst.op == Op::LoopBegin {
+                    if found.is_some() {
+                        return None;
+                    }
+                    let mut p = i + 1;
+                    while k.insts.get(p).is_some_and(|x| x.op == Op::Phi) {
+                        p += 1;
+                    }
+                    found = Some(Loop {
+                        begin: i,
+                        phis: i + 1..p,
+                        end: 0,
+                        cond: 0,
+                        next: HashMap::new(),
+                    });
+                }
+                depth += 1;
+            }
+            Op::LoopEnd | Op::SwitchEnd => {
+                depth -= 1;
+                if let Some(l) = found.as_mut().filter(|l| l.begin == inst.args[0] as usize) {
+                    l.end = i;
+                }
+            }
+            Op::LoopCond if depth == 1 => {
+                if let Some(l) = found.as_mut().filter(|l| l.end == 0) {
+                    l.cond = i;
+                }
+            }
+            Op::LoopNext if depth == 1 => {
+                if let Some(l) = found.as_mut().filter(|l| l.end == 0) {
+                    l.next.insert(inst.args[0] as usize, inst.args[1]);
+                }
+            }
+            _ => {}
+        }
+    }
+    found.filter(|l| l.end > 0 && l.cond > 0)
+}
+
+/// A literal's value as a wide integer, by its type's sign.
+fn wide(ty: VarType, bits: u64) -> Option<i128> {
+    Some(match ty {
+        VarType::I32 => bits as u32 as i32 as i128,
+        VarType::U32 => bits as u32 as i128,
+        VarType::I64 => bits as i64 as i128,
+        VarType::U64 => bits as i128,
+        _ => return None,
+    })
+}
+
+/// The literal at register `r`, if it is one.
+fn literal(k: &Kernel, r: Reg) -> Option<i128> {
+    let inst = &k.insts[r as usize];
+    (inst.op == Op::Literal)
+        .then(|| wide(inst.ty, inst.imm))
+        .flatten()
+}
+
+/// The loop counter: a phi starting at a literal, stepped by a positive literal, and compared
+/// `counter < literal` by the loop's `while`. Returns the phi, its first value, increment and
+/// number of steps, when the counter never wraps before the loop ends.
+fn counted(k: &Kernel, l: &Loop) -> Option<(usize, i128, i128, u64)> {
+    let cond = &k.insts[k.insts[l.cond].args[0] as usize];
+    if cond.op != Op::Lt {
+        return None;
+    }
+    let phi = cond.args[0] as usize;
+    if !l.phis.contains(&phi) {
+        return None;
+    }
+    let ty = k.insts[phi].ty;
+    let limit = literal(k, cond.args[1])?;
+    let first = literal(k, k.insts[phi].args[0])?;
+    let next = k.insts[*l.next.get(&phi)? as usize];
+    if next.op != Op::Add {
+        return None;
+    }
+    let stride = match (next.args[0] as usize, next.args[1] as usize) {
+        (a, b) if a == phi => literal(k, b as Reg)?,
+        (a, b) if b == phi => literal(k, a as Reg)?,
+        _ => return None,
+    };
+    if stride <= 0 {
+        return None;
+    }
+    let trips = if limit > first {
+        (limit - first + stride - 1) / stride
+    } else {
+        0
+    };
+    // the last value the counter takes must fit its type, or the loop would wrap and go on
+    let top = match ty {
+        VarType::I32 => i32::MAX as i128,
+        VarType::U32 => u32::MAX as i128,
+        VarType::I64 => i64::MAX as i128,
+        _ => u64::MAX as i128,
+    };
+    if first + trips * stride > top {
+        return None;
+    }
+    let max = k.insts[l.begin].imm;
+    if max != 0 && trips as u64 > max {
+        return None;
+    }
+    Some((phi, first, stride, u64::try_from(trips).ok()?))
+}
+
+/// How an index moves with the loop counter: `Some(s)` when the index is `lane + f(t)` with `f`
+/// the same for every lane and affine in the counter with slope `s` (0: the same row every step).
+fn row_slope(k: &Kernel, idx: Reg, l: &Loop, counter: usize, uniform: &[bool]) -> Option<i128> {
+    let inst = &k.insts[idx as usize];
+    if inst.op != Op::Add {
+        return None;
+    }
+    let lane = |r: Reg| k.insts[r as usize].op == Op::Counter && k.insts[r as usize].ty == inst.ty;
+    let rest = match (inst.args[0], inst.args[1]) {
+        (a, b) if lane(a) => b,
+        (a, b) if lane(b) => a,
+        _ => return None,
+    };
+    slope(k, rest, l, counter, uniform, 8)
+}
+
+/// Slope of `r` in the counter, for sums, differences and literal multiples of the counter and of
+/// values that are the same in every lane and step.
+fn slope(
+    k: &Kernel,
+    r: Reg,
+    l: &Loop,
+    counter: usize,
+    uniform: &[bool],
+    depth: u32,
+) -> Option<i128> {
+    let r_ = r as usize;
+    if r_ == counter {
+        return Some(1);
+    }
+    if r_ < l.begin && uniform[r_] {
+        return Some(0);
+    }
+    let inst = &k.insts[r_];
+    if depth == 0 {
+        return None;
+    }
+    let s = |x: Reg| slope(k, x, l, counter, uniform, depth - 1);
+    match inst.op {
+        Op::Literal => Some(0),
+        Op::Add => Some(s(inst.args[0])? + s(inst.args[1])?),
+        Op::Sub => Some(s(inst.args[0])? - s(inst.args[1])?),
+        Op::Mul => match (literal(k, inst.args[0]), literal(k, inst.args[1])) {
+            (Some(c), _) => Some(c * s(inst.args[1])?),
+            (_, Some(c)) => Some(c * s(inst.args[0])?),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether `k` may run blocked, and with how many lanes per block: every scatter in the loop a
+/// plain row write whose rows are a block apart (and never wrap the index type within the loop),
+/// nothing written outside the loop, no parameter both gathered and scattered, the code before the
+/// `while` free of memory accesses, and at least one access walking rows far apart.
+fn block_lanes(k: &Kernel, l: &Loop, counter: usize, trips: u64, want: usize) -> Option<usize> {
+    let entry: Vec<bool> = k
+        .insts
+        .iter()
+        .map(|i| {
+            i.op == Op::Literal
+                || (i.op == Op::Load && k.params[i.param()].kind == ParamKind::Broadcast)
+        })
+        .collect();
+    let (uniform, _) = super::uniform_in_loops(k, &entry);
+    let mut lanes = want;
+    let mut far = false;
+    let (mut gathered, mut scattered) = (Vec::new(), Vec::new());
+    for (i, inst) in k.insts.iter().enumerate() {
+        let in_body = i > l.cond && i < l.end;
+        match inst.op {
+            Op::Scatter(op) => {
+                if !in_body || op != ReduceOp::None || inst.exclusive() {
+                    return None;
+                }
+                let s = row_slope(k, inst.args[1], l, counter, &uniform)?;
+                let bits = 8 * inst_ty_bytes(k, inst.args[1]);
+                if s != 0 {
+                    let a = s.unsigned_abs();
+                    lanes = lanes.min(usize::try_from(a).unwrap_or(usize::MAX) / 16 * 16);
+                    // rows of different steps never meet modulo the index type
+                    if a * u128::from(trips.saturating_sub(1)) + lanes as u128 > 1u128 << bits {
+                        return None;
+                    }
+                    far |= s.abs() * inst.ty.size_bytes() as i128 >= MIN_ROW_BYTES;
+                }
+                scattered.push(inst.param());
+            }
+            Op::Gather => {
+                if i > l.begin && i < l.cond {
+                    return None;
+                }
+                if in_body {
+                    if let Some(s) = row_slope(k, inst.args[0], l, counter, &uniform) {
+                        far |= s.abs() * inst.ty.size_bytes() as i128 >= MIN_ROW_BYTES;
+                    }
+                }
+                gathered.push(inst.param());
+            }
+            Op::Store if i > l.begin && i < l.cond => return None,
+            _ => {}
+        }
+    }
+    let disjoint = scattered.iter().all(|p| !gathered.contains(p));
+    (far && disjoint && lanes >= MIN_LANES).then_some(lanes)
+}
+
+fn inst_ty_bytes(k: &Kernel, r: Reg) -> u32 {
+    k.insts[r as usize].ty.size_bytes() as u32
+}
+
+/// Whether a value computed before the loop is recomputed where `step` or `post` needs it (cheap
+/// and repeatable: literals, the lane index, loads at the lane, integer and comparison arithmetic
+/// of such) rather than kept in scratch.
+fn cheap(k: &Kernel, r: usize, memo: &mut HashMap<usize, bool>) -> bool {
+    if let Some(&c) = memo.get(&r) {
+        return c;
+    }
+    let inst = &k.insts[r];
+    let c = match inst.op {
+        Op::Literal | Op::Counter | Op::Load => true,
+        Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::And
+        | Op::Or
+        | Op::Xor
+        | Op::Shl
+        | Op::Shr
+        | Op::Min
+        | Op::Max
+        | Op::Neg
+        | Op::Not
+        | Op::Cast
+        | Op::Bitcast
+        | Op::Select
+        | Op::Eq
+        | Op::Ne
+        | Op::Lt
+        | Op::Le
+        | Op::Gt
+        | Op::Ge => inst.operands().iter().all(|&a| cheap(k, a as usize, memo)),
+        _ => false,
+    };
+    memo.insert(r, c);
+    c
+}
+
+/// Builds one of the three kernels, copying instructions of the original with registers renamed.
+struct Build<'a> {
+    src: &'a Kernel,
+    out: Kernel,
+    map: HashMap<usize, Reg>,
+    /// Scratch parameter of each value kept from before the loop.
+    lives: &'a HashMap<usize, (usize, VarType)>,
+    /// Index of the first scratch parameter for live values in this kernel.
+    live_base: usize,
+}
+
+impl Build<'_> {
+    fn push(&mut self, inst: Inst) -> Reg {
+        self.out.insts.push(inst);
+        (self.out.insts.len() - 1) as Reg
+    }
+    /// Register of original value `r` (a value before the loop is recomputed or loaded).
+    fn get(&mut self, r: usize, begin: usize) -> Reg {
+        if let Some(&m) = self.map.get(&r) {
+            return m;
+        }
+        let m = if let Some(&(slot, ty)) = self.lives.get(&r) {
+            self.push(Inst::new(Op::Load, ty, &[], (self.live_base + slot) as u64))
+        } else {
+            debug_assert!(r < begin, "value r{r} from inside the loop");
+            let mut inst = self.src.insts[r];
+            for k in 0..inst.op.arity() {
+                inst.args[k] = self.get(inst.args[k] as usize, begin);
+            }
+            self.push(inst)
+        };
+        self.map.insert(r, m);
+        m
+    }
+    /// Recompute or load, before anything else, every value from before the loop that
+    /// instructions `range` use: defined inside one of their regions, it would not be visible
+    /// after it.
+    fn materialize(&mut self, range: std::ops::Range<usize>, begin: usize) {
+        for i in range {
+            for &a in self.src.insts[i].operands() {
+                if (a as usize) < begin {
+                    self.get(a as usize, begin);
+                }
+            }
+        }
+    }
+    /// Copy instruction `i` of the original (operands renamed).
+    fn copy(&mut self, i: usize, begin: usize) {
+        let mut inst = self.src.insts[i];
+        for k in 0..inst.op.arity() {
+            inst.args[k] = self.get(inst.args[k] as usize, begin);
+        }
+        let m = self.push(inst);
+        self.map.insert(i, m);
+    }
+}
+
+/// Cut `k` around its loop when it may run blocked (see the module documentation).
+pub fn split(k: &Kernel) -> Option<Split> {
+    split_with(k, lanes_setting())
+}
+
+/// [`split`] with blocks of at most `want` lanes (0: never).
+pub fn split_with(k: &Kernel, want: usize) -> Option<Split> {
+    if want < MIN_LANES {
+        return None;
+    }
+    let l = find_loop(k)?;
+    let (counter, first, stride, trips) = counted(k, &l)?;
+    let lanes = block_lanes(k, &l, counter, trips, want / 16 * 16)?;
+    let counter_ty = k.insts[counter].ty;
+    let np = k.params.len();
+    let states: Vec<usize> = l.phis.clone().filter(|&p| p != counter).collect();
+    let phis: Vec<VarType> = states.iter().map(|&p| k.insts[p].ty).collect();
+    // values from before the loop that step or post read: recomputed when cheap, else kept
+    let mut memo = HashMap::new();
+    let mut lives: HashMap<usize, (usize, VarType)> = HashMap::new();
+    let mut live_list = Vec::new();
+    let used_after = (l.phis.end..l.end).chain(l.end + 1..k.insts.len());
+    for i in used_after {
+        for &a in k.insts[i].operands() {
+            let a = a as usize;
+            if a < l.begin && !cheap(k, a, &mut memo) && !lives.contains_key(&a) {
+                lives.insert(a, (live_list.len(), k.insts[a].ty));
+                live_list.push(a);
+            }
+        }
+    }
+    let live_tys: Vec<VarType> = live_list.iter().map(|&a| k.insts[a].ty).collect();
+    let param = |ty, kind| Param { ty, kind };
+
+    // pre: everything before the loop, then the initial state and the kept values into scratch
+    let mut pre = Kernel {
+        params: k.params.clone(),
+        insts: k.insts[..l.begin].to_vec(),
+    };
+    for (s, &p) in states.iter().enumerate() {
+        pre.params.push(param(phis[s], ParamKind::Output));
+        let init = k.insts[p].args[0];
+        pre.insts
+            .push(Inst::new(Op::Store, phis[s], &[init], (np + s) as u64));
+    }
+    for (s, &a) in live_list.iter().enumerate() {
+        pre.params.push(param(live_tys[s], ParamKind::Output));
+        pre.insts.push(Inst::new(
+            Op::Store,
+            live_tys[s],
+            &[a as Reg],
+            (np + phis.len() + s) as u64,
+        ));
+    }
+
+    // step: counter (broadcast), state in, state out, kept values
+    let mut sp = k.params.clone();
+    sp.push(param(counter_ty, ParamKind::Broadcast));
+    sp.extend(phis.iter().map(|&t| param(t, ParamKind::Input)));
+    sp.extend(phis.iter().map(|&t| param(t, ParamKind::Output)));
+    sp.extend(live_tys.iter().map(|&t| param(t, ParamKind::Input)));
+    let mut b = Build {
+        src: k,
+        out: Kernel {
+            params: sp,
+            insts: Vec::new(),
+        },
+        map: HashMap::new(),
+        lives: &lives,
+        live_base: np + 1 + 2 * phis.len(),
+    };
+    let c = b.push(Inst::new(Op::Load, counter_ty, &[], np as u64));
+    b.map.insert(counter, c);
+    for (s, &p) in states.iter().enumerate() {
+        let r = b.push(Inst::new(Op::Load, phis[s], &[], (np + 1 + s) as u64));
+        b.map.insert(p, r);
+    }
+    b.materialize(l.phis.end..l.end, l.begin);
+    let mut depth = 0usize;
+    for i in l.phis.end..l.end {
+        let op = k.insts[i].op;
+        let ours = depth == 0 && matches!(op, Op::LoopCond | Op::LoopNext);
+        match op {
+            Op::LoopBegin | Op::Switch => depth += 1,
+            Op::LoopEnd | Op::SwitchEnd => depth -= 1,
+            _ => {}
+        }
+        if !ours {
+            b.copy(i, l.begin);
+        }
+    }
+    for (s, &p) in states.iter().enumerate() {
+        let v = l.next.get(&p).map_or(p, |&v| v as usize);
+        let v = b.get(v, l.begin);
+        b.push(Inst::new(
+            Op::Store,
+            phis[s],
+            &[v],
+            (np + 1 + phis.len() + s) as u64,
+        ));
+    }
+    let step = b.out;
+
+    // post: the final state and kept values from scratch, then everything after the loop
+    let mut pp = k.params.clone();
+    pp.extend(phis.iter().map(|&t| param(t, ParamKind::Input)));
+    pp.extend(live_tys.iter().map(|&t| param(t, ParamKind::Input)));
+    let mut b = Build {
+        src: k,
+        out: Kernel {
+            params: pp,
+            insts: Vec::new(),
+        },
+        map: HashMap::new(),
+        lives: &lives,
+        live_base: np + phis.len(),
+    };
+    let last = (first + trips as i128 * stride) as u64 & counter_ty.bit_mask();
+    let c = b.push(Inst::new(Op::Literal, counter_ty, &[], last));
+    b.map.insert(counter, c);
+    for (s, &p) in states.iter().enumerate() {
+        let r = b.push(Inst::new(Op::Load, phis[s], &[], (np + s) as u64));
+        b.map.insert(p, r);
+    }
+    b.materialize(l.end + 1..k.insts.len(), l.begin);
+    for i in l.end + 1..k.insts.len() {
+        b.copy(i, l.begin);
+    }
+    let post = b.out;
+    let scattered = k
+        .insts
+        .iter()
+        .filter(|i| matches!(i.op, Op::Scatter(_)))
+        .map(|i| i.param())
+        .collect();
+    Some(Split {
+        pre,
+        step,
+        post,
+        phis,
+        lives: live_tys,
+        counter_ty,
+        first: first as u64 & counter_ty.bit_mask(),
+        stride: stride as u64 & counter_ty.bit_mask(),
+        trips,
+        lanes,
+        scattered,
+    })
+}
+
+/// Compile `kernel` for `backend`, blocked when [`split`] allows it (never for the interpreter).
+pub fn compile(backend: &Arc<dyn Backend>, kernel: &Kernel) -> Result<Arc<dyn CompiledKernel>> {
+    match split(kernel).filter(|_| backend.kind() != BackendKind::Interp) {
+        Some(s) => compile_split(backend, kernel, s),
+        None => backend.compile(kernel),
+    }
+}
+
+/// Compile the three kernels of `s` (cut from `kernel`) into one [`BlockedKernel`].
+pub fn compile_split(
+    backend: &Arc<dyn Backend>,
+    kernel: &Kernel,
+    s: Split,
+) -> Result<Arc<dyn CompiledKernel>> {
+    #[cfg(debug_assertions)]
+    for (what, part) in [("pre", &s.pre), ("step", &s.step), ("post", &s.post)] {
+        if let Err(e) = part.verify() {
+            panic!(
+                "kiln internal error: lane blocking cut an invalid {what} kernel:\n{}\n{part}\nfrom\n{kernel}",
+                e.join("\n")
+            );
+        }
+    }
+    tracing::debug!(
+        target: "kiln::kernel",
+        "lane blocking: a loop of {} steps runs step by step over blocks of {} lanes ({} state values, {} kept values)",
+        s.trips, s.lanes, s.phis.len(), s.lives.len()
+    );
+    Ok(Arc::new(BlockedKernel {
+        pre: backend.compile(&s.pre)?,
+        step: backend.compile(&s.step)?,
+        post: backend.compile(&s.post)?,
+        split: s,
+        params: kernel.params.clone(),
+        whole: OnceLock::new(),
+        backend: backend.clone(),
+        kernel: kernel.clone(),
+    }))
+}
+
+/// The three kernels of a [`Split`], run block by block; the original kernel (compiled on first
+/// need) runs instead where the bound buffers overlap or scratch memory is not available.
+pub struct BlockedKernel {
+    pre: Arc<dyn CompiledKernel>,
+    step: Arc<dyn CompiledKernel>,
+    post: Arc<dyn CompiledKernel>,
+    split: Split,
+    params: Vec<Param>,
+    whole: OnceLock<Arc<dyn CompiledKernel>>,
+    backend: Arc<dyn Backend>,
+    kernel: Kernel,
+}
+
+impl BlockedKernel {
+    /// The kernel unsplit (a backend that compiled its parts compiles it too; the interpreter
+    /// runs anything).
+    fn whole(&self) -> &Arc<dyn CompiledKernel> {
+        self.whole.get_or_init(|| {
+            self.backend
+                .compile(&self.kernel)
+                .or_else(|_| super::interp::Interp.compile(&self.kernel))
+                .expect("the interpreter runs every verified kernel")
+        })
+    }
+
+    /// Whether a buffer the loop scatters into overlaps another parameter's buffer.
+    ///
+    /// # Safety
+    /// `args` describes one pointer and length per parameter.
+    unsafe fn overlapping(&self, args: &LaunchArgs) -> bool {
+        let n = self.params.len();
+        // SAFETY: the caller's contract: one pointer and length per parameter.
+        let (ptrs, lens) = unsafe {
+            (
+                std::slice::from_raw_parts(args.ptrs, n),
+                std::slice::from_raw_parts(args.lens, n),
+            )
+        };
+        let span = |i: usize| {
+            let lo = ptrs[i] as usize;
+            let bytes =
+                lens[i] as usize * self.params[i].ty.size_bytes() + crate::alloc::SLACK_BYTES;
+            (lo, lo.saturating_add(bytes))
+        };
+        self.split.scattered.iter().any(|&q| {
+            let (a0, a1) = span(q);
+            (0..n).any(|j| {
+                let (b0, b1) = span(j);
+                j != q && a0 < b1 && b0 < a1
+            })
+        })
+    }
+}
+
+/// Per-lane scratch of one running block: the counter, two copies of the loop state, the kept
+/// values. Each region is 64-byte aligned with slack after it for whole-vector writes.
+struct Scratch {
+    block: crate::alloc::Block,
+    /// Byte offset of the counter, of each state copy (in, out), of each kept value.
+    counter: usize,
+    state: Vec<[usize; 2]>,
+    lives: Vec<usize>,
+}
+
+impl Scratch {
+    fn new(s: &Split) -> Option<Scratch> {
+        let region = |ty: VarType| {
+            ((s.lanes + 16) * ty.size_bytes() + crate::alloc::SLACK_BYTES).next_multiple_of(64)
+        };
+        let mut at = 128;
+        let mut take = |bytes: usize| {
+            let o = at;
+            at += bytes;
+            o
+        };
+        let state = s
+            .phis
+            .iter()
+            .map(|&t| [take(region(t)), take(region(t))])
+            .collect();
+        let lives = s.lives.iter().map(|&t| take(region(t))).collect();
+        let block = crate::alloc::alloc(at, &|| "lane-blocking scratch".into()).ok()?;
+        Some(Scratch {
+            block,
+            counter: 0,
+            state,
+            lives,
+        })
+    }
+    /// Pointer to region `off`, shifted so that lane `base` lands at its start.
+    fn lane_ptr(&self, off: usize, base: usize, ty: VarType) -> *mut u8 {
+        self.block
+            .as_ptr()
+            .wrapping_add(off)
+            .wrapping_sub(base * ty.size_bytes())
+    }
+}
+
+impl CompiledKernel for BlockedKernel {
+    unsafe fn run(&self, args: &LaunchArgs, start: u64, end: u64) {
+        // SAFETY: `args` is the launcher's, one pointer and length per parameter.
+        let scratch = if unsafe { self.overlapping(args) } {
+            None
+        } else {
+            Scratch::new(&self.split)
+        };
+        let Some(scratch) = scratch else {
+            // SAFETY: forwarded: the original kernel takes the same arguments.
+            unsafe { self.whole().run(args, start, end) };
+            return;
+        };
+        let s = &self.split;
+        let n = self.params.len();
+        // SAFETY: one pointer and length per parameter (the caller's contract).
+        let (ptrs, lens) = unsafe {
+            (
+                std::slice::from_raw_parts(args.ptrs, n),
+                std::slice::from_raw_parts(args.lens, n),
+            )
+        };
+        let counter = scratch.block.as_ptr().wrapping_add(scratch.counter);
+        let np = s.phis.len();
+        let mut b0 = start as usize;
+        while b0 < end as usize {
+            let b1 = (b0 + s.lanes).min(end as usize);
+            let state =
+                |k: usize, copy: usize| scratch.lane_ptr(scratch.state[k][copy], b0, s.phis[k]);
+            let lives =
+                (0..s.lives.len()).map(|k| scratch.lane_ptr(scratch.lives[k], b0, s.lives[k]));
+            // parameters of each kernel: the launch's buffers, then its scratch regions
+            let with = |extra: &mut dyn Iterator<Item = *mut u8>| -> Vec<*mut u8> {
+                ptrs.iter().copied().chain(extra).collect()
+            };
+            let pre = with(&mut (0..np).map(|k| state(k, 0)).chain(lives.clone()));
+            let steps: [Vec<*mut u8>; 2] = [0, 1].map(|cur| {
+                with(
+                    &mut std::iter::once(counter)
+                        .chain((0..np).map(|k| state(k, cur)))
+                        .chain((0..np).map(|k| state(k, 1 - cur)))
+                        .chain(lives.clone()),
+                )
+            });
+            let post = |cur: usize| with(&mut (0..np).map(|k| state(k, cur)).chain(lives.clone()));
+            let mut l = lens.to_vec();
+            l.resize(n + 1 + 2 * np + s.lives.len(), b1 as u64);
+            let run = |kernel: &dyn CompiledKernel, p: &[*mut u8]| {
+                let a = LaunchArgs {
+                    ptrs: p.as_ptr(),
+                    lens: l.as_ptr(),
+                    status: args.status,
+                };
+                // SAFETY: the launch's buffers as the launcher bound them, plus scratch regions
+                // shifted so that lanes [b0, b1) land inside them (each holds a block's lanes and
+                // slack); the counter region holds one value and slack.
+                unsafe { kernel.run(&a, b0 as u64, b1 as u64) };
+            };
+            run(self.pre.as_ref(), &pre);
+            let mut cur = 0;
+            let mut value = s.first;
+            for _ in 0..s.trips {
+                // SAFETY: the counter region is this block's own and holds 128 bytes.
+                unsafe { write_bits(counter, s.counter_ty, 0, value) };
+                run(self.step.as_ref(), &steps[cur]);
+                cur = 1 - cur;
+                value = value.wrapping_add(s.stride) & s.counter_ty.bit_mask();
+            }
+            run(self.post.as_ref(), &post(cur));
+            b0 = b1;
+        }
+        crate::alloc::free(scratch.block);
+    }
+
+    fn loaded_from_disk(&self) -> bool {
+        self.pre.loaded_from_disk() && self.step.loaded_from_disk() && self.post.loaded_from_disk()
+    }
+}

@@ -1,0 +1,584 @@
+//! Lane blocking (`backend::blocked`) against the reference interpreter.
+//!
+//! Random kernels of the shape blocking is for — a counted loop over the rows of stacked arrays,
+//! with extra loop state of several types, values computed before the loop that the loop and the
+//! code after it read (cheap ones recomputed, others kept in scratch), forward and backward row
+//! walks, row reads and writes partly out of range — run blocked (blocks as small as 64 lanes, so
+//! that a launch range spans several) on Cranelift (host ISA and SSE only) and LLVM (host width and
+//! every width another host may pick), and unblocked on the interpreter; every buffer and the
+//! status counters must agree bit for bit. Hand-written kernels pin where `split` must refuse, and
+//! that overlapping buffers fall back to the kernel unsplit.
+
+use kiln_core::alloc::{self, Block};
+use kiln_core::backend::blocked::{compile_split, split_with};
+use kiln_core::backend::cranelift::CraneliftBackend;
+use kiln_core::backend::interp::Interp;
+use kiln_core::backend::llvm::LlvmBackend;
+use kiln_core::backend::{Backend, CompiledKernel, LaunchArgs, STATUS_LEN};
+use kiln_core::kernel::{Inst, Kernel, Param, ParamKind, Reg};
+use kiln_core::{Op, ReduceOp, VarType};
+use proptest::prelude::*;
+use proptest::test_runner::Config;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// A buffer from the crate's allocator (64-byte aligned, with slack), filled with a pattern.
+struct Buf {
+    block: Option<Block>,
+    ty: VarType,
+    len: usize,
+}
+
+impl Buf {
+    fn new(ty: VarType, len: usize, seed: u64) -> Buf {
+        let block = alloc::alloc(len * ty.size_bytes(), &|| "test buffer".into()).expect("alloc");
+        let mut b = Buf {
+            block: Some(block),
+            ty,
+            len,
+        };
+        let mut x = seed | 1;
+        for i in 0..len {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let bits = match ty {
+                VarType::F32 => ((x % 2000) as f32 * 0.01 - 10.0).to_bits() as u64,
+                VarType::F64 => ((x % 2000) as f64 * 0.01 - 10.0).to_bits(),
+                VarType::Bool => x & 1,
+                _ => x % 1000,
+            };
+            b.set(i, bits);
+        }
+        b
+    }
+    fn ptr(&self) -> *mut u8 {
+        self.block.as_ref().expect("live").as_ptr()
+    }
+    fn get(&self, i: usize) -> u64 {
+        // SAFETY: i < len (callers), and the block holds len elements of ty.
+        unsafe { kiln_core::backend::read_bits(self.ptr(), self.ty, i) }
+    }
+    fn set(&mut self, i: usize, bits: u64) {
+        // SAFETY: i < len, and this test owns the buffer.
+        unsafe { kiln_core::backend::write_bits(self.ptr(), self.ty, i, bits) }
+    }
+    fn copy(&self) -> Buf {
+        let mut b = Buf::new(self.ty, self.len, 1);
+        for i in 0..self.len {
+            b.set(i, self.get(i));
+        }
+        b
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if let Some(b) = self.block.take() {
+            alloc::free(b);
+        }
+    }
+}
+
+/// Runs `compiled` over `[start, end)`; `alias` binds parameter `.1` to parameter `.0`'s buffer.
+fn run(
+    compiled: &dyn CompiledKernel,
+    bufs: &[Buf],
+    start: u64,
+    end: u64,
+    alias: Option<(usize, usize)>,
+) -> [u64; STATUS_LEN] {
+    let mut ptrs: Vec<*mut u8> = bufs.iter().map(|b| b.ptr()).collect();
+    let mut lens: Vec<u64> = bufs.iter().map(|b| b.len as u64).collect();
+    if let Some((a, b)) = alias {
+        ptrs[b] = ptrs[a];
+        lens[b] = lens[a];
+    }
+    let status: [AtomicU64; STATUS_LEN] = Default::default();
+    let args = LaunchArgs {
+        ptrs: ptrs.as_ptr(),
+        lens: lens.as_ptr(),
+        status: status.as_ptr(),
+    };
+    // SAFETY: one buffer per parameter, of its type; inputs and outputs hold at least `end`
+    // elements (plus slack), broadcast ones at least 1, indexed ones `len`.
+    unsafe { compiled.run(&args, start, end) };
+    std::array::from_fn(|i| status[i].load(Ordering::Relaxed))
+}
+
+fn same_bits(ty: VarType, a: u64, b: u64) -> bool {
+    a == b
+        || match ty {
+            VarType::F32 => f32::from_bits(a as u32).is_nan() && f32::from_bits(b as u32).is_nan(),
+            VarType::F64 => f64::from_bits(a).is_nan() && f64::from_bits(b).is_nan(),
+            _ => false,
+        }
+}
+
+/// The backends blocked kernels are compiled by: Cranelift for this host and for SSE only, LLVM
+/// (when this machine has it) at this host's width and at every width any host's may pick.
+fn backends() -> &'static [(String, Arc<dyn Backend>)] {
+    static BE: OnceLock<Vec<(String, Arc<dyn Backend>)>> = OnceLock::new();
+    BE.get_or_init(|| {
+        let mut v: Vec<(String, Arc<dyn Backend>)> = vec![
+            (
+                "cranelift".into(),
+                Arc::new(CraneliftBackend::new().expect("cranelift")),
+            ),
+            (
+                "cranelift sse".into(),
+                Arc::new(
+                    CraneliftBackend::with_settings(&[
+                        ("has_avx", "false"),
+                        ("has_avx2", "false"),
+                        ("has_fma", "false"),
+                        ("has_avx512f", "false"),
+                        ("enable_verifier", "true"),
+                    ])
+                    .expect("cranelift (SSE only)"),
+                ),
+            ),
+        ];
+        match LlvmBackend::create(false) {
+            Ok(b) => {
+                v.push(("llvm".into(), Arc::new(b.strict())));
+                for w in [4usize, 8, 16, 32, 64] {
+                    if let Ok(b) = LlvmBackend::create_with(false, w) {
+                        v.push((format!("llvm w{w}"), Arc::new(b.strict())));
+                    }
+                }
+            }
+            Err(reason) => eprintln!("LLVM lane-blocking tests SKIPPED: {reason}"),
+        }
+        v
+    })
+}
+
+/// Runs `kernel` unblocked on the interpreter and blocked (blocks of at most `want` lanes) on
+/// `backend`, on copies of `bufs`; compares every buffer and the status.
+fn check(
+    kernel: &Kernel,
+    bufs: &[Buf],
+    start: u64,
+    end: u64,
+    want: usize,
+    (name, backend): &(String, Arc<dyn Backend>),
+) -> Result<(), String> {
+    let split = split_with(kernel, want).ok_or_else(|| format!("not split:\n{kernel}"))?;
+    for part in [&split.pre, &split.step, &split.post] {
+        part.verify()
+            .map_err(|e| format!("invalid part {}:\n{part}\nof\n{kernel}", e.join("\n")))?;
+    }
+    let blocked = compile_split(backend, kernel, split).map_err(|e| format!("{name}: {e}"))?;
+    let oracle = Interp.compile(kernel).map_err(|e| e.to_string())?;
+    let (a, b): (Vec<Buf>, Vec<Buf>) = bufs.iter().map(|x| (x.copy(), x.copy())).unzip();
+    let sa = run(oracle.as_ref(), &a, start, end, None);
+    let sb = run(blocked.as_ref(), &b, start, end, None);
+    if sa != sb {
+        return Err(format!(
+            "{name}: status {sb:?}, interpreter {sa:?} (lanes {start}..{end}, blocks of {want})\n{kernel}"
+        ));
+    }
+    for (p, (x, y)) in a.iter().zip(&b).enumerate() {
+        let is_out = matches!(kernel.params[p].kind, ParamKind::Output);
+        for i in 0..x.len {
+            // outputs are defined on the launch range only
+            if is_out && !(start as usize..end as usize).contains(&i) {
+                continue;
+            }
+            if !same_bits(x.ty, x.get(i), y.get(i)) {
+                return Err(format!(
+                    "{name}: p{p}[{i}] = {:#x}, interpreter {:#x} (lanes {start}..{end}, blocks of {want})\n{kernel}",
+                    y.get(i),
+                    x.get(i)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A small kernel builder.
+#[derive(Default)]
+struct B {
+    k: Kernel,
+}
+
+impl B {
+    fn param(&mut self, ty: VarType, kind: ParamKind) -> u64 {
+        self.k.params.push(Param { ty, kind });
+        (self.k.params.len() - 1) as u64
+    }
+    fn i(&mut self, op: Op, ty: VarType, args: &[Reg], imm: u64) -> Reg {
+        self.k.insts.push(Inst::new(op, ty, args, imm));
+        (self.k.insts.len() - 1) as Reg
+    }
+    fn lit(&mut self, ty: VarType, v: i64) -> Reg {
+        self.i(Op::Literal, ty, &[], v as u64 & ty.bit_mask())
+    }
+    fn f32(&mut self, v: f32) -> Reg {
+        self.i(Op::Literal, VarType::F32, &[], v.to_bits() as u64)
+    }
+}
+
+/// What a random blocked kernel looks like.
+#[derive(Clone, Debug)]
+struct Shape {
+    /// Type of the loop counter and of every index.
+    ity: VarType,
+    first: i64,
+    stride: i64,
+    trips: i64,
+    /// Row width (lanes per row of the stacked arrays).
+    width: i64,
+    /// Walk the rows last to first.
+    backward: bool,
+    /// Row offset of the write relative to the read.
+    write_row: i64,
+    /// Elements added to the read's index (another column, or another row).
+    read_shift: i64,
+    scatter: bool,
+    /// Elements missing from the end of the read and written arrays (reads and writes past them
+    /// are dropped and counted).
+    short: (usize, usize),
+    bool_state: bool,
+}
+
+fn shape() -> impl Strategy<Value = Shape> {
+    (
+        prop::sample::select(vec![VarType::U32, VarType::I32, VarType::I64, VarType::U64]),
+        0i64..4,
+        1i64..4,
+        0i64..7,
+        prop::sample::select(vec![256i64, 300, 1000, 4099]),
+        any::<bool>(),
+        0i64..2,
+        prop::bool::weighted(0.8),
+        (0usize..3, 0usize..3),
+        any::<bool>(),
+        0i64..3,
+    )
+        .prop_map(
+            |(
+                ity,
+                first,
+                stride,
+                trips,
+                width,
+                backward,
+                write_row,
+                scatter,
+                short,
+                bool_state,
+                read_shift,
+            )| {
+                Shape {
+                    read_shift,
+                    ity,
+                    first,
+                    stride,
+                    trips,
+                    width,
+                    backward,
+                    write_row,
+                    scatter,
+                    short: (short.0 * 37, short.1 * 41),
+                    bool_state,
+                }
+            },
+        )
+}
+
+/// The parameters of [`build`]'s kernels, in order.
+const XS: u64 = 0; // indexed f32: the rows read
+const YS: u64 = 1; // indexed f32: the rows written
+const INIT: u64 = 2; // input f64: the second state's initial value
+const TABLE: u64 = 4; // indexed i32: gathered before the loop (a value kept in scratch)
+const SCALE: u64 = 5; // broadcast f32
+
+/// A counted loop over rows: `s0 = s0·0.5 + x·scale`, `s1 += x·√init`, an optional flag flipped
+/// where `x > s0`, a row write of `s0` (rows `write_row` after the read), the final state and a
+/// kept value stored after the loop.
+fn build(s: &Shape) -> Kernel {
+    use VarType::*;
+    let ity = s.ity;
+    let mut b = B::default();
+    b.param(F32, ParamKind::Indexed);
+    b.param(F32, ParamKind::Indexed);
+    b.param(F64, ParamKind::Input);
+    b.param(ity, ParamKind::Output); // 3: final counter
+    b.param(I32, ParamKind::Indexed);
+    b.param(F32, ParamKind::Broadcast);
+    let out_s0 = b.param(F32, ParamKind::Output);
+    let out_s1 = b.param(F64, ParamKind::Output);
+    let out_kept = b.param(I32, ParamKind::Output);
+    let out_flag = b.param(Bool, ParamKind::Output);
+    let lane = b.i(Op::Counter, ity, &[], 0);
+    let yes = b.i(Op::Literal, Bool, &[], 1);
+    // kept in scratch: a gather, and a square root
+    let seven = b.lit(ity, 7);
+    let slot = b.i(Op::And, ity, &[lane, seven], 0);
+    let kept = b.i(Op::Gather, I32, &[slot, yes], TABLE);
+    let init = b.i(Op::Load, F64, &[], INIT);
+    let root = b.i(Op::Sqrt, F64, &[init], 0);
+    let scale = b.i(Op::Load, F32, &[], SCALE);
+    let s0_init = b.i(Op::Cast, F32, &[kept], 0);
+    let first = b.lit(ity, s.first);
+    let limit = b.lit(ity, s.first + s.trips * s.stride);
+    let stride = b.lit(ity, s.stride);
+    let width = b.lit(ity, s.width);
+    let last_row = b.lit(ity, s.first + (s.trips.max(1) - 1) * s.stride);
+    let no = b.i(Op::Literal, Bool, &[], 0);
+    let lp = b.i(Op::LoopBegin, U32, &[], 0);
+    let ctr = b.i(Op::Phi, ity, &[first], 0);
+    let s0 = b.i(Op::Phi, F32, &[s0_init], 0);
+    let s1 = b.i(Op::Phi, F64, &[init], 0);
+    let flag = s.bool_state.then(|| b.i(Op::Phi, Bool, &[no], 0));
+    let c = b.i(Op::Lt, Bool, &[ctr, limit], 0);
+    b.i(Op::LoopCond, Bool, &[c], 0);
+    let row = if s.backward {
+        b.i(Op::Sub, ity, &[last_row, ctr], 0)
+    } else {
+        ctr
+    };
+    let off = b.i(Op::Mul, ity, &[row, width], 0);
+    let shift = b.lit(ity, s.read_shift);
+    let roff = b.i(Op::Add, ity, &[off, shift], 0);
+    let ix = b.i(Op::Add, ity, &[lane, roff], 0);
+    let x = b.i(Op::Gather, F32, &[ix, yes], XS);
+    let half = b.f32(0.5);
+    let a = b.i(Op::Mul, F32, &[s0, half], 0);
+    let bx = b.i(Op::Mul, F32, &[x, scale], 0);
+    let s0n = b.i(Op::Add, F32, &[a, bx], 0);
+    let xd = b.i(Op::Cast, F64, &[x], 0);
+    let xr = b.i(Op::Mul, F64, &[xd, root], 0);
+    let s1n = b.i(Op::Add, F64, &[s1, xr], 0);
+    if s.scatter {
+        let shift = b.lit(ity, s.write_row * s.width);
+        let wo = b.i(Op::Add, ity, &[off, shift], 0);
+        let wix = b.i(Op::Add, ity, &[wo, lane], 0);
+        b.i(Op::Scatter(ReduceOp::None), F32, &[s0n, wix, yes], YS);
+    }
+    let flagn = flag.map(|f| {
+        let gt = b.i(Op::Gt, Bool, &[x, s0], 0);
+        b.i(Op::Xor, Bool, &[f, gt], 0)
+    });
+    let cn = b.i(Op::Add, ity, &[ctr, stride], 0);
+    b.i(Op::LoopNext, U32, &[ctr, cn], 0);
+    b.i(Op::LoopNext, U32, &[s0, s0n], 0);
+    b.i(Op::LoopNext, U32, &[s1, s1n], 0);
+    if let (Some(f), Some(fnx)) = (flag, flagn) {
+        b.i(Op::LoopNext, U32, &[f, fnx], 0);
+    }
+    b.i(Op::LoopEnd, U32, &[lp], 0);
+    b.i(Op::Store, ity, &[ctr], 3);
+    b.i(Op::Store, F32, &[s0], out_s0);
+    b.i(Op::Store, F64, &[s1], out_s1);
+    let lane32 = b.i(Op::Cast, I32, &[lane], 0);
+    let k2 = b.i(Op::Add, I32, &[kept, lane32], 0);
+    b.i(Op::Store, I32, &[k2], out_kept);
+    let f = flag.unwrap_or(yes);
+    b.i(Op::Store, Bool, &[f], out_flag);
+    let k = b.k;
+    k.verify()
+        .unwrap_or_else(|e| panic!("test kernel invalid: {}\n{k}", e.join("\n")));
+    k
+}
+
+/// Buffers for [`build`]'s kernel over `lanes` lanes.
+fn buffers(k: &Kernel, s: &Shape, lanes: usize, seed: u64) -> Vec<Buf> {
+    let rows = (s.first + s.trips.max(1) * s.stride + 2) as usize;
+    let cells = rows * s.width as usize;
+    k.params
+        .iter()
+        .enumerate()
+        .map(|(p, prm)| {
+            let len = match p as u64 {
+                XS => cells - s.short.0,
+                YS => cells - s.short.1,
+                TABLE => 8,
+                SCALE => 1,
+                _ => lanes.max(1),
+            };
+            Buf::new(prm.ty, len, seed.wrapping_add(p as u64 * 7919))
+        })
+        .collect()
+}
+
+fn config(cases: u32) -> Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(cases);
+    Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config(48))]
+    /// Random row loops, blocked on every backend, against the interpreter unblocked: launch
+    /// ranges of every size class up to a row (0, 1, a vector ± 1, a block ± 1, several blocks)
+    /// starting on or off a block boundary.
+    #[test]
+    fn blocked_row_loops_match_the_interpreter(
+        s in shape(),
+        lanes in prop::sample::select(vec![0usize, 1, 15, 16, 17, 63, 64, 65, 129, 255, 256]),
+        start in prop::sample::select(vec![0usize, 16, 64, 100]),
+        want in prop::sample::select(vec![64usize, 80, 128, 4096]),
+        seed in any::<u64>(),
+    ) {
+        let k = build(&s);
+        // a launch range inside the first row (rows never overlap across lanes, see `split`)
+        let start = start.min(s.width as usize - lanes);
+        let end = start + lanes;
+        let bufs = buffers(&k, &s, end, seed);
+        for be in backends() {
+            check(&k, &bufs, start as u64, end as u64, want, be).map_err(TestCaseError::fail)?;
+        }
+    }
+}
+
+/// Whole rows of the widest shape, launched in one range: many blocks of 4096 lanes and a partial
+/// one, every backend.
+#[test]
+fn a_whole_wide_row_in_one_launch() {
+    let s = Shape {
+        ity: VarType::U32,
+        first: 0,
+        stride: 1,
+        trips: 5,
+        width: 10_007,
+        backward: false,
+        write_row: 1,
+        read_shift: 0,
+        scatter: true,
+        short: (3, 5),
+        bool_state: true,
+    };
+    let k = build(&s);
+    let bufs = buffers(&k, &s, 10_007, 42);
+    for be in backends() {
+        check(&k, &bufs, 0, 10_007, 4096, be).unwrap();
+        check(&k, &bufs, 16, 9_000, 1000, be).unwrap();
+    }
+}
+
+/// The loop of [`build`] with one instruction replaced: `split` must refuse each.
+#[test]
+fn split_refuses_what_could_show_the_order() {
+    let base = Shape {
+        ity: VarType::U32,
+        first: 0,
+        stride: 1,
+        trips: 4,
+        width: 1000,
+        backward: false,
+        write_row: 0,
+        read_shift: 0,
+        scatter: true,
+        short: (0, 0),
+        bool_state: false,
+    };
+    let k = build(&base);
+    assert!(
+        split_with(&k, 4096).is_some(),
+        "the base kernel splits:\n{k}"
+    );
+    let find = |k: &Kernel, pred: &dyn Fn(&Inst) -> bool| {
+        k.insts.iter().position(pred).expect("instruction")
+    };
+    let scatter = find(&k, &|i| matches!(i.op, Op::Scatter(_)));
+    let mut cases: Vec<(&str, Kernel)> = Vec::new();
+    // a reducing scatter: the order of its additions would change
+    let mut m = k.clone();
+    m.insts[scatter].op = Op::Scatter(ReduceOp::Add);
+    cases.push(("reduce-scatter in the loop", m));
+    // the scatter writes what the loop gathers
+    let mut m = k.clone();
+    m.insts[scatter].imm = XS;
+    cases.push(("scatter into the gathered buffer", m));
+    // rows only 16 lanes apart: no row walk worth blocking, and blocks would collide
+    let small = build(&Shape {
+        width: 16,
+        ..base.clone()
+    });
+    cases.push(("narrow rows", small));
+    // the bound is not a literal
+    let mut m = k.clone();
+    let lt = find(&m, &|i| i.op == Op::Lt);
+    let bound = m.insts[lt].args[1] as usize;
+    m.insts[bound] = Inst::new(Op::Counter, VarType::U32, &[], 0);
+    cases.push(("a bound that differs per lane", m));
+    // the iteration limit cuts the loop short
+    let mut m = k.clone();
+    let lp = find(&m, &|i| i.op == Op::LoopBegin);
+    m.insts[lp].imm = 2;
+    cases.push(("an iteration limit below the trip count", m));
+    // a scatter whose index is not `lane + f(step)`
+    let mut m = k.clone();
+    let gather = find(&m, &|i| i.op == Op::Gather && i.imm == TABLE);
+    let kept_ix = m.insts[gather].args[0];
+    m.insts[scatter].args[1] = kept_ix;
+    cases.push(("a scatter at a gathered index", m));
+    // a row index that wraps: rows a billion apart, 6 steps, in u32
+    let wide = build(&Shape {
+        width: 1 << 30,
+        trips: 6,
+        ..base.clone()
+    });
+    cases.push(("rows that wrap the index type", wide));
+    for (what, m) in cases {
+        assert!(m.verify().is_ok(), "{what}: invalid test kernel\n{m}");
+        assert!(split_with(&m, 4096).is_none(), "{what}: split anyway\n{m}");
+    }
+    // and at most 64 lanes per block is the floor
+    assert!(split_with(&k, 63).is_none());
+    assert_eq!(split_with(&k, 4096).map(|s| s.lanes), Some(992));
+}
+
+/// The rows read and the rows written bound to one buffer (through two parameters, which the
+/// kernel cannot see), each lane reading what its right neighbour wrote a step before (lane-major,
+/// the neighbour has not run yet; step-major, it has): the blocked kernel must notice the overlap
+/// at run time and run unsplit, matching the same backend's unblocked kernel.
+#[test]
+fn overlapping_buffers_run_the_kernel_unsplit() {
+    let s = Shape {
+        ity: VarType::U32,
+        first: 0,
+        stride: 1,
+        trips: 6,
+        width: 512,
+        backward: false,
+        write_row: 0,
+        read_shift: 1 - 512,
+        scatter: true,
+        short: (0, 0),
+        bool_state: false,
+    };
+    let k = build(&s);
+    for (name, be) in backends() {
+        let split = split_with(&k, 64).expect("splits");
+        let blocked = compile_split(be, &k, split).unwrap();
+        let plain = be.compile(&k).unwrap();
+        let bufs = buffers(&k, &s, 512, 7);
+        let (a, b): (Vec<Buf>, Vec<Buf>) = bufs.iter().map(|x| (x.copy(), x.copy())).unzip();
+        let sa = run(plain.as_ref(), &a, 0, 512, Some((XS as usize, YS as usize)));
+        let sb = run(
+            blocked.as_ref(),
+            &b,
+            0,
+            512,
+            Some((XS as usize, YS as usize)),
+        );
+        assert_eq!(sa, sb, "{name}");
+        for p in 0..bufs.len() {
+            let (x, y) = (&a[p], &b[p]);
+            for i in 0..x.len {
+                assert!(same_bits(x.ty, x.get(i), y.get(i)), "{name}: p{p}[{i}]");
+            }
+        }
+    }
+}
