@@ -76,22 +76,58 @@ fn main() -> kiln::Result<()> {
     let (signals, n) = (100_000, 500);
     let x = Tensor::from_vec(values(n * signals, 6, 1.0), &[n, signals]);
     x.eval();
-    let t = Instant::now();
+    let ema_scan = |report: &mut kiln::ScanReport| {
+        let blocked = kiln::stats().kernels_blocked;
+        let (ema, smoothed) = kiln::scan::Lax::new(&Tensor::<f32>::zeros(&[signals]), &x)
+            .label("ema")
+            .report(report)
+            .run(|m, x| {
+                let m = m * 0.9f32 + x * 0.1f32;
+                (m.clone(), m)
+            })?;
+        smoothed.eval();
+        Ok::<_, kiln::Error>((ema, kiln::stats().kernels_blocked > blocked))
+    };
     let mut report = kiln::ScanReport::default();
-    let (ema, smoothed) = kiln::scan::Lax::new(&Tensor::<f32>::zeros(&[signals]), &x)
-        .label("ema")
-        .report(&mut report)
-        .run(|m, x| {
-            let m = m * 0.9f32 + x * 0.1f32;
-            (m.clone(), m)
-        })?;
-    smoothed.eval();
-    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let (ema, blocked) = ema_scan(&mut report)?;
+    let cold = t.elapsed().as_secs_f64() * 1e3;
+    // the same scan again: compiled, its output memory reused from the first run's
+    let warm = (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            ema_scan(&mut kiln::ScanReport::default()).map(|_| t.elapsed().as_secs_f64() * 1e3)
+        })
+        .collect::<kiln::Result<Vec<f64>>>()?
+        .into_iter()
+        .fold(f64::MAX, f64::min);
+    // what a NumPy user writes: a loop over the rows, each a vector operation (one thread)
+    let host = x.to_vec();
+    // (filled, so that its pages exist before the clock starts, as kiln's reused output's do)
+    let mut out = vec![1.0f32; n * signals];
+    let t = Instant::now();
+    let mut m = vec![0.0f32; signals];
+    for (row, dst) in host.chunks(signals).zip(out.chunks_mut(signals)) {
+        for ((mj, &xj), o) in m.iter_mut().zip(row).zip(dst) {
+            *mj = *mj * 0.9 + xj * 0.1;
+            *o = *mj;
+        }
+    }
+    let rows = t.elapsed().as_secs_f64() * 1e3;
+    std::hint::black_box(&out);
     println!(
-        "EMA of {signals} signals over {n} steps: final[0..3] = {:.4?}; {ms:.1} ms ({} mode, {} launch)",
+        "EMA of {signals} signals over {n} steps: final[0..3] = {:.4?}; first run {cold:.1} ms \
+         (compiling, fresh output memory), then {warm:.1} ms per run ({} mode, {} launch{}); \
+         a Rust loop over the rows on one thread: {rows:.1} ms ({:.1}x)",
         &ema.to_vec()[..3],
         report.mode,
-        report.loops_emitted
+        report.loops_emitted,
+        if blocked {
+            ", lane-blocked: blocks of lanes run step by step"
+        } else {
+            ""
+        },
+        rows / warm
     );
     Ok(())
 }

@@ -10,7 +10,7 @@
 //! that overlapping buffers fall back to the kernel unsplit.
 
 use kiln_core::alloc::{self, Block};
-use kiln_core::backend::blocked::{compile_split, split_with};
+use kiln_core::backend::blocked::{compile_split, split_with, Policy};
 use kiln_core::backend::cranelift::CraneliftBackend;
 use kiln_core::backend::interp::Interp;
 use kiln_core::backend::llvm::LlvmBackend;
@@ -164,7 +164,7 @@ fn check(
     want: usize,
     (name, backend): &(String, Arc<dyn Backend>),
 ) -> Result<(), String> {
-    let split = split_with(kernel, want).ok_or_else(|| format!("not split:\n{kernel}"))?;
+    let split = split_with(kernel, blocks(want)).ok_or_else(|| format!("not split:\n{kernel}"))?;
     for part in [&split.pre, &split.step, &split.post] {
         part.verify()
             .map_err(|e| format!("invalid part {}:\n{part}\nof\n{kernel}", e.join("\n")))?;
@@ -196,6 +196,11 @@ fn check(
         }
     }
     Ok(())
+}
+
+/// Blocks of at most `lanes` lanes, whatever the rows' span (the kernels here are small).
+fn blocks(lanes: usize) -> Policy {
+    Policy { lanes, min_span: 0 }
 }
 
 /// A small kernel builder.
@@ -484,7 +489,7 @@ fn split_refuses_what_could_show_the_order() {
     };
     let k = build(&base);
     assert!(
-        split_with(&k, 4096).is_some(),
+        split_with(&k, blocks(4096)).is_some(),
         "the base kernel splits:\n{k}"
     );
     let find = |k: &Kernel, pred: &dyn Fn(&Inst) -> bool| {
@@ -532,11 +537,21 @@ fn split_refuses_what_could_show_the_order() {
     cases.push(("rows that wrap the index type", wide));
     for (what, m) in cases {
         assert!(m.verify().is_ok(), "{what}: invalid test kernel\n{m}");
-        assert!(split_with(&m, 4096).is_none(), "{what}: split anyway\n{m}");
+        assert!(
+            split_with(&m, blocks(4096)).is_none(),
+            "{what}: split anyway\n{m}"
+        );
     }
+    // rows that span less than the policy asks (1000 f32 × 4 steps = 16 000 bytes) stay unblocked
+    let span = |min_span| Policy {
+        lanes: 4096,
+        min_span,
+    };
+    assert!(split_with(&k, span(16_001)).is_none());
+    assert!(split_with(&k, span(16_000)).is_some());
     // and at most 64 lanes per block is the floor
-    assert!(split_with(&k, 63).is_none());
-    assert_eq!(split_with(&k, 4096).map(|s| s.lanes), Some(992));
+    assert!(split_with(&k, blocks(63)).is_none());
+    assert_eq!(split_with(&k, blocks(4096)).map(|s| s.lanes), Some(992));
 }
 
 /// The rows read and the rows written bound to one buffer (through two parameters, which the
@@ -560,7 +575,7 @@ fn overlapping_buffers_run_the_kernel_unsplit() {
     };
     let k = build(&s);
     for (name, be) in backends() {
-        let split = split_with(&k, 64).expect("splits");
+        let split = split_with(&k, blocks(64)).expect("splits");
         let blocked = compile_split(be, &k, split).unwrap();
         let plain = be.compile(&k).unwrap();
         let bufs = buffers(&k, &s, 512, 7);

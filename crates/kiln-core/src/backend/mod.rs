@@ -107,6 +107,30 @@ pub fn create(kind: BackendKind) -> Result<Arc<dyn Backend>> {
     })
 }
 
+/// The largest cache of CPU 0 that Linux describes (`/sys/devices/system/cpu/cpu0/cache`), bytes
+/// (0 where it describes none). Read once.
+pub(crate) fn last_level_cache() -> u64 {
+    static BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| read_last_level_cache().unwrap_or(0))
+}
+
+fn read_last_level_cache() -> Option<u64> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| {
+        let size = std::fs::read_to_string(e.ok()?.path().join("size")).ok()?;
+        let size = size.trim();
+        let (digits, scale) = match size.strip_suffix('K') {
+            Some(d) => (d, 1 << 10),
+            None => match size.strip_suffix('M') {
+                Some(d) => (d, 1 << 20),
+                None => (size, 1),
+            },
+        };
+        digits.parse::<u64>().ok().map(|d| d * scale)
+    })
+    .max()
+}
+
 /// Read element `i` of a buffer of type `ty` as bits (masks read as 0/1).
 ///
 /// # Safety

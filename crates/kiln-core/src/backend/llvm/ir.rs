@@ -171,25 +171,7 @@ pub const STREAMING_BYTES: u64 = 16 << 20;
 /// ```
 pub fn streaming_bytes() -> u64 {
     static BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *BYTES.get_or_init(|| last_level_cache().unwrap_or(0).max(STREAMING_BYTES))
-}
-
-/// The largest cache of CPU 0 that Linux describes (`/sys/devices/system/cpu/cpu0/cache`), bytes.
-fn last_level_cache() -> Option<u64> {
-    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
-    dir.filter_map(|e| {
-        let size = std::fs::read_to_string(e.ok()?.path().join("size")).ok()?;
-        let size = size.trim();
-        let (digits, scale) = match size.strip_suffix('K') {
-            Some(d) => (d, 1 << 10),
-            None => match size.strip_suffix('M') {
-                Some(d) => (d, 1 << 20),
-                None => (size, 1),
-            },
-        };
-        digits.parse::<u64>().ok().map(|d| d * scale)
-    })
-    .max()
+    *BYTES.get_or_init(|| crate::backend::last_level_cache().max(STREAMING_BYTES))
 }
 
 /// The output whose length decides between plain and streaming stores, for small straight-line
