@@ -247,6 +247,8 @@ struct Shape {
     /// are dropped and counted).
     short: (usize, usize),
     bool_state: bool,
+    /// A second scatter into the rows written, one row on and one lane left (lanes meet).
+    twice: bool,
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
@@ -255,7 +257,7 @@ fn shape() -> impl Strategy<Value = Shape> {
         0i64..4,
         1i64..4,
         0i64..7,
-        prop::sample::select(vec![256i64, 300, 1000, 4099]),
+        prop::sample::select(vec![256i64, 300, 1000, 1024, 4099]),
         any::<bool>(),
         0i64..2,
         prop::bool::weighted(0.8),
@@ -289,6 +291,7 @@ fn shape() -> impl Strategy<Value = Shape> {
                     scatter,
                     short: (short.0 * 37, short.1 * 41),
                     bool_state,
+                    twice: false,
                 }
             },
         )
@@ -346,7 +349,13 @@ fn build(s: &Shape) -> Kernel {
     } else {
         ctr
     };
-    let off = b.i(Op::Mul, ity, &[row, width], 0);
+    // (a power-of-two width as the scheduler writes it: a shift)
+    let off = if s.width > 0 && (s.width as u64).is_power_of_two() {
+        let log = b.lit(ity, s.width.trailing_zeros() as i64);
+        b.i(Op::Shl, ity, &[row, log], 0)
+    } else {
+        b.i(Op::Mul, ity, &[row, width], 0)
+    };
     let shift = b.lit(ity, s.read_shift);
     let roff = b.i(Op::Add, ity, &[off, shift], 0);
     let ix = b.i(Op::Add, ity, &[lane, roff], 0);
@@ -363,6 +372,13 @@ fn build(s: &Shape) -> Kernel {
         let wo = b.i(Op::Add, ity, &[off, shift], 0);
         let wix = b.i(Op::Add, ity, &[wo, lane], 0);
         b.i(Op::Scatter(ReduceOp::None), F32, &[s0n, wix, yes], YS);
+        if s.twice {
+            let next = b.lit(ity, 2 * s.width - 1);
+            let wo = b.i(Op::Add, ity, &[off, next], 0);
+            let wix = b.i(Op::Add, ity, &[lane, wo], 0);
+            let neg = b.i(Op::Neg, F32, &[s0n], 0);
+            b.i(Op::Scatter(ReduceOp::None), F32, &[neg, wix, yes], YS);
+        }
     }
     let flagn = flag.map(|f| {
         let gt = b.i(Op::Gt, Bool, &[x, s0], 0);
@@ -462,6 +478,7 @@ fn a_whole_wide_row_in_one_launch() {
         scatter: true,
         short: (3, 5),
         bool_state: true,
+        twice: false,
     };
     let k = build(&s);
     let bufs = buffers(&k, &s, 10_007, 42);
@@ -486,6 +503,7 @@ fn split_refuses_what_could_show_the_order() {
         scatter: true,
         short: (0, 0),
         bool_state: false,
+        twice: false,
     };
     let k = build(&base);
     assert!(
@@ -535,6 +553,51 @@ fn split_refuses_what_could_show_the_order() {
         ..base.clone()
     });
     cases.push(("rows that wrap the index type", wide));
+    // two row writes into one target, the second one row on and one lane left
+    let twice = build(&Shape {
+        twice: true,
+        ..base.clone()
+    });
+    cases.push(("two scatters into one target", twice));
+    // rows 6 700 417 apart, the counter stepping by 641: 641 · 6 700 417 = 2^32 + 1, so in u32
+    // consecutive steps' rows are one lane apart
+    let stride_wrap = build(&Shape {
+        stride: 641,
+        trips: 2,
+        width: 6_700_417,
+        ..base.clone()
+    });
+    cases.push(("rows that meet through the counter's stride", stride_wrap));
+    // a nested loop before the `while` (it runs once more than the body in the original)
+    let mut m = k.clone();
+    let cond = find(&m, &|i| i.op == Op::LoopCond);
+    let lt = find(&m, &|i| i.op == Op::Lt);
+    let ctr = m.insts[lt].args[0];
+    let nested = [
+        Inst::new(Op::LoopBegin, VarType::U32, &[], 1),
+        Inst::new(Op::Phi, VarType::U32, &[ctr], 0),
+        Inst::new(Op::Lt, VarType::Bool, &[0, 0], 0), // operands patched below
+        Inst::new(Op::LoopCond, VarType::Bool, &[0], 0),
+        Inst::new(Op::LoopNext, VarType::U32, &[0, 0], 0),
+        Inst::new(Op::LoopEnd, VarType::U32, &[0], 0),
+    ];
+    // shift every register at or after the `while` by the inserted instructions
+    let at = cond as u32;
+    let n = nested.len() as u32;
+    for inst in &mut m.insts {
+        for a in inst.args.iter_mut().take(inst.op.arity()) {
+            if *a >= at {
+                *a += n;
+            }
+        }
+    }
+    let mut nested = nested;
+    nested[2].args = [at + 1, m.insts[lt].args[1], 0];
+    nested[3].args[0] = at + 2;
+    nested[4].args = [at + 1, at + 1, 0];
+    nested[5].args[0] = at;
+    m.insts.splice(cond..cond, nested);
+    cases.push(("a loop before the while", m));
     for (what, m) in cases {
         assert!(m.verify().is_ok(), "{what}: invalid test kernel\n{m}");
         assert!(
@@ -572,6 +635,7 @@ fn overlapping_buffers_run_the_kernel_unsplit() {
         scatter: true,
         short: (0, 0),
         bool_state: false,
+        twice: false,
     };
     let k = build(&s);
     for (name, be) in backends() {
@@ -596,4 +660,119 @@ fn overlapping_buffers_run_the_kernel_unsplit() {
             }
         }
     }
+}
+
+/// A counted loop accumulating `gather(rows, lane + t·1024) · x` where `x = load(p0)`, with
+/// `2·x` stored into p1 before the loop and `acc + x` into p3 after it.
+fn in_place_kernel() -> Kernel {
+    use VarType::*;
+    let mut b = B::default();
+    b.param(F32, ParamKind::Input);
+    b.param(F32, ParamKind::Output);
+    b.param(F32, ParamKind::Indexed);
+    b.param(F32, ParamKind::Output);
+    let lane = b.i(Op::Counter, U32, &[], 0);
+    let yes = b.i(Op::Literal, Bool, &[], 1);
+    let x = b.i(Op::Load, F32, &[], 0);
+    let two = b.f32(2.0);
+    let x2 = b.i(Op::Mul, F32, &[x, two], 0);
+    b.i(Op::Store, F32, &[x2], 1);
+    let (zero, three, one, width) = (
+        b.lit(U32, 0),
+        b.lit(U32, 3),
+        b.lit(U32, 1),
+        b.lit(U32, 1024),
+    );
+    let fzero = b.f32(0.0);
+    let lp = b.i(Op::LoopBegin, U32, &[], 0);
+    let t = b.i(Op::Phi, U32, &[zero], 0);
+    let acc = b.i(Op::Phi, F32, &[fzero], 0);
+    let c = b.i(Op::Lt, Bool, &[t, three], 0);
+    b.i(Op::LoopCond, Bool, &[c], 0);
+    let off = b.i(Op::Mul, U32, &[t, width], 0);
+    let ix = b.i(Op::Add, U32, &[lane, off], 0);
+    let g = b.i(Op::Gather, F32, &[ix, yes], 2);
+    let gx = b.i(Op::Mul, F32, &[g, x], 0);
+    let accn = b.i(Op::Add, F32, &[acc, gx], 0);
+    let tn = b.i(Op::Add, U32, &[t, one], 0);
+    b.i(Op::LoopNext, U32, &[t, tn], 0);
+    b.i(Op::LoopNext, U32, &[acc, accn], 0);
+    b.i(Op::LoopEnd, U32, &[lp], 0);
+    let r = b.i(Op::Add, F32, &[acc, x], 0);
+    b.i(Op::Store, F32, &[r], 3);
+    let k = b.k;
+    k.verify()
+        .unwrap_or_else(|e| panic!("{}\n{k}", e.join("\n")));
+    k
+}
+
+/// An input updated in place (the output stored before the loop shares its buffer, as
+/// `Kernel::may_alias` allows): the loop and the code after it must read the value loaded before
+/// the store — kept in scratch, not loaded again.
+#[test]
+fn an_input_updated_in_place_is_kept_not_loaded_again() {
+    let k = in_place_kernel();
+    assert!(k.may_alias(0, 1), "the scheduler may bind p1 over p0:\n{k}");
+    for (name, be) in backends() {
+        let split = split_with(&k, blocks(64)).expect("splits");
+        let blocked = compile_split(be, &k, split).unwrap();
+        let oracle = Interp.compile(&k).unwrap();
+        let lanes = 300;
+        let bufs: Vec<Buf> = k
+            .params
+            .iter()
+            .enumerate()
+            .map(|(p, prm)| Buf::new(prm.ty, if p == 2 { 4096 } else { lanes }, p as u64 + 3))
+            .collect();
+        let (a, b): (Vec<Buf>, Vec<Buf>) = bufs.iter().map(|x| (x.copy(), x.copy())).unzip();
+        let sa = run(oracle.as_ref(), &a, 0, lanes as u64, Some((0, 1)));
+        let sb = run(blocked.as_ref(), &b, 0, lanes as u64, Some((0, 1)));
+        assert_eq!(sa, sb, "{name}");
+        for p in [0usize, 3] {
+            for i in 0..lanes {
+                assert_eq!(a[p].get(i), b[p].get(i), "{name}: p{p}[{i}]");
+            }
+        }
+    }
+}
+
+/// A 64-bit row index whose slope overflows any fixed-width arithmetic but is 1 modulo 2^64
+/// (`lane + (t·2^63)·2^63 + t`): consecutive steps' rows are one lane apart, so `split` must
+/// refuse (and not overflow while deciding).
+#[test]
+fn slopes_are_taken_modulo_the_index_type() {
+    use VarType::*;
+    let mut b = B::default();
+    b.param(F32, ParamKind::Indexed);
+    b.param(F32, ParamKind::Indexed);
+    let lane = b.i(Op::Counter, U64, &[], 0);
+    let yes = b.i(Op::Literal, Bool, &[], 1);
+    let (zero, five, one) = (b.lit(U64, 0), b.lit(U64, 5), b.lit(U64, 1));
+    let (big, width) = (b.lit(U64, i64::MIN), b.lit(U64, 1024));
+    let lp = b.i(Op::LoopBegin, U32, &[], 0);
+    let t = b.i(Op::Phi, U64, &[zero], 0);
+    let c = b.i(Op::Lt, Bool, &[t, five], 0);
+    b.i(Op::LoopCond, Bool, &[c], 0);
+    let far = b.i(Op::Mul, U64, &[t, width], 0);
+    let rix = b.i(Op::Add, U64, &[lane, far], 0);
+    let x = b.i(Op::Gather, F32, &[rix, yes], 0);
+    let m1 = b.i(Op::Mul, U64, &[t, big], 0);
+    let m2 = b.i(Op::Mul, U64, &[m1, big], 0);
+    let m3 = b.i(Op::Add, U64, &[m2, t], 0);
+    let wix = b.i(Op::Add, U64, &[lane, m3], 0);
+    b.i(Op::Scatter(ReduceOp::None), F32, &[x, wix, yes], 1);
+    let tn = b.i(Op::Add, U64, &[t, one], 0);
+    b.i(Op::LoopNext, U32, &[t, tn], 0);
+    b.i(Op::LoopEnd, U32, &[lp], 0);
+    let k = b.k;
+    k.verify()
+        .unwrap_or_else(|e| panic!("{}\n{k}", e.join("\n")));
+    assert!(split_with(&k, blocks(4096)).is_none(), "split:\n{k}");
+    // the same rows 1024 apart (drop the `+ t`) do split
+    let mut wide = k.clone();
+    wide.insts[wix as usize].args[1] = far;
+    assert!(
+        split_with(&wide, blocks(4096)).is_some(),
+        "not split:\n{wide}"
+    );
 }

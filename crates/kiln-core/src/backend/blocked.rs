@@ -243,8 +243,9 @@ fn counted(k: &Kernel, l: &Loop) -> Option<(usize, i128, i128, u64)> {
 }
 
 /// How an index moves with the loop counter: `Some(s)` when the index is `lane + f(t)` with `f`
-/// the same for every lane and affine in the counter with slope `s` (0: the same row every step).
-fn row_slope(k: &Kernel, idx: Reg, l: &Loop, counter: usize, uniform: &[bool]) -> Option<i128> {
+/// the same for every lane and affine in the counter with slope `s`, modulo 2^64 (index arithmetic
+/// wraps in its type; 0: the same row every step).
+fn row_slope(k: &Kernel, idx: Reg, l: &Loop, counter: usize, uniform: &[bool]) -> Option<u64> {
     let inst = &k.insts[idx as usize];
     if inst.op != Op::Add {
         return None;
@@ -258,8 +259,8 @@ fn row_slope(k: &Kernel, idx: Reg, l: &Loop, counter: usize, uniform: &[bool]) -
     slope(k, rest, l, counter, uniform, 8)
 }
 
-/// Slope of `r` in the counter, for sums, differences and literal multiples of the counter and of
-/// values that are the same in every lane and step.
+/// Slope of `r` in the counter (modulo 2^64), for sums, differences, literal multiples and
+/// literal left shifts of the counter and of values that are the same in every lane and step.
 fn slope(
     k: &Kernel,
     r: Reg,
@@ -267,7 +268,7 @@ fn slope(
     counter: usize,
     uniform: &[bool],
     depth: u32,
-) -> Option<i128> {
+) -> Option<u64> {
     let r_ = r as usize;
     if r_ == counter {
         return Some(1);
@@ -280,24 +281,48 @@ fn slope(
         return None;
     }
     let s = |x: Reg| slope(k, x, l, counter, uniform, depth - 1);
+    let lit = |x: Reg| literal(k, x).map(|v| v as u64);
     match inst.op {
         Op::Literal => Some(0),
-        Op::Add => Some(s(inst.args[0])? + s(inst.args[1])?),
-        Op::Sub => Some(s(inst.args[0])? - s(inst.args[1])?),
-        Op::Mul => match (literal(k, inst.args[0]), literal(k, inst.args[1])) {
-            (Some(c), _) => Some(c * s(inst.args[1])?),
-            (_, Some(c)) => Some(c * s(inst.args[0])?),
+        Op::Add => Some(s(inst.args[0])?.wrapping_add(s(inst.args[1])?)),
+        Op::Sub => Some(s(inst.args[0])?.wrapping_sub(s(inst.args[1])?)),
+        Op::Mul => match (lit(inst.args[0]), lit(inst.args[1])) {
+            (Some(c), _) => Some(c.wrapping_mul(s(inst.args[1])?)),
+            (_, Some(c)) => Some(c.wrapping_mul(s(inst.args[0])?)),
             _ => None,
         },
+        // (a power-of-two row width: `t << 10`; the amount is masked as `op` defines)
+        Op::Shl => {
+            let amount = lit(inst.args[1])? as u32 & (inst.ty.bits() - 1);
+            Some(s(inst.args[0])?.wrapping_shl(amount))
+        }
         _ => None,
     }
 }
 
+/// The distance in elements between the rows of consecutive steps of an index of `ty` whose
+/// slope in the counter is `s` (the counter stepping by `stride`): the smaller way round the
+/// index type's ring, as the index wraps.
+fn row_distance(s: u64, stride: u64, ty: VarType) -> u128 {
+    let d = s.wrapping_mul(stride);
+    if ty.size_bytes() == 8 {
+        (d as i64).unsigned_abs() as u128
+    } else {
+        (d as u32 as i32).unsigned_abs() as u128
+    }
+}
+
 /// Whether `k` may run blocked, and with how many lanes per block: every scatter in the loop a
-/// plain row write whose rows are a block apart (and never wrap the index type within the loop),
-/// nothing written outside the loop, no parameter both gathered and scattered, the code before the
-/// `while` free of memory accesses, and at least one access walking rows far apart.
-fn block_lanes(k: &Kernel, l: &Loop, counter: usize, trips: u64, p: Policy) -> Option<usize> {
+/// plain row write, one per target, whose rows are a block apart (and never meet again modulo the
+/// index type within the loop), nothing written outside the loop, no parameter both gathered and
+/// scattered, the code before the `while` free of memory accesses and regions (it runs once more
+/// than the body in the original), and at least one access walking rows far apart.
+fn block_lanes(
+    k: &Kernel,
+    l: &Loop,
+    (counter, stride, trips): (usize, u64, u64),
+    p: Policy,
+) -> Option<usize> {
     let entry: Vec<bool> = k
         .insts
         .iter()
@@ -309,11 +334,18 @@ fn block_lanes(k: &Kernel, l: &Loop, counter: usize, trips: u64, p: Policy) -> O
     let (uniform, _) = super::uniform_in_loops(k, &entry);
     let mut lanes = p.lanes / 16 * 16;
     let mut far = false;
-    // whether rows `s` elements of `bytes` apart walk far (see `Policy::min_span`)
-    let walks_far = |s: i128, bytes: usize| {
-        let row = s.abs() * bytes as i128;
-        row >= MIN_ROW_BYTES && row * trips as i128 >= p.min_span as i128
+    // whether rows `d` elements of `bytes` apart walk far (see `Policy::min_span`)
+    let walks_far = |d: u128, bytes: usize| {
+        let row = d.saturating_mul(bytes as u128);
+        row >= MIN_ROW_BYTES as u128 && row.saturating_mul(trips as u128) >= p.min_span as u128
     };
+    let condition = l.phis.end..l.cond;
+    if k.insts[condition]
+        .iter()
+        .any(|i| !(i.op.is_pure() || i.op == Op::Load))
+    {
+        return None;
+    }
     let (mut gathered, mut scattered) = (Vec::new(), Vec::new());
     for (i, inst) in k.insts.iter().enumerate() {
         let in_body = i > l.cond && i < l.end;
@@ -322,31 +354,33 @@ fn block_lanes(k: &Kernel, l: &Loop, counter: usize, trips: u64, p: Policy) -> O
                 if !in_body || op != ReduceOp::None || inst.exclusive() {
                     return None;
                 }
+                if scattered.contains(&inst.param()) {
+                    // two writes into one target may meet across lanes
+                    return None;
+                }
                 let s = row_slope(k, inst.args[1], l, counter, &uniform)?;
-                let bits = 8 * inst_ty_bytes(k, inst.args[1]);
-                if s != 0 {
-                    let a = s.unsigned_abs();
-                    lanes = lanes.min(usize::try_from(a).unwrap_or(usize::MAX) / 16 * 16);
+                let ity = k.insts[inst.args[1] as usize].ty;
+                let d = row_distance(s, stride, ity);
+                if d != 0 {
+                    lanes = lanes.min(usize::try_from(d).unwrap_or(usize::MAX) / 16 * 16);
                     // rows of different steps never meet modulo the index type
-                    if a * u128::from(trips.saturating_sub(1)) + lanes as u128 > 1u128 << bits {
+                    let reach = d.checked_mul(u128::from(trips.saturating_sub(1)))?;
+                    if reach + lanes as u128 > 1u128 << (8 * ity.size_bytes()) {
                         return None;
                     }
-                    far |= walks_far(s, inst.ty.size_bytes());
+                    far |= walks_far(d, inst.ty.size_bytes());
                 }
                 scattered.push(inst.param());
             }
             Op::Gather => {
-                if i > l.begin && i < l.cond {
-                    return None;
-                }
                 if in_body {
                     if let Some(s) = row_slope(k, inst.args[0], l, counter, &uniform) {
-                        far |= walks_far(s, inst.ty.size_bytes());
+                        let ity = k.insts[inst.args[0] as usize].ty;
+                        far |= walks_far(row_distance(s, stride, ity), inst.ty.size_bytes());
                     }
                 }
                 gathered.push(inst.param());
             }
-            Op::Store if i > l.begin && i < l.cond => return None,
             _ => {}
         }
     }
@@ -354,20 +388,21 @@ fn block_lanes(k: &Kernel, l: &Loop, counter: usize, trips: u64, p: Policy) -> O
     (far && disjoint && lanes >= MIN_LANES).then_some(lanes)
 }
 
-fn inst_ty_bytes(k: &Kernel, r: Reg) -> u32 {
-    k.insts[r as usize].ty.size_bytes() as u32
-}
-
 /// Whether a value computed before the loop is recomputed where `step` or `post` needs it (cheap
 /// and repeatable: literals, the lane index, loads at the lane, integer and comparison arithmetic
 /// of such) rather than kept in scratch.
-fn cheap(k: &Kernel, r: usize, memo: &mut HashMap<usize, bool>) -> bool {
+///
+/// A load at the lane is repeatable only while its buffer is not written: an output stored before
+/// or in the loop may share the input's buffer (update-in-place, `Kernel::may_alias`), so then
+/// loads are kept too.
+fn cheap(k: &Kernel, r: usize, stores_early: bool, memo: &mut HashMap<usize, bool>) -> bool {
     if let Some(&c) = memo.get(&r) {
         return c;
     }
     let inst = &k.insts[r];
     let c = match inst.op {
-        Op::Literal | Op::Counter | Op::Load => true,
+        Op::Literal | Op::Counter => true,
+        Op::Load => k.params[inst.param()].kind == ParamKind::Broadcast || !stores_early,
         Op::Add
         | Op::Sub
         | Op::Mul
@@ -388,7 +423,10 @@ fn cheap(k: &Kernel, r: usize, memo: &mut HashMap<usize, bool>) -> bool {
         | Op::Lt
         | Op::Le
         | Op::Gt
-        | Op::Ge => inst.operands().iter().all(|&a| cheap(k, a as usize, memo)),
+        | Op::Ge => inst
+            .operands()
+            .iter()
+            .all(|&a| cheap(k, a as usize, stores_early, memo)),
         _ => false,
     };
     memo.insert(r, c);
@@ -465,20 +503,21 @@ pub fn split_with(k: &Kernel, p: Policy) -> Option<Split> {
     }
     let l = find_loop(k)?;
     let (counter, first, stride, trips) = counted(k, &l)?;
-    let lanes = block_lanes(k, &l, counter, trips, p)?;
+    let lanes = block_lanes(k, &l, (counter, stride as u64, trips), p)?;
     let counter_ty = k.insts[counter].ty;
     let np = k.params.len();
     let states: Vec<usize> = l.phis.clone().filter(|&p| p != counter).collect();
     let phis: Vec<VarType> = states.iter().map(|&p| k.insts[p].ty).collect();
     // values from before the loop that step or post read: recomputed when cheap, else kept
     let mut memo = HashMap::new();
+    let stores_early = k.insts[..l.end].iter().any(|i| i.op == Op::Store);
     let mut lives: HashMap<usize, (usize, VarType)> = HashMap::new();
     let mut live_list = Vec::new();
     let used_after = (l.phis.end..l.end).chain(l.end + 1..k.insts.len());
     for i in used_after {
         for &a in k.insts[i].operands() {
             let a = a as usize;
-            if a < l.begin && !cheap(k, a, &mut memo) && !lives.contains_key(&a) {
+            if a < l.begin && !cheap(k, a, stores_early, &mut memo) && !lives.contains_key(&a) {
                 lives.insert(a, (live_list.len(), k.insts[a].ty));
                 live_list.push(a);
             }
