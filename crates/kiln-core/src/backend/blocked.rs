@@ -444,7 +444,25 @@ struct Build<'a> {
     live_base: usize,
 }
 
-impl Build<'_> {
+impl<'a> Build<'a> {
+    /// An empty kernel over `params` whose kept values are parameters `live_base ..`.
+    fn new(
+        src: &'a Kernel,
+        params: Vec<Param>,
+        lives: &'a HashMap<usize, (usize, VarType)>,
+        live_base: usize,
+    ) -> Self {
+        Build {
+            src,
+            out: Kernel {
+                params,
+                insts: Vec::new(),
+            },
+            map: HashMap::new(),
+            lives,
+            live_base,
+        }
+    }
     fn push(&mut self, inst: Inst) -> Reg {
         self.out.insts.push(inst);
         (self.out.insts.len() - 1) as Reg
@@ -553,16 +571,7 @@ pub fn split_with(k: &Kernel, p: Policy) -> Option<Split> {
     sp.extend(phis.iter().map(|&t| param(t, ParamKind::Input)));
     sp.extend(phis.iter().map(|&t| param(t, ParamKind::Output)));
     sp.extend(live_tys.iter().map(|&t| param(t, ParamKind::Input)));
-    let mut b = Build {
-        src: k,
-        out: Kernel {
-            params: sp,
-            insts: Vec::new(),
-        },
-        map: HashMap::new(),
-        lives: &lives,
-        live_base: np + 1 + 2 * phis.len(),
-    };
+    let mut b = Build::new(k, sp, &lives, np + 1 + 2 * phis.len());
     let c = b.push(Inst::new(Op::Load, counter_ty, &[], np as u64));
     b.map.insert(counter, c);
     for (s, &p) in states.iter().enumerate() {
@@ -599,16 +608,7 @@ pub fn split_with(k: &Kernel, p: Policy) -> Option<Split> {
     let mut pp = k.params.clone();
     pp.extend(phis.iter().map(|&t| param(t, ParamKind::Input)));
     pp.extend(live_tys.iter().map(|&t| param(t, ParamKind::Input)));
-    let mut b = Build {
-        src: k,
-        out: Kernel {
-            params: pp,
-            insts: Vec::new(),
-        },
-        map: HashMap::new(),
-        lives: &lives,
-        live_base: np + phis.len(),
-    };
+    let mut b = Build::new(k, pp, &lives, np + phis.len());
     let last = (first + trips as i128 * stride) as u64 & counter_ty.bit_mask();
     let c = b.push(Inst::new(Op::Literal, counter_ty, &[], last));
     b.map.insert(counter, c);
