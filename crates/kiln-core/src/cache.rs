@@ -44,13 +44,10 @@ pub fn get(backend: &Arc<dyn Backend>, kernel: &Kernel, hash: KernelHash) -> Res
     }
     let t = Instant::now();
     // (a blocked kernel counts as one compile: its three parts are one cache entry)
-    let compiled = match crate::backend::blocked::split(kernel) {
-        Some(s) if backend.kind() != BackendKind::Interp => {
-            stats::KERNELS_BLOCKED.fetch_add(1, Relaxed);
-            crate::backend::blocked::compile_split(backend, kernel, s)?
-        }
-        _ => backend.compile(kernel)?,
-    };
+    let (compiled, blocked) = crate::backend::blocked::compile(backend, kernel)?;
+    if blocked {
+        stats::KERNELS_BLOCKED.fetch_add(1, Relaxed);
+    }
     let ns = t.elapsed().as_nanos() as u64;
     if compiled.loaded_from_disk() {
         stats::DISK_HITS.fetch_add(1, Relaxed);

@@ -109,13 +109,6 @@ pub struct Split {
     scattered: Vec<usize>,
 }
 
-impl Split {
-    /// Number of steps the loop runs.
-    pub fn trips(&self) -> u64 {
-        self.trips
-    }
-}
-
 /// The loop of a kernel, as `split` finds it.
 struct Loop {
     begin: usize,
@@ -642,11 +635,15 @@ pub fn split_with(k: &Kernel, p: Policy) -> Option<Split> {
     })
 }
 
-/// Compile `kernel` for `backend`, blocked when [`split`] allows it (never for the interpreter).
-pub fn compile(backend: &Arc<dyn Backend>, kernel: &Kernel) -> Result<Arc<dyn CompiledKernel>> {
+/// Compile `kernel` for `backend`, blocked when [`split`] allows it (never for the interpreter);
+/// the flag says whether it was.
+pub fn compile(
+    backend: &Arc<dyn Backend>,
+    kernel: &Kernel,
+) -> Result<(Arc<dyn CompiledKernel>, bool)> {
     match split(kernel).filter(|_| backend.kind() != BackendKind::Interp) {
-        Some(s) => compile_split(backend, kernel, s),
-        None => backend.compile(kernel),
+        Some(s) => Ok((compile_split(backend, kernel, s)?, true)),
+        None => Ok((backend.compile(kernel)?, false)),
     }
 }
 
@@ -740,8 +737,8 @@ impl BlockedKernel {
 /// values. Each region is 64-byte aligned with slack after it for whole-vector writes.
 struct Scratch {
     block: crate::alloc::Block,
-    /// Byte offset of the counter, of each state copy (in, out), of each kept value.
-    counter: usize,
+    /// Byte offset of each state copy (in, out) and of each kept value (the counter's 128 bytes
+    /// come first, at offset 0).
     state: Vec<[usize; 2]>,
     lives: Vec<usize>,
 }
@@ -766,7 +763,6 @@ impl Scratch {
         let block = crate::alloc::alloc(at, &|| "lane-blocking scratch".into()).ok()?;
         Some(Scratch {
             block,
-            counter: 0,
             state,
             lives,
         })
@@ -802,7 +798,7 @@ impl CompiledKernel for BlockedKernel {
                 std::slice::from_raw_parts(args.lens, n),
             )
         };
-        let counter = scratch.block.as_ptr().wrapping_add(scratch.counter);
+        let counter = scratch.block.as_ptr();
         let np = s.phis.len();
         let mut b0 = start as usize;
         while b0 < end as usize {
