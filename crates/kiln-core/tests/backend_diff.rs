@@ -4392,3 +4392,112 @@ fn row_reads_and_writes_at_every_bound_and_wrap() {
         }
     }
 }
+
+/// A loop whose condition is the same in every lane, whose state's next value puts the state
+/// second in an operation that does not commute (`k - phi`, `k / phi`, `k << phi`, ...), and whose
+/// state is read by nothing but the condition and that next value. LLVM's InstCombine (before
+/// LLVM 22, llvm-project PR 169120) scalarises such a vector phi under an `extractelement` of
+/// lane 0 and rebuilds the operation with the phi *first*: `0 - phi` became `phi - 0`, the loop
+/// never left, and every lane hit the iteration limit. The loop runs at the top level and inside a
+/// loop whose condition differs per lane (as the random kernel that found it had it); a second
+/// state counts the iterations, which the interpreter says is one.
+#[test]
+fn uniform_loops_whose_next_puts_the_state_second_agree() {
+    use VarType::*;
+    let cases: [(VarType, Op, u64, u64); 9] = [
+        (U32, Op::Neg, 8, 0),
+        (I32, Op::Sub, 8, 0),
+        (U32, Op::Div, 8, 1),
+        (I32, Op::Rem, 8, 100),
+        (U32, Op::Shl, 3, 0),
+        (U32, Op::Shr, 3, 0),
+        (I64, Op::Sub, 5, 0),
+        (F32, Op::Sub, 8f32.to_bits() as u64, 0),
+        (F64, Op::Div, 8f64.to_bits(), 1f64.to_bits()),
+    ];
+    let Some(bes) = llvm_widths() else { return };
+    let mut failed = Vec::new();
+    for (ty, op, a, k) in cases {
+        for nested in [false, true] {
+            let kern = state_second_loop(ty, op, a, k, nested);
+            kern.verify().unwrap_or_else(|e| panic!("{e:?}\n{kern}"));
+            for end in [1u64, 37] {
+                let bufs = make_buffers(&kern, end, 3);
+                let mut want: Vec<Buf> = bufs.iter().map(Buf::copy).collect();
+                launch(&Interp, &kern, &mut want, 0, end);
+                // (the shape under test: the inner loop runs once per entry)
+                for (x, trips) in want[0].bits().iter().zip(want[1].bits()) {
+                    let entries = if nested { 2 - (x & 1) } else { 1 };
+                    assert_eq!(trips, entries, "{ty} {op:?}\n{kern}");
+                }
+                for (w, be) in bes {
+                    let compiled = be.compile(&kern).unwrap();
+                    if let Err(e) = check_compiled(&kern, &*compiled, &bufs, 0, end) {
+                        let first = e.lines().next().unwrap_or_default().to_string();
+                        failed.push(format!("llvm w{w}, {ty} {op:?}, nested {nested}: {first}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// `state = a; trips = 0; while state == a (at most 4 times) { trips += 1; state = op(k, state) }`,
+/// stores `trips`; `nested`: inside a loop that runs twice in lanes whose input is even, once in
+/// the others (its counter adds to `trips`).
+fn state_second_loop(ty: VarType, op: Op, a: u64, k: u64, nested: bool) -> Kernel {
+    use VarType::*;
+    let mut insts = Vec::new();
+    let mut push = |i: Inst| {
+        insts.push(i);
+        (insts.len() - 1) as Reg
+    };
+    let zero = push(Inst::new(Op::Literal, U32, &[], 0));
+    let one = push(Inst::new(Op::Literal, U32, &[], 1));
+    let mut outer = None;
+    let mut trips0 = zero;
+    if nested {
+        // lanes whose input is even run the outer body twice, the others once
+        let x = push(Inst::new(Op::Load, U32, &[], 0));
+        let odd = push(Inst::new(Op::And, U32, &[x, one], 0));
+        let two = push(Inst::new(Op::Literal, U32, &[], 2));
+        let lim = push(Inst::new(Op::Sub, U32, &[two, odd], 0));
+        let lp = push(Inst::new(Op::LoopBegin, U32, &[], 0));
+        let i = push(Inst::new(Op::Phi, U32, &[zero], 0));
+        let t = push(Inst::new(Op::Phi, U32, &[zero], 0));
+        let c = push(Inst::new(Op::Lt, Bool, &[i, lim], 0));
+        push(Inst::new(Op::LoopCond, Bool, &[c], 0));
+        outer = Some((lp, i, t));
+        trips0 = t;
+    }
+    let init = push(Inst::new(Op::Literal, ty, &[], a));
+    let kk = push(Inst::new(Op::Literal, ty, &[], k));
+    let lp = push(Inst::new(Op::LoopBegin, U32, &[], 4));
+    let st = push(Inst::new(Op::Phi, ty, &[init], 0));
+    let tr = push(Inst::new(Op::Phi, U32, &[trips0], 0));
+    let c = push(Inst::new(Op::Eq, Bool, &[st, init], 0));
+    push(Inst::new(Op::LoopCond, Bool, &[c], 0));
+    let next = if op == Op::Neg {
+        push(Inst::new(Op::Neg, ty, &[st], 0))
+    } else {
+        push(Inst::new(op, ty, &[kk, st], 0))
+    };
+    let tr1 = push(Inst::new(Op::Add, U32, &[tr, one], 0));
+    push(Inst::new(Op::LoopNext, ty, &[st, next], 0));
+    push(Inst::new(Op::LoopNext, U32, &[tr, tr1], 0));
+    push(Inst::new(Op::LoopEnd, U32, &[lp], 0));
+    let mut result = tr;
+    if let Some((olp, i, t)) = outer {
+        let i1 = push(Inst::new(Op::Add, U32, &[i, one], 0));
+        push(Inst::new(Op::LoopNext, U32, &[i, i1], 0));
+        push(Inst::new(Op::LoopNext, U32, &[t, tr], 0));
+        push(Inst::new(Op::LoopEnd, U32, &[olp], 0));
+        result = t;
+    }
+    push(Inst::new(Op::Store, U32, &[result], 1));
+    Kernel {
+        params: vec![p(U32, ParamKind::Input), p(U32, ParamKind::Output)],
+        insts,
+    }
+}

@@ -1781,9 +1781,12 @@ impl Gen<'_> {
         let cond = self.r(inst.args[0]);
         // the lanes that run the body, and whether there are any
         let (ac, any) = if uniform {
-            let c0 = self.fresh();
-            self.line(format!("{c0} = extractelement <{w} x i1> {cond}, i64 0"));
-            (saved, c0)
+            // every lane holds the same condition; it is read as "any lane", not as lane 0: an
+            // `extractelement` of lane 0 lets LLVM's InstCombine (before LLVM 22, llvm-project
+            // PR 169120) scalarise a state whose next value is `k - state` (or another operation
+            // that does not commute) as `state - k`, and such a loop never left
+            let any = self.any(&cond);
+            (saved, any)
         } else {
             let act = self
                 .active
