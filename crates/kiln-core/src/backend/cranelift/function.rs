@@ -137,6 +137,7 @@ pub(super) fn build_function(
         vals: vec![None; n],
         uniform: vec![false; n],
         contiguous: crate::backend::contiguous_indices(k),
+        row_only: Vec::new(),
         lit: k
             .insts
             .iter()
@@ -231,6 +232,7 @@ pub(super) fn build_function(
         // all groups of an iteration share one control flow: lower them side by side
         interleave = groups;
     }
+    g.row_only = super::memory::row_only_indices(k, &g.contiguous, &affine);
     let use_affine = tuning.affine
         && !has_regions
         && k.insts.iter().enumerate().any(|(r, inst)| {
@@ -376,7 +378,7 @@ impl<'f> Gen<'_, 'f> {
                 self.regions.active = vec![a; chunk.len()];
             }
             for &r in &order {
-                if invariant[r].is_some() || self.uniform[r] {
+                if invariant[r].is_some() || self.uniform[r] || self.row_only[r] {
                     continue;
                 }
                 if self.k.insts[r].op.is_region() {

@@ -23,11 +23,18 @@ impl<'f> Gen<'_, 'f> {
                 return Ok(self.literal(self.k.ty(r), bits));
             }
         }
-        self.vals
-            .get(r as usize)
-            .copied()
-            .flatten()
-            .ok_or_else(|| format!("register r{r} has no value"))
+        if let Some(v) = self.vals.get(r as usize).copied().flatten() {
+            return Ok(v);
+        }
+        if self.row_only.get(r as usize) == Some(&true) {
+            // computed where it is needed, and not kept: this block may not dominate other uses
+            // (nor may a constant it reads be cached for them)
+            let cache = std::mem::replace(&mut self.const_cache_on, false);
+            let v = self.lower(r as usize);
+            self.const_cache_on = cache;
+            return v?.ok_or_else(|| format!("register r{r} has no value"));
+        }
+        Err(format!("register r{r} has no value"))
     }
 
     pub(super) fn literal(&mut self, t: VarType, imm: u64) -> V {

@@ -16,7 +16,8 @@ use cranelift_frontend::Variable;
 
 /// One group's side of a row access in `Gen::rows_of_groups`.
 struct GroupAccess {
-    idx: V,
+    /// The index vector, unless it is `row_only` (then computed in the slow path).
+    idx: Option<V>,
     mask: V,
     /// The value stored (a scatter) or none (a gather).
     val: Option<V>,
@@ -24,6 +25,55 @@ struct GroupAccess {
     lanes: Value,
     /// The group's active-lane mask, restored for its own slow path.
     active: Option<Value>,
+}
+
+/// The `contiguous` indices whose every use is the index of a row read or write that
+/// `rows_of_groups` may take (a gather or plain scatter of a non-mask type), and that have no
+/// affine form (`Gen::affine` keeps per-iteration bases, which a slow path must not define); and
+/// the counters used only by those.
+pub(super) fn row_only_indices(
+    k: &crate::kernel::Kernel,
+    contiguous: &[bool],
+    affine: &[Option<super::affine::Affine>],
+) -> Vec<bool> {
+    let mut only: Vec<bool> = contiguous
+        .iter()
+        .zip(affine)
+        .map(|(&c, a)| c && a.is_none())
+        .collect();
+    let mut used = vec![false; k.insts.len()];
+    for inst in &k.insts {
+        for (j, &a) in inst.operands().iter().enumerate() {
+            let row = inst.ty != VarType::Bool
+                && match inst.op {
+                    Op::Gather => j == 0,
+                    Op::Scatter(ReduceOp::None) => j == 1,
+                    _ => false,
+                };
+            if row {
+                used[a as usize] = true;
+            } else {
+                only[a as usize] = false;
+            }
+        }
+    }
+    let mut only: Vec<bool> = only.iter().zip(&used).map(|(&o, &u)| o && u).collect();
+    // counters read only by those indices
+    let mut counter: Vec<bool> = k.insts.iter().map(|i| i.op == Op::Counter).collect();
+    let mut read = vec![false; k.insts.len()];
+    for (r, inst) in k.insts.iter().enumerate() {
+        for &a in inst.operands() {
+            if only[r] {
+                read[a as usize] = true;
+            } else {
+                counter[a as usize] = false;
+            }
+        }
+    }
+    for r in 0..only.len() {
+        only[r] |= counter[r] && read[r];
+    }
+    only
 }
 
 /// Vectors per value of type `t` (64-bit lanes take two).
@@ -156,6 +206,32 @@ impl<'f> Gen<'_, 'f> {
         }
     }
 
+    /// Lane 0 of the `row_only` index `r` (`counter + uniform`) in the current group, as an i64
+    /// extended as `index_lane` extends it, from scalars: the group's first lane plus lane 0 of the
+    /// uniform operand, wrapping in the index type as the vector add does.
+    fn row_start(&mut self, r: u32, ity: VarType) -> Result<Value, String> {
+        let inst = self.k.insts[r as usize];
+        let (a, b) = (inst.args[0], inst.args[1]);
+        let u = if self.k.insts[a as usize].op == Op::Counter {
+            b
+        } else {
+            a
+        };
+        let uv = self.val(u)?;
+        let u0 = self.extract(uv, 0);
+        let c0 = if is_wide(ity) {
+            self.lane
+        } else {
+            self.b.ins().ireduce(I32, self.lane)
+        };
+        let x = self.b.ins().iadd(c0, u0);
+        Ok(match ity {
+            VarType::I32 => self.b.ins().sextend(I64, x),
+            VarType::U32 => self.b.ins().uextend(I64, x),
+            _ => x,
+        })
+    }
+
     /// The mask of active lanes (below `end`) and-ed with `mask`.
     pub(super) fn active_mask(&mut self, mask: V) -> Result<Value, String> {
         let V::One(m) = mask else {
@@ -283,7 +359,11 @@ impl<'f> Gen<'_, 'f> {
             let got = (|| -> Result<_, String> {
                 let mask = self.val(mask_arg)?;
                 Ok(GroupAccess {
-                    idx: self.val(idx_arg)?,
+                    idx: if self.row_only[idx_arg as usize] {
+                        None
+                    } else {
+                        Some(self.val(idx_arg)?)
+                    },
                     mask,
                     val: val_arg.map(|a| self.val(a)).transpose()?,
                     lanes: self.active_mask(mask)?,
@@ -295,7 +375,16 @@ impl<'f> Gen<'_, 'f> {
         }
         // Group u's index is group 0's plus 4u in the index type (a counter of that type plus a
         // uniform value): one run of 4·G indices from group 0's first.
-        let i0 = self.index_lane(ops[0].idx, ity, 0);
+        let i0 = match ops[0].idx {
+            Some(idx) => self.index_lane(idx, ity, 0),
+            None => {
+                std::mem::swap(&mut self.vals, &mut groups[0]);
+                self.lane = chunk[0];
+                let i0 = self.row_start(idx_arg, ity);
+                std::mem::swap(&mut self.vals, &mut groups[0]);
+                i0?
+            }
+        };
         let mut ok = self.run_in_bounds(p, ity, i0, W * ops.len() as i64)?;
         if !all_known {
             let mut every = ops[0].lanes;
@@ -320,12 +409,21 @@ impl<'f> Gen<'_, 'f> {
                     g.lane = lane;
                     g.group = first_group + u;
                     g.active = o.active;
+                    let idx = match o.idx {
+                        Some(idx) => idx,
+                        None => {
+                            std::mem::swap(&mut g.vals, &mut groups[u]);
+                            let idx = g.val(idx_arg);
+                            std::mem::swap(&mut g.vals, &mut groups[u]);
+                            idx?
+                        }
+                    };
                     match o.val {
                         None => {
-                            let v = g.gather(p, t, o.idx, ity, o.mask, true)?;
+                            let v = g.gather(p, t, idx, ity, o.mask, true)?;
                             out.extend(g.vectors(t, v));
                         }
-                        Some(v) => g.scatter(p, t, type_index(t), v, o.idx, ity, o.mask, true)?,
+                        Some(v) => g.scatter(p, t, type_index(t), v, idx, ity, o.mask, true)?,
                     }
                 }
                 Ok(out)

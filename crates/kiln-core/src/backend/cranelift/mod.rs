@@ -131,6 +131,11 @@ struct Gen<'a, 'f> {
     uniform: Vec<bool>,
     /// Indices that are `counter + uniform` (see `backend::contiguous_indices`).
     contiguous: Vec<bool>,
+    /// `contiguous` indices used only as the index of row reads and writes, and counters used
+    /// only by those (`row_only_indices`): the main loop does not compute them; a row access of
+    /// all groups needs only group 0's first lane, as a scalar (`row_start`), and a slow path or a
+    /// single group's access computes the vector where it stands (`val`).
+    row_only: Vec<bool>,
     /// Literal bits of `Literal` registers.
     lit: Vec<Option<u64>>,
     /// Shift amounts of registers that are loop-invariant shift amounts (not literals), as the
