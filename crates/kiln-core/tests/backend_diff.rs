@@ -4318,10 +4318,9 @@ fn row_kernel(ity: VarType, ty: VarType, stride: u64, steps: u64, looped: bool) 
     }
 }
 
-#[test]
-fn row_reads_and_writes_at_every_bound_and_wrap() {
-    use VarType::*;
-    // every Cranelift variant (1 to 8 groups per iteration) and LLVM at each width
+/// Every Cranelift variant (1 to 8 groups per iteration, SSE only, no AVX) and LLVM at each
+/// width, by name.
+fn every_backend() -> Vec<(String, &'static dyn Backend)> {
     let mut backends: Vec<(String, &dyn Backend)> = variant_backends()
         .iter()
         .map(|(n, b)| (n.clone(), b as &dyn Backend))
@@ -4329,6 +4328,13 @@ fn row_reads_and_writes_at_every_bound_and_wrap() {
     for (w, l) in llvm_widths().unwrap_or(&[]) {
         backends.push((format!("llvm w{w}"), l));
     }
+    backends
+}
+
+#[test]
+fn row_reads_and_writes_at_every_bound_and_wrap() {
+    use VarType::*;
+    let backends = every_backend();
     let mut rng = Rng(11);
     for (ity, ty) in [
         (I32, F32),
@@ -4416,13 +4422,7 @@ fn uniform_loops_whose_next_puts_the_state_second_agree() {
         (F64, Op::Div, 8f64.to_bits(), 1f64.to_bits()),
     ];
     // every Cranelift variant too (no such rewrite there; kept so)
-    let mut backends: Vec<(String, &dyn Backend)> = variant_backends()
-        .iter()
-        .map(|(n, b)| (n.clone(), b as &dyn Backend))
-        .collect();
-    for (w, l) in llvm_widths().unwrap_or(&[]) {
-        backends.push((format!("llvm w{w}"), l));
-    }
+    let backends = every_backend();
     let mut failed = Vec::new();
     for (ty, op, a, k) in cases {
         for nested in [false, true] {
