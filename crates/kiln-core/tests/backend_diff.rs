@@ -4399,6 +4399,65 @@ fn row_reads_and_writes_at_every_bound_and_wrap() {
     }
 }
 
+/// A row read and write whose index (`counter + base`) and counter are used by nothing else, so
+/// that Cranelift computes them only where a slow path needs them (`row_only_indices`), beside a
+/// second counter with affine uses (`3 * lane + 1`), which turns on the affine loop: the lazily
+/// computed counter must not take the affine path, whose per-iteration base would be defined in
+/// one slow path and used in another. Bases in range (fast path) and out of it (slow path), with
+/// the verifier on in every Cranelift variant.
+#[test]
+fn row_only_indices_beside_affine_values() {
+    use VarType::*;
+    let (ity, ty) = (U32, F32);
+    let k = Kernel {
+        params: vec![
+            p(ity, ParamKind::Broadcast),
+            p(ty, ParamKind::Indexed),
+            p(ty, ParamKind::Indexed),
+            p(ity, ParamKind::Output),
+            p(ty, ParamKind::Output),
+        ],
+        insts: vec![
+            Inst::new(Op::Counter, ity, &[], 0),   // r0 lane (rows only)
+            Inst::new(Op::Load, ity, &[], 0),      // r1 base
+            Inst::new(Op::Literal, Bool, &[], 1),  // r2
+            Inst::new(Op::Counter, ity, &[], 0),   // r3 lane (affine uses)
+            Inst::new(Op::Literal, ity, &[], 3),   // r4
+            Inst::new(Op::Mul, ity, &[3, 4], 0),   // r5
+            Inst::new(Op::Literal, ity, &[], 1),   // r6
+            Inst::new(Op::Add, ity, &[5, 6], 0),   // r7 3 * lane + 1
+            Inst::new(Op::Add, ity, &[1, 0], 0),   // r8 base + lane
+            Inst::new(Op::Gather, ty, &[8, 2], 1), // r9
+            Inst::new(Op::Add, ty, &[9, 9], 0),    // r10
+            Inst::new(Op::Scatter(ReduceOp::None), ty, &[10, 8, 2], 2), // r11
+            Inst::new(Op::Store, ity, &[7], 3),    // r12
+            Inst::new(Op::Store, ty, &[10], 4),    // r13
+        ],
+    };
+    k.verify().unwrap_or_else(|e| panic!("{e:?}\n{k}"));
+    let mut rng = Rng(5);
+    let backends = every_backend();
+    for end in [1u64, 9, 33, 70] {
+        let len = end as usize + 6;
+        for base in [0u64, 5, 7, u32::MAX as u64] {
+            let src: Vec<u64> = (0..len).map(|_| rand_bits(&mut rng, ty)).collect();
+            let dst: Vec<u64> = (0..len).map(|_| rand_bits(&mut rng, ty)).collect();
+            let bufs = vec![
+                Buf::from_bits(ity, &[base]),
+                Buf::from_bits(ty, &src),
+                Buf::from_bits(ty, &dst),
+                Buf::new(ity, end as usize),
+                Buf::new(ty, end as usize),
+            ];
+            for (n, be) in &backends {
+                let c = be.compile(&k).unwrap_or_else(|e| panic!("{n}: {e}\n{k}"));
+                check_compiled(&k, &*c, &bufs, 0, end)
+                    .unwrap_or_else(|m| panic!("{n}, base {base}, end {end}: {m}"));
+            }
+        }
+    }
+}
+
 /// A loop whose condition is the same in every lane, whose state's next value puts the state
 /// second in an operation that does not commute (`k - phi`, `k / phi`, `k << phi`, ...), and whose
 /// state is read by nothing but the condition and that next value. LLVM's InstCombine (before

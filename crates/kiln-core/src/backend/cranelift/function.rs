@@ -232,12 +232,14 @@ pub(super) fn build_function(
         // all groups of an iteration share one control flow: lower them side by side
         interleave = groups;
     }
-    g.row_only = super::memory::row_only_indices(k, &g.contiguous, &affine);
     let use_affine = tuning.affine
         && !has_regions
         && k.insts.iter().enumerate().any(|(r, inst)| {
             affine[r].is_some() && !g.uniform[r] && !matches!(inst.op, Op::Counter | Op::Cast)
         });
+    // (values lowered through their affine form are not deferred: see `row_only_indices`)
+    let lowered_affine: &[_] = if use_affine { &affine } else { &[] };
+    g.row_only = super::memory::row_only_indices(k, &g.contiguous, lowered_affine);
 
     // still in the entry block: the bounds of row reads and writes, computed once
     let per_chunk = interleave.max(1).min(groups);

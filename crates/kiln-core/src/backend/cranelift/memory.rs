@@ -28,18 +28,19 @@ struct GroupAccess {
 }
 
 /// The `contiguous` indices whose every use is the index of a row read or write that
-/// `rows_of_groups` may take (a gather or plain scatter of a non-mask type), and that have no
-/// affine form (`Gen::affine` keeps per-iteration bases, which a slow path must not define); and
-/// the counters used only by those.
+/// `rows_of_groups` may take (a gather or plain scatter of a non-mask type), and the counters
+/// used only by those; none that `affine` (the forms the loop lowers, empty when it lowers none)
+/// gives a form: `Gen::affine` keeps per-iteration bases, which a slow path must not define.
 pub(super) fn row_only_indices(
     k: &crate::kernel::Kernel,
     contiguous: &[bool],
     affine: &[Option<super::affine::Affine>],
 ) -> Vec<bool> {
+    let affine_form = |r: usize| affine.get(r).is_some_and(|a| a.is_some());
     let mut only: Vec<bool> = contiguous
         .iter()
-        .zip(affine)
-        .map(|(&c, a)| c && a.is_none())
+        .enumerate()
+        .map(|(r, &c)| c && !affine_form(r))
         .collect();
     let mut used = vec![false; k.insts.len()];
     for inst in &k.insts {
@@ -71,7 +72,7 @@ pub(super) fn row_only_indices(
         }
     }
     for r in 0..only.len() {
-        only[r] |= counter[r] && read[r];
+        only[r] |= counter[r] && read[r] && !affine_form(r);
     }
     only
 }
