@@ -200,6 +200,11 @@ impl<'f> Gen<'_, 'f> {
     /// Lane `l` of an index register as an i64 (sign-extended for signed types).
     pub(super) fn index_lane(&mut self, idx: V, ity: VarType, l: usize) -> Value {
         let x = self.extract(idx, l);
+        self.index_i64(x, ity)
+    }
+
+    /// A scalar index of type `ity` as an i64 (sign-extended for signed types).
+    fn index_i64(&mut self, x: Value, ity: VarType) -> Value {
         match ity {
             VarType::I32 => self.b.ins().sextend(I64, x),
             VarType::U32 => self.b.ins().uextend(I64, x),
@@ -226,11 +231,7 @@ impl<'f> Gen<'_, 'f> {
             self.b.ins().ireduce(I32, self.lane)
         };
         let x = self.b.ins().iadd(c0, u0);
-        Ok(match ity {
-            VarType::I32 => self.b.ins().sextend(I64, x),
-            VarType::U32 => self.b.ins().uextend(I64, x),
-            _ => x,
-        })
+        Ok(self.index_i64(x, ity))
     }
 
     /// The mask of active lanes (below `end`) and-ed with `mask`.
