@@ -4435,6 +4435,8 @@ fn row_only_indices_beside_affine_values() {
         ],
     };
     k.verify().unwrap_or_else(|e| panic!("{e:?}\n{k}"));
+    // the instruction sets this host does not run: compiled and verified
+    compiles_for_other_hosts(&k).unwrap_or_else(|e| panic!("{e}"));
     let mut rng = Rng(5);
     let backends = every_backend();
     for end in [1u64, 9, 33, 70] {
@@ -4487,6 +4489,8 @@ fn uniform_loops_whose_next_puts_the_state_second_agree() {
         for nested in [false, true] {
             let kern = state_second_loop(ty, op, a, k, nested);
             kern.verify().unwrap_or_else(|e| panic!("{e:?}\n{kern}"));
+            // the instruction sets this host does not run: compiled and verified
+            compiles_for_other_hosts(&kern).unwrap_or_else(|e| panic!("{e}"));
             for end in [1u64, 37] {
                 let bufs = make_buffers(&kern, end, 3);
                 let mut want: Vec<Buf> = bufs.iter().map(Buf::copy).collect();
