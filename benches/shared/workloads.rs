@@ -61,6 +61,33 @@ pub fn copy_rayon(src: &[f32], dst: &mut [f32]) {
         .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
+/// `m = m * a + x_t * b; y_t = m` over the rows of `x` (`signals` wide), from `m = 0`: the
+/// moving average a fused scan computes, hand-written step-major. Each task takes a block of
+/// columns (a multiple of the thread count, at most 4 096 wide so its state stays in L2) and walks
+/// all rows over it, reading and writing one contiguous segment per row.
+pub fn ema_rows_rayon(x: &[f32], y: &mut [f32], signals: usize, a: f32, b: f32) {
+    let threads = rayon::current_num_threads().max(1);
+    let parts = signals.div_ceil(4096).next_multiple_of(threads).max(1);
+    let width = signals.div_ceil(parts).max(1);
+    let mut tasks: Vec<Vec<&mut [f32]>> = (0..parts).map(|_| Vec::new()).collect();
+    for row in y.chunks_mut(signals.max(1)) {
+        for (c, piece) in row.chunks_mut(width).enumerate() {
+            tasks[c].push(piece);
+        }
+    }
+    tasks.into_par_iter().enumerate().for_each(|(c, rows)| {
+        let lo = c * width;
+        let mut m = vec![0.0f32; rows.first().map_or(0, |r| r.len())];
+        for (t, out) in rows.into_iter().enumerate() {
+            let xs = &x[t * signals + lo..][..out.len()];
+            for ((mj, o), &xj) in m.iter_mut().zip(out.iter_mut()).zip(xs) {
+                *mj = *mj * a + xj * b;
+                *o = *mj;
+            }
+        }
+    });
+}
+
 /// The fused chain of the README, one element.
 #[inline(always)]
 pub fn chain_scalar(x: f32) -> f32 {

@@ -721,7 +721,9 @@ impl Built {
             hash,
             params: &self.kernel.params,
             modified: &self.modified,
-            block: if self.kernel.insts.iter().any(|i| i.op == Op::LoopBegin) {
+            block: if let Some(b) = kernel.launch_block(self.size) {
+                b
+            } else if self.kernel.insts.iter().any(|i| i.op == Op::LoopBegin) {
                 crate::launch::loop_block(self.size)
             } else {
                 block_for(self.kernel.len())

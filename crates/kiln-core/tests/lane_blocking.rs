@@ -249,6 +249,9 @@ struct Shape {
     bool_state: bool,
     /// A second scatter into the rows written, one row on and one lane left (lanes meet).
     twice: bool,
+    /// Each state's next value also reads the other's old value (the blocked step reads and
+    /// rewrites its state in place: every old value must be read before any new one is written).
+    cross: bool,
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
@@ -264,6 +267,7 @@ fn shape() -> impl Strategy<Value = Shape> {
         (0usize..3, 0usize..3),
         any::<bool>(),
         0i64..3,
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -278,6 +282,7 @@ fn shape() -> impl Strategy<Value = Shape> {
                 short,
                 bool_state,
                 read_shift,
+                cross,
             )| {
                 Shape {
                     read_shift,
@@ -292,6 +297,7 @@ fn shape() -> impl Strategy<Value = Shape> {
                     short: (short.0 * 37, short.1 * 41),
                     bool_state,
                     twice: false,
+                    cross,
                 }
             },
         )
@@ -363,10 +369,18 @@ fn build(s: &Shape) -> Kernel {
     let half = b.f32(0.5);
     let a = b.i(Op::Mul, F32, &[s0, half], 0);
     let bx = b.i(Op::Mul, F32, &[x, scale], 0);
-    let s0n = b.i(Op::Add, F32, &[a, bx], 0);
+    let mut s0n = b.i(Op::Add, F32, &[a, bx], 0);
     let xd = b.i(Op::Cast, F64, &[x], 0);
     let xr = b.i(Op::Mul, F64, &[xd, root], 0);
-    let s1n = b.i(Op::Add, F64, &[s1, xr], 0);
+    let mut s1n = b.i(Op::Add, F64, &[s1, xr], 0);
+    if s.cross {
+        let old1 = b.i(Op::Cast, F32, &[s1], 0);
+        let eighth = b.f32(0.125);
+        let part = b.i(Op::Mul, F32, &[old1, eighth], 0);
+        s0n = b.i(Op::Add, F32, &[s0n, part], 0);
+        let old0 = b.i(Op::Cast, F64, &[s0], 0);
+        s1n = b.i(Op::Sub, F64, &[s1n, old0], 0);
+    }
     if s.scatter {
         let shift = b.lit(ity, s.write_row * s.width);
         let wo = b.i(Op::Add, ity, &[off, shift], 0);
@@ -479,6 +493,7 @@ fn a_whole_wide_row_in_one_launch() {
         short: (3, 5),
         bool_state: true,
         twice: false,
+        cross: true,
     };
     let k = build(&s);
     let bufs = buffers(&k, &s, 10_007, 42);
@@ -504,6 +519,7 @@ fn split_refuses_what_could_show_the_order() {
         short: (0, 0),
         bool_state: false,
         twice: false,
+        cross: true,
     };
     let k = build(&base);
     assert!(
@@ -636,6 +652,7 @@ fn overlapping_buffers_run_the_kernel_unsplit() {
         short: (0, 0),
         bool_state: false,
         twice: false,
+        cross: true,
     };
     let k = build(&s);
     for (name, be) in backends() {

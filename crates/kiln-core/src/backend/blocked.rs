@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Lanes per block when nothing smaller is needed: a row segment of 16 KiB for `f32`, long enough
-/// for the hardware prefetcher to stream, while the block's loop state (two copies) stays in L2.
+/// for the hardware prefetcher to stream, while the block's loop state stays in L1 or L2.
 pub const DEFAULT_LANES: usize = 4096;
 
 /// The fewest lanes a block may have (below it the per-step calls cost more than blocking saves).
@@ -94,7 +94,8 @@ pub struct Split {
     pub pre: Kernel,
     pub step: Kernel,
     pub post: Kernel,
-    /// Types of the loop state other than the counter (two scratch copies each: in and out).
+    /// Types of the loop state other than the counter (one scratch region each, read and
+    /// rewritten in place by every step).
     phis: Vec<VarType>,
     /// Types of the values computed before the loop that `step` or `post` read from scratch.
     lives: Vec<VarType>,
@@ -733,13 +734,29 @@ impl BlockedKernel {
     }
 }
 
-/// Per-lane scratch of one running block: the counter, two copies of the loop state, the kept
-/// values. Each region is 64-byte aligned with slack after it for whole-vector writes.
+/// Lanes per block when `lanes` lanes are cut into blocks of at most `max`: equal blocks (in
+/// multiples of 64 lanes, whole unrolled iterations), so that no short last block walks every step
+/// over a few hundred lanes (a task of 12 544 lanes in blocks of 4 096 left one of 256).
+fn even_blocks(lanes: usize, max: usize) -> usize {
+    let count = lanes.div_ceil(max.max(1)).max(1);
+    lanes.div_ceil(count).next_multiple_of(64).min(max.max(1))
+}
+
+/// Per-lane scratch of one running block: the counter, the loop state, the kept values. Each
+/// region is 64-byte aligned with slack after it for whole-vector writes.
+///
+/// The step kernel's state-in and state-out parameters are bound to the same region. That is
+/// sound because `split` builds the step as: every state load first (each lane reads its own
+/// element), the loop body, every state store last (each lane writes its own element); no backend
+/// marks these loads as reading memory nothing writes, so none moves a load below a store that
+/// may alias it. One copy instead of two halves the state's cache footprint: at 100 000 `f32`
+/// signals × 500 steps on one thread, 31 ms instead of 36–42 (LLVM) and 35–39 instead of 40–43
+/// (Cranelift) on this project's AVX-512 host.
 struct Scratch {
     block: crate::alloc::Block,
-    /// Byte offset of each state copy (in, out) and of each kept value (the counter's 128 bytes
-    /// come first, at offset 0).
-    state: Vec<[usize; 2]>,
+    /// Byte offset of each state value and of each kept value (the counter's 128 bytes come
+    /// first, at offset 0).
+    state: Vec<usize>,
     lives: Vec<usize>,
 }
 
@@ -754,11 +771,7 @@ impl Scratch {
             at += bytes;
             o
         };
-        let state = s
-            .phis
-            .iter()
-            .map(|&t| [take(region(t)), take(region(t))])
-            .collect();
+        let state = s.phis.iter().map(|&t| take(region(t))).collect();
         let lives = s.lives.iter().map(|&t| take(region(t))).collect();
         let block = crate::alloc::alloc(at, &|| "lane-blocking scratch".into()).ok()?;
         Some(Scratch {
@@ -801,26 +814,25 @@ impl CompiledKernel for BlockedKernel {
         let counter = scratch.block.as_ptr();
         let np = s.phis.len();
         let mut b0 = start as usize;
+        let per = even_blocks(end as usize - b0, s.lanes);
         while b0 < end as usize {
-            let b1 = (b0 + s.lanes).min(end as usize);
-            let state =
-                |k: usize, copy: usize| scratch.lane_ptr(scratch.state[k][copy], b0, s.phis[k]);
+            let b1 = (b0 + per).min(end as usize);
+            let state = |k: usize| scratch.lane_ptr(scratch.state[k], b0, s.phis[k]);
             let lives =
                 (0..s.lives.len()).map(|k| scratch.lane_ptr(scratch.lives[k], b0, s.lives[k]));
-            // parameters of each kernel: the launch's buffers, then its scratch regions
+            // parameters of each kernel: the launch's buffers, then its scratch regions (the
+            // step's state in and state out are one region, see `Scratch`)
             let with = |extra: &mut dyn Iterator<Item = *mut u8>| -> Vec<*mut u8> {
                 ptrs.iter().copied().chain(extra).collect()
             };
-            let pre = with(&mut (0..np).map(|k| state(k, 0)).chain(lives.clone()));
-            let steps: [Vec<*mut u8>; 2] = [0, 1].map(|cur| {
-                with(
-                    &mut std::iter::once(counter)
-                        .chain((0..np).map(|k| state(k, cur)))
-                        .chain((0..np).map(|k| state(k, 1 - cur)))
-                        .chain(lives.clone()),
-                )
-            });
-            let post = |cur: usize| with(&mut (0..np).map(|k| state(k, cur)).chain(lives.clone()));
+            let pre = with(&mut (0..np).map(state).chain(lives.clone()));
+            let step = with(
+                &mut std::iter::once(counter)
+                    .chain((0..np).map(state))
+                    .chain((0..np).map(state))
+                    .chain(lives.clone()),
+            );
+            let post = with(&mut (0..np).map(state).chain(lives.clone()));
             let mut l = lens.to_vec();
             l.resize(n + 1 + 2 * np + s.lives.len(), b1 as u64);
             let run = |kernel: &dyn CompiledKernel, p: &[*mut u8]| {
@@ -835,16 +847,14 @@ impl CompiledKernel for BlockedKernel {
                 unsafe { kernel.run(&a, b0 as u64, b1 as u64) };
             };
             run(self.pre.as_ref(), &pre);
-            let mut cur = 0;
             let mut value = s.first;
             for _ in 0..s.trips {
                 // SAFETY: the counter region is this block's own and holds 128 bytes.
                 unsafe { write_bits(counter, s.counter_ty, 0, value) };
-                run(self.step.as_ref(), &steps[cur]);
-                cur = 1 - cur;
+                run(self.step.as_ref(), &step);
                 value = value.wrapping_add(s.stride) & s.counter_ty.bit_mask();
             }
-            run(self.post.as_ref(), &post(cur));
+            run(self.post.as_ref(), &post);
             b0 = b1;
         }
         crate::alloc::free(scratch.block);
@@ -852,5 +862,13 @@ impl CompiledKernel for BlockedKernel {
 
     fn loaded_from_disk(&self) -> bool {
         self.pre.loaded_from_disk() && self.step.loaded_from_disk() && self.post.loaded_from_disk()
+    }
+
+    fn launch_block(&self, n: usize) -> Option<usize> {
+        // every lane runs the same steps, so tasks need no slack for imbalance: one per thread
+        // (split further into blocks of at most `lanes` by `run`); measured at 10 000 lanes on 2
+        // threads, eight tasks of 1 280 lanes ran 20% slower than two of 5 000
+        let threads = crate::launch::threads().max(1);
+        Some(n.div_ceil(threads).next_multiple_of(64).max(64))
     }
 }
