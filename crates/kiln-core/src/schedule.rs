@@ -721,7 +721,7 @@ impl Built {
             hash,
             params: &self.kernel.params,
             modified: &self.modified,
-            block: if let Some(b) = kernel.launch_block(self.size) {
+            block: if let Some(b) = kernel.launch_block(self.size, crate::launch::threads()) {
                 b
             } else if self.kernel.insts.iter().any(|i| i.op == Op::LoopBegin) {
                 crate::launch::loop_block(self.size)

@@ -864,11 +864,10 @@ impl CompiledKernel for BlockedKernel {
         self.pre.loaded_from_disk() && self.step.loaded_from_disk() && self.post.loaded_from_disk()
     }
 
-    fn launch_block(&self, n: usize) -> Option<usize> {
+    fn launch_block(&self, n: usize, threads: usize) -> Option<usize> {
         // every lane runs the same steps, so tasks need no slack for imbalance: one per thread
         // (split further into blocks of at most `lanes` by `run`); measured at 10 000 lanes on 2
         // threads, eight tasks of 1 280 lanes ran 20% slower than two of 5 000
-        let threads = crate::launch::threads().max(1);
-        Some(n.div_ceil(threads).next_multiple_of(64).max(64))
+        Some(n.div_ceil(threads.max(1)).next_multiple_of(64).max(64))
     }
 }

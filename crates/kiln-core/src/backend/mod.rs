@@ -87,10 +87,11 @@ pub trait CompiledKernel: Send + Sync {
     fn loaded_from_disk(&self) -> bool {
         false
     }
-    /// Lanes per launch task for a launch of `n` lanes, where this kernel knows better than the
-    /// launcher's rule (a lane-blocked kernel gives every lane the same work: one task per thread
-    /// keeps each thread's row segments long); `None` takes the launcher's.
-    fn launch_block(&self, _n: usize) -> Option<usize> {
+    /// Lanes per launch task for a launch of `n` lanes on `threads` threads, where this kernel
+    /// knows better than the launcher's rule (a lane-blocked kernel gives every lane the same
+    /// work: one task per thread keeps each thread's row segments long); `None` takes the
+    /// launcher's.
+    fn launch_block(&self, _n: usize, _threads: usize) -> Option<usize> {
         None
     }
 }
