@@ -32,17 +32,11 @@ use crate::error::{Error, Result};
 use crate::op::Op;
 use crate::registry::{Region, Var, VarId, STATE};
 use crate::ty::VarType;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 
-thread_local! {
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
-    static REFUSED: RefCell<Option<(String, String)>> = const { RefCell::new(None) };
-}
-
-/// Whether a symbolic body is being traced on this thread.
-pub fn symbolic() -> bool {
-    DEPTH.with(|d| d.get() > 0)
-}
+// the symbolic-tracing state lives in the per-thread context (the scheduler reads it too)
+pub(crate) use crate::context::refuse;
+pub use crate::context::{is_host_read, refuse_request, restore_refusal, symbolic, take_refusal};
 
 /// Marks this thread as tracing a symbolic body until dropped; records where the pending side
 /// effects ended, so that the body's own can be taken (`take_effects`).
@@ -59,7 +53,7 @@ pub fn enter_symbolic() -> Result<SymbolicScope> {
         crate::schedule::eval_side_effects()?;
         crate::inspect::clear_refused();
     }
-    DEPTH.with(|d| d.set(d.get() + 1));
+    crate::context::enter_symbolic_depth();
     let mark = STATE.lock().effect_mark();
     Ok(SymbolicScope {
         mark,
@@ -82,63 +76,11 @@ impl SymbolicScope {
 
 impl Drop for SymbolicScope {
     fn drop(&mut self) {
-        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        crate::context::leave_symbolic_depth();
         if !self.taken.get() {
             discard_effects(self.take_effects());
         }
     }
-}
-
-/// Inside a symbolic body: note that `how` was asked of `label` (first refusal wins) and return
-/// true; the caller then skips the work. Outside: false.
-pub(crate) fn refuse(label: impl FnOnce() -> String, how: &str) -> bool {
-    if !symbolic() {
-        return false;
-    }
-    REFUSED.with(|r| {
-        let mut r = r.borrow_mut();
-        // the first refusal is reported, except that a read to the host outranks device work
-        // (it decides whether evaluated mode can freeze its step)
-        let replace = match &*r {
-            None => true,
-            Some((_, h)) => is_host_read(how) && !is_host_read(h),
-        };
-        if replace {
-            *r = Some((label(), how.to_string()));
-        }
-    });
-    true
-}
-
-/// Inside a symbolic body, refuse a request a front end cannot trace (a nested construct that must
-/// run for real): as [`take_refusal`] later reports. Returns whether it was refused (false outside
-/// a symbolic body).
-pub fn refuse_request(label: String, how: &str) -> bool {
-    refuse(|| label, how)
-}
-
-/// Put back a refusal taken with [`take_refusal`] (a nested trace took the slot to read its own):
-/// the first refusal still wins.
-pub fn restore_refusal(r: Option<(String, String)>) {
-    if let Some(r) = r {
-        REFUSED.with(|slot| {
-            let mut slot = slot.borrow_mut();
-            if slot.is_none() {
-                *slot = Some(r);
-            }
-        });
-    }
-}
-
-/// The first refused request since the last call: `(label, how)`.
-pub fn take_refusal() -> Option<(String, String)> {
-    REFUSED.with(|r| r.borrow_mut().take())
-}
-
-/// Whether a refused request (its `how`) was a read of data to the host (as opposed to work on
-/// the device: an eval, a reduction to an array, …).
-pub fn is_host_read(how: &str) -> bool {
-    matches!(how, "reading its contents" | "reducing it to a host value")
 }
 
 /// The error for a refused request in a symbolic `region` ("loop body", "branch", …).

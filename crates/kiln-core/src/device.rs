@@ -12,12 +12,12 @@ use crate::backend::{
     STATUS_OOB_WRITES,
 };
 use crate::error::Result;
-use crate::freeze::size::ExprId;
 use crate::kernel::KernelHash;
 use crate::kernel::Param;
 use crate::launch;
 use crate::op::{eval_reduce, reduce_identity, ReduceOp};
 use crate::registry::Buffer;
+use crate::size::ExprId;
 use crate::stats;
 use crate::ty::VarType;
 use parking_lot::RwLock;
@@ -207,6 +207,19 @@ pub fn unobserve(token: u64) {
     ANY_OBSERVER.store(!obs.is_empty(), Relaxed);
 }
 
+/// What a frozen function's recorder (`freeze::record`, a layer above) sees of this one: every
+/// device op issued on the thread that records, with its buffers.
+pub(crate) trait OpRecorder: Sync {
+    fn on_op(&self, rec: &DeviceOpRecord);
+}
+
+static RECORDER: std::sync::OnceLock<&'static dyn OpRecorder> = std::sync::OnceLock::new();
+
+/// Install the recorder device ops are reported to (on the first recording).
+pub(crate) fn install_recorder(r: &'static dyn OpRecorder) {
+    let _ = RECORDER.set(r);
+}
+
 fn notify(kind: DeviceOpKind, size: usize, buffers: &[&Buffer]) {
     stats::DEVICE_OPS.fetch_add(1, Relaxed);
     let rec = DeviceOpRecord {
@@ -214,7 +227,11 @@ fn notify(kind: DeviceOpKind, size: usize, buffers: &[&Buffer]) {
         size,
         buffers,
     };
-    crate::freeze::record::on_device_op(&rec);
+    if crate::context::recording() {
+        if let Some(r) = RECORDER.get() {
+            r.on_op(&rec);
+        }
+    }
     if ANY_OBSERVER.load(Relaxed) {
         for (_, f) in OBSERVERS.read().iter() {
             f(&rec);

@@ -9,13 +9,11 @@
 //! logged under the `inplace` target (`KILN_LOG=inplace`), and [`crate::stats`] counts the reuses
 //! and the bytes they saved.
 
+use crate::stats::INPLACE_REUSES as REUSES;
+use crate::stats::{INPLACE_BYTES_SAVED as BYTES_SAVED, INPLACE_DECLINED as DECLINED};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
-
-pub(crate) static REUSES: AtomicU64 = AtomicU64::new(0);
-pub(crate) static BYTES_SAVED: AtomicU64 = AtomicU64::new(0);
-pub(crate) static DECLINED: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static OVERRIDE: Cell<Option<bool>> = const { Cell::new(None) };

@@ -276,14 +276,14 @@ pub fn scatter(
     mask: VarId,
     rop: ReduceOp,
 ) -> Result<()> {
-    if crate::freeze::record::active() && !crate::control::symbolic() {
+    if crate::context::recording() && !crate::context::symbolic() {
         let captured = {
             let st = STATE.lock();
             let t = st.var(target.0);
             (!t.fresh && !t.is_evaluated() && t.sym == 0).then(|| st.label_of(target.0))
         };
         if let Some(label) = captured {
-            crate::freeze::record::captured_expression(label);
+            crate::context::captured_expression(label);
         }
     }
     let Some(Top {

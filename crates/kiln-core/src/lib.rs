@@ -18,6 +18,8 @@
 pub mod alloc;
 pub mod backend;
 pub mod cache;
+pub mod config;
+pub mod context;
 pub mod control;
 pub mod device;
 pub mod diskcache;
@@ -33,6 +35,7 @@ pub mod op;
 pub mod privatise;
 pub mod registry;
 pub mod schedule;
+pub mod size;
 pub mod stats;
 pub mod stencil;
 pub mod trace;
@@ -124,7 +127,7 @@ pub(crate) fn data_var(ty: VarType, buf: Buffer) -> VarId {
     log::init_from_env();
     let mut v = Var::new(Op::Data, ty, buf.len);
     // while recording, the buffer's size follows from the op that made it
-    v.sym = freeze::record::buffer_sym(buf.ptr());
+    v.sym = context::buffer_sym(buf.ptr());
     v.data = Some(Arc::new(buf));
     VarId(STATE.lock().insert(v))
 }

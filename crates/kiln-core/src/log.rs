@@ -37,7 +37,7 @@ pub fn init_from_env() {
     INIT.call_once(|| {
         if let Ok(filter) = std::env::var("KILN_LOG") {
             install(&filter);
-        } else if crate::schedule::debug_mode() {
+        } else if crate::config::debug_mode() {
             // KILN_DEBUG=1 promises visible warnings even without KILN_LOG
             install("warn");
         }

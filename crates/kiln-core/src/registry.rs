@@ -367,7 +367,7 @@ impl State {
         // recording must see the reductions its function made)
         let cse_ok = v.op.is_pure() && v.data.is_none() && !matches!(v.op, Op::Reduce(_));
         let key = CseKey::of(&v);
-        let recording = crate::freeze::record::active();
+        let recording = crate::context::recording();
         if cse_ok {
             if let Some(&id) = self.cse.get(&key) {
                 // inside a recording, reuse only what the recording made
@@ -621,27 +621,9 @@ impl State {
     }
 }
 
-/// Human-readable byte count.
-pub fn fmt_bytes(b: u64) -> String {
-    fmt_bytes_f64(b as f64)
-}
-
-/// As [`fmt_bytes`], for byte counts that may exceed `u64` (the memory of huge lazy arrays).
-fn fmt_bytes_wide(b: u128) -> String {
-    fmt_bytes_f64(b as f64)
-}
-
-fn fmt_bytes_f64(b: f64) -> String {
-    if b < 1024.0 {
-        format!("{b} B")
-    } else if b < 1024.0 * 1024.0 {
-        format!("{:.2} KiB", b / 1024.0)
-    } else if b < 1024.0 * 1024.0 * 1024.0 {
-        format!("{:.2} MiB", b / (1024.0 * 1024.0))
-    } else {
-        format!("{:.2} GiB", b / (1024.0 * 1024.0 * 1024.0))
-    }
-}
+/// Human-readable byte count (kept here, where callers have always found it).
+pub use crate::stats::fmt_bytes;
+use crate::stats::fmt_bytes_wide;
 
 /// The live-variable table (`whos()`).
 pub struct Whos {

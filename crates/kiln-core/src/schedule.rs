@@ -431,7 +431,7 @@ impl<'a> Builder<'a> {
             }
             let v = self.st.var(id);
             if self.recording && !v.fresh && !v.is_evaluated() && !v.is_literal() {
-                crate::freeze::record::captured_expression(self.st.label_of(id));
+                crate::context::captured_expression(self.st.label_of(id));
             }
             let reg = if v.is_evaluated() || v.op == Op::Literal || v.size == 1 {
                 if v.is_evaluated() && v.size != 1 {
@@ -522,13 +522,13 @@ impl<'a> Builder<'a> {
                 if self.recording && (v.size == 1 || self.size == 1) && v.sym != self.sym {
                     // scalar or not is decided by both sizes being 1: a replay must find the same
                     // (equal larger sizes are tied by the guards of the ops that combined them)
-                    crate::freeze::record::guard_classes(&[(v.sym, v.size), (self.sym, self.size)]);
+                    crate::context::guard_classes(&[(v.sym, v.size), (self.sym, self.size)]);
                 }
                 let p = self.input_param(id, kind);
                 self.emit(Inst::new(Op::Load, v.ty, &[], p as u64))
             } else {
                 if self.recording && !v.fresh && !v.is_literal() {
-                    crate::freeze::record::captured_expression(self.st.label_of(id));
+                    crate::context::captured_expression(self.st.label_of(id));
                 }
                 match v.op {
                     Op::LoopBegin | Op::Switch => self.emit_region(id),
@@ -630,7 +630,7 @@ fn build_as(st: &State, g: Group, interior: bool) -> Built {
         st,
         size: g.size,
         sym: g.sym,
-        recording: crate::freeze::record::active(),
+        recording: crate::context::recording(),
         modified: Vec::new(),
         kernel: Kernel::default(),
         bindings: Vec::new(),
@@ -682,8 +682,7 @@ fn build_as(st: &State, g: Group, interior: bool) -> Built {
 fn build_split(st: &State, g: Group) -> Built {
     let mut built = build(st, g.clone());
     // (a recording tracks the buffers scatters write through the general launch's op only)
-    if built.stencil_seen.is_empty()
-        || (!built.modified.is_empty() && crate::freeze::record::active())
+    if built.stencil_seen.is_empty() || (!built.modified.is_empty() && crate::context::recording())
     {
         return built;
     }
@@ -793,7 +792,7 @@ fn plan_in_place(
     use crate::inplace::{note_declined, note_reuse, Declined};
     let mut out: Vec<Option<Arc<Buffer>>> = vec![None; b.roots.len()];
     let params = &b.kernel.params;
-    let recording = crate::freeze::record::active();
+    let recording = crate::context::recording();
     let logging = tracing::enabled!(target: "inplace", tracing::Level::DEBUG);
     // (variable, its buffer, element width, its parameter) of each input that may take an output
     let mut candidates: Vec<(u32, Arc<Buffer>, usize, usize)> = Vec::new();
@@ -902,14 +901,14 @@ fn may_reuse(st: &State, b: &Built) -> bool {
 /// Group `roots` and `side` effects by size (order of first appearance).
 fn group(st: &State, roots: &[u32], side: &[u32]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    let recording = crate::freeze::record::active();
+    let recording = crate::context::recording();
     let mut group_of = |id: u32| -> usize {
         let v = st.var(id);
         match groups.iter().position(|g| g.size == v.size) {
             Some(i) => {
                 if recording && groups[i].sym != v.sym {
                     // one kernel for both: a replay must find their sizes equal again
-                    crate::freeze::record::guard_equal((groups[i].sym, v.size), (v.sym, v.size));
+                    crate::context::guard_equal((groups[i].sym, v.size), (v.sym, v.size));
                 }
                 i
             }
@@ -1049,7 +1048,7 @@ pub fn eval_into(expr: &mut VarId, target: VarId) -> Result<bool> {
             && t.size == e.size
             && t.ext == 1
             && !t.dirty
-            && (t.fresh || !crate::freeze::record::active())
+            && (t.fresh || !crate::context::recording())
             && crate::inplace::enabled();
         if !fits {
             drop(st);
@@ -1160,7 +1159,7 @@ fn run_with_into(
         }
         None => {
             // inside a frozen function's recording, only what the function made
-            let recording = crate::freeze::active();
+            let recording = crate::context::recording();
             let me = crate::registry::thread_token();
             for (i, v) in st.vars.iter().enumerate().skip(1) {
                 if v.alive
@@ -1199,12 +1198,12 @@ fn run_with_into(
         }
         k += 1;
     }
-    if crate::control::symbolic() {
+    if crate::context::symbolic() {
         // a symbolic body's values are not known yet: nothing runs (the body's own side effects
         // stay pending; they become part of its region)
         if let Some(&r) = roots.first() {
             let label = st.label_of(r);
-            crate::control::refuse(|| label, "evaluating it");
+            crate::context::refuse(|| label, "evaluating it");
         }
         return Ok(());
     }
@@ -1804,7 +1803,7 @@ fn settle(ids: &[u32], why: &str) -> Result<()> {
 /// notes); for a size-1 `id`, those an earlier launch computed. Nothing while a control-flow body
 /// is traced symbolically.
 fn settle_broadcast_scalars(id: VarId) -> Result<()> {
-    if crate::control::symbolic() {
+    if crate::context::symbolic() {
         return Ok(());
     }
     let scalars = {
@@ -1881,14 +1880,7 @@ fn note_computed(st: &mut State, ids: &[u32], missed: bool) {
 }
 
 /// Whether `KILN_DEBUG=1` is set (report out-of-range accesses as warnings).
-pub fn debug_mode() -> bool {
-    static DEBUG: OnceLock<bool> = OnceLock::new();
-    *DEBUG.get_or_init(|| {
-        std::env::var("KILN_DEBUG")
-            .map(|v| v != "0" && !v.is_empty())
-            .unwrap_or(false)
-    })
-}
+pub use crate::config::debug_mode;
 
 // ---------------------------------------------------------------------------------------------
 // Pending reductions: sibling reductions share one pass
@@ -2061,7 +2053,7 @@ fn select_reductions(st: &State, roots: &[u32], touch: &[u32], mine: &[u32]) -> 
 /// its source alone gives. A lone reduction takes the single-reduction paths. Nothing runs inside
 /// a symbolic body.
 pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result<()> {
-    if RESOLVING.get() || crate::control::symbolic() {
+    if RESOLVING.get() || crate::context::symbolic() {
         return Ok(());
     }
     if STATE.lock().pending_reductions.is_empty() {

@@ -22,6 +22,10 @@ pub(crate) static DEVICE_OPS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static VARS_CREATED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static LOOPS_TRUNCATED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static STENCIL_LAUNCHES: AtomicU64 = AtomicU64::new(0);
+// (bumped by `inplace`, which owns the decisions they count)
+pub(crate) static INPLACE_REUSES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static INPLACE_BYTES_SAVED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static INPLACE_DECLINED: AtomicU64 = AtomicU64::new(0);
 
 // Launches whose loops stopped at their iteration limit, not yet reported by a `try_` read on
 // this thread: (where, lanes still active).
@@ -185,9 +189,9 @@ pub(crate) fn snapshot(vars_alive: u64) -> Stats {
         live_buffers: a.live_blocks,
         alloc_requests: a.requests,
         alloc_system_requests: a.system_requests,
-        inplace_reuses: crate::inplace::REUSES.load(Relaxed),
-        inplace_bytes_saved: crate::inplace::BYTES_SAVED.load(Relaxed),
-        inplace_declined: crate::inplace::DECLINED.load(Relaxed),
+        inplace_reuses: INPLACE_REUSES.load(Relaxed),
+        inplace_bytes_saved: INPLACE_BYTES_SAVED.load(Relaxed),
+        inplace_declined: INPLACE_DECLINED.load(Relaxed),
         ad_nodes: 0,
         ad_edges: 0,
         ad_grad_bytes: 0,
@@ -218,9 +222,9 @@ impl fmt::Display for Stats {
             "variables alive {} (created {}), memory {} in use, {} cached, {} peak",
             self.vars_alive,
             self.vars_created,
-            crate::registry::fmt_bytes(self.bytes_allocated),
-            crate::registry::fmt_bytes(self.bytes_cached),
-            crate::registry::fmt_bytes(self.bytes_peak)
+            fmt_bytes(self.bytes_allocated),
+            fmt_bytes(self.bytes_cached),
+            fmt_bytes(self.bytes_peak)
         )?;
         write!(
             f,
@@ -228,7 +232,33 @@ impl fmt::Display for Stats {
             self.alloc_requests,
             self.alloc_system_requests,
             self.inplace_reuses,
-            crate::registry::fmt_bytes(self.inplace_bytes_saved)
+            fmt_bytes(self.inplace_bytes_saved)
         )
+    }
+}
+
+/// Human-readable byte count.
+///
+/// ```
+/// assert_eq!(kiln_core::stats::fmt_bytes(1536), "1.50 KiB");
+/// ```
+pub fn fmt_bytes(b: u64) -> String {
+    fmt_bytes_f64(b as f64)
+}
+
+/// As [`fmt_bytes`], for byte counts that may exceed `u64` (the memory of huge lazy arrays).
+pub(crate) fn fmt_bytes_wide(b: u128) -> String {
+    fmt_bytes_f64(b as f64)
+}
+
+fn fmt_bytes_f64(b: f64) -> String {
+    if b < 1024.0 {
+        format!("{b} B")
+    } else if b < 1024.0 * 1024.0 {
+        format!("{:.2} KiB", b / 1024.0)
+    } else if b < 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.2} MiB", b / (1024.0 * 1024.0))
+    } else {
+        format!("{:.2} GiB", b / (1024.0 * 1024.0 * 1024.0))
     }
 }

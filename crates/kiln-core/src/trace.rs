@@ -6,10 +6,11 @@
 //! registry). A variable whose pending scatter has not run yet (`dirty`) is flushed by an eval
 //! before anyone reads it. Nothing here computes on buffers.
 
+use crate::context;
 use crate::error::{Error, Result};
-use crate::freeze::{record, Size};
 use crate::op::{self, Op, ReduceOp};
 use crate::registry::{State, Var, VarId, STATE};
+use crate::size::Size;
 use crate::ty::VarType;
 use parking_lot::MutexGuard;
 
@@ -123,8 +124,12 @@ fn type_error(op: &str, ty: VarType, label: &str, hint: &str) -> Error {
 /// its expression), or a size-mismatch error.
 fn result_size(st: &State, op: Op, ids: &[u32]) -> Result<(usize, u32)> {
     let size = plain_result_size(st, op, ids)?;
-    let sym = if record::active() {
-        record::result_sym(st, ids, size)
+    let sym = if context::recording() {
+        let operands: Vec<(u32, usize)> = ids
+            .iter()
+            .map(|&i| (st.var(i).sym, st.var(i).size))
+            .collect();
+        context::result_sym(&operands, size)
     } else {
         0
     };
@@ -600,7 +605,7 @@ pub fn scatter(
     let (size, sym) = result_size(&st, Op::Scatter(rop), &[value.0, index.0, mask.0])?;
     if sym != 0 {
         // an empty scatter is skipped: a replay must see the same emptiness
-        record::guard_classes(&[(sym, size)]);
+        context::guard_classes(&[(sym, size)]);
     }
     if size == 0 || (st.var(mask.0).is_literal() && st.var(mask.0).literal == 0) {
         return Ok(());
@@ -643,7 +648,7 @@ pub fn scatter(
         let copy = crate::device::copy_buffer(&src)?;
         st = STATE.lock();
         let mut nv = Var::new(Op::Data, tt, src.len);
-        nv.sym = record::buffer_sym(copy.ptr());
+        nv.sym = context::buffer_sym(copy.ptr());
         nv.data = Some(std::sync::Arc::new(copy));
         nv.label = label;
         let nid = st.insert(nv);

@@ -32,7 +32,8 @@
 
 pub mod record;
 pub mod replay;
-pub mod size;
+/// Symbolic sizes (a layer below: the trace and the scheduler use them too).
+pub use crate::size;
 
 pub use record::{
     abort, active, begin, driver_finish, driver_mark, finish, in_recording, observe_empty,

@@ -8,12 +8,13 @@
 
 use super::replay::{Guard, Out, RecOp, Recording, ReplayKind, Site};
 use super::size::{class_of, ExprId, Size, SizeNode};
+use crate::context;
 use crate::device::{DeviceOpKind, DeviceOpRecord};
 use crate::error::{Error, Result};
 use crate::kernel::ParamKind;
-use crate::registry::{State, VarId, STATE};
+use crate::registry::{VarId, STATE};
 use crate::ty::VarType;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -21,8 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    /// Epoch of the recording in progress on this thread (0: none).
-    static EPOCH: Cell<u64> = const { Cell::new(0) };
+    // (the epoch of the recording in progress is in `context`, which the lower layers read)
     static REC: RefCell<Option<Recorder>> = const { RefCell::new(None) };
     /// The refused read of the last aborted recording (reported as the call's error).
     static REFUSAL: RefCell<Option<Error>> = const { RefCell::new(None) };
@@ -166,7 +166,7 @@ fn with<R>(f: impl FnOnce(&mut Recorder) -> R) -> Option<R> {
 /// Whether a recording is in progress on this thread.
 #[inline]
 pub fn active() -> bool {
-    EPOCH.with(|e| e.get() != 0)
+    context::recording()
 }
 
 /// Whether a recording is in progress on this thread, paused or not (see [`pause`]): frozen
@@ -177,12 +177,65 @@ pub fn in_recording() -> bool {
 
 /// The epoch of the recording in progress on this thread.
 pub fn current_epoch() -> Option<u64> {
-    let e = EPOCH.with(|e| e.get());
-    (e != 0).then_some(e)
+    context::recording_epoch()
 }
 
 // ---------------------------------------------------------------------------------------------
 // Hooks called by the trace, the scheduler and the device layer
+
+/// The recorder as the layers below see it (`context::Recorder`): each hook acts on this thread's
+/// recording, if one is in progress.
+struct Hooks;
+
+impl crate::size::SizeRecorder for Hooks {
+    fn combine(
+        &self,
+        a: Size,
+        b: Size,
+        node: fn(ExprId, ExprId) -> SizeNode,
+    ) -> Option<(ExprId, u64)> {
+        combine_sizes(a, b, node)
+    }
+    fn observe_value(
+        &self,
+        sym: ExprId,
+        value: usize,
+        at: &'static Location<'static>,
+        how: &'static str,
+    ) {
+        observe_value(sym, value, at, how)
+    }
+    fn observe_same(&self, a: Size, b: Size) -> bool {
+        observe_same(a, b)
+    }
+    fn observe_range(&self, sym: ExprId, value: usize, lo: u64, hi: u64) {
+        observe_range(sym, value, lo, hi)
+    }
+}
+
+impl crate::device::OpRecorder for Hooks {
+    fn on_op(&self, rec: &DeviceOpRecord) {
+        on_device_op(rec)
+    }
+}
+
+impl context::Recorder for Hooks {
+    fn result_sym(&self, operands: &[(u32, usize)], size: usize) -> u32 {
+        result_sym(operands, size)
+    }
+    fn guard_classes(&self, sizes: &[(u32, usize)]) {
+        guard_classes(sizes)
+    }
+    fn guard_equal(&self, a: (u32, usize), b: (u32, usize)) {
+        guard_equal(a, b)
+    }
+    fn buffer_sym(&self, addr: usize) -> u32 {
+        buffer_sym(addr)
+    }
+    fn captured_expression(&self, label: String) {
+        captured_expression(label)
+    }
+}
 
 /// Combine two sizes into a new expression node of the current recording.
 pub(crate) fn combine_sizes(
@@ -209,19 +262,18 @@ pub(crate) fn combine_sizes(
     })
 }
 
-/// The result size expression of an elementwise op over `ids` whose result has `size` elements,
-/// recording the guards the broadcasting decision depends on.
-pub(crate) fn result_sym(st: &State, ids: &[u32], size: usize) -> u32 {
-    if ids.iter().all(|&i| st.var(i).sym == 0) {
+/// The result size expression of an elementwise op over operands of these `(sym, size)`s whose
+/// result has `size` elements, recording the guards the broadcasting decision depends on.
+fn result_sym(operands: &[(u32, usize)], size: usize) -> u32 {
+    if operands.iter().all(|&(sym, _)| sym == 0) {
         return 0;
     }
     with(|r| {
         // constant scalars broadcast whatever the other sizes are: they decide nothing
-        let exprs: Vec<(ExprId, usize, ExprId)> = ids
+        let exprs: Vec<(ExprId, usize, ExprId)> = operands
             .iter()
-            .map(|&i| st.var(i))
-            .filter(|v| v.sym != 0 || v.size != 1)
-            .map(|v| (r.expr(v.sym, v.size), v.size, v.sym))
+            .filter(|&&(sym, size)| sym != 0 || size != 1)
+            .map(|&(sym, size)| (r.expr(sym, size), size, sym))
             .collect();
         let result = exprs
             .iter()
@@ -262,12 +314,12 @@ pub(crate) fn guard_equal(a: (u32, usize), b: (u32, usize)) {
     });
 }
 
-/// The size expression (as a var's `sym`) of the recorded buffer starting at `ptr`.
-pub(crate) fn buffer_sym(ptr: *mut u8) -> u32 {
+/// The size expression (as a var's `sym`) of the recorded buffer starting at `addr`.
+fn buffer_sym(addr: usize) -> u32 {
     if !active() {
         return 0;
     }
-    with(|r| match r.addr.get(&(ptr as usize)) {
+    with(|r| match r.addr.get(&addr) {
         Some(&b) => r.sym(r.bufs[b as usize].size),
         None => 0,
     })
@@ -710,7 +762,10 @@ pub fn begin(slots: &[VarId]) -> Result<()> {
     }
     drop(st);
     REC.with(|c| *c.borrow_mut() = Some(r));
-    EPOCH.with(|e| e.set(epoch));
+    context::install_recorder(&Hooks);
+    crate::size::install_recorder(&Hooks);
+    crate::device::install_recorder(&Hooks);
+    context::set_recording_epoch(epoch);
     Ok(())
 }
 
@@ -720,7 +775,7 @@ pub fn abort() {
 }
 
 fn finish_state() -> Option<Recorder> {
-    EPOCH.with(|e| e.set(0));
+    context::set_recording_epoch(0);
     let r = REC.with(|c| c.borrow_mut().take());
     let refusal = r.as_ref().and_then(|r| match &r.failure {
         Some(Failure::Error(e)) => Some(e.clone()),
@@ -850,13 +905,14 @@ pub struct Paused {
 
 /// Pause the recording in progress (if any) until the guard drops.
 pub fn pause() -> Paused {
-    let epoch = EPOCH.with(|e| e.replace(0));
+    let epoch = context::recording_epoch().unwrap_or(0);
+    context::set_recording_epoch(0);
     Paused { epoch }
 }
 
 impl Drop for Paused {
     fn drop(&mut self) {
-        EPOCH.with(|e| e.set(self.epoch));
+        context::set_recording_epoch(self.epoch);
     }
 }
 

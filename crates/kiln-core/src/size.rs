@@ -7,8 +7,50 @@
 //! ratios. [`Size`] is the user-facing form: a number that remembers its expression, so that
 //! `UInt32::arange(x.size() / 2)` replays correctly at any width.
 
+//!
+//! The recording that owns the expressions is `freeze::record`, a layer above every user of
+//! sizes: it installs a [`SizeRecorder`] here, through which sizes report what Rust code saw of
+//! them (their values, comparisons, arithmetic).
+
 use std::fmt;
 use std::ops::{Add, Div, Mul, Sub};
+use std::panic::Location;
+use std::sync::OnceLock;
+
+/// What a symbolic size reports to the recording in progress on this thread (each method acts
+/// only where this thread has one).
+pub trait SizeRecorder: Sync {
+    /// A new expression node `node(a, b)`, and the epoch of the recording it belongs to.
+    fn combine(
+        &self,
+        a: Size,
+        b: Size,
+        node: fn(ExprId, ExprId) -> SizeNode,
+    ) -> Option<(ExprId, u64)>;
+    /// Rust code saw the value of `sym` (a replay must find the same value).
+    fn observe_value(
+        &self,
+        sym: ExprId,
+        value: usize,
+        at: &'static Location<'static>,
+        how: &'static str,
+    );
+    /// Rust code compared two sizes; returns whether they are equal.
+    fn observe_same(&self, a: Size, b: Size) -> bool;
+    /// Rust code saw whether `sym` lies in `[lo, hi]`.
+    fn observe_range(&self, sym: ExprId, value: usize, lo: u64, hi: u64);
+}
+
+static RECORDER: OnceLock<&'static dyn SizeRecorder> = OnceLock::new();
+
+/// Install the recorder sizes report to (`freeze::record`, on its first recording).
+pub(crate) fn install_recorder(r: &'static dyn SizeRecorder) {
+    let _ = RECORDER.set(r);
+}
+
+fn recorder() -> Option<&'static dyn SizeRecorder> {
+    RECORDER.get().copied()
+}
 
 /// Index of a node in a recording's expression table. 0 means "no expression: a constant".
 pub type ExprId = u32;
@@ -120,13 +162,8 @@ impl Size {
     #[track_caller]
     pub fn get(self) -> usize {
         let e = self.live_expr();
-        if e != 0 {
-            super::record::observe_value(
-                e,
-                self.value,
-                std::panic::Location::caller(),
-                "Size::get()",
-            );
+        if let Some(r) = recorder().filter(|_| e != 0) {
+            r.observe_value(e, self.value, Location::caller(), "Size::get()");
         }
         self.value
     }
@@ -149,7 +186,11 @@ impl Size {
     /// assert!(!Size::fixed(4).same_as(Size::fixed(8)));
     /// ```
     pub fn same_as(self, other: impl Into<Size>) -> bool {
-        super::record::observe_same(self, other.into())
+        let other = other.into();
+        match recorder() {
+            Some(r) => r.observe_same(self, other),
+            None => self.value == other.value,
+        }
     }
     /// Whether the size is 1 (a broadcast). Inside a recording, a replay records anew if the answer
     /// changes.
@@ -167,14 +208,14 @@ impl Size {
     }
     fn observe_range(self, lo: u64, hi: u64) -> bool {
         let e = self.live_expr();
-        if e != 0 {
-            super::record::observe_range(e, self.value, lo, hi);
+        if let Some(r) = recorder().filter(|_| e != 0) {
+            r.observe_range(e, self.value, lo, hi);
         }
         (lo..=hi).contains(&(self.value as u64))
     }
     /// Whether the size carries an expression of the current recording's inputs.
     pub fn is_symbolic(self) -> bool {
-        self.expr != 0 && super::record::current_epoch() == Some(self.epoch)
+        self.expr != 0 && crate::context::recording_epoch() == Some(self.epoch)
     }
     /// `⌈self / rhs⌉`. Panics if `rhs` is 0.
     #[track_caller]
@@ -203,14 +244,14 @@ impl Size {
         if a == 0 && b == 0 {
             return Size::fixed(value);
         }
-        match super::record::combine_sizes(self, rhs, node) {
+        match recorder().and_then(|r| r.combine(self, rhs, node)) {
             Some((expr, epoch)) => Size { value, expr, epoch },
             None => Size::fixed(value),
         }
     }
     /// The expression if it belongs to the recording in progress on this thread.
     pub(crate) fn live_expr(self) -> ExprId {
-        if self.expr != 0 && super::record::current_epoch() == Some(self.epoch) {
+        if self.expr != 0 && crate::context::recording_epoch() == Some(self.epoch) {
             self.expr
         } else {
             0
@@ -259,8 +300,8 @@ impl Size {
     #[track_caller]
     fn observe_eq(&self) {
         let e = self.live_expr();
-        if e != 0 {
-            super::record::observe_value(e, self.value, std::panic::Location::caller(), "==");
+        if let Some(r) = recorder().filter(|_| e != 0) {
+            r.observe_value(e, self.value, Location::caller(), "==");
         }
     }
 }
