@@ -10,6 +10,14 @@ fn ir<T: kiln::Scalar>(ids: &[&Array<T>]) -> Vec<kiln_core::kernel::Kernel> {
     kiln_core::kernels_for(&ids.iter().map(|a| a.id()).collect::<Vec<_>>())
 }
 
+/// The text form is `Kernel::parse`'s input: every golden kernel parses back to itself.
+fn parses_back(k: &kiln_core::kernel::Kernel) {
+    let text = k.to_string();
+    let back = kiln_core::kernel::Kernel::parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&back, k, "{text}");
+    assert_eq!(back.hash(), k.hash());
+}
+
 #[test]
 fn fused_chain_keeps_intermediates_in_registers() {
     leak_checked(|| {
@@ -18,6 +26,7 @@ fn fused_chain_keeps_intermediates_in_registers() {
         let ks = ir(&[&y]);
         assert_eq!(ks.len(), 1);
         insta::assert_snapshot!("fused_chain", ks[0].to_string());
+        parses_back(&ks[0]);
         // one input, one output: the products and sums never touch memory
         assert_eq!(ks[0].params.len(), 2);
         let (_, d) = delta(|| y.eval());
@@ -34,6 +43,7 @@ fn two_outputs_in_one_kernel() {
         let ks = kiln_core::kernels_for(&[a.id(), b.id()]);
         assert_eq!(ks.len(), 1);
         insta::assert_snapshot!("two_outputs", ks[0].to_string());
+        parses_back(&ks[0]);
         let (_, d) = delta(|| kiln::eval!(a, b));
         assert_eq!(d.launches, 1, "both outputs come from one launch");
         assert_eq!(b.count(), 25);
@@ -49,6 +59,7 @@ fn another_size_is_a_cache_hit() {
         assert_eq!(ks[0].to_string(), kl[0].to_string());
         assert_eq!(ks[0].hash(), kl[0].hash());
         insta::assert_snapshot!("arange_affine", ks[0].to_string());
+        parses_back(&ks[0]);
         small.eval();
         let (_, d) = delta(|| large.eval());
         assert_eq!((d.cache_hits, d.kernels_compiled), (1, 0));
@@ -72,6 +83,7 @@ fn gather_and_scatter_kernel() {
             "the pending scatter is one kernel with the gather fused in"
         );
         insta::assert_snapshot!("gather_scatter", ks[0].to_string());
+        parses_back(&ks[0]);
         let (_, d) = delta(|| target.to_vec());
         assert_eq!(
             d.oob_reads, 2,
@@ -124,6 +136,7 @@ fn collatz_loop_kernel() {
         let ks = ir(&[&steps]);
         assert_eq!(ks.len(), 1, "the whole loop is one kernel");
         insta::assert_snapshot!("collatz_loop", ks[0].to_string());
+        parses_back(&ks[0]);
         let text = ks[0].to_string();
         let lines = body_lines(&ks[0]);
         // two carried entries: two phis, two nexts, one while, one loop/endloop pair
@@ -161,6 +174,7 @@ fn if_then_else_kernel() {
         let ks = ir(&[&y]);
         assert_eq!(ks.len(), 1);
         insta::assert_snapshot!("if_then_else", ks[0].to_string());
+        parses_back(&ks[0]);
         let text = ks[0].to_string();
         let lines = body_lines(&ks[0]);
         assert_eq!(text.matches(" = switch (if)").count(), 1, "{text}");
@@ -192,6 +206,7 @@ fn switch_over_three_targets_kernel() {
         let ks = ir(&[&y]);
         assert_eq!(ks.len(), 1);
         insta::assert_snapshot!("switch_three_targets", ks[0].to_string());
+        parses_back(&ks[0]);
         let text = ks[0].to_string();
         let lines = body_lines(&ks[0]);
         assert_eq!(text.matches(" = switch (call)").count(), 1, "{text}");
@@ -281,4 +296,68 @@ fn loop_invariants_are_hoisted_and_unchanged_state_is_not_a_phi() {
         assert_eq!(k2.to_vec(), vec![3.0; 8]);
         assert_eq!(i.to_vec(), vec![4; 8]);
     });
+}
+
+/// Kernel text written by hand runs like the kernel the scheduler would build; bad text is an
+/// error naming its line and what is wrong.
+#[test]
+fn kernel_text_parses_runs_and_reports_its_errors() {
+    use kiln_core::backend::{self, BackendKind, LaunchArgs, STATUS_LEN};
+    use kiln_core::kernel::Kernel;
+    let k = Kernel::parse(
+        "
+        ; y = x * 2.5 + i
+        p0: in f32
+        p1: out f32
+        r0 = load.f32 p0
+        r1 = const.f32 2.5
+        r2 = mul.f32 r0, r1
+        r3 = index.u32
+        r4 = cast.u32.f32 r3   ; the lane index as a float
+        r5 = add.f32 r2, r4
+        store.f32 p1, r5
+        ",
+    )
+    .unwrap();
+    k.verify()
+        .unwrap_or_else(|e| panic!("{}\n{k}", e.join("\n")));
+    let x: Vec<f32> = (0..5).map(|i| i as f32).collect();
+    for kind in [BackendKind::Interp, BackendKind::Cranelift] {
+        let compiled = backend::create(kind).unwrap().compile(&k).unwrap();
+        let mut y = vec![0f32; 5 + 16];
+        let mut xs = x.clone();
+        xs.resize(5 + 16, 0.0);
+        let ptrs = [xs.as_mut_ptr() as *mut u8, y.as_mut_ptr() as *mut u8];
+        let lens = [5u64, 5];
+        let status: [std::sync::atomic::AtomicU64; STATUS_LEN] = Default::default();
+        let args = LaunchArgs {
+            ptrs: ptrs.as_ptr(),
+            lens: lens.as_ptr(),
+            status: status.as_ptr(),
+        };
+        // SAFETY: one buffer per parameter with 16 elements of slack past the 5 lanes run
+        unsafe { compiled.run(&args, 0, 5) };
+        assert_eq!(&y[..5], &[0.0, 3.5, 7.0, 10.5, 14.0], "{kind:?}");
+    }
+    let bad = [
+        (
+            "p0: in f32\nr0 = load.f32 p0\nr2 = neg.f32 r0",
+            3,
+            "registers are positions",
+        ),
+        ("r0 = frob.f32", 1, "unknown op `frob.f32`"),
+        ("r0 = const.i32 3000000000", 1, "not a i32 literal"),
+        (
+            "r0 = const.u32 1\nr1 = add.u32 r0, r7",
+            2,
+            "r7 is used before it is defined",
+        ),
+        ("p0: sideways f32", 1, "unknown parameter kind"),
+        ("r0 = index.u32\nr1 = cast.f32.f64 r0", 2, "not of type f32"),
+    ];
+    for (text, line, why) in bad {
+        let e = Kernel::parse(text).unwrap_err();
+        assert_eq!(e.line, line, "{e}");
+        assert!(e.to_string().contains(why), "{e}");
+    }
 }

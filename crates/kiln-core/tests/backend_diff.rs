@@ -801,6 +801,18 @@ fn choice() -> impl Strategy<Value = Choice> {
     (any::<u8>(), any::<u8>(), any::<[u16; 3]>(), any::<u64>())
 }
 
+/// The kernel's text form parses back to the same kernel (the parser is `Display`'s inverse).
+fn text_round_trips(kernel: &Kernel) -> Result<(), String> {
+    let text = kernel.to_string();
+    match Kernel::parse(&text) {
+        Ok(k) if k == *kernel => Ok(()),
+        Ok(k) => Err(format!(
+            "text parsed to another kernel:\n{text}\nparsed:\n{k}\n{k:?}\nwas {kernel:?}"
+        )),
+        Err(e) => Err(format!("{e}\nof\n{text}")),
+    }
+}
+
 /// Runs one kernel over two random ranges with `end` drawn from `ends`.
 fn diff_case(
     choices: &[Choice],
@@ -809,6 +821,7 @@ fn diff_case(
     backend: &dyn Backend,
 ) -> Result<(), TestCaseError> {
     let kernel = build_kernel(choices);
+    text_round_trips(&kernel).map_err(TestCaseError::fail)?;
     let compiled = backend
         .compile(&kernel)
         .map_err(|e| TestCaseError::fail(format!("{e}\n{kernel}")))?;
@@ -3173,6 +3186,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let kernel = build_region_kernel(&tape, true, true);
+        text_round_trips(&kernel).map_err(TestCaseError::fail)?;
         let (name, be) = &variant_backends()[variant % variant_backends().len()];
         let compiled = be
             .compile(&kernel)

@@ -165,6 +165,12 @@ fn check(
     (name, backend): &(String, Arc<dyn Backend>),
 ) -> Result<(), String> {
     let split = split_with(kernel, blocks(want)).ok_or_else(|| format!("not split:\n{kernel}"))?;
+    for k in [kernel, &split.pre, &split.step, &split.post] {
+        // (the text form parses back: these kernels use `u32` region markers, not the default)
+        if Kernel::parse(&k.to_string()).as_ref() != Ok(k) {
+            return Err(format!("text does not parse back to the kernel:\n{k}"));
+        }
+    }
     for part in [&split.pre, &split.step, &split.post] {
         part.verify()
             .map_err(|e| format!("invalid part {}:\n{part}\nof\n{kernel}", e.join("\n")))?;

@@ -4,7 +4,8 @@
 //! registers are named by position (`r3` is the value of instruction 3). Literals are baked in as
 //! immediates; buffers and the launch size are parameters, so the same work at another size, or over
 //! other buffers, is the same kernel with the same 128-bit hash — the cache key. This module owns the
-//! IR, its text form (`Display`, used in logs and golden tests), its hash and its checker (`verify`).
+//! IR, its text form (`Display`, used in logs and golden tests, and `Kernel::parse`, its inverse, in
+//! `parse`), its hash and its checker (`verify`).
 //! It knows nothing about the registry (which builds kernels: `schedule`) or machine code (`backend`).
 //!
 //! Structured regions (loops, conditionals, indirect calls) are bracketed runs of instructions, kept
@@ -26,6 +27,9 @@
 use crate::op::Op;
 use crate::ty::VarType;
 use std::fmt;
+
+mod parse;
+pub use parse::ParseError;
 
 /// Register index: the position of the instruction that defines it.
 pub type Reg = u32;
@@ -679,8 +683,17 @@ fn op_code(op: Op) -> u16 {
     }
 }
 
-/// Formats a literal for the text form: the bits, plus the value for floats.
+/// Formats a literal for the text form: the bits, plus the value for floats. Bits a plain form
+/// would not give back (set above the type's width, a `bool` other than 0 or 1) are printed raw,
+/// `bits=0x…`, so that the text always parses back to the same kernel.
 fn fmt_literal(ty: VarType, bits: u64) -> String {
+    let canonical = match ty {
+        VarType::Bool => bits <= 1,
+        _ => bits & ty.bit_mask() == bits,
+    };
+    if !canonical {
+        return format!("bits={bits:#x}");
+    }
     match ty {
         VarType::F32 => format!("{:#010x} ({:?})", bits as u32, f32::from_bits(bits as u32)),
         VarType::F64 => format!("{:#018x} ({:?})", bits, f64::from_bits(bits)),
@@ -688,6 +701,19 @@ fn fmt_literal(ty: VarType, bits: u64) -> String {
         VarType::I64 => format!("{}", bits as i64),
         VarType::Bool => format!("{}", bits & 1 != 0),
         _ => format!("{bits}"),
+    }
+}
+
+/// The type a region marker or a loop/switch operand has when the text does not name it: `bool`
+/// for the markers, the phi's type for `next`, the value's type for `yield` (what the scheduler
+/// builds). Any other type is printed after the keyword (`next.f64 r7, r9`).
+pub(crate) fn default_marker_type(insts: &[Inst], inst: &Inst) -> VarType {
+    match inst.op {
+        // (`next`'s first operand is the phi, `yield`'s the value)
+        Op::LoopNext | Op::Yield => insts
+            .get(inst.args[0] as usize)
+            .map_or(VarType::Bool, |x| x.ty),
+        _ => VarType::Bool,
     }
 }
 
@@ -726,30 +752,50 @@ impl fmt::Display for Kernel {
                 }
             }
             write!(f, "{}", "  ".repeat(depth))?;
+            // region markers name their type only where it is not the default (see
+            // `default_marker_type`); any other op's nonzero `imm` is printed as `imm=N`
+            let marker_ty = if inst.ty == default_marker_type(&self.insts, inst) {
+                String::new()
+            } else {
+                format!(".{}", inst.ty)
+            };
+            let extra = |shown: bool| {
+                if shown || inst.imm == 0 {
+                    String::new()
+                } else {
+                    format!(" imm={}", inst.imm)
+                }
+            };
             match inst.op {
                 Op::LoopBegin => {
                     depth += 1;
                     if inst.imm == 0 {
-                        writeln!(f, "  r{i} = loop")?
+                        writeln!(f, "  r{i} = loop{marker_ty}")?
                     } else {
-                        writeln!(f, "  r{i} = loop max={}", inst.imm)?
+                        writeln!(f, "  r{i} = loop{marker_ty} max={}", inst.imm)?
                     }
                 }
-                Op::Phi => writeln!(f, "  r{i} = phi.{} r{}", inst.ty, a[0])?,
-                Op::LoopCond => writeln!(f, "  while r{}", a[0])?,
-                Op::LoopNext => writeln!(f, "  next r{}, r{}", a[0], a[1])?,
-                Op::LoopEnd => writeln!(f, "  endloop r{}", a[0])?,
+                Op::Phi => writeln!(f, "  r{i} = phi.{} r{}{}", inst.ty, a[0], extra(false))?,
+                Op::LoopCond => writeln!(f, "  while{marker_ty} r{}{}", a[0], extra(false))?,
+                Op::LoopNext => {
+                    writeln!(f, "  next{marker_ty} r{}, r{}{}", a[0], a[1], extra(false))?
+                }
+                Op::LoopEnd => writeln!(f, "  endloop{marker_ty} r{}{}", a[0], extra(false))?,
                 Op::Switch => {
                     depth += 1;
-                    let kind = if inst.imm == 0 { "if" } else { "call" };
-                    writeln!(f, "  r{i} = switch ({kind})")?
+                    let kind = match inst.imm {
+                        0 => "if".to_string(),
+                        1 => "call".to_string(),
+                        k => format!("kind {k}"),
+                    };
+                    writeln!(f, "  r{i} = switch{marker_ty} ({kind})")?
                 }
                 Op::Case => {
                     depth += 1;
-                    writeln!(f, "  case r{}", a[0])?
+                    writeln!(f, "  case{marker_ty} r{}{}", a[0], extra(false))?
                 }
-                Op::Yield => writeln!(f, "  yield {}, r{}", inst.imm, a[0])?,
-                Op::SwitchEnd => writeln!(f, "  endswitch r{}", a[0])?,
+                Op::Yield => writeln!(f, "  yield{marker_ty} {}, r{}", inst.imm, a[0])?,
+                Op::SwitchEnd => writeln!(f, "  endswitch{marker_ty} r{}{}", a[0], extra(false))?,
                 Op::Out => writeln!(f, "  r{i} = out.{} r{}[{}]", inst.ty, a[0], inst.imm)?,
                 Op::Literal => writeln!(
                     f,
@@ -777,17 +823,27 @@ impl fmt::Display for Kernel {
                 )?,
                 Op::Cast | Op::Bitcast => {
                     let from = self.insts[a[0] as usize].ty;
-                    writeln!(f, "  r{i} = {}.{}.{} r{}", inst.op, from, inst.ty, a[0])?
+                    writeln!(
+                        f,
+                        "  r{i} = {}.{}.{} r{}{}",
+                        inst.op,
+                        from,
+                        inst.ty,
+                        a[0],
+                        extra(false)
+                    )?
                 }
                 op => {
                     let ops: Vec<String> =
                         inst.operands().iter().map(|r| format!("r{r}")).collect();
                     let sep = if ops.is_empty() { "" } else { " " };
+                    let imm = extra(false);
                     if op.is_comparison() {
                         let t = self.insts[a[0] as usize].ty;
-                        writeln!(f, "  r{i} = {op}.{t}{sep}{} -> bool", ops.join(", "))?
+                        let (ops, ty) = (ops.join(", "), inst.ty);
+                        writeln!(f, "  r{i} = {op}.{t}{sep}{ops} -> {ty}{imm}")?
                     } else {
-                        writeln!(f, "  r{i} = {}.{}{sep}{}", op, inst.ty, ops.join(", "))?
+                        writeln!(f, "  r{i} = {}.{}{sep}{}{imm}", op, inst.ty, ops.join(", "))?
                     }
                 }
             }
