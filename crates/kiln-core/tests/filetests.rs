@@ -1,0 +1,329 @@
+//! Backend filetests: kernels written as IR text (`Kernel::parse`), with their inputs and the
+//! results they must give, in `tests/filetests/*.kir`. Each file runs on the interpreter (the
+//! oracle) and on every compiled backend this machine has — Cranelift for this host and for SSE
+//! only, LLVM at this host's width and at every width another host may pick — and each must give
+//! the file's expected buffers and status counters, bit for bit (NaNs alike).
+//!
+//! Directives are comments the kernel parser skips, `;! …`:
+//!
+//! ```text
+//! ;! lanes 2..7                  the launch range (required)
+//! ;! p0 = 1 2 -3                 a parameter's contents before the run (for an input or output:
+//!                                 lanes 0, 1, … up to the range's end; missing values are 0)
+//! ;! len p2 = 10                 an indexed or broadcast buffer's length (default: its values)
+//! ;! expect p3 = 2.5 nan …       its contents after the run: over the launch range for an
+//!                                 output, the whole buffer for an indexed one
+//! ;! expect status = 3 0 0       out-of-range reads, writes, truncated loop lanes
+//! ```
+//!
+//! Values: `true`/`false` (or 0/1) for `bool`, decimal integers, decimal floats, `nan`, `inf`,
+//! `-inf`, or raw bits as `0x…`.
+
+use kiln_core::alloc::{self, Block};
+use kiln_core::backend::cranelift::CraneliftBackend;
+use kiln_core::backend::interp::Interp;
+use kiln_core::backend::llvm::LlvmBackend;
+use kiln_core::backend::{read_bits, write_bits, Backend, LaunchArgs, STATUS_LEN};
+use kiln_core::kernel::{Kernel, ParamKind};
+use kiln_core::VarType;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A buffer from the crate's allocator (64-byte aligned, with slack), zeroed.
+struct Buf {
+    block: Option<Block>,
+    ty: VarType,
+    len: usize,
+}
+
+impl Buf {
+    fn new(ty: VarType, len: usize) -> Buf {
+        let block = alloc::alloc(len.max(1) * ty.size_bytes(), &|| "filetest buffer".into())
+            .expect("alloc");
+        let b = Buf {
+            block: Some(block),
+            ty,
+            len,
+        };
+        for i in 0..len {
+            b.set(i, 0);
+        }
+        b
+    }
+    fn ptr(&self) -> *mut u8 {
+        self.block.as_ref().expect("live").as_ptr()
+    }
+    fn get(&self, i: usize) -> u64 {
+        // SAFETY: i < len (callers); the block holds len elements of ty.
+        unsafe { read_bits(self.ptr(), self.ty, i) }
+    }
+    fn set(&self, i: usize, bits: u64) {
+        // SAFETY: i < len (callers); this test owns the buffer.
+        unsafe { write_bits(self.ptr(), self.ty, i, bits) }
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if let Some(b) = self.block.take() {
+            alloc::free(b);
+        }
+    }
+}
+
+/// One file: its kernel and directives.
+struct Case {
+    kernel: Kernel,
+    range: (usize, usize),
+    init: Vec<(usize, Vec<u64>)>,
+    lens: Vec<(usize, usize)>,
+    expect: Vec<(usize, Vec<u64>)>,
+    status: Option<[u64; STATUS_LEN]>,
+}
+
+fn value(ty: VarType, w: &str) -> Result<u64, String> {
+    let bad = || format!("`{w}` is not a {ty} value");
+    if let Some(h) = w.strip_prefix("0x") {
+        return u64::from_str_radix(h, 16).map_err(|_| bad());
+    }
+    let f = |v: f64| match ty {
+        VarType::F32 => (v as f32).to_bits() as u64,
+        _ => v.to_bits(),
+    };
+    Ok(match (ty, w) {
+        (VarType::Bool, "true" | "1") => 1,
+        (VarType::Bool, "false" | "0") => 0,
+        (VarType::Bool, _) => return Err(bad()),
+        (VarType::F32 | VarType::F64, "nan") => f(f64::NAN),
+        (VarType::F32 | VarType::F64, "inf") => f(f64::INFINITY),
+        (VarType::F32 | VarType::F64, "-inf") => f(f64::NEG_INFINITY),
+        (VarType::F32 | VarType::F64, _) => f(w.parse().map_err(|_| bad())?),
+        (VarType::I32 | VarType::I64, _) => {
+            w.parse::<i64>().map_err(|_| bad())? as u64 & ty.bit_mask()
+        }
+        _ => w.parse::<u64>().map_err(|_| bad())?,
+    })
+}
+
+fn case(text: &str) -> Result<Case, String> {
+    let kernel = Kernel::parse(text).map_err(|e| e.to_string())?;
+    kernel.verify().map_err(|e| e.join("\n"))?;
+    let mut c = Case {
+        kernel,
+        range: (0, 0),
+        init: vec![],
+        lens: vec![],
+        expect: vec![],
+        status: None,
+    };
+    let mut ranged = false;
+    let param = |w: &str, k: &Kernel| -> Result<usize, String> {
+        w.trim()
+            .strip_prefix('p')
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&p| p < k.params.len())
+            .ok_or(format!("`{w}` is not a parameter of the kernel"))
+    };
+    for line in text.lines().filter_map(|l| l.trim().strip_prefix(";!")) {
+        let line = line.trim();
+        if let Some(r) = line.strip_prefix("lanes ") {
+            let (a, b) = r.split_once("..").ok_or("expected `lanes A..B`")?;
+            c.range = (
+                a.trim().parse().map_err(|_| "bad range start")?,
+                b.trim().parse().map_err(|_| "bad range end")?,
+            );
+            ranged = true;
+        } else if let Some(r) = line.strip_prefix("expect status = ") {
+            let v: Vec<u64> = r
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            c.status = Some(v.try_into().map_err(|_| "expected three status counters")?);
+        } else if let Some(r) = line.strip_prefix("len ") {
+            let (p, n) = r.split_once('=').ok_or("expected `len pK = N`")?;
+            let p = param(p, &c.kernel)?;
+            c.lens
+                .push((p, n.trim().parse().map_err(|_| "bad length")?));
+        } else {
+            let (target, vals) = line
+                .split_once('=')
+                .ok_or(format!("unknown directive `{line}`"))?;
+            let (expect, p) = match target.trim().strip_prefix("expect ") {
+                Some(p) => (true, param(p, &c.kernel)?),
+                None => (false, param(target, &c.kernel)?),
+            };
+            let ty = c.kernel.params[p].ty;
+            let vals = vals
+                .split_whitespace()
+                .map(|w| value(ty, w))
+                .collect::<Result<Vec<_>, _>>()?;
+            if expect { &mut c.expect } else { &mut c.init }.push((p, vals));
+        }
+    }
+    if !ranged {
+        return Err("no `;! lanes A..B` directive".into());
+    }
+    Ok(c)
+}
+
+/// Runs `c` on `backend`; the buffers and status after the run.
+fn run(c: &Case, backend: &dyn Backend) -> Result<(Vec<Buf>, [u64; STATUS_LEN]), String> {
+    let compiled = backend.compile(&c.kernel).map_err(|e| e.to_string())?;
+    let end = c.range.1;
+    let bufs: Vec<Buf> = c
+        .kernel
+        .params
+        .iter()
+        .enumerate()
+        .map(|(p, prm)| {
+            let given = c
+                .init
+                .iter()
+                .find(|(q, _)| *q == p)
+                .map(|(_, v)| v.as_slice());
+            let len = match c.lens.iter().find(|(q, _)| *q == p) {
+                Some(&(_, n)) => n,
+                None => match prm.kind {
+                    ParamKind::Input | ParamKind::Output => end,
+                    ParamKind::Broadcast => 1,
+                    ParamKind::Indexed => given.map_or(0, <[u64]>::len),
+                },
+            };
+            let b = Buf::new(prm.ty, len);
+            for (i, &v) in given.unwrap_or(&[]).iter().enumerate().take(len) {
+                b.set(i, v);
+            }
+            b
+        })
+        .collect();
+    let ptrs: Vec<*mut u8> = bufs.iter().map(Buf::ptr).collect();
+    let lens: Vec<u64> = bufs.iter().map(|b| b.len as u64).collect();
+    let status: [AtomicU64; STATUS_LEN] = Default::default();
+    let args = LaunchArgs {
+        ptrs: ptrs.as_ptr(),
+        lens: lens.as_ptr(),
+        status: status.as_ptr(),
+    };
+    // SAFETY: one buffer per parameter, of its type, inputs and outputs holding at least the
+    // range's end (plus the allocator's slack), broadcast ones 1 element, indexed ones their len.
+    unsafe { compiled.run(&args, c.range.0 as u64, end as u64) };
+    Ok((
+        bufs,
+        std::array::from_fn(|i| status[i].load(Ordering::Relaxed)),
+    ))
+}
+
+fn same(ty: VarType, a: u64, b: u64) -> bool {
+    a == b
+        || match ty {
+            VarType::F32 => f32::from_bits(a as u32).is_nan() && f32::from_bits(b as u32).is_nan(),
+            VarType::F64 => f64::from_bits(a).is_nan() && f64::from_bits(b).is_nan(),
+            _ => false,
+        }
+}
+
+/// Whether a run gave the file's expectations.
+fn check(c: &Case, bufs: &[Buf], status: [u64; STATUS_LEN]) -> Result<(), String> {
+    if let Some(want) = c.status {
+        if want != status {
+            return Err(format!("status {status:?}, expected {want:?}"));
+        }
+    }
+    for (p, want) in &c.expect {
+        let b = &bufs[*p];
+        let lanes: Vec<usize> = match c.kernel.params[*p].kind {
+            ParamKind::Output | ParamKind::Input => (c.range.0..c.range.1).collect(),
+            _ => (0..b.len).collect(),
+        };
+        if lanes.len() != want.len() {
+            return Err(format!(
+                "expect p{p} gives {} values for {} elements",
+                want.len(),
+                lanes.len()
+            ));
+        }
+        for (&i, &w) in lanes.iter().zip(want) {
+            if !same(b.ty, b.get(i), w) {
+                return Err(format!("p{p}[{i}] = {:#x}, expected {w:#x}", b.get(i)));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn backends() -> Vec<(String, Arc<dyn Backend>)> {
+    let mut v: Vec<(String, Arc<dyn Backend>)> = vec![
+        ("interpreter".into(), Arc::new(Interp)),
+        (
+            "cranelift".into(),
+            Arc::new(CraneliftBackend::new().expect("cranelift")),
+        ),
+        (
+            "cranelift sse".into(),
+            Arc::new(
+                CraneliftBackend::with_settings(&[
+                    ("has_avx", "false"),
+                    ("has_avx2", "false"),
+                    ("has_fma", "false"),
+                    ("has_avx512f", "false"),
+                ])
+                .expect("cranelift (SSE only)"),
+            ),
+        ),
+    ];
+    match LlvmBackend::create(false) {
+        Ok(b) => {
+            v.push(("llvm".into(), Arc::new(b.strict())));
+            for w in [4usize, 8, 16, 32, 64] {
+                if let Ok(b) = LlvmBackend::create_with(false, w) {
+                    v.push((format!("llvm w{w}"), Arc::new(b.strict())));
+                }
+            }
+        }
+        Err(reason) => eprintln!("LLVM filetests SKIPPED: {reason}"),
+    }
+    v
+}
+
+#[test]
+fn every_filetest_passes_on_every_backend() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/filetests");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/filetests")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "kir"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "the filetests are missing from {dir:?}");
+    let backends = backends();
+    let mut failures = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("readable");
+        let name = f.file_name().unwrap_or_default().to_string_lossy();
+        let c = match case(&text) {
+            Ok(c) => c,
+            Err(e) => {
+                failures.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        for (be, backend) in &backends {
+            if let Err(e) = run(&c, backend.as_ref()).and_then(|(b, s)| check(&c, &b, s)) {
+                failures.push(format!("{name} on {be}: {e}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A file with a wrong expectation fails, naming the element (the runner is not vacuous).
+#[test]
+fn a_wrong_expectation_is_reported() {
+    let c = case(
+        ";! lanes 0..3\n;! p0 = 1 2 3\n;! expect p1 = 2 4 7\np0: in i32\np1: out i32\nr0 = load.i32 p0\nr1 = add.i32 r0, r0\nstore.i32 p1, r1\n",
+    )
+    .unwrap();
+    let (bufs, status) = run(&c, &Interp).unwrap();
+    let e = check(&c, &bufs, status).unwrap_err();
+    assert!(e.contains("p1[2] = 0x6, expected 0x7"), "{e}");
+}
