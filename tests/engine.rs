@@ -608,3 +608,61 @@ fn fused_reductions_agree_with_reductions_of_evaluated_arrays() {
         assert_eq!(d.oob_reads, 2);
     });
 }
+
+/// Every `KILN_*` variable is declared once in `kiln_core::config::VARIABLES`, and the README's
+/// table of variables names exactly those (no undeclared variable, none left out).
+#[test]
+fn the_readme_lists_every_declared_variable_and_no_other() {
+    let whole = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    // the engine's table (the benches' own variables, such as KILN_NUMPY_PYTHON, are elsewhere)
+    let start = whole
+        .find("## Backends and environment variables")
+        .expect("the README's section on environment variables");
+    let section = &whole[start..];
+    let readme = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let declared: std::collections::BTreeSet<&str> = kiln_core::config::VARIABLES
+        .iter()
+        .map(|v| v.name)
+        .collect();
+    let mut named = std::collections::BTreeSet::new();
+    for (i, _) in readme.match_indices("KILN_") {
+        let name: String = readme[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        named.insert(name);
+    }
+    let missing: Vec<_> = declared.iter().filter(|n| !named.contains(**n)).collect();
+    let unknown: Vec<_> = named
+        .iter()
+        .filter(|n| !declared.contains(n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "declared but not in the README: {missing:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "in the README but not declared: {unknown:?}"
+    );
+}
+
+/// The run-time switches take effect, and `set_threads` after the pool started is refused with a
+/// message naming the fix.
+#[test]
+fn configuration_switches_set_at_run_time() {
+    leak_checked(|| {
+        // (asking the pool its size starts it: from then on its size is fixed)
+        let n = kiln_core::launch::threads();
+        let e = kiln_core::config::set_threads(n + 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("before the first evaluation"), "{e}");
+        assert_eq!(kiln_core::launch::threads(), n);
+        let before = kiln_core::config::freeze_enabled();
+        kiln_core::config::set_freeze(!before);
+        assert_eq!(kiln_core::config::freeze_enabled(), !before);
+        kiln_core::config::set_freeze(before);
+    });
+}

@@ -197,8 +197,7 @@ pub(crate) struct FrozenState {
 
 /// Whether `KILN_FREEZE=0` turned freezing off for the process.
 fn globally_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !matches!(std::env::var("KILN_FREEZE").as_deref(), Ok("0")))
+    kiln_core::config::freeze_enabled()
 }
 
 /// Log a warning the first time `key` comes up.

@@ -58,7 +58,7 @@ fn log(report: &mut ScanReport, msg: String) {
 }
 
 fn rewrites_from_env() -> bool {
-    std::env::var("KILN_SCAN_REWRITES").map_or(true, |v| v != "0")
+    kiln_core::config::scan_rewrites()
 }
 
 /// The index type for flat positions up to `n`.

@@ -255,7 +255,7 @@ pub fn trim(dir: &Path, max_bytes: u64) -> io::Result<u64> {
 struct Store {
     dir: Option<PathBuf>,
     disabled: AtomicBool,
-    /// Size limit of the folder (see `trim`).
+    /// Size limit of the folder (see `trim`); 0 follows `config::cache_max_mb`.
     max_bytes: u64,
     /// Successful stores so far (trimming happens at the first and every `TRIM_EVERY`th).
     stores: AtomicU64,
@@ -307,7 +307,11 @@ impl Store {
         match store_in(dir, key, bytes) {
             Ok(()) => {
                 if self.stores.fetch_add(1, Ordering::Relaxed) % TRIM_EVERY == 0 {
-                    trim_if_due(dir, self.max_bytes);
+                    let max = match self.max_bytes {
+                        0 => crate::config::cache_max_mb().saturating_mul(1 << 20),
+                        m => m,
+                    };
+                    trim_if_due(dir, max);
                 }
                 Outcome::Stored
             }
@@ -325,18 +329,22 @@ static STORE: OnceLock<Store> = OnceLock::new();
 
 fn global() -> &'static Store {
     STORE.get_or_init(|| {
-        let dir = resolve(|name| std::env::var_os(name));
+        // (the KILN_ variables through `config`, which reads each once; HOME and XDG_CACHE_HOME
+        // directly)
+        let dir = resolve(|name| {
+            if name.starts_with("KILN_") {
+                crate::config::env_os(name)
+            } else {
+                std::env::var_os(name)
+            }
+        });
         match &dir {
             Some(d) => tracing::debug!(target: "kiln::cache", "disk cache at {}", d.display()),
             None => tracing::debug!(target: "kiln::cache", "disk cache disabled"),
         }
         let mut store = Store::new(dir);
-        if let Some(mb) = std::env::var("KILN_CACHE_MAX_MB")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            store.max_bytes = mb.saturating_mul(1 << 20);
-        }
+        // 0: the limit follows `config::cache_max_mb`, which a program may change at run time
+        store.max_bytes = 0;
         store
     })
 }

@@ -13,20 +13,13 @@ use crate::stats::INPLACE_REUSES as REUSES;
 use crate::stats::{INPLACE_BYTES_SAVED as BYTES_SAVED, INPLACE_DECLINED as DECLINED};
 use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::OnceLock;
 
 thread_local! {
     static OVERRIDE: Cell<Option<bool>> = const { Cell::new(None) };
 }
 
 fn from_env() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("KILN_INPLACE").as_deref().map(str::trim),
-            Ok("0") | Ok("off") | Ok("false") | Ok("no")
-        )
-    })
+    crate::config::inplace_enabled()
 }
 
 /// Whether evaluations on this thread may write results into their operands' buffers: on unless

@@ -39,14 +39,8 @@ pub const BLOCK_ALIGN: usize = 16;
 pub(crate) fn pool() -> &'static rayon::ThreadPool {
     static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
     POOL.get_or_init(|| {
-        let n = std::env::var("KILN_THREADS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(1)
-            });
+        crate::config::pool_started();
+        let n = crate::config::threads();
         rayon::ThreadPoolBuilder::new()
             .num_threads(n.max(1))
             .thread_name(|i| format!("kiln-{i}"))

@@ -35,7 +35,7 @@ fn install(filter: &str) {
 /// Install kiln's subscriber if `KILN_LOG` is set (called on first use of the engine).
 pub fn init_from_env() {
     INIT.call_once(|| {
-        if let Ok(filter) = std::env::var("KILN_LOG") {
+        if let Some(filter) = crate::config::env("KILN_LOG") {
             install(&filter);
         } else if crate::config::debug_mode() {
             // KILN_DEBUG=1 promises visible warnings even without KILN_LOG

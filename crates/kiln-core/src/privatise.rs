@@ -142,8 +142,7 @@ pub fn mark_exclusive(kernel: &mut Kernel, len: impl Fn(usize) -> usize) -> bool
 
 /// `KILN_PLAIN_SCATTER=0` keeps every scatter atomic (to compare, or to rule this path out).
 fn plain_updates() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KILN_PLAIN_SCATTER").map_or(true, |v| v != "0"))
+    crate::config::plain_scatter()
 }
 
 /// Whether a target of `len` elements of `bytes` each is privatised in a launch of `size` lanes

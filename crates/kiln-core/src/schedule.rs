@@ -38,12 +38,12 @@ thread_local! {
 /// `info` line saying why). Asking for `llvm` where it is missing keeps `Llvm`: every evaluation then
 /// fails with `BackendUnavailable`, which names the reason and the fix.
 fn default_backend() -> BackendKind {
-    *DEFAULT_BACKEND.get_or_init(|| match std::env::var("KILN_BACKEND").as_deref() {
-        Ok("interp") => BackendKind::Interp,
-        Ok("cranelift") => BackendKind::Cranelift,
-        Ok("llvm") => BackendKind::Llvm,
-        Ok("") | Err(_) => auto_backend(),
-        Ok(other) => {
+    *DEFAULT_BACKEND.get_or_init(|| match crate::config::env("KILN_BACKEND").as_deref() {
+        Some("interp") => BackendKind::Interp,
+        Some("cranelift") => BackendKind::Cranelift,
+        Some("llvm") => BackendKind::Llvm,
+        None => auto_backend(),
+        Some(other) => {
             let pick = auto_backend();
             tracing::warn!(target: "kiln::kernel", "KILN_BACKEND={other} is not a known backend (interp, cranelift, llvm); using {pick}");
             pick
@@ -56,7 +56,7 @@ fn auto_backend() -> BackendKind {
         Ok(_) => BackendKind::Llvm,
         Err(reason) => {
             // a library the user named that does not work deserves a warning; no LLVM at all is normal
-            if std::env::var_os("KILN_LLVM_PATH").is_some_and(|p| !p.is_empty()) {
+            if crate::config::env_os("KILN_LLVM_PATH").is_some() {
                 tracing::warn!(target: "kiln::kernel", "using the Cranelift backend: {reason}");
             } else {
                 tracing::info!(target: "kiln::kernel", "using the Cranelift backend: {reason}");
@@ -1649,17 +1649,9 @@ pub fn block_reduce_fused(op: ReduceOp, id: VarId, block: usize) -> Result<Optio
 /// Launches that computed a larger lazy array in registers before the warning below names it.
 const RECOMPUTE_WARN_AT: u16 = 16;
 
-static RECOMPUTE_WARNING: OnceLock<std::sync::atomic::AtomicBool> = OnceLock::new();
+/// Whether the recompute warning was given (once per process, or per [`warn_on_recompute`]`(true)`).
+static RECOMPUTE_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static RECOMPUTE_DETECTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn recompute_warning() -> &'static std::sync::atomic::AtomicBool {
-    RECOMPUTE_WARNING.get_or_init(|| {
-        std::sync::atomic::AtomicBool::new(!matches!(
-            std::env::var("KILN_WARN_RECOMPUTE").as_deref(),
-            Ok("0")
-        ))
-    })
-}
 
 /// Turn the warning about arrays recomputed by many kernels (state a host loop never evaluates) on
 /// or off for the process; `KILN_WARN_RECOMPUTE=0` turns it off from the start. Detections are
@@ -1670,7 +1662,10 @@ fn recompute_warning() -> &'static std::sync::atomic::AtomicBool {
 /// kiln_core::schedule::warn_on_recompute(true);
 /// ```
 pub fn warn_on_recompute(on: bool) {
-    recompute_warning().store(on, std::sync::atomic::Ordering::Relaxed);
+    crate::config::set_warn_recompute(on);
+    if on {
+        RECOMPUTE_WARNED.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// How many times a larger lazy array was found recomputed by [`RECOMPUTE_WARN_AT`] kernels, the
@@ -1850,7 +1845,9 @@ fn note_computed(st: &mut State, ids: &[u32], missed: bool) {
         return;
     }
     RECOMPUTE_DETECTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if !recompute_warning().swap(false, std::sync::atomic::Ordering::Relaxed) {
+    if !crate::config::warn_recompute()
+        || RECOMPUTE_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
         return;
     }
     // labelled arrays first: the names the user gave

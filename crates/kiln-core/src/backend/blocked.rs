@@ -67,8 +67,7 @@ static MIN_SPAN: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The policy kernels compiled now are blocked by.
 pub fn policy() -> Policy {
     if LANES.load(Ordering::Relaxed) == usize::MAX {
-        let lanes = std::env::var("KILN_LANE_BLOCK")
-            .ok()
+        let lanes = crate::config::env("KILN_LANE_BLOCK")
             .and_then(|s| s.parse().ok())
             .unwrap_or(DEFAULT_LANES);
         let _ = LANES.compare_exchange(usize::MAX, lanes, Ordering::Relaxed, Ordering::Relaxed);

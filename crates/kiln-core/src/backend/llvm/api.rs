@@ -218,7 +218,7 @@ impl Library {
     /// Find and open libLLVM: `KILN_LLVM_PATH` if set (a file, or a folder to search), else the
     /// newest suitable library in the usual places.
     pub fn find() -> Result<&'static Library, LoadError> {
-        if let Some(p) = std::env::var_os("KILN_LLVM_PATH").filter(|p| !p.is_empty()) {
+        if let Some(p) = crate::config::env_os("KILN_LLVM_PATH") {
             let p = PathBuf::from(p);
             if p.is_dir() {
                 let mut found = None;

@@ -40,8 +40,7 @@ pub fn shared() -> std::result::Result<Arc<LlvmBackend>, String> {
 /// Lanes per vector iteration for this CPU: 16 with AVX-512, 8 with AVX2, 4 otherwise
 /// (`KILN_LLVM_WIDTH` overrides it with 4, 8, 16 or 32).
 pub fn vector_width() -> usize {
-    if let Some(w) = std::env::var("KILN_LLVM_WIDTH")
-        .ok()
+    if let Some(w) = crate::config::env("KILN_LLVM_WIDTH")
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|w| [4, 8, 16, 32].contains(w))
     {
@@ -98,7 +97,7 @@ impl LlvmBackend {
     /// A backend of its own (its own JIT), keeping objects in the disk cache or not. Programs use
     /// `shared()`; tests that compile thousands of random kernels make one without the disk cache.
     pub fn create(disk_cache: bool) -> std::result::Result<LlvmBackend, String> {
-        let fixed = std::env::var("KILN_LLVM_WIDTH").is_ok();
+        let fixed = crate::config::env("KILN_LLVM_WIDTH").is_some();
         let mut be = LlvmBackend::create_with(disk_cache, vector_width())?;
         be.widen = !fixed;
         Ok(be)
