@@ -11,7 +11,7 @@ use super::spec::{
 };
 use super::{ScanMode, ScanReport};
 use kiln_core::control as cc;
-use kiln_core::{Error, Op, ReduceOp, Result, VarId, VarType};
+use kiln_core::{Error, Handle, Op, ReduceOp, Result, VarId, VarType};
 
 /// What a run hands back to a face.
 pub(crate) struct RunOut {
@@ -25,30 +25,29 @@ pub(crate) struct RunOut {
 }
 
 /// One reference to a variable, released on drop (for the ids built here).
-struct V(VarId);
+type V = Handle;
 
-impl Drop for V {
-    fn drop(&mut self) {
-        kiln_core::dec_ref(self.0);
-    }
+/// How this module builds its values.
+trait Build: Sized {
+    fn lit(ty: VarType, v: u64) -> Self;
+    fn op(op: Op, args: &[&Self]) -> Result<Self>;
+    fn erased(self, shape: Vec<usize>) -> Erased;
+    fn share(&self) -> Self;
 }
 
-impl V {
+impl Build for Handle {
     fn lit(ty: VarType, v: u64) -> V {
-        V(kiln_core::literal(ty, v, 1))
+        V::own(kiln_core::literal(ty, v, 1))
     }
     fn op(op: Op, args: &[&V]) -> Result<V> {
-        let ids: Vec<VarId> = args.iter().map(|a| a.0).collect();
-        kiln_core::op(op, &ids).map(V)
+        let ids: Vec<VarId> = args.iter().map(|a| a.id()).collect();
+        kiln_core::op(op, &ids).map(V::own)
     }
     fn erased(self, shape: Vec<usize>) -> Erased {
-        let id = self.0;
-        std::mem::forget(self);
-        Erased::own(id, shape)
+        Erased::own(self.into_id(), shape)
     }
     fn share(&self) -> V {
-        kiln_core::inc_ref(self.0);
-        V(self.0)
+        self.clone()
     }
 }
 
@@ -535,10 +534,7 @@ pub(crate) fn run(
                 if (lo, hi) == (0, exec.run) {
                     e
                 } else {
-                    let buf = V({
-                        kiln_core::inc_ref(e.id);
-                        e.id
-                    });
+                    let buf = V::borrow(e.id);
                     rows_view(&buf, ty, &row, w, exec.run, lo, hi - lo, None)?
                 }
             }
@@ -698,7 +694,7 @@ fn rows_view(
         return Ok(buf.share().erased(shape));
     }
     let ity = index_type(cap * w + w);
-    let c = V(kiln_core::counter(ity, count * w)?);
+    let c = V::own(kiln_core::counter(ity, count * w)?);
     let idx = if let Some(k) = ring {
         // ((first + c / w) % k) * w + c % w
         let wl = V::lit(ity, w as u64);
@@ -716,7 +712,7 @@ fn rows_view(
     };
     let all = V::lit(VarType::Bool, 1);
     let _ = ty;
-    let g = kiln_core::gather_view(buf.0, idx.0, all.0)?;
+    let g = kiln_core::gather_view(buf.id(), idx.id(), all.id())?;
     Ok(Erased::own(g, shape))
 }
 
@@ -766,17 +762,16 @@ fn init_rows(o: &OutSpec, w: usize) -> Result<Vec<V>> {
         return Ok(Vec::new());
     };
     if !o.mitsot_layout() {
-        kiln_core::inc_ref(init.id);
-        return Ok(vec![V(init.id)]);
+        return Ok(vec![V::borrow(init.id)]);
     }
     (0..o.window())
         .map(|r| {
             let ity = index_type((r + 1) * w + 1);
-            let c = V(kiln_core::counter(ity, w)?);
+            let c = V::own(kiln_core::counter(ity, w)?);
             let off = V::lit(ity, (r * w) as u64);
             let idx = V::op(Op::Add, &[&c, &off])?;
             let all = V::lit(VarType::Bool, 1);
-            kiln_core::gather(init.id, idx.0, all.0).map(V)
+            kiln_core::gather(init.id, idx.id(), all.id()).map(V::own)
         })
         .collect()
 }
@@ -785,12 +780,12 @@ fn init_rows(o: &OutSpec, w: usize) -> Result<Vec<V>> {
 fn output_buffer(ty: VarType, len: usize) -> Result<V> {
     if kiln_core::freeze::record::active() {
         // an enclosing frozen function must see (and replay) the allocation
-        let z = V(kiln_core::literal(ty, 0, len));
-        kiln_core::eval(&[z.0])?;
-        let id = kiln_core::make_opaque(z.0)?;
-        return Ok(V(id));
+        let z = V::own(kiln_core::literal(ty, 0, len));
+        kiln_core::eval(&[z.id()])?;
+        let id = kiln_core::make_opaque(z.id())?;
+        return Ok(V::own(id));
     }
-    kiln_core::uninit(ty, len).map(V)
+    kiln_core::uninit(ty, len).map(V::own)
 }
 
 /// `keep_states` buffers: `window + steps` rows, the initial rows written first.
@@ -808,9 +803,9 @@ fn state_buffers(spec: &Spec, an: &Analysis, steps: usize) -> Result<Vec<Option<
             let mut buf = output_buffer(ty, (win + steps) * w)?;
             let init = o.init.as_ref().expect("recurrent");
             let ity = index_type((win + steps) * w + 1);
-            let idx = V(kiln_core::counter(ity, win * w)?);
+            let idx = V::own(kiln_core::counter(ity, win * w)?);
             let all = V::lit(VarType::Bool, 1);
-            kiln_core::scatter(&mut buf.0, init.id, idx.0, all.0, ReduceOp::None)?;
+            kiln_core::scatter(buf.id_mut(), init.id, idx.id(), all.id(), ReduceOp::None)?;
             Ok(Some(buf))
         })
         .collect()
@@ -883,10 +878,10 @@ fn step_input(
     rows: Vec<Vec<Erased>>,
     windows: &[Vec<Erased>],
 ) -> Result<StepIn> {
-    let t32 = if kiln_core::var_type(t.0) == VarType::U32 {
+    let t32 = if kiln_core::var_type(t.id()) == VarType::U32 {
         t.share()
     } else {
-        V(kiln_core::convert(Op::Cast, t.0, VarType::U32)?)
+        V::own(kiln_core::convert(Op::Cast, t.id(), VarType::U32)?)
     };
     let out_rows = spec
         .outs
@@ -948,14 +943,14 @@ fn seq_rows_at(spec: &Spec, idx: &[Vec<V>], lane: Option<&V>) -> Result<Vec<Vec<
                     let g = match lane {
                         // one kernel: the row's lane is the kernel's lane
                         Some(lane) if w > 1 => {
-                            let ity = kiln_core::var_type(r.0);
+                            let ity = kiln_core::var_type(r.id());
                             let wl = V::lit(ity, w as u64);
                             let base = V::op(Op::Mul, &[r, &wl])?;
                             let i = V::op(Op::Add, &[&base, lane])?;
                             let all = V::lit(VarType::Bool, 1);
-                            V(kiln_core::gather(s.data.id, i.0, all.0)?)
+                            V::own(kiln_core::gather(s.data.id, i.id(), all.id())?)
                         }
-                        _ => V(row_of(s.data.id, r.0, w)?),
+                        _ => V::own(row_of(s.data.id, r.id(), w)?),
                     };
                     Ok(g.erased(row.clone()))
                 })
@@ -1008,14 +1003,14 @@ fn store_row(
     w: usize,
     lane: Option<&V>,
 ) -> Result<()> {
-    let ity = kiln_core::var_type(pos.0);
+    let ity = kiln_core::var_type(pos.id());
     let wl = V::lit(ity, w as u64);
     let base = V::op(Op::Mul, &[pos, &wl])?;
     let own_lane;
     let lane = match lane {
         Some(l) if w > 1 => l,
         _ if w > 1 => {
-            own_lane = V(kiln_core::counter(ity, w)?);
+            own_lane = V::own(kiln_core::counter(ity, w)?);
             &own_lane
         }
         _ => {
@@ -1026,7 +1021,7 @@ fn store_row(
     let idx = V::op(Op::Add, &[&base, lane])?;
     let all = V::lit(VarType::Bool, 1);
     let m = mask.unwrap_or(&all);
-    kiln_core::scatter(buf, value, idx.0, m.0, ReduceOp::None)
+    kiln_core::scatter(buf, value, idx.id(), m.id(), ReduceOp::None)
 }
 
 /// A fully invariant body: computed once, its rows repeated.
@@ -1065,13 +1060,13 @@ fn invariant(
         } else {
             // rows × the value: a view of one evaluated row
             let ity = index_type(rows * w + 1);
-            let c = V(kiln_core::counter(ity, rows * w)?);
+            let c = V::own(kiln_core::counter(ity, rows * w)?);
             // (one index per stored element, also when a row is one element)
             let wl = V::lit(ity, w as u64);
             let idx = V::op(Op::Rem, &[&c, &wl])?;
             kiln_core::eval(&[y.id])?;
             let all = V::lit(VarType::Bool, 1);
-            Some(V(kiln_core::gather_view(y.id, idx.0, all.0)?))
+            Some(V::own(kiln_core::gather_view(y.id, idx.id(), all.id())?))
         });
         finals.push(spec.outs[j].init.as_ref().map(|_| y.clone()));
     }
@@ -1088,8 +1083,7 @@ fn invariant(
             let mut parts: Vec<V> = init_rows(o, w)?;
             let y = &out.outs[j];
             for _ in 0..steps {
-                kiln_core::inc_ref(y.id);
-                parts.push(V(y.id));
+                parts.push(V::borrow(y.id));
             }
             concat_rows(&parts, an.out_types[j], &an.out_rows[j], w).map(Some)
         })
@@ -1110,7 +1104,7 @@ fn concat_rows(parts: &[V], ty: VarType, row: &[usize], w: usize) -> Result<Eras
     let ity = index_type(n * w + 1);
     for (r, p) in parts.iter().enumerate() {
         let pos = V::lit(ity, r as u64);
-        store_row(&mut buf.0, p.0, &pos, None, w, None)?;
+        store_row(buf.id_mut(), p.id(), &pos, None, w, None)?;
     }
     let mut shape = vec![n];
     shape.extend_from_slice(row);
@@ -1164,9 +1158,9 @@ fn fused(
     }
     let like = inits
         .iter()
-        .find(|v| kiln_core::size(v.0) == w)
-        .map(|v| v.0)
-        .unwrap_or(inits[0].0);
+        .find(|v| kiln_core::size(v.id()) == w)
+        .map(|v| v.id())
+        .unwrap_or(inits[0].id());
     let phis: Vec<V> = inits
         .iter()
         .enumerate()
@@ -1174,14 +1168,14 @@ fn fused(
             // the step and the `until` flag are the same in every lane: one element, as the body
             // sees them (`s.t()` is a scalar)
             let n = if k < first_window { 1 } else { w };
-            V(cc::placeholder(kiln_core::var_type(v.0), n, k, like))
+            V::own(cc::placeholder(kiln_core::var_type(v.id()), n, k, like))
         })
         .collect();
     // a panic in the body discards what the trace made (its side effects hold placeholders)
     let trace = crate::control::Trace::enter()?;
     let traced = (|| -> Result<(Vec<V>, V)> {
         let t = &phis[0];
-        let lane = V(kiln_core::counter(ity, w)?);
+        let lane = V::own(kiln_core::counter(ity, w)?);
         let idx = seq_row_index(spec, t, ity)?;
         let rows = seq_rows_at(spec, &idx, Some(&lane))?;
         let windows: Vec<Vec<Erased>> = spec
@@ -1209,8 +1203,7 @@ fn fused(
         let one = V::lit(ity, 1);
         let mut nexts = vec![V::op(Op::Add, &[t, &one])?];
         if let Some(u) = &out.until {
-            kiln_core::inc_ref(u.id);
-            nexts.push(V(u.id));
+            nexts.push(V::borrow(u.id));
         }
         for (j, o) in spec.outs.iter().enumerate() {
             let win = o.window();
@@ -1218,8 +1211,7 @@ fn fused(
                 nexts.push(phis[window_at[j] + k].share());
             }
             if win > 0 {
-                kiln_core::inc_ref(out.outs[j].id);
-                nexts.push(V(out.outs[j].id));
+                nexts.push(V::borrow(out.outs[j].id));
             }
         }
         for (j, y) in out.outs.iter().enumerate() {
@@ -1227,12 +1219,12 @@ fn fused(
                 &mut bufs[j],
                 store_position(&stores[j], t, ity, steps, spec.reverse)?,
             ) {
-                store_row(&mut buf.0, y.id, &pos, mask.as_ref(), w, Some(&lane))?;
+                store_row(buf.id_mut(), y.id, &pos, mask.as_ref(), w, Some(&lane))?;
             }
             if let Some(sb) = &mut sbufs[j] {
                 let win = V::lit(ity, spec.outs[j].window() as u64);
                 let pos = V::op(Op::Add, &[t, &win])?;
-                store_row(&mut sb.0, y.id, &pos, None, w, Some(&lane))?;
+                store_row(sb.id_mut(), y.id, &pos, None, w, Some(&lane))?;
             }
         }
         let limit = V::lit(ity, steps as u64);
@@ -1258,34 +1250,34 @@ fn fused(
             )));
         }
     };
-    let init_ids: Vec<VarId> = inits.iter().map(|v| v.0).collect();
-    let phi_ids: Vec<VarId> = phis.iter().map(|v| v.0).collect();
-    let next_ids: Vec<VarId> = nexts.iter().map(|v| v.0).collect();
+    let init_ids: Vec<VarId> = inits.iter().map(|v| v.id()).collect();
+    let phi_ids: Vec<VarId> = phis.iter().map(|v| v.id()).collect();
+    let next_ids: Vec<VarId> = nexts.iter().map(|v| v.id()).collect();
     let outs: Vec<V> = cc::make_loop(
         label,
         w,
         like,
         &init_ids,
         &phi_ids,
-        cond.0,
+        cond.id(),
         &next_ids,
         effects.take(),
         0,
     )
     .into_iter()
-    .map(V)
+    .map(V::own)
     .collect();
     // run the loop now, once: its final states and its stored rows come from the same kernel
     // (evaluated separately, a later request for the other would run the loop again)
-    let mut now: Vec<VarId> = outs.iter().map(|v| v.0).collect();
-    now.extend(bufs.iter().flatten().map(|b| b.0));
-    now.extend(sbufs.iter().flatten().map(|b| b.0));
+    let mut now: Vec<VarId> = outs.iter().map(|v| v.id()).collect();
+    now.extend(bufs.iter().flatten().map(|b| b.id()));
+    now.extend(sbufs.iter().flatten().map(|b| b.id()));
     if !cc::symbolic() {
         kiln_core::eval(&now)?;
     }
     let run = if an.until {
         // the steps that ran decide the outputs' lengths: read the final step number
-        let bytes = kiln_core::read_bytes(outs[0].0)?;
+        let bytes = kiln_core::read_bytes(outs[0].id())?;
         let n = if ity == VarType::U32 {
             u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")) as usize
         } else {
@@ -1463,7 +1455,7 @@ fn stepped(
     // arguments: [t, window rows…]; sequences and non-sequences are read from `spec`
     let mut step = crate::freeze::freeze(|args: &Arrays, bufs: &mut Arrays| -> Arrays {
         let r = (|| -> Result<Arrays> {
-            let t = V({
+            let t = V::own({
                 kiln_core::inc_ref(args.0[0].id);
                 args.0[0].id
             });
@@ -1486,7 +1478,7 @@ fn stepped(
                     Plan::Operand(b) => Subst::Operand { b },
                     Plan::Row { all, seq, tap, m, n } => {
                         let k = spec.seqs[seq].taps.iter().position(|&x| x == tap).expect("a declared tap");
-                        Subst::Row { all, row: idx[seq][k].0, m, n }
+                        Subst::Row { all, row: idx[seq][k].id(), m, n }
                     }
                 })
                 .collect();
@@ -1590,7 +1582,7 @@ fn stepped(
         out_bufs.push(if h {
             let e = it.next().expect("a buffer");
             kiln_core::inc_ref(e.id);
-            Some(V(e.id))
+            Some(V::own(e.id))
         } else {
             None
         });
@@ -1601,7 +1593,7 @@ fn stepped(
             h.then(|| {
                 let e = it.next().expect("a states buffer");
                 kiln_core::inc_ref(e.id);
-                V(e.id)
+                V::own(e.id)
             })
         })
         .collect();

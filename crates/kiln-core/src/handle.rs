@@ -1,0 +1,82 @@
+//! An owned, untyped reference to a traced variable: the one handle front ends build on (the typed
+//! `Array<T>`, the type-erased values of `scan` and AD, a Python binding). It holds one external
+//! reference of the registry and releases it when dropped, so code that builds graphs from raw
+//! ids needs no manual `dec_ref` on any path, an error or a panic included.
+
+use crate::registry::{VarId, STATE};
+use crate::ty::VarType;
+
+/// One reference to a variable, released when dropped; cloning takes another.
+///
+/// ```
+/// use kiln_core::{Handle, Op, VarType};
+/// let before = kiln_core::stats().vars_alive;
+/// {
+///     let x = Handle::own(kiln_core::counter(VarType::U32, 4).unwrap());
+///     let one = Handle::own(kiln_core::literal(VarType::U32, 1, 1));
+///     let y = Handle::own(kiln_core::op(Op::Add, &[x.id(), one.id()]).unwrap());
+///     assert_eq!(y.ty(), VarType::U32);
+///     assert_eq!(y.len(), 4);
+///     let bytes = kiln_core::read_bytes(y.id()).unwrap();
+///     assert_eq!(&bytes[..4], &1u32.to_le_bytes());
+/// }
+/// assert_eq!(kiln_core::stats().vars_alive, before);
+/// ```
+pub struct Handle(VarId);
+
+impl Handle {
+    /// Take over one reference the caller holds on `id` (what `op`, `literal`, … return).
+    pub fn own(id: VarId) -> Handle {
+        Handle(id)
+    }
+    /// Take a new reference on `id` (the caller keeps its own).
+    pub fn borrow(id: VarId) -> Handle {
+        crate::inc_ref(id);
+        Handle(id)
+    }
+    /// The variable, for the engine's functions (the reference stays with the handle).
+    pub fn id(&self) -> VarId {
+        self.0
+    }
+    /// The variable, for an engine function that replaces it in place (`scatter` makes its target
+    /// a new variable and hands this handle that variable's reference).
+    pub fn id_mut(&mut self) -> &mut VarId {
+        &mut self.0
+    }
+    /// Give the reference back to the caller, who must release it (`dec_ref`) or hand it on.
+    pub fn into_id(self) -> VarId {
+        let id = self.0;
+        std::mem::forget(self);
+        id
+    }
+    /// The element type.
+    pub fn ty(&self) -> VarType {
+        STATE.lock().var(self.0 .0).ty
+    }
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        STATE.lock().var(self.0 .0).size
+    }
+    /// Whether the variable has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Clone for Handle {
+    fn clone(&self) -> Handle {
+        Handle::borrow(self.0)
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        crate::dec_ref(self.0);
+    }
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Handle({})", crate::describe(self.0))
+    }
+}
