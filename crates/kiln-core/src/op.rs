@@ -30,6 +30,23 @@ pub enum ReduceOp {
     Or,
 }
 
+impl ReduceOp {
+    /// Every reduce op, in declaration order (for tables, parsers and property tests).
+    ///
+    /// ```
+    /// assert_eq!(kiln_core::ReduceOp::ALL.len(), 7);
+    /// ```
+    pub const ALL: [ReduceOp; 7] = [
+        ReduceOp::None,
+        ReduceOp::Add,
+        ReduceOp::Mul,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::And,
+        ReduceOp::Or,
+    ];
+}
+
 /// An operation. Operand types equal the result type unless stated otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {

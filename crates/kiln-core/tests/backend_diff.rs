@@ -985,15 +985,7 @@ fn generator_covers_every_op_and_type_combination() {
         }
         for ity in INTS {
             want.insert(key(Op::Gather, t, ity.to_string()));
-            for rop in [
-                ReduceOp::None,
-                ReduceOp::Add,
-                ReduceOp::Mul,
-                ReduceOp::Min,
-                ReduceOp::Max,
-                ReduceOp::And,
-                ReduceOp::Or,
-            ] {
+            for rop in ReduceOp::ALL {
                 want.insert(key(Op::Scatter(rop), t, ity.to_string()));
             }
         }

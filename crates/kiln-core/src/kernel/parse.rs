@@ -25,15 +25,6 @@ pub struct ParseError {
 /// the list cannot fall behind).
 fn all_ops() -> Vec<Op> {
     use Op::*;
-    const REDUCE: [ReduceOp; 7] = [
-        ReduceOp::None,
-        ReduceOp::Add,
-        ReduceOp::Mul,
-        ReduceOp::Min,
-        ReduceOp::Max,
-        ReduceOp::And,
-        ReduceOp::Or,
-    ];
     let _exhaustive = |op: Op| match op {
         Literal | Counter | Data | Load | Store | Neg | Not | Abs | Sqrt | Floor | Ceil | Round
         | Trunc | Cast | Bitcast | Add | Sub | Mul | Div | Rem | Min | Max | And | Or | Xor
@@ -47,8 +38,8 @@ fn all_ops() -> Vec<Op> {
         Fma, Select, Gather, Tap, Split, LoopBegin, Phi, LoopCond, LoopNext, LoopEnd, Switch, Case,
         Yield, SwitchEnd, Out,
     ];
-    ops.extend(REDUCE.map(Reduce));
-    ops.extend(REDUCE.map(Scatter));
+    ops.extend(ReduceOp::ALL.map(Reduce));
+    ops.extend(ReduceOp::ALL.map(Scatter));
     ops
 }
 
