@@ -195,11 +195,6 @@ pub(crate) struct FrozenState {
     layouts: HashMap<u64, explain::Layout>,
 }
 
-/// Whether `KILN_FREEZE=0` turned freezing off for the process.
-fn globally_enabled() -> bool {
-    kiln_core::config::freeze_enabled()
-}
-
 /// Log a warning the first time `key` comes up.
 fn warn_once(warned: &mut HashSet<String>, key: String, msg: impl FnOnce() -> String) {
     if warned.insert(key) {
@@ -245,7 +240,7 @@ impl FrozenState {
 
     /// Whether a call will record or replay (so extra state is worth computing).
     pub(crate) fn wants_state(&self) -> bool {
-        self.enabled && globally_enabled() && !engine::in_recording()
+        self.enabled && kiln_core::config::freeze_enabled() && !engine::in_recording()
     }
 
     pub(crate) fn call<A: ArgList, O: Traverse + Clone + Send + 'static>(

@@ -56,10 +56,6 @@ fn log(report: &mut ScanReport, msg: String) {
     report.rewrites.push(msg);
 }
 
-fn rewrites_from_env() -> bool {
-    kiln_core::config::scan_rewrites()
-}
-
 /// The index type for flat positions up to `n`.
 fn index_type(n: usize) -> VarType {
     if n < u32::MAX as usize {
@@ -112,7 +108,9 @@ pub(crate) fn run(
     body: &mut dyn FnMut(&StepIn) -> Result<StepOut>,
 ) -> Result<RunOut> {
     let label = spec.label.clone();
-    let rewrites = spec.rewrites.unwrap_or_else(rewrites_from_env);
+    let rewrites = spec
+        .rewrites
+        .unwrap_or_else(kiln_core::config::scan_rewrites);
     if spec.reverse && spec.go_backwards {
         return Err(Error::Scan(format!(
             "scan {label}: both `reverse` and `go_backwards` are set; `go_backwards` reverses the inputs only, `reverse` inputs and outputs — choose one"

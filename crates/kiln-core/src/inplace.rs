@@ -18,10 +18,6 @@ thread_local! {
     static OVERRIDE: Cell<Option<bool>> = const { Cell::new(None) };
 }
 
-fn from_env() -> bool {
-    crate::config::inplace_enabled()
-}
-
 /// Whether evaluations on this thread may write results into their operands' buffers: on unless
 /// `KILN_INPLACE=0`, or inside [`with_inplace`]`(false, ..)`. Results are bit-identical either
 /// way; only memory and time differ.
@@ -30,7 +26,9 @@ fn from_env() -> bool {
 /// assert!(kiln_core::inplace::with_inplace(false, || !kiln_core::inplace::enabled()));
 /// ```
 pub fn enabled() -> bool {
-    OVERRIDE.with(|o| o.get()).unwrap_or_else(from_env)
+    OVERRIDE
+        .with(|o| o.get())
+        .unwrap_or_else(crate::config::inplace_enabled)
 }
 
 /// Run `f` with update-in-place turned on or off on this thread (for comparisons and for

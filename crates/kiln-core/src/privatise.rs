@@ -117,7 +117,8 @@ impl Private {
 /// assert!(!kiln_core::privatise::mark_exclusive(&mut Kernel::default(), |_| 0));
 /// ```
 pub fn mark_exclusive(kernel: &mut Kernel, len: impl Fn(usize) -> usize) -> bool {
-    if !plain_updates() {
+    // (`KILN_PLAIN_SCATTER=0` keeps every scatter atomic: to compare, or to rule this path out)
+    if !crate::config::plain_scatter() {
         return false;
     }
     let private = Private::of(kernel);
@@ -138,11 +139,6 @@ pub fn mark_exclusive(kernel: &mut Kernel, len: impl Fn(usize) -> usize) -> bool
         }
     }
     true
-}
-
-/// `KILN_PLAIN_SCATTER=0` keeps every scatter atomic (to compare, or to rule this path out).
-fn plain_updates() -> bool {
-    crate::config::plain_scatter()
 }
 
 /// Whether a target of `len` elements of `bytes` each is privatised in a launch of `size` lanes
