@@ -42,6 +42,7 @@ pub mod stencil;
 pub mod trace;
 pub mod ty;
 
+pub use backend::select::{backend, with_backend};
 pub use backend::BackendKind;
 pub use error::{Error, Result};
 pub use freeze::Size;
@@ -49,7 +50,7 @@ pub use handle::Handle;
 pub use log::set_log_level;
 pub use op::{Op, ReduceOp};
 pub use registry::{whos, whos_with, Buffer, VarId, Whos};
-pub use schedule::{backend, eval, eval_all, kernels_for, with_backend};
+pub use schedule::{eval, eval_all, kernels_for};
 pub use stats::Stats;
 pub use trace::{
     convert, counter, gather, gather_view, literal, literal_value, op, scatter, stencil_node,

@@ -8,7 +8,8 @@
 //! registry lock released; evals from several threads are serialised by `EVAL_LOCK` (reentrant, so a
 //! kernel-launching thread that is asked to eval again cannot deadlock itself).
 
-use crate::backend::{self, Backend, BackendKind};
+use crate::backend::select::backend;
+use crate::backend::BackendKind;
 use crate::cache;
 use crate::device;
 use crate::error::Result;
@@ -17,81 +18,13 @@ use crate::launch::block_for;
 use crate::op::{Op, ReduceOp};
 use crate::registry::{Buffer, State, VarId, STATE};
 use crate::ty::VarType;
-use parking_lot::{Mutex, ReentrantMutex};
+use parking_lot::ReentrantMutex;
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 static EVAL_LOCK: ReentrantMutex<()> = ReentrantMutex::new(());
-
-// ---------------------------------------------------------------------------------------------
-// Backend choice
-
-static DEFAULT_BACKEND: OnceLock<BackendKind> = OnceLock::new();
-static BACKENDS: Mutex<Vec<(BackendKind, Arc<dyn Backend>)>> = Mutex::new(Vec::new());
-thread_local! {
-    static OVERRIDE: Cell<Option<BackendKind>> = const { Cell::new(None) };
-}
-
-/// Parse `KILN_BACKEND`; without it, LLVM when a usable libLLVM is found, else Cranelift (with one
-/// `info` line saying why). Asking for `llvm` where it is missing keeps `Llvm`: every evaluation then
-/// fails with `BackendUnavailable`, which names the reason and the fix.
-fn default_backend() -> BackendKind {
-    *DEFAULT_BACKEND.get_or_init(|| match crate::config::env("KILN_BACKEND").as_deref() {
-        Some("interp") => BackendKind::Interp,
-        Some("cranelift") => BackendKind::Cranelift,
-        Some("llvm") => BackendKind::Llvm,
-        None => auto_backend(),
-        Some(other) => {
-            let pick = auto_backend();
-            tracing::warn!(target: "kiln::kernel", "KILN_BACKEND={other} is not a known backend (interp, cranelift, llvm); using {pick}");
-            pick
-        }
-    })
-}
-
-fn auto_backend() -> BackendKind {
-    match crate::backend::llvm::shared() {
-        Ok(_) => BackendKind::Llvm,
-        Err(reason) => {
-            // a library the user named that does not work deserves a warning; no LLVM at all is normal
-            if crate::config::env_os("KILN_LLVM_PATH").is_some() {
-                tracing::warn!(target: "kiln::kernel", "using the Cranelift backend: {reason}");
-            } else {
-                tracing::info!(target: "kiln::kernel", "using the Cranelift backend: {reason}");
-            }
-            BackendKind::Cranelift
-        }
-    }
-}
-
-/// The backend evaluations on this thread use.
-pub fn backend() -> BackendKind {
-    OVERRIDE.with(|o| o.get()).unwrap_or_else(default_backend)
-}
-
-/// Run `f` with evaluations on this thread using `kind` (tests compare backends this way).
-pub fn with_backend<R>(kind: BackendKind, f: impl FnOnce() -> R) -> R {
-    struct Reset(Option<BackendKind>);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            OVERRIDE.with(|o| o.set(self.0));
-        }
-    }
-    let _reset = Reset(OVERRIDE.with(|o| o.replace(Some(kind))));
-    f()
-}
-
-fn backend_instance(kind: BackendKind) -> Result<Arc<dyn Backend>> {
-    let mut b = BACKENDS.lock();
-    if let Some((_, be)) = b.iter().find(|(k, _)| *k == kind) {
-        return Ok(be.clone());
-    }
-    let be = backend::create(kind)?;
-    b.push((kind, be.clone()));
-    Ok(be)
-}
 
 // ---------------------------------------------------------------------------------------------
 // Kernel building
@@ -1379,7 +1312,7 @@ fn run_with_into(
 /// loaded from disk) rather than found in memory.
 fn launch_all(built: &[Built]) -> Result<Vec<bool>> {
     let kind = backend();
-    let be = backend_instance(kind)?;
+    let be = crate::backend::select::instance(kind)?;
     let mut missed = vec![false; built.len()];
     for (bi, b) in built.iter().enumerate() {
         if b.kernel.is_empty() {
@@ -1554,7 +1487,7 @@ fn with_fused_kernel<R>(
     let mut missed = false;
     let result = (|| {
         let kind = backend();
-        let be = backend_instance(kind)?;
+        let be = crate::backend::select::instance(kind)?;
         let hash = built.kernel.hash();
         let look = cache::get(&be, &built.kernel, hash)?;
         missed = !look.hit;
@@ -2350,7 +2283,7 @@ fn reduce_sources(
             return Ok(None);
         }
         let kind = backend();
-        let be = backend_instance(kind)?;
+        let be = crate::backend::select::instance(kind)?;
         let hash = built.kernel.hash();
         let look = cache::get(&be, &built.kernel, hash)?;
         missed = !look.hit;

@@ -10,6 +10,7 @@ pub mod blocked;
 pub mod cranelift;
 pub mod interp;
 pub mod llvm;
+pub mod select;
 
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, Reg};
