@@ -17,6 +17,7 @@
 
 pub mod alloc;
 pub mod backend;
+pub(crate) mod build;
 pub mod cache;
 pub mod config;
 pub mod context;
