@@ -34,6 +34,7 @@ pub mod lanes;
 pub mod launch;
 pub(crate) mod log;
 pub mod op;
+pub mod plan;
 pub mod privatise;
 pub mod registry;
 pub mod schedule;

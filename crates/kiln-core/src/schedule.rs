@@ -10,15 +10,16 @@
 
 use crate::backend::select::backend;
 use crate::backend::BackendKind;
-use crate::build::{build, build_split, group, Binding, Built, Group};
+use crate::build::{Binding, Built, Group};
 use crate::cache;
 use crate::device;
 use crate::error::Result;
 use crate::kernel::{Kernel, ParamKind, Reg};
 use crate::op::{Op, ReduceOp};
+use crate::plan::{self, Dest, Intent, Plan, Summary};
 use crate::registry::{Buffer, State, VarId, STATE};
 use crate::ty::VarType;
-use parking_lot::ReentrantMutex;
+use parking_lot::{MutexGuard, ReentrantMutex};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,201 +27,91 @@ use std::time::Instant;
 
 static EVAL_LOCK: ReentrantMutex<()> = ReentrantMutex::new(());
 
-/// Allocate the output buffers of a built kernel (one per root), or take them over from inputs
-/// that nothing else can see any more (`reuse`, from [`plan_in_place`]).
-fn allocate_outputs(st: &State, b: &mut Built, mut reuse: Vec<Option<Arc<Buffer>>>) -> Result<()> {
-    for (k, &r) in b.roots.iter().enumerate() {
-        let out = match reuse.get_mut(k).and_then(Option::take) {
-            Some(buf) => buf,
-            None => {
-                let v = st.var(r);
-                Arc::new(Buffer::new(v.ty, b.size, &|| {
-                    format!("evaluating {}", st.label_of(r))
-                })?)
-            }
-        };
-        b.outputs.push(out);
-    }
-    Ok(())
-}
-
-/// The references left to each variable this evaluation touches once it is done: simulate what
-/// publishing the roots (each drops its operands), releasing the side effects and the
-/// intermediates that die with them does to every reference count. An evaluated variable left
-/// with none is released for good: nothing else (no handle, no pending expression, no side effect
-/// left behind) can read it afterwards.
-fn released_inputs(st: &State, roots: &[u32], side: &[u32]) -> HashMap<u32, u32> {
-    let mut left: HashMap<u32, u32> = HashMap::new();
-    let mut stack: Vec<u32> = Vec::new();
-    for &r in roots {
-        // a root becomes data: its operands lose one reference each
-        stack.extend(st.var(r).dep_ids());
-    }
-    // the pending-effects list holds one reference to each side effect
-    stack.extend(side.iter().copied());
-    while let Some(id) = stack.pop() {
-        let v = st.var(id);
-        let n = left.entry(id).or_insert(v.ext + v.int);
-        // (a root holds the evaluation's own reference until the end: it never reaches zero)
-        *n = n.saturating_sub(1);
-        if *n == 0 && !v.is_evaluated() {
-            stack.extend(v.dep_ids());
-        }
-    }
-    left
-}
-
-/// Which inputs of a built kernel take which outputs (update-in-place): an input read only at the
-/// lane's own index, with the output's length and element width, released for good by this
-/// evaluation (no references `left`), whose buffer no view, other array or other kernel of this evaluation
-/// holds. The first such input goes to the first output that fits, and so on. Logs each operand
-/// it turns down, and why, under `KILN_LOG=inplace`.
-fn plan_in_place(
-    st: &State,
-    b: &Built,
-    left: &HashMap<u32, u32>,
-    skip: Option<u32>,
-) -> Vec<Option<Arc<Buffer>>> {
-    use crate::inplace::{note_declined, note_reuse, Declined};
-    let mut out: Vec<Option<Arc<Buffer>>> = vec![None; b.roots.len()];
-    let params = &b.kernel.params;
-    let recording = crate::context::recording();
-    let logging = tracing::enabled!(target: "inplace", tracing::Level::DEBUG);
-    // (variable, its buffer, element width, its parameter) of each input that may take an output
-    let mut candidates: Vec<(u32, Arc<Buffer>, usize, usize)> = Vec::new();
-    let mut seen: Vec<u32> = Vec::new();
-    for (p, param) in params.iter().enumerate() {
-        if param.kind == ParamKind::Output {
-            continue;
-        }
-        let id = b.param_vars[p];
-        if seen.contains(&id) {
-            continue;
-        }
-        seen.push(id);
-        let v = st.var(id);
-        let Some(buf) = v.data.clone() else { continue };
-        let bound: Vec<usize> = (0..params.len())
-            .filter(|&q| params[q].kind != ParamKind::Output && b.param_vars[q] == id)
-            .collect();
-        let why = if bound.iter().any(|&q| {
-            params[q].kind == ParamKind::Indexed || matches!(b.bindings[q], Binding::Shifted(..))
-        }) {
-            Some(Declined::Gathered)
-        } else if param.kind == ParamKind::Broadcast {
-            Some(Declined::Broadcast)
-        } else if v.size != b.size {
-            Some(Declined::Length)
-        } else if recording && !v.fresh {
-            Some(Declined::FrozenInput)
-        } else if v.ext > 0 {
-            Some(Declined::Handle)
-        } else if v.dirty {
-            Some(Declined::PendingScatter)
-        } else if left.get(&id) != Some(&0) {
-            Some(Declined::Pending)
-        } else if Arc::strong_count(&buf) != 2 + bound.len() {
-            // (the variable, `buf` here and this kernel's bindings; anyone else is another holder)
-            Some(Declined::SharedBuffer)
-        } else if b.interior.is_some() {
-            Some(Declined::Stencil)
-        } else {
-            None
-        };
-        match why {
-            None => candidates.push((id, buf, v.ty.size_bytes(), p)),
-            Some(why) => {
-                if logging || why != Declined::Broadcast {
-                    note_declined(&|| st.label_of(id), why);
-                }
-            }
-        }
-    }
-    for (k, &r) in b.roots.iter().enumerate() {
-        let width = st.var(r).ty.size_bytes();
-        if Some(r) == skip {
-            // (a caller-provided output: no operand is reused for it)
-            continue;
-        }
-        let out_param = b
-            .param_vars
-            .iter()
-            .zip(params)
-            .position(|(&v, p)| v == r && p.kind == ParamKind::Output)
-            .expect("a root's output parameter");
-        if let Some(i) = candidates
-            .iter()
-            .position(|c| c.2 == width && b.kernel.may_alias(c.3, out_param))
-        {
-            let (id, buf, _, _) = candidates.remove(i);
-            let bytes = (b.size * width) as u64;
-            note_reuse(&|| st.label_of(id), &|| st.label_of(r), bytes);
-            out[k] = Some(buf);
-        }
-    }
-    for (id, _, _, _) in candidates {
-        let width_fits = b
-            .roots
-            .iter()
-            .any(|&r| st.var(r).ty.size_bytes() == st.var(id).ty.size_bytes());
-        note_declined(
-            &|| st.label_of(id),
-            if width_fits {
-                Declined::Taken
-            } else {
-                Declined::Width
-            },
-        );
-    }
-    out
-}
-
-/// Whether any input of `b` could take an output at all (cheap: decides whether the reference
-/// simulation of [`released_inputs`] is worth running).
-fn may_reuse(st: &State, b: &Built) -> bool {
-    // (under `KILN_LOG=inplace`, every kernel's operands get their reason logged)
-    if tracing::enabled!(target: "inplace", tracing::Level::DEBUG) {
-        return !b.kernel.is_empty();
-    }
-    b.interior.is_none()
-        && !b.kernel.is_empty()
-        && b.kernel.params.iter().enumerate().any(|(p, param)| {
-            let v = st.var(b.param_vars[p]);
-            param.kind == ParamKind::Input && v.ext == 0 && !v.dirty && v.size == b.size
-        })
-}
-
 /// The kernels that evaluating `ids` now would launch (pending side effects included), without
-/// running anything: for inspection, logs and golden tests.
+/// running anything: for inspection, logs and golden tests (the kernels of [`plan_for`]).
+pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
+    plan_for(ids).into_kernels()
+}
+
+/// What evaluating `ids` now would run (pending side effects included), planned but not run: the
+/// kernels, their parameters, and where each result would go (update-in-place decisions
+/// included). Print it to see what fuses and what is reused.
 ///
 /// Pending reductions are evaluated first (a kernel reads them as evaluated size-1 data), so
-/// that the kernels listed are the ones an evaluation would launch; if that fails, the list is
-/// built anyway.
-pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
+/// that the plan is the one an evaluation would run; if that fails, the plan is made anyway.
+///
+/// ```
+/// use kiln_core::{self as core, Op};
+/// let x = core::from_scalars(&[1.0f32, 2.0]).unwrap();
+/// let y = core::op(Op::Sqrt, &[x]).unwrap();
+/// core::dec_ref(x); // only `y` reads `x` now: its buffer can take the result
+/// assert!(core::schedule::plan_for(&[y]).to_string().contains("in place of p0"));
+/// core::dec_ref(y);
+/// ```
+pub fn plan_for(ids: &[VarId]) -> Summary {
     let _serial = EVAL_LOCK.lock();
     let ids32: Vec<u32> = ids.iter().map(|i| i.0).collect();
     let _ = resolve_reductions(Some(&ids32), &[]);
     let st = STATE.lock();
-    let mut roots = Vec::new();
-    for id in ids {
-        let v = st.var(id.0);
-        if v.alive && !v.is_evaluated() && !roots.contains(&id.0) {
-            roots.push(id.0);
+    let roots = collect_roots(&st, Some(ids));
+    let side = st.runnable_effects();
+    plan::plan(&st, roots, side, Intent::default()).summary(&st)
+}
+
+/// The unevaluated variables an evaluation of `ids` computes (`None`: every one a handle of this
+/// thread holds), with the other held outputs of the regions among them: a region runs once, not
+/// once per output.
+fn collect_roots(st: &State, ids: Option<&[VarId]>) -> Vec<u32> {
+    let mut roots: Vec<u32> = Vec::new();
+    match ids {
+        Some(ids) => {
+            for id in ids {
+                let v = st.var(id.0);
+                if v.alive && !v.is_evaluated() && !roots.contains(&id.0) {
+                    roots.push(id.0);
+                }
+            }
+        }
+        None => {
+            // inside a frozen function's recording, only what the function made
+            let recording = crate::context::recording();
+            let me = crate::registry::thread_token();
+            for (i, v) in st.vars.iter().enumerate().skip(1) {
+                if v.alive
+                    && v.thread == me
+                    && v.ext > 0
+                    && !v.is_evaluated()
+                    && !matches!(v.op, Op::Scatter(_))
+                    && (v.fresh || !recording)
+                {
+                    roots.push(i as u32);
+                }
+            }
         }
     }
-    let side = st.runnable_effects();
-    group(&st, &roots, &side)
-        .into_iter()
-        .map(|g| {
-            let mut b = build(&st, g);
-            // (as `run_with_into` marks them: stencil kernels, which may split, stay atomic)
-            if b.stencil_seen.is_empty() {
-                let vars = &b.param_vars;
-                crate::privatise::mark_exclusive(&mut b.kernel, |p| st.var(vars[p]).size);
+    let mut k = 0;
+    while k < roots.len() {
+        let v = st.var(roots[k]);
+        if v.op == Op::Out {
+            let node = v.deps[0];
+            if let Some(outs) = st.region_outs.get(&node) {
+                for &o in outs {
+                    let ov = st.var(o);
+                    if ov.alive
+                        && ov.op == Op::Out
+                        && ov.deps[0] == node
+                        && ov.ext > 0
+                        && !ov.is_evaluated()
+                        && !roots.contains(&o)
+                    {
+                        roots.push(o);
+                    }
+                }
             }
-            b.kernel
-        })
-        .collect()
+        }
+        k += 1;
+    }
+    roots
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -335,56 +226,6 @@ fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
     run_with_into(ids, tile, &mut None)
 }
 
-/// The buffer of the assignment target `t` for root `root` of `b`, if writing there is safe
-/// (see [`eval_into`]); `left`: reference counts after this evaluation.
-fn assign_target(
-    st: &State,
-    built: &[Built],
-    bi: usize,
-    root: u32,
-    t: u32,
-    left: &HashMap<u32, u32>,
-) -> Option<Arc<Buffer>> {
-    let b = &built[bi];
-    let out_param = b
-        .param_vars
-        .iter()
-        .zip(&b.kernel.params)
-        .position(|(&v, p)| v == root && p.kind == ParamKind::Output)?;
-    // where the kernel reads the target itself, every read comes before the store
-    let ordered = b
-        .param_vars
-        .iter()
-        .zip(&b.kernel.params)
-        .enumerate()
-        .filter(|(_, (&v, p))| v == t && p.kind != ParamKind::Output)
-        .all(|(q, _)| b.kernel.may_alias(q, out_param));
-    let tv = st.var(t);
-    let buf = tv.data.clone()?;
-    let held_by = |b: &Built, lane_only: bool| {
-        b.param_vars
-            .iter()
-            .zip(&b.kernel.params)
-            .zip(&b.bindings)
-            .filter(|((&v, p), bind)| {
-                v == t
-                    && p.kind != ParamKind::Output
-                    && (!lane_only
-                        || (p.kind == ParamKind::Input && matches!(bind, Binding::Input(_))))
-            })
-            .count()
-    };
-    let all: usize = built.iter().map(|b| held_by(b, false)).sum();
-    let lane_only = held_by(b, true);
-    let after = left.get(&t).copied().unwrap_or(tv.ext + tv.int);
-    (b.interior.is_none()
-        && ordered
-        && all == lane_only
-        && after == 1
-        && Arc::strong_count(&buf) == 2 + all)
-        .then_some(buf)
-}
-
 fn run_with_into(
     ids: Option<&[VarId]>,
     tile: Option<(u32, usize)>,
@@ -397,57 +238,7 @@ fn run_with_into(
     let touch: Vec<u32> = into.iter().copied().collect();
     resolve_reductions(ids32.as_deref(), &touch)?;
     let mut st = STATE.lock();
-    let mut roots: Vec<u32> = Vec::new();
-    match ids {
-        Some(ids) => {
-            for id in ids {
-                let v = st.var(id.0);
-                if v.alive && !v.is_evaluated() && !roots.contains(&id.0) {
-                    roots.push(id.0);
-                }
-            }
-        }
-        None => {
-            // inside a frozen function's recording, only what the function made
-            let recording = crate::context::recording();
-            let me = crate::registry::thread_token();
-            for (i, v) in st.vars.iter().enumerate().skip(1) {
-                if v.alive
-                    && v.thread == me
-                    && v.ext > 0
-                    && !v.is_evaluated()
-                    && !matches!(v.op, Op::Scatter(_))
-                    && (v.fresh || !recording)
-                {
-                    roots.push(i as u32);
-                }
-            }
-        }
-    }
-    // the other outputs of a region that a user still holds are evaluated with it: the region
-    // runs once, not once per output
-    let mut k = 0;
-    while k < roots.len() {
-        let v = st.var(roots[k]);
-        if v.op == Op::Out {
-            let node = v.deps[0];
-            if let Some(outs) = st.region_outs.get(&node) {
-                for &o in outs {
-                    let ov = st.var(o);
-                    if ov.alive
-                        && ov.op == Op::Out
-                        && ov.deps[0] == node
-                        && ov.ext > 0
-                        && !ov.is_evaluated()
-                        && !roots.contains(&o)
-                    {
-                        roots.push(o);
-                    }
-                }
-            }
-        }
-        k += 1;
-    }
+    let mut roots = collect_roots(&st, ids);
     if crate::context::symbolic() {
         // a symbolic body's values are not known yet: nothing runs (the body's own side effects
         // stay pending; they become part of its region)
@@ -464,26 +255,9 @@ fn run_with_into(
         reused_scalars(&st, &roots)
     };
     if !reused.is_empty() {
-        for &r in &roots {
-            st.inc_int(r);
-        }
-        drop(st);
-        let settled = settle(&reused, "needed again by a later evaluation");
-        st = STATE.lock();
-        let mut garbage = Vec::new();
-        for &r in &roots {
-            st.dec_int(r, &mut garbage);
-        }
-        drop(st);
-        drop(garbage);
-        settled?;
-        st = STATE.lock();
-        // a root below another root may have been evaluated by the settling (its own walk
-        // settles what is below *its* roots): it is a buffer now, not work for this kernel
-        roots.retain(|&r| {
-            let v = st.var(r);
-            v.alive && !v.is_evaluated()
-        });
+        with_roots_held(&mut st, &mut roots, || {
+            settle(&reused, "needed again by a later evaluation")
+        })?;
     }
     // the settling above released the lock: a pending reduction may have come within reach
     // since the one at the top (seen with reductions traced by other threads meanwhile); a
@@ -492,24 +266,10 @@ fn run_with_into(
         && !RESOLVING.get()
         && roots.iter().any(|&r| reaches_pending(&st, r))
     {
-        for &r in &roots {
-            st.inc_int(r);
-        }
-        drop(st);
-        let resolved = resolve_reductions(Some(&roots), &touch);
-        st = STATE.lock();
-        let mut garbage = Vec::new();
-        for &r in &roots {
-            st.dec_int(r, &mut garbage);
-        }
-        drop(st);
-        drop(garbage);
-        resolved?;
-        st = STATE.lock();
-        roots.retain(|&r| {
-            let v = st.var(r);
-            v.alive && !v.is_evaluated()
-        });
+        let held = roots.clone();
+        with_roots_held(&mut st, &mut roots, || {
+            resolve_reductions(Some(&held), &touch)
+        })?;
     }
     let side = if HOLD_EFFECTS.with(std::cell::Cell::get) {
         Vec::new()
@@ -522,76 +282,80 @@ fn run_with_into(
     for &r in &roots {
         st.inc_int(r);
     }
-    let mut built: Vec<Built> = group(&st, &roots, &side)
-        .into_iter()
-        .map(|g| build_split(&st, g))
-        .collect();
-    if let Some((tid, cols)) = tile {
-        for b in built.iter_mut().filter(|b| b.roots.contains(&tid)) {
-            b.tile_cols = cols;
-        }
-    }
-    // scatters into few bins update per-block copies with plain read-modify-writes: only for
-    // kernels launched whole (`launch_kernel`, which then guarantees one thread per copy)
-    for b in built.iter_mut() {
-        if b.interior.is_none() && b.tile_cols == 0 {
-            let vars = &b.param_vars;
-            crate::privatise::mark_exclusive(&mut b.kernel, |p| st.var(vars[p]).size);
-        }
-    }
-    let reusable: Vec<bool> = built.iter().map(|b| may_reuse(&st, b)).collect();
-    let left = if crate::inplace::enabled() && (into.is_some() || reusable.iter().any(|&r| r)) {
-        Some(released_inputs(&st, &roots, &side))
-    } else {
-        None
-    };
-    // the assignment target's kernel and its buffer, when it can take the result
-    let target = match (*into, &left) {
-        (Some(t), Some(left)) => roots.first().and_then(|&root| {
-            let bi = built.iter().position(|b| b.roots.contains(&root))?;
-            assign_target(&st, &built, bi, root, t, left).map(|buf| (bi, root, buf))
-        }),
-        _ => None,
-    };
-    let mut failure = None;
-    for (bi, b) in built.iter_mut().enumerate() {
-        let skip = target.as_ref().filter(|t| t.0 == bi).map(|t| t.1);
-        let mut reuse = match &left {
-            Some(left) if reusable[bi] => plan_in_place(&st, b, left, skip),
-            _ => Vec::new(),
-        };
-        if let Some((_, root, buf)) = target.as_ref().filter(|t| t.0 == bi) {
-            let k = b.roots.iter().position(|r| r == root).expect("the root");
-            reuse.resize(b.roots.len(), None);
-            let bytes = buf.bytes() as u64;
-            crate::inplace::note_reuse(
-                &|| st.label_of(into.unwrap_or(0)),
-                &|| format!("the assigned value {}", st.label_of(*root)),
-                bytes,
-            );
-            reuse[k] = Some(buf.clone());
-        }
-        if let Err(e) = allocate_outputs(&st, b, reuse) {
-            failure = Some(e);
-            break;
-        }
-    }
-    if target.is_some() {
+    let plan = plan::plan(&st, roots, side, Intent { tile, into: *into });
+    if plan.assigns() {
         // (tells `eval_into` the result went into the target's buffer)
         *into = None;
     }
+    execute(st, plan)
+}
+
+/// Run `evaluate` with the registry unlocked and `roots` held (it may evaluate some of them: a root
+/// below another root is settled by its own walk), then keep in `roots` what is still work.
+fn with_roots_held(
+    st: &mut MutexGuard<'static, State>,
+    roots: &mut Vec<u32>,
+    evaluate: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    for &r in roots.iter() {
+        st.inc_int(r);
+    }
+    let done = MutexGuard::unlocked(st, evaluate);
+    let mut garbage = Vec::new();
+    for &r in roots.iter() {
+        st.dec_int(r, &mut garbage);
+    }
+    // (buffers are freed with the registry unlocked)
+    MutexGuard::unlocked(st, || drop(garbage));
+    done?;
+    roots.retain(|&r| {
+        let v = st.var(r);
+        v.alive && !v.is_evaluated()
+    });
+    Ok(())
+}
+
+/// Run a plan: count its in-place decisions, allocate the outputs that need new buffers, launch
+/// its kernels with the registry unlocked, publish the results (only if everything ran), and
+/// release what the evaluation held (its roots' and side effects' references).
+fn execute(mut st: MutexGuard<'static, State>, plan: Plan) -> Result<()> {
+    plan::note_decisions(&st, &plan);
+    let Plan {
+        steps, roots, side, ..
+    } = plan;
+    let mut built: Vec<Built> = Vec::with_capacity(steps.len());
+    let mut failure = None;
+    for step in steps {
+        let mut b = step.built;
+        if failure.is_none() {
+            for (dest, &r) in step.dests.into_iter().zip(&b.roots) {
+                let out = match dest {
+                    Dest::Reuse { buf, .. } | Dest::Target { buf, .. } => buf,
+                    Dest::Fresh => {
+                        let v = st.var(r);
+                        match Buffer::new(v.ty, b.size, &|| {
+                            format!("evaluating {}", st.label_of(r))
+                        }) {
+                            Ok(buf) => Arc::new(buf),
+                            Err(e) => {
+                                failure = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                };
+                b.outputs.push(out);
+            }
+        }
+        built.push(b);
+    }
     let result = match failure {
         Some(e) => Err(e),
-        None => {
-            drop(st);
-            let r = launch_all(&built);
-            st = STATE.lock();
-            r.map(|missed| {
-                for (b, missed) in built.iter().zip(missed) {
-                    note_computed(&mut st, &b.computed, missed);
-                }
-            })
-        }
+        None => MutexGuard::unlocked(&mut st, || launch_all(&built)).map(|missed| {
+            for (b, missed) in built.iter().zip(missed) {
+                note_computed(&mut st, &b.computed, missed);
+            }
+        }),
     };
     // publish results (only if everything ran) and release what the eval held
     let mut garbage = Vec::new();
@@ -782,15 +546,13 @@ fn with_fused_kernel<R>(
     }
     let (size, sym) = (v.size, v.sym);
     st.inc_int(id.0);
-    let built = build(
-        &st,
-        Group {
-            size,
-            sym,
-            roots: vec![id.0],
-            side: Vec::new(),
-        },
-    );
+    let group = Group {
+        size,
+        sym,
+        roots: vec![id.0],
+        side: Vec::new(),
+    };
+    let built = plan::plan_fused(&st, group).into_built();
     if !built.stencil_seen.is_empty() {
         // a stencil is worth its split launch (plain loads in the interior): evaluate it, then
         // the caller reduces the buffer
@@ -1584,15 +1346,13 @@ fn reduce_sources(
     for &s in srcs {
         st.inc_int(s);
     }
-    let built = build(
-        &st,
-        Group {
-            size,
-            sym,
-            roots: srcs.to_vec(),
-            side: Vec::new(),
-        },
-    );
+    let group = Group {
+        size,
+        sym,
+        roots: srcs.to_vec(),
+        side: Vec::new(),
+    };
+    let built = plan::plan_fused(&st, group).into_built();
     drop(st);
     let mut missed = false;
     let result = (|| {
