@@ -14,6 +14,8 @@
 //! ;! expect p3 = 2.5 nan …       its contents after the run: over the launch range for an
 //!                                 output, the whole buffer for an indexed one
 //! ;! expect status = 3 0 0       out-of-range reads, writes, truncated loop lanes
+//! ;! llvm widths 8 16            pin the LLVM IR generated at these lane widths (golden text in
+//!                                 `tests/snapshots/filetests__llvm_<file>_w<width>.snap`)
 //! ```
 //!
 //! Values: `true`/`false` (or 0/1) for `bool`, decimal integers, decimal floats, `nan`, `inf`,
@@ -79,6 +81,8 @@ struct Case {
     lens: Vec<(usize, usize)>,
     expect: Vec<(usize, Vec<u64>)>,
     status: Option<[u64; STATUS_LEN]>,
+    /// Lane widths whose generated LLVM IR is pinned (`;! llvm widths …`).
+    llvm_widths: Vec<usize>,
 }
 
 fn value(ty: VarType, w: &str) -> Result<u64, String> {
@@ -115,6 +119,7 @@ fn case(text: &str) -> Result<Case, String> {
         lens: vec![],
         expect: vec![],
         status: None,
+        llvm_widths: vec![],
     };
     let mut ranged = false;
     let param = |w: &str, k: &Kernel| -> Result<usize, String> {
@@ -139,6 +144,11 @@ fn case(text: &str) -> Result<Case, String> {
                 .filter_map(|w| w.parse().ok())
                 .collect();
             c.status = Some(v.try_into().map_err(|_| "expected three status counters")?);
+        } else if let Some(r) = line.strip_prefix("llvm widths ") {
+            c.llvm_widths = r
+                .split_whitespace()
+                .map(|w| w.parse().map_err(|_| format!("bad width `{w}`")))
+                .collect::<Result<_, _>>()?;
         } else if let Some(r) = line.strip_prefix("len ") {
             let (p, n) = r.split_once('=').ok_or("expected `len pK = N`")?;
             let p = param(p, &c.kernel)?;
@@ -287,19 +297,9 @@ fn backends() -> Vec<(String, Arc<dyn Backend>)> {
 
 #[test]
 fn every_filetest_passes_on_every_backend() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/filetests");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("tests/filetests")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "kir"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 5, "the filetests are missing from {dir:?}");
     let backends = backends();
     let mut failures = Vec::new();
-    for f in &files {
-        let text = std::fs::read_to_string(f).expect("readable");
-        let name = f.file_name().unwrap_or_default().to_string_lossy();
+    for (name, text) in files() {
         let c = match case(&text) {
             Ok(c) => c,
             Err(e) => {
@@ -314,6 +314,54 @@ fn every_filetest_passes_on_every_backend() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The filetests' `.kir` files, sorted, with their names.
+fn files() -> Vec<(String, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/filetests");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/filetests")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "kir"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "the filetests are missing from {dir:?}");
+    files
+        .iter()
+        .map(|f| {
+            let stem = f.file_stem().unwrap_or_default().to_string_lossy();
+            (stem.into_owned(), std::fs::read_to_string(f).expect("readable"))
+        })
+        .collect()
+}
+
+/// The LLVM IR kiln generates for a kernel is pinned for the files that ask (`;! llvm widths`): a
+/// diff is a code-generation change to review (the snapshot shows it), not only a result that
+/// still matches. The text is generated without LLVM, so this runs on every host; the filetest
+/// above compiles and runs the same kernels on LLVM where it is installed. The one host-dependent
+/// number, the output length past which stores stream (the last-level cache's size), is masked.
+#[test]
+fn llvm_ir_is_golden() {
+    let mut pinned = 0;
+    for (name, text) in files() {
+        let c = case(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for &w in &c.llvm_widths {
+            let ir = kiln_core::backend::llvm::ir::module(&c.kernel, "kernel", w);
+            let masked: Vec<String> = ir
+                .lines()
+                .map(|l| match l.split_once("%bigout = icmp uge i64 ") {
+                    Some((pre, rest)) => {
+                        let len = rest.split(',').next().unwrap_or_default();
+                        format!("{pre}%bigout = icmp uge i64 {len}, <cache bytes / element>")
+                    }
+                    None => l.to_string(),
+                })
+                .collect();
+            insta::assert_snapshot!(format!("llvm_{name}_w{w}"), masked.join("\n"));
+            pinned += 1;
+        }
+    }
+    assert!(pinned >= 8, "only {pinned} kernels have golden LLVM IR");
 }
 
 /// A file with a wrong expectation fails, naming the element (the runner is not vacuous).
