@@ -330,7 +330,10 @@ fn files() -> Vec<(String, String)> {
         .iter()
         .map(|f| {
             let stem = f.file_stem().unwrap_or_default().to_string_lossy();
-            (stem.into_owned(), std::fs::read_to_string(f).expect("readable"))
+            (
+                stem.into_owned(),
+                std::fs::read_to_string(f).expect("readable"),
+            )
         })
         .collect()
 }
