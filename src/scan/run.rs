@@ -149,7 +149,43 @@ pub(crate) fn run(
     }
     let an = analyze(&spec, body)?;
 
-    // outputs: declared, or (none declared) every value the body returns, not fed back
+    declare_outputs(&mut spec, &an, &label)?;
+    let n_out = an.out_types.len();
+    let mut report = new_report(&spec, &an, n_req, rewrites, &label);
+    let rows = plan_rows(&spec, &an, n_req, rewrites, &mut report);
+    if nested {
+        let stores_rows = rows.stores.iter().any(|s| s.rows() > 0) || spec.keep_states;
+        let why = if an.until {
+            Some("reading its contents") // a while-scan reads its condition on the host
+        } else if an.refusal.is_some() || lane_width(&spec, &an).is_err() {
+            Some("a stepped scan")
+        } else if stores_rows {
+            Some("a scan that stores rows")
+        } else {
+            None
+        };
+        if let Some(how) = why {
+            return nested_refusal(&spec, &an, n_req, how);
+        }
+    }
+    let exec = execute(&spec, &an, body, &rows, rewrites, &label, &mut report)?;
+    report.steps_run = exec.run;
+    let post_out = push_out(&spec, &an, &rows.post, &exec, n_req, &mut report)?;
+    report_in_place(&spec, &an, &exec, rows.steps, &mut report);
+    let outputs = expose(&spec, &an, &exec, &rows, post_out, n_req)?;
+    debug_assert_eq!(outputs.len(), n_out);
+    Ok(RunOut {
+        outputs,
+        finals: exec.finals,
+        states: exec.states,
+        report,
+    })
+}
+
+/// Complete and check the outputs against what the body returns: every returned value when none
+/// is declared (with the `keep`s asked for), the JAX face's per-step outputs after the carry; each
+/// recurrent value keeps its type and shape; strict mode refuses captured arrays.
+fn declare_outputs(spec: &mut Spec, an: &Analysis, label: &str) -> Result<()> {
     let n_out = an.out_types.len();
     if spec.outs.is_empty() {
         for _ in 0..n_out {
@@ -226,8 +262,13 @@ pub(crate) fn run(
         )));
     }
 
+    Ok(())
+}
+
+/// The scan's report before it runs: its inputs, and the rewrites found by the analysis.
+fn new_report(spec: &Spec, an: &Analysis, n_req: usize, rewrites: bool, label: &str) -> ScanReport {
     let mut report = ScanReport {
-        label: label.clone(),
+        label: label.to_string(),
         steps_requested: n_req,
         inputs: an.inputs.names.clone(),
         connection: an.connection.clone(),
@@ -270,7 +311,7 @@ pub(crate) fn run(
                 ),
             );
         }
-        let dups = duplicate_inputs(&spec);
+        let dups = duplicate_inputs(spec);
         if dups > 0 {
             report.merged += dups;
             log(
@@ -290,6 +331,27 @@ pub(crate) fn run(
         }
     }
 
+    report
+}
+
+/// Which steps run, which rows each output stores, which outputs are a recurrent output's final
+/// state (no buffer) and which are pushed out of the loop as one product (save-mem and
+/// PushOutScanOutput), each decision logged in the report.
+struct Rows {
+    steps: usize,
+    stores: Vec<Store>,
+    from_final: Vec<bool>,
+    post: Vec<Post>,
+}
+
+fn plan_rows(
+    spec: &Spec,
+    an: &Analysis,
+    n_req: usize,
+    rewrites: bool,
+    report: &mut ScanReport,
+) -> Rows {
+    let n_out = an.out_types.len();
     // save-mem: which steps run and which rows each output stores
     let keeps: Vec<Keep> = spec.outs.iter().map(|o| o.keep.clone()).collect();
     let (steps, mut stores) = if rewrites && !spec.reverse {
@@ -343,14 +405,14 @@ pub(crate) fn run(
     }
     if rewrites && steps < n_req {
         log(
-            &mut report,
+            report,
             format!("save-mem: no output uses steps past {steps}: the loop runs {steps} of {n_req} steps"),
         );
     }
     for (j, &f) in from_final.iter().enumerate() {
         if f {
             log(
-                &mut report,
+                report,
                 format!(
                     "save-mem: only the last row of {} is used: it is the loop's final state, no buffer",
                     spec.out_name(j)
@@ -365,7 +427,7 @@ pub(crate) fn run(
             }
             if s.rows() < n_req.min(steps) || matches!(s, Store::Ring(_)) {
                 log(
-                    &mut report,
+                    report,
                     format!(
                         "save-mem: {} stores {} row(s) ({s:?}) instead of {n_req}",
                         spec.out_name(j),
@@ -382,26 +444,31 @@ pub(crate) fn run(
         .collect();
     report.ops_in_loop = an.ops_in_loop;
 
-    if nested {
-        let stores_rows = stores.iter().any(|s| s.rows() > 0) || spec.keep_states;
-        let why = if an.until {
-            Some("reading its contents") // a while-scan reads its condition on the host
-        } else if an.refusal.is_some() || lane_width(&spec, &an).is_err() {
-            Some("a stepped scan")
-        } else if stores_rows {
-            Some("a scan that stores rows")
-        } else {
-            None
-        };
-        if let Some(how) = why {
-            return nested_refusal(&spec, &an, n_req, how);
-        }
+    Rows {
+        steps,
+        stores,
+        from_final,
+        post,
     }
-    // execution
-    let exec = if steps == 0 {
+}
+
+/// Run the scan in the mode it allows (empty, invariant, fused into one kernel, or step by step),
+/// saying which and why in the report.
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    spec: &Spec,
+    an: &Analysis,
+    body: &mut dyn FnMut(&StepIn) -> Result<StepOut>,
+    rows: &Rows,
+    rewrites: bool,
+    label: &str,
+    report: &mut ScanReport,
+) -> Result<Exec> {
+    let (steps, stores, post) = (rows.steps, &rows.stores, &rows.post);
+    Ok(if steps == 0 {
         report.mode = "empty";
         report.mode_reason = "no step to run".into();
-        empty(&spec, &an)?
+        empty(spec, an)?
     } else if rewrites && an.invariant {
         report.mode = "invariant";
         report.mode_reason =
@@ -409,12 +476,12 @@ pub(crate) fn run(
         report.ops_hoisted = an.ops_invariant + an.ops_in_loop;
         report.ops_in_loop = 0;
         log(
-            &mut report,
+            report,
             "push-out: the whole body is loop-invariant; no loop is emitted".into(),
         );
-        invariant(&spec, &an, body, steps, &stores)?
+        invariant(spec, an, body, steps, stores)?
     } else {
-        let width = lane_width(&spec, &an);
+        let width = lane_width(spec, an);
         let outer_recording = kiln_core::freeze::record::active();
         let fusable = match (&an.refusal, width) {
             (Some((l, how)), _) => Err(format!(
@@ -441,7 +508,7 @@ pub(crate) fn run(
                 report.ops_hoisted = an.ops_invariant;
                 report.loops_emitted = 1;
                 tracing::info!(target: "scan", "scan {label}: {}", report.mode_reason);
-                fused(&spec, &an, body, steps, &stores, w)?
+                fused(spec, an, body, steps, stores, w)?
             }
             (_, why) => {
                 report.mode = "stepped";
@@ -452,13 +519,24 @@ pub(crate) fn run(
                 };
                 report.loops_emitted = 1;
                 tracing::info!(target: "scan", "scan {label}: stepped: {}", report.mode_reason);
-                stepped(&spec, &an, body, steps, &stores, rewrites, &post, &mut report)?
+                stepped(spec, an, body, steps, stores, rewrites, post, report)?
             }
         }
-    };
-    report.steps_run = exec.run;
+    })
+}
+
+/// The outputs pushed out of the loop: one product over all the steps' stored rows each.
+fn push_out(
+    spec: &Spec,
+    an: &Analysis,
+    post: &[Post],
+    exec: &Exec,
+    n_req: usize,
+    report: &mut ScanReport,
+) -> Result<Vec<Option<Erased>>> {
+    let n_out = an.out_types.len();
     let mut post_out: Vec<Option<Erased>> = (0..n_out).map(|_| None).collect();
-    for q in &post {
+    for q in post {
         let p = &an.products[q.product];
         let b = p.invariant_b.as_ref().expect("invariant");
         let run = exec.run;
@@ -483,7 +561,7 @@ pub(crate) fn run(
         post_out[q.output] = Some(e);
         report.matmuls_pushed_out += 1;
         log(
-            &mut report,
+            report,
             format!(
                 "push-out (PushOutScanOutput): output {} = {}'s rows × an invariant [{}, {}], one product over all {run} steps after the loop",
                 q.output,
@@ -493,11 +571,19 @@ pub(crate) fn run(
             ),
         );
     }
+    Ok(post_out)
+}
+
+/// Say in the report which final states were written over their initial state's buffer, and
+/// why the other owned ones were not.
+fn report_in_place(spec: &Spec, an: &Analysis, exec: &Exec, steps: usize, report: &mut ScanReport) {
+    let label = report.label.clone();
+    report.in_place = exec.in_place.clone();
     report.in_place = exec.in_place.clone();
     for (j, o) in spec.outs.iter().enumerate() {
         if o.owned && !exec.in_place.contains(&j) {
             log(
-                &mut report,
+                report,
                 format!(
                     "in place: not applied to {}: update-in-place writes a result over an operand only when no handle holds it, and the scan holds its initial states until the loop has run (ScanInplace is not built); its states use buffers from the allocator's cache",
                     spec.out_name(j)
@@ -507,7 +593,7 @@ pub(crate) fn run(
     }
     for &j in &exec.in_place {
         log(
-            &mut report,
+            report,
             format!(
                 "in place: {}'s final state is written over its initial state's buffer (the scan owns it)",
                 spec.out_name(j)
@@ -517,8 +603,20 @@ pub(crate) fn run(
     if an.until && exec.run < steps {
         tracing::info!(target: "scan", "scan {label}: `until` held after step {}", exec.run - 1);
     }
+}
 
-    // the rows each output exposes
+/// The rows each output exposes: a view of its buffer (ring or range), its final state, its
+/// pushed-out product, or nothing.
+fn expose(
+    spec: &Spec,
+    an: &Analysis,
+    exec: &Exec,
+    rows: &Rows,
+    mut post_out: Vec<Option<Erased>>,
+    n_req: usize,
+) -> Result<Vec<Erased>> {
+    let (stores, from_final) = (&rows.stores, &rows.from_final);
+    let n_out = an.out_types.len();
     let mut outputs = Vec::with_capacity(n_out);
     for (j, o) in spec.outs.iter().enumerate() {
         let row = an.out_rows[j].clone();
@@ -556,12 +654,7 @@ pub(crate) fn run(
         };
         outputs.push(e);
     }
-    Ok(RunOut {
-        outputs,
-        finals: exec.finals,
-        states: exec.states,
-        report,
-    })
+    Ok(outputs)
 }
 
 /// Inside a symbolic trace, a scan that cannot be part of the enclosing kernel: refuse (the
