@@ -12,8 +12,10 @@ use crate::op::{Op, ReduceOp};
 use crate::ty::VarType;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4, I64};
-use cranelift_codegen::ir::{AtomicRmwOp, FuncRef, GlobalValue, InstBuilder, MemFlags, Value};
-use cranelift_frontend::FunctionBuilder;
+use cranelift_codegen::ir::{
+    AtomicRmwOp, Block, FuncRef, GlobalValue, InstBuilder, MemFlags, Value,
+};
+use cranelift_frontend::{FunctionBuilder, Variable};
 use std::collections::HashMap;
 
 /// Groups of four lanes per main-loop iteration for a kernel with `body` per-lane instructions.
@@ -170,73 +172,19 @@ pub(super) fn build_function(
         regions: Default::default(),
     };
 
-    // Loop-invariant values (literals, broadcast loads and pure instructions of those), computed
-    // once in the entry block.
-    for (r, inst) in k.insts.iter().enumerate() {
-        let invariant = match inst.op {
-            Op::Literal => true,
-            Op::Load => k.params[inst.imm as usize].kind == ParamKind::Broadcast,
-            op => {
-                op.is_pure()
-                    && op != Op::Counter
-                    && inst.has_value()
-                    && inst.operands().iter().all(|&a| g.uniform[a as usize])
-            }
-        };
-        if invariant {
-            g.uniform[r] = true;
-            g.vals[r] = g.lower(r)?;
-        }
-    }
-    // Scalar shift amounts of invariant, non-literal amounts of lane-dependent shifts.
-    for (r, inst) in k.insts.iter().enumerate() {
-        if matches!(inst.op, Op::Shl | Op::Shr) && !g.uniform[r] {
-            let a = inst.args[1] as usize;
-            if g.uniform[a] && g.lit[a].is_none() && g.amount[a].is_none() {
-                let v = g.val(a as u32)?;
-                let s = g.extract(v, 0);
-                g.amount[a] = Some(g.b.ins().band_imm(s, inst.ty.bits() as i64 - 1));
-            }
-        }
-    }
+    g.lower_invariants()?;
     if has_regions {
         let (u, cond_of) = super::region::uniform_in_loops(k, &g.uniform);
         g.regions.uniform = u;
         g.regions.cond_of = cond_of;
     }
     let invariant = g.vals.clone();
-    let body = g.uniform.iter().filter(|&&u| !u).count();
-    let mut groups = pick_unroll(tuning, body, scatter.is_some());
-    if has_regions
-        && k.insts
-            .iter()
-            .any(|i| i.op == Op::Gather && g.contiguous[i.args[0] as usize])
-    {
-        // A loop that walks rows (a fused scan): two groups per iteration, one check per step
-        // (`rows_of_groups`), and no spills; four groups spilled their lane bases and ran the EMA
-        // of `scan wide` 40% slower on one thread (43 vs 31 ms at 100 000 signals).
-        groups = groups.min(2);
-    }
-    let mut interleave = tuning.interleave;
-    if tuning.unroll == 0 && groups == 4 && max_live(k, &g.uniform) <= 3 {
-        // A long dependency chain with few values alive (`y = y * a + c` a hundred times): eight
-        // independent groups hide each op's latency and still fit the 16 vector registers.
-        groups = 8;
-        interleave = 8;
-    }
-    tracing::debug!(target: "kiln::cranelift", "kernel of {} instructions, {body} per lane: {groups} groups per iteration", k.insts.len());
-    // Affine values are worth a loop of their own when some lane-dependent instruction other
-    // than a counter or a cast would be replaced.
-    let affine = affine_values(k);
-    if has_regions {
-        // all groups of an iteration share one control flow: lower them side by side
-        interleave = groups;
-    }
-    let use_affine = tuning.affine
-        && !has_regions
-        && k.insts.iter().enumerate().any(|(r, inst)| {
-            affine[r].is_some() && !g.uniform[r] && !matches!(inst.op, Op::Counter | Op::Cast)
-        });
+    let Unroll {
+        groups,
+        interleave,
+        affine,
+        use_affine,
+    } = g.choose_unroll(tuning, scatter.is_some(), has_regions);
     // (values lowered through their affine form are not deferred: see `row_only_indices`)
     let lowered_affine: &[_] = if use_affine { &affine } else { &[] };
     g.row_only = super::memory::row_only_indices(k, &g.contiguous, lowered_affine);
@@ -249,106 +197,260 @@ pub(super) fn build_function(
     let tail_body = g.b.create_block();
     let exit = g.b.create_block();
     if groups > 1 || use_affine {
-        // Main loop: `groups` whole vectors per iteration while that many lanes remain.
-        let step = W * groups as i64;
-        let header = g.b.create_block();
-        let body = g.b.create_block();
-        if use_affine && affine.iter().flatten().any(|a| a.small_lanes) {
-            // Some affine forms hold only for lane indices below 2^31: larger ranges take the
-            // generic loop.
-            let small =
-                g.b.ins()
-                    .icmp_imm(IntCC::UnsignedLessThanOrEqual, end, 1 << 31);
-            g.b.ins().brif(small, header, &[], tail_header, &[]);
-        } else {
-            g.b.ins().jump(header, &[]);
-        }
-        g.affine = if use_affine { affine } else { Vec::new() };
-        g.b.switch_to_block(header);
-        let i = g.b.use_var(lane_var);
-        let rem = g.b.ins().isub(end, i);
-        let more =
-            g.b.ins()
-                .icmp_imm(IntCC::UnsignedGreaterThanOrEqual, rem, step);
-        g.b.ins().brif(more, body, &[], tail_header, &[]);
-        g.b.switch_to_block(body);
-        g.b.seal_block(body);
-        let lanes: Vec<Value> = (0..groups)
-            .map(|u| {
-                if u == 0 {
-                    i
-                } else {
-                    g.b.ins().iadd_imm(i, W * u as i64)
-                }
-            })
-            .collect();
-        let active = if has_random_access {
-            // Every lane of these groups is below `end`.
-            Some(g.vconst(I32X4, &[u32::MAX; 4]))
-        } else {
-            None
+        let lanes = Lanes {
+            var: lane_var,
+            end,
+            groups,
+            interleave,
+            random_access: has_random_access,
         };
-        g.full_active = active;
-        g.emit_groups(&invariant, &lanes, active, interleave)?;
-        g.full_active = None;
-        g.affine = Vec::new();
-        let next = g.b.ins().iadd_imm(i, step);
-        g.b.def_var(lane_var, next);
-        g.b.ins().jump(header, &[]);
-        g.b.seal_block(header);
+        g.main_loop(&invariant, &lanes, affine, use_affine, tail_header)?;
     } else {
         g.b.ins().jump(tail_header, &[]);
     }
 
-    // One vector per iteration up to `end` (the whole range when not unrolled).
-    g.b.switch_to_block(tail_header);
-    let i = g.b.use_var(lane_var);
-    let more = g.b.ins().icmp(IntCC::UnsignedLessThan, i, end);
-    g.b.ins().brif(more, tail_body, &[], exit, &[]);
-
-    g.b.switch_to_block(tail_body);
-    g.b.seal_block(tail_body);
-    let active = if has_random_access {
-        // Lanes of this iteration below `end`: (end - i) min 4 > [0, 1, 2, 3].
-        let rem = g.b.ins().isub(end, i);
-        let four = g.b.ins().iconst(I64, W);
-        let rem = g.b.ins().umin(rem, four);
-        let rem = g.b.ins().ireduce(I32, rem);
-        let rem = g.b.ins().splat(I32X4, rem);
-        let iota = g.vconst(I32X4, &[0u32, 1, 2, 3]);
-        Some(g.b.ins().icmp(IntCC::SignedGreaterThan, rem, iota))
-    } else {
-        None
-    };
-    g.emit_groups(&invariant, &[i], active, 1)?;
-    let next = g.b.ins().iadd_imm(i, W);
-    g.b.def_var(lane_var, next);
-    g.b.ins().jump(tail_header, &[]);
-    g.b.seal_block(tail_header);
-
-    g.b.switch_to_block(exit);
-    g.b.seal_block(exit);
-    for (var, slot) in [(g.oob, STATUS_OOB_READS), (g.oob_writes, STATUS_OOB_WRITES)] {
-        let Some(var) = var else { continue };
-        let count = g.b.use_var(var);
-        let add = g.b.create_block();
-        let done = g.b.create_block();
-        g.b.ins().brif(count, add, &[], done, &[]);
-        g.b.switch_to_block(add);
-        g.b.seal_block(add);
-        let addr = g.b.ins().iadd_imm(g.status, 8 * slot as i64);
-        g.b.ins()
-            .atomic_rmw(I64, MemFlags::trusted(), AtomicRmwOp::Add, addr, count);
-        g.b.ins().jump(done, &[]);
-        g.b.switch_to_block(done);
-        g.b.seal_block(done);
-    }
+    g.tail_loop(
+        &invariant,
+        lane_var,
+        end,
+        has_random_access,
+        [tail_header, tail_body, exit],
+    )?;
+    g.add_status_counts();
     g.b.ins().return_(&[]);
     let mut pool = g.pool;
     if pool.is_empty() {
         pool.resize(16, 0);
     }
     Ok(pool)
+}
+
+/// How the lane loop is unrolled: groups of `W` lanes per iteration, how many are lowered side by
+/// side, and the affine forms used by the main loop (if any).
+struct Unroll {
+    groups: usize,
+    interleave: usize,
+    affine: Vec<Option<super::affine::Affine>>,
+    use_affine: bool,
+}
+
+/// The main loop's lanes: the lane variable, the end, and how many groups per iteration.
+struct Lanes {
+    var: Variable,
+    end: Value,
+    groups: usize,
+    interleave: usize,
+    random_access: bool,
+}
+
+impl Gen<'_, '_> {
+    /// Loop-invariant values (literals, broadcast loads and pure instructions of those), computed
+    /// once in the entry block, and the scalar shift amounts of lane-dependent shifts by them.
+    fn lower_invariants(&mut self) -> Result<(), String> {
+        for (r, inst) in self.k.insts.iter().enumerate() {
+            let invariant = match inst.op {
+                Op::Literal => true,
+                Op::Load => self.k.params[inst.imm as usize].kind == ParamKind::Broadcast,
+                op => {
+                    op.is_pure()
+                        && op != Op::Counter
+                        && inst.has_value()
+                        && inst.operands().iter().all(|&a| self.uniform[a as usize])
+                }
+            };
+            if invariant {
+                self.uniform[r] = true;
+                self.vals[r] = self.lower(r)?;
+            }
+        }
+        // Scalar shift amounts of invariant, non-literal amounts of lane-dependent shifts.
+        for (r, inst) in self.k.insts.iter().enumerate() {
+            if matches!(inst.op, Op::Shl | Op::Shr) && !self.uniform[r] {
+                let a = inst.args[1] as usize;
+                if self.uniform[a] && self.lit[a].is_none() && self.amount[a].is_none() {
+                    let v = self.val(a as u32)?;
+                    let s = self.extract(v, 0);
+                    self.amount[a] = Some(self.b.ins().band_imm(s, inst.ty.bits() as i64 - 1));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Groups per iteration and interleaving, from the tuning and the kernel's shape.
+    fn choose_unroll(
+        &mut self,
+        tuning: Tuning,
+        has_scatter_call: bool,
+        has_regions: bool,
+    ) -> Unroll {
+        let body = self.uniform.iter().filter(|&&u| !u).count();
+        let mut groups = pick_unroll(tuning, body, has_scatter_call);
+        if has_regions
+            && self
+                .k
+                .insts
+                .iter()
+                .any(|i| i.op == Op::Gather && self.contiguous[i.args[0] as usize])
+        {
+            // A loop that walks rows (a fused scan): two groups per iteration, one check per step
+            // (`rows_of_groups`), and no spills; four groups spilled their lane bases and ran the EMA
+            // of `scan wide` 40% slower on one thread (43 vs 31 ms at 100 000 signals).
+            groups = groups.min(2);
+        }
+        let mut interleave = tuning.interleave;
+        if tuning.unroll == 0 && groups == 4 && max_live(self.k, &self.uniform) <= 3 {
+            // A long dependency chain with few values alive (`y = y * a + c` a hundred times): eight
+            // independent groups hide each op's latency and still fit the 16 vector registers.
+            groups = 8;
+            interleave = 8;
+        }
+        tracing::debug!(target: "kiln::cranelift", "kernel of {} instructions, {body} per lane: {groups} groups per iteration", self.k.insts.len());
+        // Affine values are worth a loop of their own when some lane-dependent instruction other
+        // than a counter or a cast would be replaced.
+        let affine = affine_values(self.k);
+        if has_regions {
+            // all groups of an iteration share one control flow: lower them side by side
+            interleave = groups;
+        }
+        let use_affine = tuning.affine
+            && !has_regions
+            && self.k.insts.iter().enumerate().any(|(r, inst)| {
+                affine[r].is_some()
+                    && !self.uniform[r]
+                    && !matches!(inst.op, Op::Counter | Op::Cast)
+            });
+        Unroll {
+            groups,
+            interleave,
+            affine,
+            use_affine,
+        }
+    }
+
+    /// Main loop: `groups` whole vectors per iteration while that many lanes remain.
+    fn main_loop(
+        &mut self,
+        invariant: &[Option<V>],
+        l: &Lanes,
+        affine: Vec<Option<super::affine::Affine>>,
+        use_affine: bool,
+        tail_header: Block,
+    ) -> Result<(), String> {
+        // Main loop: `groups` whole vectors per iteration while that many lanes remain.
+        let (groups, end) = (l.groups, l.end);
+        let step = W * groups as i64;
+        let header = self.b.create_block();
+        let body = self.b.create_block();
+        if use_affine && affine.iter().flatten().any(|a| a.small_lanes) {
+            // Some affine forms hold only for lane indices below 2^31: larger ranges take the
+            // generic loop.
+            let small = self
+                .b
+                .ins()
+                .icmp_imm(IntCC::UnsignedLessThanOrEqual, end, 1 << 31);
+            self.b.ins().brif(small, header, &[], tail_header, &[]);
+        } else {
+            self.b.ins().jump(header, &[]);
+        }
+        self.affine = if use_affine { affine } else { Vec::new() };
+        self.b.switch_to_block(header);
+        let i = self.b.use_var(l.var);
+        let rem = self.b.ins().isub(end, i);
+        let more = self
+            .b
+            .ins()
+            .icmp_imm(IntCC::UnsignedGreaterThanOrEqual, rem, step);
+        self.b.ins().brif(more, body, &[], tail_header, &[]);
+        self.b.switch_to_block(body);
+        self.b.seal_block(body);
+        let lanes: Vec<Value> = (0..groups)
+            .map(|u| {
+                if u == 0 {
+                    i
+                } else {
+                    self.b.ins().iadd_imm(i, W * u as i64)
+                }
+            })
+            .collect();
+        let active = if l.random_access {
+            // Every lane of these groups is below `end`.
+            Some(self.vconst(I32X4, &[u32::MAX; 4]))
+        } else {
+            None
+        };
+        self.full_active = active;
+        self.emit_groups(invariant, &lanes, active, l.interleave)?;
+        self.full_active = None;
+        self.affine = Vec::new();
+        let next = self.b.ins().iadd_imm(i, step);
+        self.b.def_var(l.var, next);
+        self.b.ins().jump(header, &[]);
+        self.b.seal_block(header);
+        Ok(())
+    }
+
+    /// One vector per iteration up to `end` (the whole range when not unrolled).
+    fn tail_loop(
+        &mut self,
+        invariant: &[Option<V>],
+        lane_var: Variable,
+        end: Value,
+        random_access: bool,
+        [tail_header, tail_body, exit]: [Block; 3],
+    ) -> Result<(), String> {
+        // One vector per iteration up to `end` (the whole range when not unrolled).
+        self.b.switch_to_block(tail_header);
+        let i = self.b.use_var(lane_var);
+        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, i, end);
+        self.b.ins().brif(more, tail_body, &[], exit, &[]);
+
+        self.b.switch_to_block(tail_body);
+        self.b.seal_block(tail_body);
+        let active = if random_access {
+            // Lanes of this iteration below `end`: (end - i) min 4 > [0, 1, 2, 3].
+            let rem = self.b.ins().isub(end, i);
+            let four = self.b.ins().iconst(I64, W);
+            let rem = self.b.ins().umin(rem, four);
+            let rem = self.b.ins().ireduce(I32, rem);
+            let rem = self.b.ins().splat(I32X4, rem);
+            let iota = self.vconst(I32X4, &[0u32, 1, 2, 3]);
+            Some(self.b.ins().icmp(IntCC::SignedGreaterThan, rem, iota))
+        } else {
+            None
+        };
+        self.emit_groups(invariant, &[i], active, 1)?;
+        let next = self.b.ins().iadd_imm(i, W);
+        self.b.def_var(lane_var, next);
+        self.b.ins().jump(tail_header, &[]);
+        self.b.seal_block(tail_header);
+        self.b.switch_to_block(exit);
+        self.b.seal_block(exit);
+        Ok(())
+    }
+
+    /// Add the kernel's out-of-range counts to the launch's status, once per launch.
+    fn add_status_counts(&mut self) {
+        for (var, slot) in [
+            (self.oob, STATUS_OOB_READS),
+            (self.oob_writes, STATUS_OOB_WRITES),
+        ] {
+            let Some(var) = var else { continue };
+            let count = self.b.use_var(var);
+            let add = self.b.create_block();
+            let done = self.b.create_block();
+            self.b.ins().brif(count, add, &[], done, &[]);
+            self.b.switch_to_block(add);
+            self.b.seal_block(add);
+            let addr = self.b.ins().iadd_imm(self.status, 8 * slot as i64);
+            self.b
+                .ins()
+                .atomic_rmw(I64, MemFlags::trusted(), AtomicRmwOp::Add, addr, count);
+            self.b.ins().jump(done, &[]);
+            self.b.switch_to_block(done);
+            self.b.seal_block(done);
+        }
+    }
 }
 
 impl<'f> Gen<'_, 'f> {
