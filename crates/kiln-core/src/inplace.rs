@@ -269,13 +269,13 @@ pub(crate) fn may_reuse(st: &State, b: &Built) -> bool {
 /// (see [`eval_into`]); `left`: reference counts after this evaluation.
 pub(crate) fn assign_target(
     st: &State,
-    built: &[Built],
+    built: &[&Built],
     bi: usize,
     root: u32,
     t: u32,
     left: &HashMap<u32, u32>,
 ) -> Option<Arc<Buffer>> {
-    let b = &built[bi];
+    let b = built[bi];
     let out_param = b
         .param_vars
         .iter()

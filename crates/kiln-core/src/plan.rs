@@ -39,6 +39,8 @@ pub(crate) enum Dest {
 /// One kernel of a plan with the destination of each of its outputs (root order).
 pub(crate) struct Step {
     pub(crate) built: Built,
+    /// Per root (`built.roots` order); shorter, usually empty, when the rest are [`Dest::Fresh`]
+    /// (no allocation for the common case).
     pub(crate) dests: Vec<Dest>,
     /// Operands the in-place policy turned down, and why (counted and logged when the plan runs).
     pub(crate) declined: Vec<(u32, Declined)>,
@@ -155,71 +157,72 @@ impl fmt::Display for Summary {
 
 /// Plan an evaluation of `roots` (unevaluated, held by the caller) and the side effects `side`.
 pub(crate) fn plan(st: &State, roots: Vec<u32>, side: Vec<u32>, intent: Intent) -> Plan {
-    let mut built: Vec<Built> = group(st, &roots, &side)
+    let mut steps: Vec<Step> = group(st, &roots, &side)
         .into_iter()
-        .map(|g| build_split(st, g))
+        .map(|g| Step {
+            built: build_split(st, g),
+            dests: Vec::new(),
+            declined: Vec::new(),
+        })
         .collect();
-    if let Some((tid, cols)) = intent.tile {
-        for b in built.iter_mut().filter(|b| b.roots.contains(&tid)) {
-            b.tile_cols = cols;
+    for s in steps.iter_mut() {
+        let b = &mut s.built;
+        if intent.tile.is_some_and(|(tid, _)| b.roots.contains(&tid)) {
+            b.tile_cols = intent.tile.map_or(0, |t| t.1);
         }
-    }
-    // scatters into few bins update per-block copies with plain read-modify-writes: only for
-    // kernels launched whole (`launch_kernel`, which then guarantees one thread per copy)
-    for b in built.iter_mut() {
+        // scatters into few bins update per-block copies with plain read-modify-writes: only for
+        // kernels launched whole (`launch_kernel`, which then guarantees one thread per copy)
         if b.interior.is_none() && b.tile_cols == 0 {
             let vars = &b.param_vars;
             crate::privatise::mark_exclusive(&mut b.kernel, |p| st.var(vars[p]).size);
         }
     }
-    let reusable: Vec<bool> = built.iter().map(|b| inplace::may_reuse(st, b)).collect();
+    let reusable: Vec<bool> = steps
+        .iter()
+        .map(|s| inplace::may_reuse(st, &s.built))
+        .collect();
     let left = (inplace::enabled() && (intent.into.is_some() || reusable.iter().any(|&r| r)))
         .then(|| inplace::released_inputs(st, &roots, &side));
     // the assignment target's kernel and its buffer, when it can take the result
     let target = match (intent.into, &left) {
         (Some(t), Some(left)) => roots.first().and_then(|&root| {
-            let bi = built.iter().position(|b| b.roots.contains(&root))?;
-            inplace::assign_target(st, &built, bi, root, t, left).map(|buf| (bi, root, t, buf))
+            let all: Vec<&Built> = steps.iter().map(|s| &s.built).collect();
+            let bi = all.iter().position(|b| b.roots.contains(&root))?;
+            inplace::assign_target(st, &all, bi, root, t, left).map(|buf| (bi, root, t, buf))
         }),
         _ => None,
     };
-    let steps = built
-        .into_iter()
-        .enumerate()
-        .map(|(bi, b)| {
-            let mine = target.as_ref().filter(|t| t.0 == bi);
-            let decided = match &left {
-                Some(left) if reusable[bi] => {
-                    Some(inplace::decide(st, &b, left, mine.map(|t| t.1)))
-                }
-                _ => None,
-            };
-            let (mut reuse, declined) = match decided {
-                Some(d) => (d.reuse, d.declined),
-                None => (Vec::new(), Vec::new()),
-            };
-            reuse.resize(b.roots.len(), None);
-            let mut dests: Vec<Dest> = reuse
-                .into_iter()
-                .map(|r| match r {
-                    Some((from, buf)) => Dest::Reuse { from, buf },
-                    None => Dest::Fresh,
-                })
-                .collect();
-            if let Some((_, root, var, buf)) = mine {
-                let k = b.roots.iter().position(|r| r == root).expect("the root");
-                dests[k] = Dest::Target {
-                    var: *var,
-                    buf: buf.clone(),
-                };
+    for (bi, s) in steps.iter_mut().enumerate() {
+        let mine = target.as_ref().filter(|t| t.0 == bi);
+        if let (Some(left), true) = (&left, reusable[bi]) {
+            let d = inplace::decide(st, &s.built, left, mine.map(|t| t.1));
+            s.declined = d.declined;
+            if d.reuse.iter().any(Option::is_some) {
+                s.dests = d
+                    .reuse
+                    .into_iter()
+                    .map(|r| match r {
+                        Some((from, buf)) => Dest::Reuse { from, buf },
+                        None => Dest::Fresh,
+                    })
+                    .collect();
             }
-            Step {
-                built: b,
-                dests,
-                declined,
-            }
-        })
-        .collect();
+        }
+        if let Some((_, root, var, buf)) = mine {
+            let n = s.built.roots.len();
+            s.dests.resize_with(n, || Dest::Fresh);
+            let k = s
+                .built
+                .roots
+                .iter()
+                .position(|r| r == root)
+                .expect("the root");
+            s.dests[k] = Dest::Target {
+                var: *var,
+                buf: buf.clone(),
+            };
+        }
+    }
     Plan {
         steps,
         roots,
@@ -316,7 +319,7 @@ impl Plan {
             }
             if param.kind == ParamKind::Output {
                 let k = b.roots.iter().position(|&r| r == var).expect("a root");
-                match &s.dests[k] {
+                match s.dests.get(k).unwrap_or(&Dest::Fresh) {
                     Dest::Fresh => write!(f, ": new buffer")?,
                     Dest::Reuse { from, .. } => {
                         let q = (0..params.len()).find(|&q| {

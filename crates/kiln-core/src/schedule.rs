@@ -318,49 +318,41 @@ fn with_roots_held(
 /// Run a plan: count its in-place decisions, allocate the outputs that need new buffers, launch
 /// its kernels with the registry unlocked, publish the results (only if everything ran), and
 /// release what the evaluation held (its roots' and side effects' references).
-fn execute(mut st: MutexGuard<'static, State>, plan: Plan) -> Result<()> {
+fn execute(mut st: MutexGuard<'static, State>, mut plan: Plan) -> Result<()> {
     plan::note_decisions(&st, &plan);
-    let Plan {
-        steps, roots, side, ..
-    } = plan;
-    let mut built: Vec<Built> = Vec::with_capacity(steps.len());
     let mut failure = None;
-    for step in steps {
-        let mut b = step.built;
-        if failure.is_none() {
-            for (dest, &r) in step.dests.into_iter().zip(&b.roots) {
-                let out = match dest {
-                    Dest::Reuse { buf, .. } | Dest::Target { buf, .. } => buf,
-                    Dest::Fresh => {
-                        let v = st.var(r);
-                        match Buffer::new(v.ty, b.size, &|| {
-                            format!("evaluating {}", st.label_of(r))
-                        }) {
-                            Ok(buf) => Arc::new(buf),
-                            Err(e) => {
-                                failure = Some(e);
-                                break;
-                            }
+    'steps: for step in plan.steps.iter_mut() {
+        let mut dests = std::mem::take(&mut step.dests).into_iter();
+        let b = &mut step.built;
+        for &r in &b.roots {
+            let out = match dests.next() {
+                Some(Dest::Reuse { buf, .. } | Dest::Target { buf, .. }) => buf,
+                Some(Dest::Fresh) | None => {
+                    let v = st.var(r);
+                    match Buffer::new(v.ty, b.size, &|| format!("evaluating {}", st.label_of(r))) {
+                        Ok(buf) => Arc::new(buf),
+                        Err(e) => {
+                            failure = Some(e);
+                            break 'steps;
                         }
                     }
-                };
-                b.outputs.push(out);
-            }
+                }
+            };
+            b.outputs.push(out);
         }
-        built.push(b);
     }
     let result = match failure {
         Some(e) => Err(e),
-        None => MutexGuard::unlocked(&mut st, || launch_all(&built)).map(|missed| {
-            for (b, missed) in built.iter().zip(missed) {
-                note_computed(&mut st, &b.computed, missed);
+        None => MutexGuard::unlocked(&mut st, || launch_all(&plan.steps)).map(|missed| {
+            for (s, missed) in plan.steps.iter().zip(missed) {
+                note_computed(&mut st, &s.built.computed, missed);
             }
         }),
     };
     // publish results (only if everything ran) and release what the eval held
     let mut garbage = Vec::new();
     if result.is_ok() {
-        for b in &built {
+        for b in plan.steps.iter().map(|s| &s.built) {
             for (r, out) in b.roots.iter().zip(&b.outputs) {
                 if !st.var(*r).is_evaluated() {
                     // (a cast written over an operand of the same width: the buffer's elements
@@ -374,28 +366,29 @@ fn execute(mut st: MutexGuard<'static, State>, plan: Plan) -> Result<()> {
             }
         }
     }
-    for &s in &side {
+    for &s in &plan.side {
         // a scatter's target, or the targets of the scatters inside a region node
         for t in st.effect_targets(s) {
             st.var_mut(t).dirty = false;
         }
         st.dec_int(s, &mut garbage);
     }
-    for &r in &roots {
+    for &r in &plan.roots {
         st.dec_int(r, &mut garbage);
     }
     drop(st);
     drop(garbage);
+    drop(plan);
     result
 }
 
 /// Launch the built kernels in order; returns, per kernel, whether it had to be built (compiled or
 /// loaded from disk) rather than found in memory.
-fn launch_all(built: &[Built]) -> Result<Vec<bool>> {
+fn launch_all(steps: &[plan::Step]) -> Result<Vec<bool>> {
     let kind = backend();
     let be = crate::backend::select::instance(kind)?;
-    let mut missed = vec![false; built.len()];
-    for (bi, b) in built.iter().enumerate() {
+    let mut missed = vec![false; steps.len()];
+    for (bi, b) in steps.iter().map(|s| &s.built).enumerate() {
         if b.kernel.is_empty() {
             continue;
         }
