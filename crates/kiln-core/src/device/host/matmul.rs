@@ -111,6 +111,8 @@ pub(in crate::device) fn matmul(a: &Buffer, b: &Buffer, m: usize, k: usize, n: u
 #[cfg(test)]
 mod matmul_tests {
     use super::*;
+    use crate::device::{read, upload};
+    use crate::ty::VarType;
 
     /// Splitting a product's columns between tasks (few rows, several threads) gives the same
     /// bits as one `sgemm` call over the whole product: the same dot products, accumulated in the
