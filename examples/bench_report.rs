@@ -112,13 +112,13 @@ fn time(f: impl FnOnce()) -> f64 {
 /// (`madvise(MADV_HUGEPAGE)`), as kiln's own arrays are: the bandwidth baselines run on both this
 /// and plain `Vec`s so that page size does not decide the comparison.
 struct HugeBuf {
-    block: Option<kiln::kiln_core::alloc::Block>,
+    block: Option<kiln_core::alloc::Block>,
     len: usize,
 }
 
 impl HugeBuf {
     fn from_slice(data: &[f32]) -> HugeBuf {
-        let block = kiln::kiln_core::alloc::alloc(std::mem::size_of_val(data), &|| {
+        let block = kiln_core::alloc::alloc(std::mem::size_of_val(data), &|| {
             "a baseline buffer".into()
         })
         .unwrap_or_else(|e| panic!("bench_report: {e}"));
@@ -151,7 +151,7 @@ impl HugeBuf {
 impl Drop for HugeBuf {
     fn drop(&mut self) {
         if let Some(b) = self.block.take() {
-            kiln::kiln_core::alloc::free(b);
+            kiln_core::alloc::free(b);
         }
     }
 }
@@ -387,7 +387,7 @@ fn row_chain(cfg: &Config, notes: &mut Vec<String>) -> Row {
 fn row_llvm_vs_cranelift(cfg: &Config, notes: &mut Vec<String>) -> Row {
     let n = cfg.n;
     let name = format!("fused chain {} llvm/cranelift", millions(n));
-    if let Err(reason) = kiln::kiln_core::backend::llvm::shared() {
+    if let Err(reason) = kiln::engine::llvm_available() {
         notes.push(format!("llvm vs cranelift: not measured: {reason}"));
         return Row::new(
             &name,
@@ -400,7 +400,7 @@ fn row_llvm_vs_cranelift(cfg: &Config, notes: &mut Vec<String>) -> Row {
     let x = Float32::linspace(-2.0, 2.0, n);
     x.eval();
     let run = |kind: kiln::BackendKind| {
-        kiln::kiln_core::with_backend(kind, || {
+        kiln::engine::with_backend(kind, || {
             let mut result = None;
             let s = time(|| {
                 let y = chain_kiln(&x);
@@ -418,8 +418,8 @@ fn row_llvm_vs_cranelift(cfg: &Config, notes: &mut Vec<String>) -> Row {
             run(kiln::BackendKind::Cranelift)
         }],
     );
-    let a = kiln::kiln_core::with_backend(kiln::BackendKind::Llvm, || chain_kiln(&x).to_vec());
-    let b = kiln::kiln_core::with_backend(kiln::BackendKind::Cranelift, || chain_kiln(&x).to_vec());
+    let a = kiln::engine::with_backend(kiln::BackendKind::Llvm, || chain_kiln(&x).to_vec());
+    let b = kiln::engine::with_backend(kiln::BackendKind::Cranelift, || chain_kiln(&x).to_vec());
     let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
     notes.push(format!(
         "llvm vs cranelift: fused chain best runs llvm {}, cranelift {} ({:.2}x); results bit-identical: {}",
@@ -793,7 +793,7 @@ fn row_compile(cfg: &Config, notes: &mut Vec<String>) -> Row {
     let t = measure(if cfg.quick { 7 } else { 21 }, cfg.budget, || {
         sample += 1;
         let y = chain(sample);
-        if let Some(k) = kiln::kiln_core::kernels_for(&[y.id()]).first() {
+        if let Some(k) = kiln::engine::kernels_for(&[y.id()]).first() {
             insts = k.len();
         }
         let before = kiln::stats();
@@ -1440,7 +1440,7 @@ fn scan_wide(cfg: &Config, signals: usize, steps: usize) -> ScanWide {
     x.eval();
     let blocked_before = kiln::stats().kernels_blocked;
     let run = |kind: kiln::BackendKind| {
-        kiln::kiln_core::with_backend(kind, || {
+        kiln::engine::with_backend(kind, || {
             let mut report = kiln::ScanReport::default();
             let (_, smoothed) = kiln::scan::Lax::new(&Tensor::<f32>::zeros(&[signals]), &x)
                 .report(&mut report)
@@ -1454,7 +1454,7 @@ fn scan_wide(cfg: &Config, signals: usize, steps: usize) -> ScanWide {
         })
     };
     let mut backends = vec![("cranelift", kiln::BackendKind::Cranelift)];
-    if kiln::kiln_core::backend::llvm::shared().is_ok() {
+    if kiln::engine::llvm_available().is_ok() {
         backends.insert(0, ("llvm", kiln::BackendKind::Llvm));
     }
     let src = HugeBuf::from_slice(&host);
@@ -1734,7 +1734,7 @@ fn matmul_note(cfg: &Config, notes: &mut Vec<String>) {
     notes.push(format!(
         "matmul {side}^2 f32: {} ({gflops:.1} GFLOP/s, matrixmultiply kernels on {} threads); {vs}",
         ms(t.median),
-        kiln::kiln_core::launch::threads()
+        kiln::engine::threads()
     ));
 }
 
@@ -3534,7 +3534,7 @@ fn main() {
             "no AVX2"
         },
         kiln::backend(),
-        kiln::kiln_core::launch::threads(),
+        kiln::engine::threads(),
         rayon::current_num_threads(),
         if avx2 { "AVX2" } else { "baseline ISA" }
     );

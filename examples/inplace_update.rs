@@ -181,7 +181,7 @@ fn main() {
     println!(
         "update-in-place demo: backend {}, {} threads",
         kiln::backend(),
-        kiln::kiln_core::launch::threads()
+        kiln::engine::threads()
     );
 
     // ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ extern crate self as kiln;
 pub mod ad;
 pub mod array;
 pub mod control;
+pub mod engine;
 pub mod freeze;
 #[cfg(feature = "ndarray")]
 mod interop;
@@ -41,7 +42,6 @@ pub use array::IntoSize;
 pub use array::{Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64};
 pub use control::{dispatch, if_then_else, switch, while_loop, Mode, Registry};
 pub use freeze::{freeze, Frozen, Traverse};
-pub use kiln_core;
 pub use kiln_core::{
     set_log_level, BackendKind, Error, Op, ReduceOp, Result, Scalar, Size, Stats, VarType, Whos,
 };

@@ -10,13 +10,13 @@
 //! libLLVM is installed); reverse and forward mode both where the upstream case has one.
 
 mod common;
-use kiln::kiln_core::{with_backend, BackendKind};
+use kiln_core::{with_backend, BackendKind};
 use kiln::{ops::select, Array, Float, Float32, Float64};
 use std::f64::consts::{LN_2, PI};
 
 fn backends() -> Vec<BackendKind> {
     let mut v = vec![BackendKind::Interp, BackendKind::Cranelift];
-    if kiln::kiln_core::backend::llvm::shared().is_ok() {
+    if kiln_core::backend::llvm::shared().is_ok() {
         v.push(BackendKind::Llvm);
     }
     v

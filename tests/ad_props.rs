@@ -37,7 +37,7 @@
 //! number of cases.
 
 mod common;
-use kiln::kiln_core::{with_backend, BackendKind};
+use kiln_core::{with_backend, BackendKind};
 use kiln::{ops::select, Array, Float, Float64};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
@@ -932,7 +932,7 @@ fn runner(cases: u32, stream: u8) -> TestRunner {
 }
 
 fn llvm_available() -> bool {
-    let ok = kiln::kiln_core::backend::llvm::shared().is_ok();
+    let ok = kiln_core::backend::llvm::shared().is_ok();
     if !ok {
         eprintln!("ad_props: no libLLVM here, LLVM cases skipped");
     }

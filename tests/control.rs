@@ -34,7 +34,7 @@ fn collatz_in_one_kernel_traced_once() {
         },
     )
     .unwrap();
-    let kernels = kiln::kiln_core::kernels_for(&[steps.id()]);
+    let kernels = kiln_core::kernels_for(&[steps.id()]);
     assert_eq!(kernels.len(), 1, "one kernel");
     assert!(kernels[0].to_string().contains("loop"), "{}", kernels[0]);
     let got = steps.to_vec();
@@ -99,7 +99,7 @@ fn literal_false_condition_removes_the_loop() {
 
 #[test]
 fn max_iterations_truncates_and_reports_at_the_next_read() {
-    let before = kiln::kiln_core::stats().loops_truncated;
+    let before = kiln_core::stats().loops_truncated;
     let x = UInt32::arange(10);
     let y = Loop::new(x)
         .label("forever")
@@ -108,7 +108,7 @@ fn max_iterations_truncates_and_reports_at_the_next_read() {
         .unwrap();
     let err = y.try_to_vec().unwrap_err().to_string();
     assert!(err.contains("forever") && err.contains("7 lane"), "{err}");
-    assert!(kiln::kiln_core::stats().loops_truncated > before);
+    assert!(kiln_core::stats().loops_truncated > before);
     // the values are the state after 5 iterations
     assert_eq!(y.to_vec(), vec![0, 1, 2, 8, 9, 10, 11, 12, 13, 14]);
 }

@@ -14,7 +14,7 @@
 mod common;
 use common::leak_checked;
 use kiln::control::{Branch, Loop, Mode, Switch};
-use kiln::kiln_core::{self as core, BackendKind};
+use kiln_core::{self as core, BackendKind};
 use kiln::prelude::*;
 use proptest::prelude::*;
 
@@ -699,7 +699,7 @@ fn check(p: &[Stmt], d: &Data, evaluated: bool) -> Result<(), TestCaseError> {
     // LLVM on every third program (its compiles cost ~15 ms each; backend_diff tests it in depth)
     static LLVM_TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     if LLVM_TURN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 3 == 0
-        && kiln::kiln_core::backend::llvm::shared().is_ok()
+        && kiln_core::backend::llvm::shared().is_ok()
     {
         others.push((BackendKind::Llvm, Mode::Symbolic));
     }

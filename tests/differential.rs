@@ -320,7 +320,7 @@ fn check(n: usize, seed: u64, len: usize, roots: usize) -> Result<(), TestCaseEr
     ];
     // LLVM too, where this machine has a libLLVM (backend_diff.rs says when it is skipped), on one
     // program in eight: its compiles cost ~15 ms each, and kiln-core's backend_diff tests it in depth
-    if seed % 8 == 0 && kiln::kiln_core::backend::llvm::shared().is_ok() {
+    if seed % 8 == 0 && kiln_core::backend::llvm::shared().is_ok() {
         others.extend([(BackendKind::Llvm, false), (BackendKind::Llvm, true)]);
     }
     for (backend, views) in others {

@@ -262,11 +262,11 @@ fn try_binary_refuses_ops_that_are_not_binary_of_the_arrays_type() {
         let eq = Bool::try_binary(Op::Eq, &m, &m).unwrap();
         assert_eq!(eq.to_vec(), vec![true, true]);
         // the engine's own entry point returns the error instead of asserting
-        let e = err_of(kiln::kiln_core::op(Op::Sqrt, &[a.id(), b.id()]));
+        let e = err_of(kiln_core::op(Op::Sqrt, &[a.id(), b.id()]));
         assert!(e.contains("`sqrt`") && e.contains("1 operand"), "{e}");
-        let e = err_of(kiln::kiln_core::op(Op::Gather, &[a.id(), b.id()]));
+        let e = err_of(kiln_core::op(Op::Gather, &[a.id(), b.id()]));
         assert!(e.contains("`gather`"), "{e}");
-        let e = err_of(kiln::kiln_core::convert(
+        let e = err_of(kiln_core::convert(
             Op::Add,
             a.id(),
             kiln::VarType::F64,

@@ -34,7 +34,7 @@ fn norm(s: &str) -> String {
     out
 }
 
-fn err_text<T>(r: kiln::kiln_core::Result<T>) -> Option<String> {
+fn err_text<T>(r: kiln_core::Result<T>) -> Option<String> {
     r.err().map(|e| norm(&e.to_string()))
 }
 
@@ -370,7 +370,7 @@ fn compacted(
     t: &Tensor<f32>,
     c: &Bool,
     errs: &RefCell<Vec<String>>,
-    op: &dyn Fn(&Tensor<f32>) -> kiln::kiln_core::Result<Tensor<f32>>,
+    op: &dyn Fn(&Tensor<f32>) -> kiln_core::Result<Tensor<f32>>,
 ) -> Float32 {
     Branch::new()
         .mode(Mode::Evaluated)
@@ -390,7 +390,7 @@ fn compacted(
 }
 
 fn compacted_lanes_are_checked(
-    op: &dyn Fn(&Tensor<f32>) -> kiln::kiln_core::Result<Tensor<f32>>,
+    op: &dyn Fn(&Tensor<f32>) -> kiln_core::Result<Tensor<f32>>,
     needle: &str,
 ) {
     leak_checked(|| {
@@ -577,7 +577,7 @@ fn refused_read_prints_no_panic_message() {
         });
         let e = f.call(&Float32::arange(4)).unwrap_err();
         assert!(
-            matches!(e, kiln::kiln_core::Error::FrozenRead { .. }),
+            matches!(e, kiln_core::Error::FrozenRead { .. }),
             "{e}"
         );
         let mut g = kiln::freeze(|x: &Float32| -> Float32 { x * x.to_vec()[0] });

@@ -10,7 +10,7 @@
 
 mod common;
 use common::leak_checked;
-use kiln::kiln_core::{alloc, with_backend};
+use kiln_core::{alloc, with_backend};
 use kiln::prelude::*;
 use kiln::BackendKind;
 
@@ -305,7 +305,7 @@ fn a_read_only_argument_is_never_written() {
 #[test]
 fn replays_equal_the_traced_call_on_every_backend() {
     let mut kinds = vec![BackendKind::Interp, BackendKind::Cranelift];
-    if kiln::kiln_core::backend::llvm::shared().is_ok() {
+    if kiln_core::backend::llvm::shared().is_ok() {
         kinds.push(BackendKind::Llvm);
     }
     for kind in kinds {

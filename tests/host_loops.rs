@@ -6,7 +6,7 @@
 mod common;
 
 use common::leak_checked;
-use kiln::kiln_core::{with_backend, BackendKind};
+use kiln_core::{with_backend, BackendKind};
 use kiln::prelude::*;
 
 /// Kernels not found in the in-memory cache so far (compiled, or loaded from disk).
@@ -122,7 +122,7 @@ fn uneval_loop_matches_eval_on_every_backend() {
             BackendKind::Cranelift,
             BackendKind::Llvm,
         ] {
-            if kind == BackendKind::Llvm && kiln::kiln_core::backend::llvm::shared().is_err() {
+            if kind == BackendKind::Llvm && kiln_core::backend::llvm::shared().is_err() {
                 continue;
             }
             with_backend(kind, || {
@@ -220,7 +220,7 @@ fn recomputed_state_is_detected() {
         let v = Float64::arange(4096) * 0.001;
         v.eval();
         for eval_each in [true, false] {
-            let before = kiln::kiln_core::schedule::recompute_detections();
+            let before = kiln_core::schedule::recompute_detections();
             let mut x = Float64::zeros(4096);
             for _ in 0..24 {
                 x = &x * 0.99 + &v;
@@ -230,7 +230,7 @@ fn recomputed_state_is_detected() {
                 // (reductions are lazy: a dropped one computes nothing, so evaluate it)
                 let _ = x.sum().eval();
             }
-            let detected = kiln::kiln_core::schedule::recompute_detections() - before;
+            let detected = kiln_core::schedule::recompute_detections() - before;
             assert_eq!(detected > 0, !eval_each, "eval_each = {eval_each}");
         }
     });

@@ -19,7 +19,7 @@
 
 mod common;
 use common::leak_checked;
-use kiln::kiln_core::with_backend;
+use kiln_core::with_backend;
 use kiln::prelude::*;
 use kiln::{BackendKind, Scalar};
 use proptest::prelude::*;
@@ -72,7 +72,7 @@ fn backends() -> Vec<Option<BackendKind>> {
         Some(BackendKind::Interp),
         Some(BackendKind::Cranelift),
     ];
-    if kiln::kiln_core::backend::llvm::shared().is_ok() {
+    if kiln_core::backend::llvm::shared().is_ok() {
         v.push(Some(BackendKind::Llvm));
     }
     v

@@ -56,7 +56,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 }
 
 fn llvm_here() -> bool {
-    match kiln::kiln_core::backend::llvm::shared() {
+    match kiln_core::backend::llvm::shared() {
         Ok(_) => true,
         Err(reason) => {
             eprintln!("SKIPPED (no usable libLLVM on this machine): {reason}");

@@ -6,8 +6,8 @@
 
 mod common;
 use common::{delta, leak_checked};
-use kiln::kiln_core::plan::Summary;
-use kiln::kiln_core::schedule::plan_for;
+use kiln_core::plan::Summary;
+use kiln_core::schedule::plan_for;
 use kiln::prelude::*;
 
 fn plan<T: kiln::Scalar>(arrays: &[&Array<T>]) -> Summary {

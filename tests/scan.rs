@@ -24,7 +24,7 @@
 
 mod common;
 use common::leak_checked;
-use kiln::kiln_core::with_backend;
+use kiln_core::with_backend;
 use kiln::prelude::*;
 use kiln::scan::Lax;
 use kiln::{BackendKind, Error, Scalar, ScanReport};
@@ -123,7 +123,7 @@ fn float_data(n: usize, seed: u64) -> Vec<f64> {
 /// The backends of this machine: the interpreter and Cranelift always, LLVM where installed.
 fn backends() -> Vec<BackendKind> {
     let mut v = vec![BackendKind::Interp, BackendKind::Cranelift];
-    if kiln::kiln_core::backend::llvm::shared().is_ok() {
+    if kiln_core::backend::llvm::shared().is_ok() {
         v.push(BackendKind::Llvm);
     }
     v
@@ -1876,7 +1876,7 @@ fn fused_and_stepped_modes_agree() {
 /// the compiled backends did block.
 #[test]
 fn wide_fused_scans_run_lane_blocked_with_the_interpreters_bits() {
-    use kiln::kiln_core::backend::blocked::{policy, set_policy, Policy};
+    use kiln_core::backend::blocked::{policy, set_policy, Policy};
     // these rows fit the cache, where blocking does not pay: block them anyway
     let before = policy();
     set_policy(Policy {

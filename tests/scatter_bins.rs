@@ -5,7 +5,7 @@
 
 mod common;
 use common::{delta, leak_checked};
-use kiln::kiln_core::{self as core, BackendKind};
+use kiln_core::{self as core, BackendKind};
 use kiln::prelude::*;
 
 const SIZES: [usize; 6] = [0, 1, 17, 16_383, 16_384, 16_385];

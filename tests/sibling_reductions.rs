@@ -9,13 +9,13 @@
 mod common;
 
 use common::{delta, leak_checked};
-use kiln::kiln_core::{with_backend, BackendKind};
+use kiln_core::{with_backend, BackendKind};
 use kiln::{Float32, Float64, Int32};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 fn backends() -> Vec<BackendKind> {
     let mut v = vec![BackendKind::Interp, BackendKind::Cranelift];
-    if kiln::kiln_core::backend::llvm::shared().is_ok() {
+    if kiln_core::backend::llvm::shared().is_ok() {
         v.push(BackendKind::Llvm);
     }
     v

@@ -30,7 +30,7 @@
 
 mod common;
 use common::leak_checked;
-use kiln::kiln_core::with_backend;
+use kiln_core::with_backend;
 use kiln::prelude::*;
 use kiln::{BackendKind, Error, Scalar};
 use proptest::prelude::*;
@@ -977,7 +977,7 @@ fn reference_of(c: &Case) -> (Vec<f64>, Vec<f64>) {
 /// The backends this machine has (LLVM only when a libLLVM loads).
 fn backends() -> Vec<BackendKind> {
     let mut v = vec![BackendKind::Interp, BackendKind::Cranelift];
-    if kiln::kiln_core::backend::llvm::shared().is_ok() {
+    if kiln_core::backend::llvm::shared().is_ok() {
         v.push(BackendKind::Llvm);
     }
     v

@@ -5,7 +5,7 @@
 
 mod common;
 use common::{delta, leak_checked};
-use kiln::kiln_core::{self as core, BackendKind};
+use kiln_core::{self as core, BackendKind};
 use kiln::prelude::*;
 
 /// `t.transpose() * 2 + 1` for a `rows × cols` source, computed on the host.

@@ -94,11 +94,11 @@ fn fused_block_reductions_equal_evaluated_ones() {
             kiln::BackendKind::Llvm,
         ] {
             if backend == kiln::BackendKind::Llvm
-                && kiln::kiln_core::backend::llvm::shared().is_err()
+                && kiln_core::backend::llvm::shared().is_err()
             {
                 continue;
             }
-            kiln::kiln_core::with_backend(backend, || {
+            kiln_core::with_backend(backend, || {
                 for (n, block) in [
                     (0usize, 3usize),
                     (1, 1),
@@ -116,13 +116,13 @@ fn fused_block_reductions_equal_evaluated_ones() {
                         kiln::ReduceOp::Min,
                         kiln::ReduceOp::Max,
                     ] {
-                        let lazy = kiln::kiln_core::block_reduce(op, x.id(), block).unwrap();
-                        let lazy_i = kiln::kiln_core::block_reduce(op, xi.id(), block).unwrap();
+                        let lazy = kiln_core::block_reduce(op, x.id(), block).unwrap();
+                        let lazy_i = kiln_core::block_reduce(op, xi.id(), block).unwrap();
                         let (xe, xie) = (x.clone(), xi.clone());
                         kiln::eval!(xe, xie);
-                        let eager = kiln::kiln_core::block_reduce(op, xe.id(), block).unwrap();
-                        let eager_i = kiln::kiln_core::block_reduce(op, xie.id(), block).unwrap();
-                        let bits = |id| kiln::kiln_core::read_bytes(id).unwrap();
+                        let eager = kiln_core::block_reduce(op, xe.id(), block).unwrap();
+                        let eager_i = kiln_core::block_reduce(op, xie.id(), block).unwrap();
+                        let bits = |id| kiln_core::read_bytes(id).unwrap();
                         assert_eq!(
                             bits(lazy),
                             bits(eager),
@@ -134,7 +134,7 @@ fn fused_block_reductions_equal_evaluated_ones() {
                             "{backend} i32 {op:?} n={n} block={block}"
                         );
                         for id in [lazy, lazy_i, eager, eager_i] {
-                            kiln::kiln_core::dec_ref(id);
+                            kiln_core::dec_ref(id);
                         }
                     }
                 }
