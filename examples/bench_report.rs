@@ -118,10 +118,9 @@ struct HugeBuf {
 
 impl HugeBuf {
     fn from_slice(data: &[f32]) -> HugeBuf {
-        let block = kiln_core::alloc::alloc(std::mem::size_of_val(data), &|| {
-            "a baseline buffer".into()
-        })
-        .unwrap_or_else(|e| panic!("bench_report: {e}"));
+        let block =
+            kiln_core::alloc::alloc(std::mem::size_of_val(data), &|| "a baseline buffer".into())
+                .unwrap_or_else(|e| panic!("bench_report: {e}"));
         let mut b = HugeBuf {
             block: Some(block),
             len: data.len(),

@@ -10,8 +10,8 @@
 //! libLLVM is installed); reverse and forward mode both where the upstream case has one.
 
 mod common;
-use kiln_core::{with_backend, BackendKind};
 use kiln::{ops::select, Array, Float, Float32, Float64};
+use kiln_core::{with_backend, BackendKind};
 use std::f64::consts::{LN_2, PI};
 
 fn backends() -> Vec<BackendKind> {

@@ -37,8 +37,8 @@
 //! number of cases.
 
 mod common;
-use kiln_core::{with_backend, BackendKind};
 use kiln::{ops::select, Array, Float, Float64};
+use kiln_core::{with_backend, BackendKind};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};

@@ -14,8 +14,8 @@
 mod common;
 use common::leak_checked;
 use kiln::control::{Branch, Loop, Mode, Switch};
-use kiln_core::{self as core, BackendKind};
 use kiln::prelude::*;
+use kiln_core::{self as core, BackendKind};
 use proptest::prelude::*;
 
 type St = (Float32, UInt32, Int32);

@@ -266,11 +266,7 @@ fn try_binary_refuses_ops_that_are_not_binary_of_the_arrays_type() {
         assert!(e.contains("`sqrt`") && e.contains("1 operand"), "{e}");
         let e = err_of(kiln_core::op(Op::Gather, &[a.id(), b.id()]));
         assert!(e.contains("`gather`"), "{e}");
-        let e = err_of(kiln_core::convert(
-            Op::Add,
-            a.id(),
-            kiln::VarType::F64,
-        ));
+        let e = err_of(kiln_core::convert(Op::Add, a.id(), kiln::VarType::F64));
         assert!(e.contains("`add`") && e.contains("Cast"), "{e}");
         drop((a, b, s, m, eq));
     });

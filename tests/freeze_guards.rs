@@ -576,10 +576,7 @@ fn refused_read_prints_no_panic_message() {
             x * s
         });
         let e = f.call(&Float32::arange(4)).unwrap_err();
-        assert!(
-            matches!(e, kiln_core::Error::FrozenRead { .. }),
-            "{e}"
-        );
+        assert!(matches!(e, kiln_core::Error::FrozenRead { .. }), "{e}");
         let mut g = kiln::freeze(|x: &Float32| -> Float32 { x * x.to_vec()[0] });
         assert!(g.call(&Float32::arange(4)).is_err());
         let mut h = kiln::freeze(|x: &Float32| -> Float32 {

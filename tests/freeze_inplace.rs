@@ -10,9 +10,9 @@
 
 mod common;
 use common::leak_checked;
-use kiln_core::{alloc, with_backend};
 use kiln::prelude::*;
 use kiln::BackendKind;
+use kiln_core::{alloc, with_backend};
 
 /// Run a test alone with update-in-place on (whatever `KILN_INPLACE` says), then the leak check.
 fn check<R>(f: impl FnOnce() -> R) -> R {

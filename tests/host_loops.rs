@@ -6,8 +6,8 @@
 mod common;
 
 use common::leak_checked;
-use kiln_core::{with_backend, BackendKind};
 use kiln::prelude::*;
+use kiln_core::{with_backend, BackendKind};
 
 /// Kernels not found in the in-memory cache so far (compiled, or loaded from disk).
 fn built() -> u64 {

@@ -19,9 +19,9 @@
 
 mod common;
 use common::leak_checked;
-use kiln_core::with_backend;
 use kiln::prelude::*;
 use kiln::{BackendKind, Scalar};
+use kiln_core::with_backend;
 use proptest::prelude::*;
 
 // =============================================================================================

@@ -6,9 +6,9 @@
 
 mod common;
 use common::{delta, leak_checked};
+use kiln::prelude::*;
 use kiln_core::plan::Summary;
 use kiln_core::schedule::plan_for;
-use kiln::prelude::*;
 
 fn plan<T: kiln::Scalar>(arrays: &[&Array<T>]) -> Summary {
     plan_for(&arrays.iter().map(|a| a.id()).collect::<Vec<_>>())

@@ -24,10 +24,10 @@
 
 mod common;
 use common::leak_checked;
-use kiln_core::with_backend;
 use kiln::prelude::*;
 use kiln::scan::Lax;
 use kiln::{BackendKind, Error, Scalar, ScanReport};
+use kiln_core::with_backend;
 use proptest::prelude::*;
 
 // =============================================================================================

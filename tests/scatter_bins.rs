@@ -5,8 +5,8 @@
 
 mod common;
 use common::{delta, leak_checked};
-use kiln_core::{self as core, BackendKind};
 use kiln::prelude::*;
+use kiln_core::{self as core, BackendKind};
 
 const SIZES: [usize; 6] = [0, 1, 17, 16_383, 16_384, 16_385];
 

@@ -9,8 +9,8 @@
 mod common;
 
 use common::{delta, leak_checked};
-use kiln_core::{with_backend, BackendKind};
 use kiln::{Float32, Float64, Int32};
+use kiln_core::{with_backend, BackendKind};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 fn backends() -> Vec<BackendKind> {

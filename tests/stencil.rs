@@ -30,9 +30,9 @@
 
 mod common;
 use common::leak_checked;
-use kiln_core::with_backend;
 use kiln::prelude::*;
 use kiln::{BackendKind, Error, Scalar};
+use kiln_core::with_backend;
 use proptest::prelude::*;
 
 // =============================================================================================

@@ -5,8 +5,8 @@
 
 mod common;
 use common::{delta, leak_checked};
-use kiln_core::{self as core, BackendKind};
 use kiln::prelude::*;
+use kiln_core::{self as core, BackendKind};
 
 /// `t.transpose() * 2 + 1` for a `rows × cols` source, computed on the host.
 fn expected(rows: usize, cols: usize, data: &[f32]) -> Vec<f32> {

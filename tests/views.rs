@@ -93,9 +93,7 @@ fn fused_block_reductions_equal_evaluated_ones() {
             kiln::BackendKind::Cranelift,
             kiln::BackendKind::Llvm,
         ] {
-            if backend == kiln::BackendKind::Llvm
-                && kiln_core::backend::llvm::shared().is_err()
-            {
+            if backend == kiln::BackendKind::Llvm && kiln_core::backend::llvm::shared().is_err() {
                 continue;
             }
             kiln_core::with_backend(backend, || {

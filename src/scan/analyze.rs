@@ -5,7 +5,7 @@
 //! (stepped), and which matrix products read a sequence row against a loop-invariant matrix.
 
 use super::erased::Erased;
-use super::hook::{self, Hook, Installed, Seen};
+use super::hook::{Hook, Installed, Seen};
 use super::spec::{seq_span, Spec, StepIn, StepOut};
 use crate::control::{Owned, Trace};
 use kiln_core::control as cc;
@@ -70,17 +70,19 @@ pub(crate) fn analyze(
     let mut ph: Vec<VarId> = Vec::new();
     let mut what: HashMap<u32, usize> = HashMap::new(); // placeholder → input bit (128: the step)
     let mut row_tap: HashMap<u32, (usize, i64)> = HashMap::new();
-    let like = spec
-        .seqs
-        .first()
-        .map(|s| s.data.id)
-        .or_else(|| spec.outs.iter().find_map(|o| o.init.as_ref().map(|i| i.id)));
+    let like = spec.seqs.first().map(|s| s.data.id()).or_else(|| {
+        spec.outs
+            .iter()
+            .find_map(|o| o.init.as_ref().map(|i| i.id()))
+    });
     let new_ph = |ty: VarType, n: usize, ph: &mut Vec<VarId>| -> VarId {
-        let like_id = like.unwrap_or_else(|| kiln_core::literal(ty, 0, n));
+        // (a literal made to stand for the shape is released with its handle)
+        let made = like
+            .is_none()
+            .then(|| kiln_core::Handle::own(kiln_core::literal(ty, 0, n)));
+        let like_id = like.unwrap_or_else(|| made.as_ref().map_or(VarId(0), |h| h.id()));
         let p = cc::placeholder(ty, n, ph.len(), like_id);
-        if like.is_none() {
-            kiln_core::dec_ref(like_id);
-        }
+        drop(made);
         ph.push(p);
         p
     };
@@ -150,26 +152,26 @@ pub(crate) fn analyze(
         Ok(o) => o,
         Err(e) => {
             drop(effects);
-            hook::release_seen(&seen);
+            drop(seen);
             return Err(e);
         }
     };
-    let mut roots: Vec<VarId> = out.outs.iter().map(|e| e.id).collect();
+    let mut roots: Vec<VarId> = out.outs.iter().map(|e| e.id()).collect();
     if let Some(u) = &out.until {
-        roots.push(u.id);
+        roots.push(u.id());
     }
     roots.extend(effects.ids().iter().map(|&e| VarId(e)));
     for s in &seen {
-        roots.push(s.b);
+        roots.push(s.b.id());
     }
     // declared non-sequences are leaves (their own expressions are not the body's)
-    let stop: Vec<VarId> = spec.non_seqs.iter().map(|e| e.id).collect();
+    let stop: Vec<VarId> = spec.non_seqs.iter().map(|e| e.id()).collect();
     let nodes = inspect::reachable(&roots, &stop);
     let nonseq_bit: HashMap<u32, usize> = spec
         .non_seqs
         .iter()
         .enumerate()
-        .map(|(k, e)| (e.id.0, first_nonseq + k))
+        .map(|(k, e)| (e.id().0, first_nonseq + k))
         .collect();
     let declared: HashSet<u32> = spec.input_ids().iter().map(|v| v.0).collect();
     let mut deps: HashMap<u32, Deps> = HashMap::new();
@@ -191,8 +193,7 @@ pub(crate) fn analyze(
                 .unwrap_or_else(|| format!("array {}", n.id.0));
             names.push(format!("captured `{name}`"));
             captured_names.push(name);
-            kiln_core::inc_ref(n.id);
-            captured.push(Erased::own(n.id, vec![n.size]));
+            captured.push(Erased::borrow(n.id, vec![n.size]));
             d |= bit(b);
         }
         for x in &n.deps {
@@ -215,7 +216,7 @@ pub(crate) fn analyze(
     let mut conn: Vec<Deps> = out
         .outs
         .iter()
-        .map(|e| deps.get(&e.id.0).copied().unwrap_or(0))
+        .map(|e| deps.get(&e.id().0).copied().unwrap_or(0))
         .collect();
     // a feedback row depends, over time, on everything its own output depends on
     loop {
@@ -245,7 +246,7 @@ pub(crate) fn analyze(
     let until_deps = out
         .until
         .as_ref()
-        .map(|u| deps.get(&u.id.0).copied().unwrap_or(0))
+        .map(|u| deps.get(&u.id().0).copied().unwrap_or(0))
         .unwrap_or(0);
     let used: Deps = conn.iter().fold(until_deps, |a, &c| a | c);
     let mut unused = Vec::new();
@@ -263,14 +264,15 @@ pub(crate) fn analyze(
         && out
             .outs
             .iter()
-            .all(|e| deps.get(&e.id.0).copied().unwrap_or(0) & step_mask == 0);
+            .all(|e| deps.get(&e.id().0).copied().unwrap_or(0) & step_mask == 0);
     let products = seen
         .iter()
         .map(|s: &Seen| {
-            let bd = deps.get(&s.b.0).copied().unwrap_or(0);
-            let invariant_b = (bd & step_mask == 0).then(|| Erased::borrow(s.b, vec![s.k, s.n]));
+            let bd = deps.get(&s.b.id().0).copied().unwrap_or(0);
+            let invariant_b =
+                (bd & step_mask == 0).then(|| Erased::borrow(s.b.id(), vec![s.k, s.n]));
             let b_ops = if invariant_b.is_some() {
-                inspect::reachable(&[s.b], &stop)
+                inspect::reachable(&[s.b.id()], &stop)
                     .iter()
                     .filter(|n| is_op(n.op) && !n.refused)
                     .count()
@@ -278,15 +280,22 @@ pub(crate) fn analyze(
                 0
             };
             Product {
-                row_of: row_tap.get(&s.a.0).copied(),
+                row_of: row_tap.get(&s.a.id().0).copied(),
                 invariant_b,
                 b_ops,
-                a_is_output: out.outs.iter().position(|e| e.id == s.a),
-                is_output: out.outs.iter().position(|e| e.id == s.result).filter(|_| {
-                    let users = nodes.iter().filter(|n| n.deps.contains(&s.result)).count();
-                    let returned = out.outs.iter().filter(|e| e.id == s.result).count();
-                    users == 0 && returned == 1
-                }),
+                a_is_output: out.outs.iter().position(|e| e.id() == s.a.id()),
+                is_output: out
+                    .outs
+                    .iter()
+                    .position(|e| e.id() == s.result.id())
+                    .filter(|_| {
+                        let users = nodes
+                            .iter()
+                            .filter(|n| n.deps.contains(&s.result.id()))
+                            .count();
+                        let returned = out.outs.iter().filter(|e| e.id() == s.result.id()).count();
+                        users == 0 && returned == 1
+                    }),
                 m: s.m,
                 k: s.k,
                 n: s.n,
@@ -295,7 +304,7 @@ pub(crate) fn analyze(
         .collect();
     let mut same_outputs = Vec::new();
     for (m, e) in out.outs.iter().enumerate() {
-        if let Some(first) = out.outs[..m].iter().position(|f| f.id == e.id) {
+        if let Some(first) = out.outs[..m].iter().position(|f| f.id() == e.id()) {
             same_outputs.push((m, first));
         }
     }
@@ -320,7 +329,7 @@ pub(crate) fn analyze(
             let d = u.describe();
             drop(out);
             drop(effects);
-            hook::release_seen(&seen);
+            drop(seen);
             drop(ph);
             return Err(Error::Scan(format!(
                 "scan {label}: the `until` condition is {d}; it must be one bool (reduce a per-lane condition with `.any()` or `.all()`)"
@@ -329,7 +338,7 @@ pub(crate) fn analyze(
     }
     drop(out);
     drop(effects);
-    hook::release_seen(&seen);
+    drop(seen);
     drop(ph);
     // the sequences' usable lengths are already checked; keep the helper's view consistent
     let _ = seq_span;

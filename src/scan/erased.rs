@@ -5,45 +5,36 @@
 use crate::array::Array;
 use crate::freeze::traverse::{Assign, Traversal, Traverse};
 use crate::tensor::Tensor;
-use kiln_core::{Error, Result, Scalar, VarId, VarType};
+use kiln_core::{Error, Handle, Result, Scalar, VarId, VarType};
 
 /// One reference to a variable, with its type and shape (kiln's own; not nameable outside).
+#[derive(Clone)]
 pub struct Erased {
-    pub(crate) id: VarId,
+    pub(crate) h: Handle,
     pub(crate) ty: VarType,
     pub(crate) shape: Vec<usize>,
-}
-
-impl Clone for Erased {
-    fn clone(&self) -> Self {
-        kiln_core::inc_ref(self.id);
-        Erased {
-            id: self.id,
-            ty: self.ty,
-            shape: self.shape.clone(),
-        }
-    }
-}
-
-impl Drop for Erased {
-    fn drop(&mut self) {
-        kiln_core::dec_ref(self.id);
-    }
 }
 
 impl Erased {
     /// Take over one reference of `id`.
     pub fn own(id: VarId, shape: Vec<usize>) -> Erased {
         Erased {
-            id,
+            h: Handle::own(id),
             ty: kiln_core::var_type(id),
             shape,
         }
     }
+    /// The variable (the reference stays with this value).
+    pub fn id(&self) -> VarId {
+        self.h.id()
+    }
     /// A new reference to `id`.
     pub fn borrow(id: VarId, shape: Vec<usize>) -> Erased {
-        kiln_core::inc_ref(id);
-        Erased::own(id, shape)
+        Erased {
+            h: Handle::borrow(id),
+            ty: kiln_core::var_type(id),
+            shape,
+        }
     }
     pub fn of<T: Scalar>(t: &Tensor<T>) -> Erased {
         Erased::borrow(t.array().id(), t.shape().to_vec())
@@ -62,8 +53,7 @@ impl Erased {
                 self.ty.name()
             )));
         }
-        kiln_core::inc_ref(self.id);
-        Tensor::try_from_array(Array::<T>::from_id(self.id), &self.shape)
+        Tensor::try_from_array(Array::<T>::from_id(self.h.clone().into_id()), &self.shape)
     }
     /// `shape` and type for messages: `f32 [3, 4]`.
     pub fn describe(&self) -> String {
@@ -83,15 +73,14 @@ impl Traverse for Arrays {
                 for &d in &e.shape {
                     t.scalar("dim", d as u64);
                 }
-                t.array(e.id)
+                t.array(e.id())
             });
         }
     }
     fn traverse_mut(&mut self, a: &mut Assign) {
         for e in &mut self.0 {
-            let id = a.erased(e.ty);
-            kiln_core::dec_ref(e.id);
-            e.id = id;
+            // (the old variable's reference goes with the old handle)
+            e.h = Handle::own(a.erased(e.ty));
         }
     }
 }

@@ -5,16 +5,16 @@
 //! loop-invariant operand evaluated once before the loop.
 
 use crate::tensor::Tensor;
+use kiln_core::Handle;
 use kiln_core::{Result, Scalar, VarId};
 use std::cell::RefCell;
 
 /// One product the analysis trace saw.
-#[derive(Clone, Debug)]
 pub(crate) struct Seen {
-    pub a: VarId,
-    pub b: VarId,
+    pub a: Handle,
+    pub b: Handle,
     /// What the (refused) product returned in the trace.
-    pub result: VarId,
+    pub result: Handle,
     pub m: usize,
     pub k: usize,
     pub n: usize,
@@ -69,7 +69,7 @@ impl Drop for Installed {
     fn drop(&mut self) {
         // not taken: the body unwound; what the analysis saw holds references
         if let Some(Hook::Analyze(seen)) = HOOKS.with(|s| s.borrow_mut().pop()) {
-            release_seen(&seen);
+            drop(seen);
         }
     }
 }
@@ -116,13 +116,10 @@ pub(crate) fn matmul_hook<T: Scalar>(
             if let Ok(result) = r {
                 HOOKS.with(|s| {
                     if let Some(Hook::Analyze(seen)) = s.borrow_mut().last_mut() {
-                        for v in [a.array().id(), b.array().id(), result] {
-                            kiln_core::inc_ref(v);
-                        }
                         seen.push(Seen {
-                            a: a.array().id(),
-                            b: b.array().id(),
-                            result,
+                            a: Handle::borrow(a.array().id()),
+                            b: Handle::borrow(b.array().id()),
+                            result: Handle::borrow(result),
                             m,
                             k,
                             n,
@@ -143,30 +140,14 @@ pub(crate) fn matmul_hook<T: Scalar>(
 /// uniform offset, which the backends turn into a vector load.
 pub(crate) fn row_of(all: VarId, row: VarId, len: usize) -> Result<VarId> {
     let ity = kiln_core::var_type(row);
-    let all_true = kiln_core::literal(kiln_core::VarType::Bool, 1, 1);
+    let all_true = Handle::own(kiln_core::literal(kiln_core::VarType::Bool, 1, 1));
     if len == 1 {
-        let out = kiln_core::gather(all, row, all_true);
-        kiln_core::dec_ref(all_true);
-        return out;
+        return kiln_core::gather(all, row, all_true.id());
     }
-    let len_lit = kiln_core::literal(ity, len as u64, 1);
-    let base = kiln_core::op(kiln_core::Op::Mul, &[row, len_lit]);
-    kiln_core::dec_ref(len_lit);
-    let base = base?;
-    let lane = kiln_core::counter(ity, len)?;
-    let idx = kiln_core::op(kiln_core::Op::Add, &[base, lane])?;
-    let out = kiln_core::gather(all, idx, all_true);
-    for v in [base, lane, idx, all_true] {
-        kiln_core::dec_ref(v);
-    }
-    out
-}
-
-/// Release what an analysis hook held.
-pub(crate) fn release_seen(seen: &[Seen]) {
-    for s in seen {
-        kiln_core::dec_ref(s.a);
-        kiln_core::dec_ref(s.b);
-        kiln_core::dec_ref(s.result);
-    }
+    // (each handle releases its variable on every path out, errors included)
+    let len_lit = Handle::own(kiln_core::literal(ity, len as u64, 1));
+    let base = Handle::own(kiln_core::op(kiln_core::Op::Mul, &[row, len_lit.id()])?);
+    let lane = Handle::own(kiln_core::counter(ity, len)?);
+    let idx = Handle::own(kiln_core::op(kiln_core::Op::Add, &[base.id(), lane.id()])?);
+    kiln_core::gather(all, idx.id(), all_true.id())
 }

@@ -96,8 +96,8 @@ fn evaluate_inputs(spec: &Spec) -> Result<()> {
     kiln_core::eval(&pending)?;
     // rows are read from a sequence's buffer: a literal one (`zeros`) gets one
     for s in &spec.seqs {
-        if !kiln_core::is_evaluated(s.data.id) {
-            kiln_core::dec_ref(kiln_core::make_opaque(s.data.id)?);
+        if !kiln_core::is_evaluated(s.data.id()) {
+            drop(V::own(kiln_core::make_opaque(s.data.id())?));
         }
     }
     Ok(())
@@ -141,7 +141,7 @@ pub(crate) fn run(
         // the step count is a constant of the kernels: a frozen function records anew for
         // sequences of another length rather than replaying the old count
         for s in &spec.seqs {
-            kiln_core::freeze::record::observe_len(s.data.id);
+            kiln_core::freeze::record::observe_len(s.data.id());
         }
     }
     if !nested {
@@ -299,7 +299,7 @@ fn new_report(spec: &Spec, an: &Analysis, n_req: usize, rewrites: bool, label: &
             .non_seqs
             .iter()
             .enumerate()
-            .filter(|(_, e)| kiln_core::literal_value(e.id).is_some())
+            .filter(|(_, e)| kiln_core::literal_value(e.id()).is_some())
             .map(|(k, _)| format!("non-sequence {k}"))
             .collect::<Vec<_>>();
         if !consts.is_empty() {
@@ -555,7 +555,7 @@ fn push_out(
                 run,
                 None,
             )?;
-            let id = kiln_core::matmul(rows.id, b.id, run * p.m, p.k, p.n)?;
+            let id = kiln_core::matmul(rows.id(), b.id(), run * p.m, p.k, p.n)?;
             Erased::own(id, vec![run, p.m, p.n])
         };
         post_out[q.output] = Some(e);
@@ -630,7 +630,7 @@ fn expose(
                 if (lo, hi) == (0, exec.run) {
                     e
                 } else {
-                    let buf = V::borrow(e.id);
+                    let buf = V::borrow(e.id());
                     rows_view(&buf, ty, &row, w, exec.run, lo, hi - lo, None)?
                 }
             }
@@ -640,7 +640,7 @@ fn expose(
                     .expect("a recurrent output's final state");
                 let mut shape = vec![1];
                 shape.extend_from_slice(&row);
-                Erased::borrow(f.id, shape)
+                Erased::borrow(f.id(), shape)
             }
             (Some(buf), Store::Range(a, b)) => {
                 debug_assert!(lo >= *a && hi <= *b.max(&exec.run));
@@ -665,7 +665,7 @@ fn nested_refusal(spec: &Spec, an: &Analysis, n_req: usize, how: &str) -> Result
     // stand-ins that depend on everything the scan reads, so that the enclosing analysis sees
     // what its outputs depend on
     let mut reads = spec.input_ids();
-    reads.extend(an.captured.iter().map(|c| c.id));
+    reads.extend(an.captured.iter().map(|c| c.id()));
     let zeros = |ty: VarType, shape: Vec<usize>| -> Result<Erased> {
         let n: usize = shape.iter().product();
         // (its contents are never read: the enclosing trace is thrown away)
@@ -723,13 +723,13 @@ fn duplicate_inputs(spec: &Spec) -> usize {
     for (i, s) in spec.seqs.iter().enumerate() {
         if spec.seqs[..i]
             .iter()
-            .any(|p| p.data.id == s.data.id && p.taps == s.taps)
+            .any(|p| p.data.id() == s.data.id() && p.taps == s.taps)
         {
             n += 1;
         }
     }
     for (k, x) in spec.non_seqs.iter().enumerate() {
-        if spec.non_seqs[..k].iter().any(|p| p.id == x.id) {
+        if spec.non_seqs[..k].iter().any(|p| p.id() == x.id()) {
             n += 1;
         }
     }
@@ -853,7 +853,7 @@ fn init_rows(o: &OutSpec, w: usize) -> Result<Vec<V>> {
         return Ok(Vec::new());
     };
     if !o.mitsot_layout() {
-        return Ok(vec![V::borrow(init.id)]);
+        return Ok(vec![V::borrow(init.id())]);
     }
     (0..o.window())
         .map(|r| {
@@ -862,7 +862,7 @@ fn init_rows(o: &OutSpec, w: usize) -> Result<Vec<V>> {
             let off = V::lit(ity, (r * w) as u64);
             let idx = V::op(Op::Add, &[&c, &off])?;
             let all = V::lit(VarType::Bool, 1);
-            kiln_core::gather(init.id, idx.id(), all.id()).map(V::own)
+            kiln_core::gather(init.id(), idx.id(), all.id()).map(V::own)
         })
         .collect()
 }
@@ -896,7 +896,7 @@ fn state_buffers(spec: &Spec, an: &Analysis, steps: usize) -> Result<Vec<Option<
             let ity = index_type((win + steps) * w + 1);
             let idx = V::own(kiln_core::counter(ity, win * w)?);
             let all = V::lit(VarType::Bool, 1);
-            kiln_core::scatter(buf.id_mut(), init.id, idx.id(), all.id(), ReduceOp::None)?;
+            kiln_core::scatter(buf.id_mut(), init.id(), idx.id(), all.id(), ReduceOp::None)?;
             Ok(Some(buf))
         })
         .collect()
@@ -1039,9 +1039,9 @@ fn seq_rows_at(spec: &Spec, idx: &[Vec<V>], lane: Option<&V>) -> Result<Vec<Vec<
                             let base = V::op(Op::Mul, &[r, &wl])?;
                             let i = V::op(Op::Add, &[&base, lane])?;
                             let all = V::lit(VarType::Bool, 1);
-                            V::own(kiln_core::gather(s.data.id, i.id(), all.id())?)
+                            V::own(kiln_core::gather(s.data.id(), i.id(), all.id())?)
                         }
-                        _ => V::own(row_of(s.data.id, r.id(), w)?),
+                        _ => V::own(row_of(s.data.id(), r.id(), w)?),
                     };
                     Ok(g.erased(row.clone()))
                 })
@@ -1155,9 +1155,9 @@ fn invariant(
             // (one index per stored element, also when a row is one element)
             let wl = V::lit(ity, w as u64);
             let idx = V::op(Op::Rem, &[&c, &wl])?;
-            kiln_core::eval(&[y.id])?;
+            kiln_core::eval(&[y.id()])?;
             let all = V::lit(VarType::Bool, 1);
-            Some(V::own(kiln_core::gather_view(y.id, idx.id(), all.id())?))
+            Some(V::own(kiln_core::gather_view(y.id(), idx.id(), all.id())?))
         });
         finals.push(spec.outs[j].init.as_ref().map(|_| y.clone()));
     }
@@ -1174,7 +1174,7 @@ fn invariant(
             let mut parts: Vec<V> = init_rows(o, w)?;
             let y = &out.outs[j];
             for _ in 0..steps {
-                parts.push(V::borrow(y.id));
+                parts.push(V::borrow(y.id()));
             }
             concat_rows(&parts, an.out_types[j], &an.out_rows[j], w).map(Some)
         })
@@ -1294,7 +1294,7 @@ fn fused(
         let one = V::lit(ity, 1);
         let mut nexts = vec![V::op(Op::Add, &[t, &one])?];
         if let Some(u) = &out.until {
-            nexts.push(V::borrow(u.id));
+            nexts.push(V::borrow(u.id()));
         }
         for (j, o) in spec.outs.iter().enumerate() {
             let win = o.window();
@@ -1302,7 +1302,7 @@ fn fused(
                 nexts.push(phis[window_at[j] + k].share());
             }
             if win > 0 {
-                nexts.push(V::borrow(out.outs[j].id));
+                nexts.push(V::borrow(out.outs[j].id()));
             }
         }
         for (j, y) in out.outs.iter().enumerate() {
@@ -1310,12 +1310,12 @@ fn fused(
                 &mut bufs[j],
                 store_position(&stores[j], t, ity, steps, spec.reverse)?,
             ) {
-                store_row(buf.id_mut(), y.id, &pos, mask.as_ref(), w, Some(&lane))?;
+                store_row(buf.id_mut(), y.id(), &pos, mask.as_ref(), w, Some(&lane))?;
             }
             if let Some(sb) = &mut sbufs[j] {
                 let win = V::lit(ity, spec.outs[j].window() as u64);
                 let pos = V::op(Op::Add, &[t, &win])?;
-                store_row(sb.id_mut(), y.id, &pos, None, w, Some(&lane))?;
+                store_row(sb.id_mut(), y.id(), &pos, None, w, Some(&lane))?;
             }
         }
         let limit = V::lit(ity, steps as u64);
@@ -1458,7 +1458,7 @@ fn stepped(
             (Some((i, tap)), Some(b), true) if spec.seqs[*i].data.shape.len() == 3 => {
                 let s = &spec.seqs[*i];
                 let rows = s.data.shape[0] * s.data.shape[1];
-                let all = kiln_core::matmul(s.data.id, b.id, rows, p.k, p.n)?;
+                let all = kiln_core::matmul(s.data.id(), b.id(), rows, p.k, p.n)?;
                 pre.push(Erased::own(all, vec![rows * p.n]));
                 report.matmuls_pushed_out += 1;
                 report.ops_hoisted += p.b_ops;
@@ -1478,7 +1478,7 @@ fn stepped(
                 }
             }
             (_, Some(b), true) if p.b_ops > 0 => {
-                kiln_core::eval(&[b.id])?;
+                kiln_core::eval(&[b.id()])?;
                 pre.push(b.clone());
                 report.ops_hoisted += p.b_ops;
                 log(
@@ -1488,7 +1488,7 @@ fn stepped(
                         p.b_ops
                     ),
                 );
-                Plan::Operand(b.id)
+                Plan::Operand(b.id())
             }
             _ => Plan::Keep,
         };
@@ -1546,10 +1546,7 @@ fn stepped(
     // arguments: [t, window rows…]; sequences and non-sequences are read from `spec`
     let mut step = crate::freeze::freeze(|args: &Arrays, bufs: &mut Arrays| -> Arrays {
         let r = (|| -> Result<Arrays> {
-            let t = V::own({
-                kiln_core::inc_ref(args.0[0].id);
-                args.0[0].id
-            });
+            let t = V::borrow(args.0[0].id());
             let idx = seq_row_index(spec, &t, ity)?;
             let rows = seq_rows_at(spec, &idx, None)?;
             let mut at = 1;
@@ -1597,7 +1594,7 @@ fn stepped(
                 }
                 if has_buf[j] {
                     if let Some((pos, mask)) = store_position(&stores[j], &t, ity, steps, reverse)? {
-                        store_row(&mut bufs.0[b].id, y.id, &pos, mask.as_ref(), widths[j], None)?;
+                        store_row(&mut bufs.0[b].id(), y.id(), &pos, mask.as_ref(), widths[j], None)?;
                     }
                     b += 1;
                 }
@@ -1607,7 +1604,7 @@ fn stepped(
                 if has_states[j] {
                     let winv = V::lit(ity, win_counts[j] as u64);
                     let pos = V::op(Op::Add, &[&t, &winv])?;
-                    store_row(&mut bufs.0[sbuf].id, y.id, &pos, None, widths[j], None)?;
+                    store_row(&mut bufs.0[sbuf].id(), y.id(), &pos, None, widths[j], None)?;
                     sbuf += 1;
                 }
             }
@@ -1659,7 +1656,7 @@ fn stepped(
         }
         if until {
             let u = it.next().expect("the until condition");
-            if kiln_core::read_bytes(u.id)?.first().copied().unwrap_or(0) != 0 {
+            if kiln_core::read_bytes(u.id())?.first().copied().unwrap_or(0) != 0 {
                 break;
             }
         }
@@ -1671,22 +1668,14 @@ fn stepped(
     let mut out_bufs = Vec::new();
     for &h in &has_buf {
         out_bufs.push(if h {
-            let e = it.next().expect("a buffer");
-            kiln_core::inc_ref(e.id);
-            Some(V::own(e.id))
+            Some(it.next().expect("a buffer").h)
         } else {
             None
         });
     }
     let sbufs: Vec<Option<V>> = has_states
         .iter()
-        .map(|&h| {
-            h.then(|| {
-                let e = it.next().expect("a states buffer");
-                kiln_core::inc_ref(e.id);
-                V::own(e.id)
-            })
-        })
+        .map(|&h| h.then(|| it.next().expect("a states buffer").h))
         .collect();
     let finals = windows.into_iter().map(|mut w| w.pop()).collect();
     let states = states_out(sbufs, spec, an, steps, run)?;

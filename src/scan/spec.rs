@@ -107,13 +107,13 @@ impl Spec {
     }
     /// Every declared input's variable: sequences, initial states, non-sequences.
     pub fn input_ids(&self) -> Vec<kiln_core::VarId> {
-        let mut ids: Vec<kiln_core::VarId> = self.seqs.iter().map(|s| s.data.id).collect();
+        let mut ids: Vec<kiln_core::VarId> = self.seqs.iter().map(|s| s.data.id()).collect();
         ids.extend(
             self.outs
                 .iter()
-                .filter_map(|o| o.init.as_ref().map(|i| i.id)),
+                .filter_map(|o| o.init.as_ref().map(|i| i.id())),
         );
-        ids.extend(self.non_seqs.iter().map(|n| n.id));
+        ids.extend(self.non_seqs.iter().map(|n| n.id()));
         ids
     }
     /// What output `j` is called in messages.

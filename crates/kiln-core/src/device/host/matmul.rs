@@ -26,7 +26,13 @@ fn matmul_split(m: usize, n: usize, band: usize, threads: usize) -> (usize, usiz
 
 /// The row-major product of `a` (`m × k`) and `b` (`k × n`), f32 or f64, on all cores. Callers
 /// check the types and that `a.len == m·k`, `b.len == k·n`.
-pub(in crate::device) fn matmul(a: &Buffer, b: &Buffer, m: usize, k: usize, n: usize) -> Result<Buffer> {
+pub(in crate::device) fn matmul(
+    a: &Buffer,
+    b: &Buffer,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<Buffer> {
     let ty = a.ty();
     assert!(
         a.len == m * k && b.len == k * n && b.ty() == ty && ty.is_float(),
