@@ -156,24 +156,7 @@ fn mask_size_error(what: &str, mask: VarId, n: Size) -> Error {
 
 /// References released when dropped, however the function holding them returns (an error, or a
 /// panic in a user's closure unwinding through it).
-pub(crate) struct Owned(pub(crate) Vec<VarId>);
-
-impl Owned {
-    fn new() -> Owned {
-        Owned(Vec::new())
-    }
-    /// Keep `id` (a new reference) until this is dropped; returns it.
-    fn keep(&mut self, id: VarId) -> VarId {
-        self.0.push(id);
-        id
-    }
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        release(&self.0);
-    }
-}
+pub(crate) type Owned = kiln_core::Handles;
 
 /// Side effects taken from a symbolic trace (each with its reference): discarded when dropped,
 /// unless handed over to a node with [`Effects::take`].
@@ -384,9 +367,9 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
     ) -> Result<Option<String>> {
         let mut placeholders = Owned::new();
         for (k, &i) in ids.iter().enumerate() {
-            placeholders.keep(cc::placeholder(kiln_core::var_type(i), n.peek(), k, i));
+            placeholders.push(cc::placeholder(kiln_core::var_type(i), n.peek(), k, i));
         }
-        let traced_state = rebuild(&self.state, &placeholders.0);
+        let traced_state = rebuild(&self.state, placeholders.ids());
         let trace = Trace::enter()?;
         drop(cond(&traced_state));
         drop(body(&traced_state));
@@ -411,52 +394,53 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         // each entry in a buffer of its own, of n lanes (the step scatters into them)
         let mut own = Owned::new();
         for &i in &ids {
-            let wide = Owned(vec![kiln_core::op(Op::Select, &[everywhere.id(), i, i])?]);
-            own.keep(cc::copy(wide.0[0])?);
+            let wide = Owned::own(vec![kiln_core::op(Op::Select, &[everywhere.id(), i, i])?]);
+            own.push(cc::copy(wide.ids()[0])?);
         }
-        let mut state = rebuild(&self.state, &own.0);
+        let mut state = rebuild(&self.state, own.ids());
         drop(own);
         let mut lanes = crate::make_opaque(&UInt32::arange(n));
         let failure: std::cell::RefCell<Option<Error>> = Default::default();
         let mut consts = Owned::new();
-        let all = consts.keep(kiln_core::literal(VarType::Bool, 1, 1));
+        let all = consts.push(kiln_core::literal(VarType::Bool, 1, 1));
         let mut step = crate::freeze::freeze(|s: &mut S, lanes: &mut UInt32| {
             let r = (|| -> Result<()> {
                 let (full, paths) = positions(s);
                 let at = |src: &[VarId], idx: VarId| -> Result<Owned> {
                     let mut out = Owned::new();
                     for &a in src {
-                        out.keep(kiln_core::gather(a, idx, all)?);
+                        out.push(kiln_core::gather(a, idx, all)?);
                     }
                     Ok(out)
                 };
                 let running = at(&full, lanes.id())?;
-                let view = rebuild(s, &running.0);
+                let view = rebuild(s, running.ids());
                 let c = cond(&view);
                 if !fits_lanes(c.id(), lanes.size()) {
                     return Err(mask_size_error(&what, c.id(), n));
                 }
                 let c = &c & &Bool::full(true, kiln_core::freeze::size_of(lanes.id()));
-                let keep = Owned(vec![kiln_core::compress(c.id())?]);
-                let next_lanes = UInt32::from_id(kiln_core::gather(lanes.id(), keep.0[0], all)?);
-                let kept = at(&running.0, keep.0[0])?;
+                let keep = Owned::own(vec![kiln_core::compress(c.id())?]);
+                let next_lanes =
+                    UInt32::from_id(kiln_core::gather(lanes.id(), keep.ids()[0], all)?);
+                let kept = at(running.ids(), keep.ids()[0])?;
                 drop(running);
-                let k = kiln_core::freeze::size_of(keep.0[0]);
+                let k = kiln_core::freeze::size_of(keep.ids()[0]);
                 drop(keep);
                 let next = {
                     // side effects in the body happen once per lane that runs it
                     let _lanes = kiln_core::lanes::push_compact(next_lanes.id(), n.peek(), None)?;
-                    body(&rebuild(s, &kept.0))
+                    body(&rebuild(s, kept.ids()))
                 };
                 drop(kept);
                 let (new, _) = positions(&next);
                 check_same_layout(&what, &full, &paths, &new, k)?;
-                let mut targets = Owned(full.clone());
-                targets.0.iter().for_each(|&t| kiln_core::inc_ref(t));
-                for (t, &v) in targets.0.iter_mut().zip(&new) {
+                let mut targets = Owned::own(full.clone());
+                targets.ids().iter().for_each(|&t| kiln_core::inc_ref(t));
+                for (t, &v) in targets.ids_mut().iter_mut().zip(&new) {
                     kiln_core::scatter(t, v, next_lanes.id(), all, ReduceOp::None)?;
                 }
-                *s = rebuild(s, &targets.0);
+                *s = rebuild(s, targets.ids());
                 drop(targets);
                 *lanes = next_lanes;
                 Ok(())
@@ -509,9 +493,9 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             .unwrap_or(&ids[0]);
         let mut held = Owned::new();
         for (k, &i) in ids.iter().enumerate() {
-            held.keep(cc::placeholder(kiln_core::var_type(i), n.peek(), k, like));
+            held.push(cc::placeholder(kiln_core::var_type(i), n.peek(), k, like));
         }
-        let placeholders = &held.0;
+        let placeholders = held.ids();
         // entries found unchanged by the body are not carried: traced again with their values
         let mut carried = vec![true; ids.len()];
         let mut attempt = 0;
@@ -605,13 +589,13 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         let (ids, _) = positions(&self.state);
         let mut opaque = Owned::new();
         for &i in &ids {
-            opaque.keep(if recording {
+            opaque.push(if recording {
                 cc::copy(i)?
             } else {
                 kiln_core::make_opaque(i)?
             });
         }
-        let mut state = rebuild(&self.state, &opaque.0);
+        let mut state = rebuild(&self.state, opaque.ids());
         drop(opaque);
         // sized like the state (symbolically, inside a frozen function)
         // (which entry that is was settled by `common_size`'s comparisons)
@@ -677,7 +661,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 // held until the driver is made: it needs their buffers
                 let ids = state_ids(&state, &active);
                 ids.iter().for_each(|&i| kiln_core::inc_ref(i));
-                held.0.extend(&ids);
+                held.extend(ids.iter().copied());
                 ids
             } else {
                 Vec::new()
@@ -691,7 +675,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 let after = state_ids(&state, &active);
                 kiln_core::eval(&after)?;
                 after.iter().for_each(|&i| kiln_core::inc_ref(i));
-                held.0.extend(&after);
+                held.extend(after.iter().copied());
                 first = Some((before, after));
                 paused = Some(kiln_core::freeze::pause());
             }
@@ -934,7 +918,7 @@ fn masked_call_plain<A: Traverse + Clone, O: Traverse + Clone>(
                     .flatten();
                 match same {
                     Some(c) => {
-                        let m = owned.keep(kiln_core::op(Op::Or, &[case_masks[c], masks[k]])?);
+                        let m = owned.push(kiln_core::op(Op::Or, &[case_masks[c], masks[k]])?);
                         case_masks[c] = m;
                     }
                     None => {
@@ -976,7 +960,7 @@ fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
     // the results so far (a template and arrays of n lanes), released on an early return
     let mut result: Option<(O, Owned)> = None;
     let mut consts = Owned::new();
-    let all = consts.keep(kiln_core::literal(VarType::Bool, 1, 1));
+    let all = consts.push(kiln_core::literal(VarType::Bool, 1, 1));
     for (k, t) in targets.iter().enumerate() {
         let Some(f) = t else { continue };
         let mut refs = Owned::new();
@@ -984,11 +968,11 @@ fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
             masks[k]
         } else {
             // a broadcast mask: all lanes or none
-            let yes = refs.keep(kiln_core::literal(VarType::Bool, 1, n));
-            let no = refs.keep(kiln_core::literal(VarType::Bool, 0, n));
-            refs.keep(kiln_core::op(Op::Select, &[masks[k], yes, no])?)
+            let yes = refs.push(kiln_core::literal(VarType::Bool, 1, n));
+            let no = refs.push(kiln_core::literal(VarType::Bool, 0, n));
+            refs.push(kiln_core::op(Op::Select, &[masks[k], yes, no])?)
         };
-        let lanes = refs.keep(kiln_core::compress(mask)?);
+        let lanes = refs.push(kiln_core::compress(mask)?);
         // a target with no lanes still runs (on empty arrays): inside a frozen function the
         // recording must contain it for replays whose lanes do select it
         if kiln_core::size(lanes) == 0 && result.is_some() && !kiln_core::freeze::in_recording() {
@@ -999,12 +983,12 @@ fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
             // size-1 arguments broadcast (unless the call has one lane: then it is that lane)
             if kiln_core::freeze::size_of(a).is_one() && several(n) {
                 kiln_core::inc_ref(a);
-                compact.keep(a);
+                compact.push(a);
             } else {
-                compact.keep(kiln_core::gather(a, lanes, all)?);
+                compact.push(kiln_core::gather(a, lanes, all)?);
             }
         }
-        let local = rebuild(args, &compact.0);
+        let local = rebuild(args, compact.ids());
         drop(compact);
         let out = {
             // side effects in the target happen only for its lanes
@@ -1017,22 +1001,22 @@ fn evaluated_call<A: Traverse + Clone, O: Traverse + Clone>(
             let mut zeros = Owned::new();
             for &o in &out_ids {
                 // sized by `n` as a Size: inside a frozen function the result follows the inputs
-                let z = Owned(vec![kiln_core::literal(kiln_core::var_type(o), 0, n)]);
-                zeros.keep(kiln_core::make_opaque(z.0[0])?);
+                let z = Owned::own(vec![kiln_core::literal(kiln_core::var_type(o), 0, n)]);
+                zeros.push(kiln_core::make_opaque(z.ids()[0])?);
             }
             result = Some((out.clone(), zeros));
         }
         let (template, acc) = result.as_mut().expect("set above");
         let (first, _) = positions(template);
         check_outputs(what, &first, &out_ids, k)?;
-        for (dst, &src) in acc.0.iter_mut().zip(&out_ids) {
+        for (dst, &src) in acc.ids_mut().iter_mut().zip(&out_ids) {
             kiln_core::scatter(dst, src, lanes, all, ReduceOp::None)?;
         }
     }
     let Some((template, acc)) = result else {
         return Err(no_target(what));
     };
-    Ok(rebuild(&template, &acc.0))
+    Ok(rebuild(&template, acc.ids()))
 }
 
 /// Per-lane branch: lanes where `cond` holds get `then_f(args)`, the others `else_f(args)`. Both

@@ -113,12 +113,7 @@ fn into_id(g: Grad) -> VarId {
 }
 
 /// Engine references released when dropped (an error or a panic in a body unwinds through).
-struct Ids(Vec<VarId>);
-impl Drop for Ids {
-    fn drop(&mut self) {
-        self.0.iter().for_each(|&i| kiln_core::dec_ref(i));
-    }
-}
+type Ids = kiln_core::Handles;
 
 /// AD node references released when dropped.
 struct Nodes(Vec<AdIndex>);
@@ -133,8 +128,8 @@ impl Drop for Nodes {
 fn widen(id: VarId, n: Size) -> Result<VarId> {
     let s = kiln_core::freeze::size_of(id);
     if s.is_one() && !n.is_one() && !n.is_zero() {
-        let all = Ids(vec![kiln_core::literal(VarType::Bool, 1, n)]);
-        kiln_core::op(Op::Select, &[all.0[0], id, id])
+        let all = Ids::own(vec![kiln_core::literal(VarType::Bool, 1, n)]);
+        kiln_core::op(Op::Select, &[all.ids()[0], id, id])
     } else {
         kiln_core::inc_ref(id);
         Ok(id)
@@ -634,16 +629,16 @@ pub(crate) fn call<A: Traverse + Clone, O: Traverse + Clone>(
                 Box::new(move |a: &A| -> Flat {
                     let mut g = |x: &A| f(x);
                     let d = differentiate(what, &mut g, a, wrt, captured, columns, seeds, failure);
-                    let mut flat = Ids(Vec::new());
+                    let mut flat = Ids::new();
                     for &o in &d.out_ids {
                         kiln_core::inc_ref(o);
-                        flat.0.push(o);
+                        flat.push(o);
                     }
                     for (j, &o) in d.out_ids.iter().enumerate() {
                         let ty = kiln_core::var_type(o);
                         if differentiable(ty) {
                             for col in &d.tangents {
-                                flat.0.push(entry(&col[j], ty));
+                                flat.push(entry(&col[j], ty));
                             }
                         }
                     }
@@ -651,7 +646,7 @@ pub(crate) fn call<A: Traverse + Clone, O: Traverse + Clone>(
                         let plain = rebuild_with(&d.out, &d.out_ids, &vec![0; d.out_ids.len()]);
                         *template.borrow_mut() = Some(plain);
                     }
-                    Flat(std::mem::take(&mut flat.0))
+                    Flat(std::mem::take(&mut flat).into_ids())
                 }) as Box<dyn Fn(&A) -> Flat + '_>
             })
         })
@@ -741,16 +736,16 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
     let rows: Vec<usize> = (0..ids.len())
         .filter(|&k| differentiable(kiln_core::var_type(ids[k])))
         .collect();
-    let mut inner = Ids(Vec::new());
+    let mut inner = Ids::new();
     for (k, &id) in ids.iter().enumerate() {
-        inner.0.push(if wrt.contains(&k) {
+        inner.push(if wrt.contains(&k) {
             widen(id, n)?
         } else {
             kiln_core::inc_ref(id);
             id
         });
     }
-    let start = rebuild_with(&lp.state, &inner.0, &vec![0; ids.len()]);
+    let start = rebuild_with(&lp.state, inner.ids(), &vec![0; ids.len()]);
     drop(inner);
     // J = identity: ∂state_r/∂state_c
     let mut jac = Vec::new();
@@ -786,15 +781,15 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
                     .collect()
             };
             let d = differentiate(what_r, &mut body, s, rows_r, &[], cols, &seeds, failure_r);
-            let mut next_j = Ids(Vec::new());
+            let mut next_j = Ids::new();
             for &r in rows_r.iter() {
                 let ty = kiln_core::var_type(ids[r]);
                 for col in d.tangents.iter().take(wrt_r.len()) {
-                    next_j.0.push(entry(col.get(r).unwrap_or(&None), ty));
+                    next_j.push(entry(col.get(r).unwrap_or(&None), ty));
                 }
             }
             let plain = rebuild_with(&d.out, &d.out_ids, &vec![0; d.out_ids.len()]);
-            (plain, Flat(std::mem::take(&mut next_j.0)))
+            (plain, Flat(std::mem::take(&mut next_j).into_ids()))
         },
     );
     if let Some(e) = failure.borrow_mut().take() {

@@ -137,7 +137,7 @@ pub(crate) fn analyze(
     // a scan traced inside another body: the outer trace's refusal is not ours (put back below)
     let outer_refusal = cc::take_refusal();
     // the placeholders, released however this returns (a panic in the body included)
-    let ph = Owned(ph);
+    let ph = Owned::own(ph);
     let trace = Trace::enter()?;
     let installed = Installed::new(Hook::Analyze(Vec::new()));
     let result = body(&input);

@@ -80,3 +80,70 @@ impl std::fmt::Debug for Handle {
         write!(f, "Handle({})", crate::describe(self.0))
     }
 }
+
+/// Several owned references in one list, all released when dropped: for code that passes many
+/// variables to the engine at once (whose functions take `&[VarId]`), so the ids stay contiguous
+/// and need no copy. The list form of [`Handle`].
+///
+/// ```
+/// use kiln_core::{Handles, VarType};
+/// let before = kiln_core::stats().vars_alive;
+/// {
+///     let mut keep = Handles::new();
+///     let a = keep.push(kiln_core::literal(VarType::F32, 1.5f32.to_bits() as u64, 3));
+///     keep.push(kiln_core::counter(VarType::U32, 3).unwrap());
+///     assert_eq!(keep.ids()[0], a);
+///     kiln_core::eval(keep.ids()).unwrap();
+/// }
+/// assert_eq!(kiln_core::stats().vars_alive, before);
+/// ```
+#[derive(Default)]
+pub struct Handles(Vec<VarId>);
+
+impl Handles {
+    /// An empty list.
+    pub fn new() -> Handles {
+        Handles(Vec::new())
+    }
+    /// Take over one reference the caller holds on each of `ids`.
+    pub fn own(ids: Vec<VarId>) -> Handles {
+        Handles(ids)
+    }
+    /// Take over one reference on `id` until the list is dropped; returns `id`.
+    pub fn push(&mut self, id: VarId) -> VarId {
+        self.0.push(id);
+        id
+    }
+    /// Take over one reference on each of `ids`.
+    pub fn extend(&mut self, ids: impl IntoIterator<Item = VarId>) {
+        self.0.extend(ids);
+    }
+    /// The variables, for the engine's functions (the references stay with the list).
+    pub fn ids(&self) -> &[VarId] {
+        &self.0
+    }
+    /// The variables, for engine functions that replace them in place.
+    pub fn ids_mut(&mut self) -> &mut [VarId] {
+        &mut self.0
+    }
+    /// Give the references back to the caller, who must release or hand them on.
+    pub fn into_ids(mut self) -> Vec<VarId> {
+        std::mem::take(&mut self.0)
+    }
+    /// The number of references held.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// Whether no reference is held.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        for &id in &self.0 {
+            crate::dec_ref(id);
+        }
+    }
+}

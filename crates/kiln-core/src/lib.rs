@@ -48,7 +48,7 @@ pub use backend::select::{backend, with_backend};
 pub use backend::BackendKind;
 pub use error::{Error, Result};
 pub use freeze::Size;
-pub use handle::Handle;
+pub use handle::{Handle, Handles};
 pub use log::set_log_level;
 pub use op::{Op, ReduceOp};
 pub use registry::{whos, whos_with, Buffer, VarId, Whos};
