@@ -18,7 +18,8 @@ use std::marker::PhantomData;
 /// assert_eq!(y.to_vec(), vec![1.0, 3.0, 5.0, 7.0]);
 /// ```
 pub struct Array<T: Scalar> {
-    id: VarId,
+    /// The engine reference (released when the array drops).
+    h: core::Handle,
     /// The AD graph node when the array can carry a gradient (`crate::ad`), else 0.
     pub(crate) ad: crate::ad::AdIndex,
     _t: PhantomData<fn() -> T>,
@@ -35,10 +36,9 @@ pub type Float64 = Array<f64>;
 
 impl<T: Scalar> Clone for Array<T> {
     fn clone(&self) -> Self {
-        core::inc_ref(self.id);
         crate::ad::graph::inc_ref(self.ad);
         Array {
-            id: self.id,
+            h: self.h.clone(),
             ad: self.ad,
             _t: PhantomData,
         }
@@ -47,7 +47,7 @@ impl<T: Scalar> Clone for Array<T> {
 
 impl<T: Scalar> Drop for Array<T> {
     fn drop(&mut self) {
-        core::dec_ref(self.id);
+        // (the engine reference goes with the handle)
         crate::ad::graph::dec_ref(self.ad);
     }
 }
@@ -109,7 +109,7 @@ impl<T: Scalar> Array<T> {
     pub(crate) fn wrap(id: VarId) -> Self {
         debug_assert_eq!(core::var_type(id), T::TYPE, "type of var {id:?}");
         Array {
-            id,
+            h: core::Handle::own(id),
             ad: 0,
             _t: PhantomData,
         }
@@ -121,14 +121,14 @@ impl<T: Scalar> Array<T> {
     }
     /// The engine id (for kiln-core interop).
     pub fn id(&self) -> VarId {
-        self.id
+        self.h.id()
     }
     /// Give up the handle without releasing its reference. The id carries no gradient: an
     /// array rebuilt from it (`Array::from_id`) is detached from the AD graph.
     pub fn into_id(self) -> VarId {
-        let id = self.id;
-        crate::ad::graph::dec_ref(self.ad);
-        std::mem::forget(self);
+        // a reference for the caller; this handle's own goes when it drops, with its AD node
+        let id = self.id();
+        core::inc_ref(id);
         id
     }
 
@@ -193,7 +193,7 @@ impl<T: Scalar> Array<T> {
     /// depends on the inputs' sizes ties the recording to those sizes.
     #[track_caller]
     pub fn len(&self) -> usize {
-        core::freeze::observe_len(self.id)
+        core::freeze::observe_len(self.h.id())
     }
     /// The number of elements as a [`Size`], which inside a frozen function remembers how it
     /// follows from the inputs' sizes (`arange(x.size() / 2)` replays at any width).
@@ -204,7 +204,7 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(half.len(), 5);
     /// ```
     pub fn size(&self) -> Size {
-        core::freeze::size_of(self.id)
+        core::freeze::size_of(self.h.id())
     }
     /// Whether the array has no elements.
     ///
@@ -212,11 +212,11 @@ impl<T: Scalar> Array<T> {
     /// assert!(kiln::Float32::zeros(0).is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        core::freeze::observe_empty(self.id)
+        core::freeze::observe_empty(self.h.id())
     }
     /// Whether the contents are evaluated (in memory).
     pub fn is_evaluated(&self) -> bool {
-        core::is_evaluated(self.id)
+        core::is_evaluated(self.h.id())
     }
 
     /// The address of the buffer holding the contents, if evaluated (`None` while lazy). Two
@@ -232,7 +232,7 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(y.buffer_addr(), before);
     /// ```
     pub fn buffer_addr(&self) -> Option<usize> {
-        core::buffer_addr(self.id)
+        core::buffer_addr(self.h.id())
     }
 
     /// Evaluate `expr` into this array's buffer (a caller-provided output): when this array is
@@ -267,11 +267,11 @@ impl<T: Scalar> Array<T> {
         if !n.same_as(m) {
             return Err(core::Error::Invalid(format!(
                 "assign: {} has {n} elements but the target {} has {m}; assign a value of the target's size (`Array::full` for a constant), or rebind with `x = expr`",
-                core::describe(expr.id),
-                core::describe(self.id)
+                core::describe(expr.h.id()),
+                core::describe(self.h.id())
             )));
         }
-        core::schedule::eval_into(&mut expr.id, self.id)?;
+        core::schedule::eval_into(expr.h.id_mut(), self.h.id())?;
         *self = expr;
         Ok(())
     }
@@ -283,12 +283,12 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(x.get_label().as_deref(), Some("x"));
     /// ```
     pub fn label(self, name: &str) -> Self {
-        core::set_label(self.id, name);
+        core::set_label(self.h.id(), name);
         self
     }
     /// The label, if any.
     pub fn get_label(&self) -> Option<String> {
-        core::label(self.id)
+        core::label(self.h.id())
     }
 
     /// Evaluate now (one kernel for everything of this size that is pending with it).
@@ -306,7 +306,7 @@ impl<T: Scalar> Array<T> {
     }
     /// Evaluate now, returning errors (out of memory, compilation) instead of panicking.
     pub fn try_eval(&self) -> Result<&Self> {
-        core::eval(&[self.id])?;
+        core::eval(&[self.h.id()])?;
         Ok(self)
     }
 
@@ -322,7 +322,7 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(v, vec![0, 1, 2]);
     /// ```
     pub fn try_to_vec(&self) -> Result<Vec<T>> {
-        let bytes = core::read_bytes(self.id)?;
+        let bytes = core::read_bytes(self.h.id())?;
         let w = T::TYPE.size_bytes();
         Ok(bytes
             .chunks_exact(w)
@@ -350,11 +350,11 @@ impl<T: Scalar> Array<T> {
         let n = self.size();
         if !n.same_as(1) {
             return Err(Error::NotScalar {
-                label: core::describe(self.id),
+                label: core::describe(self.h.id()),
                 size: n.peek(),
             });
         }
-        if let Some(bits) = core::literal_value(self.id) {
+        if let Some(bits) = core::literal_value(self.h.id()) {
             return Ok(T::from_bits64(bits));
         }
         Ok(self.try_to_vec()?[0])
@@ -367,7 +367,7 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(x.cast::<i32>().to_vec(), vec![1, -2, 0]);
     /// ```
     pub fn cast<U: Scalar>(&self) -> Array<U> {
-        let out = Array::wrap(ok(core::convert(Op::Cast, self.id, U::TYPE)));
+        let out = Array::wrap(ok(core::convert(Op::Cast, self.h.id(), U::TYPE)));
         crate::ad::rules::record_cast(self, out)
     }
     /// Reinterpret the bits as `U` (same width).
@@ -377,18 +377,18 @@ impl<T: Scalar> Array<T> {
     /// assert_eq!(x.bitcast::<u32>().item(), 0x3f80_0000);
     /// ```
     pub fn bitcast<U: Scalar>(&self) -> Array<U> {
-        Array::wrap(ok(core::convert(Op::Bitcast, self.id, U::TYPE)))
+        Array::wrap(ok(core::convert(Op::Bitcast, self.h.id(), U::TYPE)))
     }
 
     /// Apply a core op to this array and others of the same type.
     pub(crate) fn apply(op: Op, args: &[&Array<T>]) -> Result<Self> {
-        let ids: Vec<VarId> = args.iter().map(|a| a.id).collect();
+        let ids: Vec<VarId> = args.iter().map(|a| a.id()).collect();
         let out = Self::wrap(core::op(op, &ids)?);
         Ok(crate::ad::rules::record_op(op, args, out))
     }
     /// Apply a comparison.
     pub(crate) fn compare(op: Op, a: &Array<T>, b: &Array<T>) -> Result<Bool> {
-        Ok(Bool::wrap(core::op(op, &[a.id, b.id])?))
+        Ok(Bool::wrap(core::op(op, &[a.id(), b.id()])?))
     }
 }
 
@@ -571,12 +571,12 @@ impl<T: Scalar> fmt::Display for Array<T> {
 /// ```
 impl<T: Scalar> fmt::Debug for Array<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = core::size(self.id);
+        let n = core::size(self.h.id());
         write!(f, "Array<{}>[{n}]", T::TYPE)?;
-        if let Some(l) = core::label(self.id) {
+        if let Some(l) = core::label(self.h.id()) {
             write!(f, " {l:?}")?;
         }
-        if let Some(bits) = core::literal_value(self.id) {
+        if let Some(bits) = core::literal_value(self.h.id()) {
             f.write_str(" literal ")?;
             // a literal's values are known without evaluating (Display would fill a buffer)
             let v = T::from_bits64(bits);
