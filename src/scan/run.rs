@@ -579,7 +579,6 @@ fn push_out(
 fn report_in_place(spec: &Spec, an: &Analysis, exec: &Exec, steps: usize, report: &mut ScanReport) {
     let label = report.label.clone();
     report.in_place = exec.in_place.clone();
-    report.in_place = exec.in_place.clone();
     for (j, o) in spec.outs.iter().enumerate() {
         if o.owned && !exec.in_place.contains(&j) {
             log(
@@ -1594,7 +1593,7 @@ fn stepped(
                 }
                 if has_buf[j] {
                     if let Some((pos, mask)) = store_position(&stores[j], &t, ity, steps, reverse)? {
-                        store_row(&mut bufs.0[b].id(), y.id(), &pos, mask.as_ref(), widths[j], None)?;
+                        store_row(bufs.0[b].h.id_mut(), y.id(), &pos, mask.as_ref(), widths[j], None)?;
                     }
                     b += 1;
                 }
@@ -1604,7 +1603,7 @@ fn stepped(
                 if has_states[j] {
                     let winv = V::lit(ity, win_counts[j] as u64);
                     let pos = V::op(Op::Add, &[&t, &winv])?;
-                    store_row(&mut bufs.0[sbuf].id(), y.id(), &pos, None, widths[j], None)?;
+                    store_row(bufs.0[sbuf].h.id_mut(), y.id(), &pos, None, widths[j], None)?;
                     sbuf += 1;
                 }
             }

@@ -249,25 +249,24 @@ pub(crate) fn plan_fused(st: &State, g: Group) -> Plan {
     }
 }
 
-/// Count and log a plan's in-place decisions (when it runs: a plan only looked at counts nothing).
-pub(crate) fn note_decisions(st: &State, plan: &Plan) {
-    for s in &plan.steps {
-        for &(id, why) in &s.declined {
-            inplace::note_declined(&|| st.label_of(id), why);
-        }
-        for (d, &root) in s.dests.iter().zip(&s.built.roots) {
-            match d {
-                Dest::Fresh => {}
-                Dest::Reuse { from, .. } => {
-                    let bytes = (s.built.size * st.var(root).ty.size_bytes()) as u64;
-                    inplace::note_reuse(&|| st.label_of(*from), &|| st.label_of(root), bytes);
-                }
-                Dest::Target { var, buf } => inplace::note_reuse(
-                    &|| st.label_of(*var),
-                    &|| format!("the assigned value {}", st.label_of(root)),
-                    buf.bytes() as u64,
-                ),
+/// Count and log one step's in-place decisions, as the plan runs it (a plan only looked at counts
+/// nothing; a step never reached, after an allocation failed, counts nothing either).
+pub(crate) fn note_decisions(st: &State, s: &Step) {
+    for &(id, why) in &s.declined {
+        inplace::note_declined(&|| st.label_of(id), why);
+    }
+    for (d, &root) in s.dests.iter().zip(&s.built.roots) {
+        match d {
+            Dest::Fresh => {}
+            Dest::Reuse { from, .. } => {
+                let bytes = (s.built.size * st.var(root).ty.size_bytes()) as u64;
+                inplace::note_reuse(&|| st.label_of(*from), &|| st.label_of(root), bytes);
             }
+            Dest::Target { var, buf } => inplace::note_reuse(
+                &|| st.label_of(*var),
+                &|| format!("the assigned value {}", st.label_of(root)),
+                buf.bytes() as u64,
+            ),
         }
     }
 }

@@ -52,10 +52,21 @@ pub fn plan_for(ids: &[VarId]) -> Summary {
     let _serial = EVAL_LOCK.lock();
     let ids32: Vec<u32> = ids.iter().map(|i| i.0).collect();
     let _ = resolve_reductions(Some(&ids32), &[]);
-    let st = STATE.lock();
+    let mut st = STATE.lock();
     let roots = collect_roots(&st, Some(ids));
     let side = st.runnable_effects();
-    plan::plan(&st, roots, side, Intent::default()).summary(&st)
+    // (held as an evaluation holds them: the in-place policy counts that reference)
+    for &r in &roots {
+        st.inc_int(r);
+    }
+    let summary = plan::plan(&st, roots.clone(), side, Intent::default()).summary(&st);
+    let mut garbage = Vec::new();
+    for &r in &roots {
+        st.dec_int(r, &mut garbage);
+    }
+    drop(st);
+    drop(garbage);
+    summary
 }
 
 /// The unevaluated variables an evaluation of `ids` computes (`None`: every one a handle of this
@@ -319,9 +330,9 @@ fn with_roots_held(
 /// its kernels with the registry unlocked, publish the results (only if everything ran), and
 /// release what the evaluation held (its roots' and side effects' references).
 fn execute(mut st: MutexGuard<'static, State>, mut plan: Plan) -> Result<()> {
-    plan::note_decisions(&st, &plan);
     let mut failure = None;
     'steps: for step in plan.steps.iter_mut() {
+        plan::note_decisions(&st, step);
         let mut dests = std::mem::take(&mut step.dests).into_iter();
         let b = &mut step.built;
         for &r in &b.roots {
