@@ -16,7 +16,7 @@ use kiln_core::backend::{
     Backend, CompiledKernel, LaunchArgs, STATUS_LEN, STATUS_OOB_READS, STATUS_OOB_WRITES,
 };
 use kiln_core::kernel::{Inst, Kernel, Param, ParamKind, Reg};
-use kiln_core::op::{cast, eval_binary, eval_ternary, eval_unary};
+use kiln_core::op::{cast, eval_ternary, eval_unary};
 use kiln_core::{Op, ReduceOp, VarType};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
@@ -1023,49 +1023,6 @@ fn generator_covers_every_op_and_type_combination() {
 
 fn p(ty: VarType, kind: ParamKind) -> Param {
     Param { ty, kind }
-}
-
-/// out[i] = op(a[i], b[i]) through Cranelift, checked against the spec and against the interpreter.
-fn binary_through_cranelift(op: Op, ty: VarType, a: &[u64], b: &[u64]) -> Vec<u64> {
-    let out_ty = if op.is_comparison() {
-        VarType::Bool
-    } else {
-        ty
-    };
-    let k = Kernel {
-        params: vec![
-            p(ty, ParamKind::Input),
-            p(ty, ParamKind::Input),
-            p(out_ty, ParamKind::Output),
-        ],
-        insts: vec![
-            Inst::new(Op::Load, ty, &[], 0),
-            Inst::new(Op::Load, ty, &[], 1),
-            Inst::new(op, out_ty, &[0, 1], 0),
-            Inst::new(Op::Store, out_ty, &[2], 2),
-        ],
-    };
-    let n = a.len();
-    let bufs = vec![
-        Buf::from_bits(ty, a),
-        Buf::from_bits(ty, b),
-        Buf::new(out_ty, n),
-    ];
-    check(&k, &bufs, 0, n as u64, cranelift()).unwrap();
-    let mut got: Vec<Buf> = bufs.iter().map(Buf::copy).collect();
-    launch(cranelift(), &k, &mut got, 0, n as u64);
-    let out = got[2].bits();
-    for i in 0..n {
-        let want = eval_binary(op, ty, a[i], b[i]);
-        assert!(
-            same_bits(out_ty, out[i], want),
-            "{op} {ty} {:#x} {:#x}: {:#x} vs spec {want:#x}",
-            a[i],
-            b[i],
-            out[i]
-        );
-    }
-    out
 }
 
 /// out[i] = unary(a[i]) (cast from `from` when op is Cast).
