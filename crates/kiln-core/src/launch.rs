@@ -1,11 +1,13 @@
-//! Thread pool and block splitting.
+//! The thread pool and how launches are cut into blocks: block sizes, the tile shape, and the
+//! helpers that run a closure over blocks on the pool. Running compiled kernels over those blocks
+//! (the pointer arithmetic of tiled, exact and split launches) is the host device's
+//! (`device::host::run`).
 //!
 //! A kernel runs over `[0, n)` split into blocks (16 384 lanes by default, a per-launch choice so that
 //! kernels with much work per lane can use smaller blocks). A single block runs inline on the calling
 //! thread — no pool overhead for small work; more blocks run on kiln's own rayon pool (not the global
 //! one, so a user's rayon tasks never wait behind kernel blocks). Size with `KILN_THREADS`.
 
-use crate::backend::{CompiledKernel, LaunchArgs};
 use rayon::prelude::*;
 use std::sync::OnceLock;
 
@@ -76,18 +78,6 @@ pub fn for_blocks(n: usize, block: usize, f: impl Fn(usize, usize) + Send + Sync
     });
 }
 
-/// Run a compiled kernel over `[0, n)`.
-///
-/// # Safety
-/// `args` must describe live buffers matching the kernel (see [`CompiledKernel::run`]) for all `n`
-/// lanes.
-pub unsafe fn launch(kernel: &dyn CompiledKernel, args: &LaunchArgs, n: usize, block: usize) {
-    // SAFETY: forwarded to the caller; blocks cover disjoint lane ranges.
-    for_blocks(n, block, |s, e| unsafe {
-        kernel.run(args, s as u64, e as u64)
-    });
-}
-
 /// The smallest side (rows and columns) of a launch that runs tiled.
 pub const TILE: usize = 64;
 
@@ -108,41 +98,6 @@ pub fn can_tile(n: usize, cols: usize) -> bool {
 /// (64 × 64 tiles) to 24 ms (16 lanes × 512 rows).
 pub const TILE_LANES: usize = 16;
 
-/// Rows of a band in a tiled launch of `rows` rows: tall (512) so that each source line is
-/// reused by 16 rows before the band moves on, but short enough that every thread gets at least
-/// two bands, and never below [`TILE`].
-fn band_rows(rows: usize) -> usize {
-    let threads = pool().current_num_threads().max(1);
-    rows.div_ceil(2 * threads).clamp(TILE, 512)
-}
-
-/// Run a compiled kernel over `[0, n)` seen as rows of `cols` lanes, in tiles of
-/// [`TILE_LANES`] lanes × [`band_rows`] rows: each task takes a band of rows and walks it tile by
-/// tile, running the kernel on one row segment of a tile at a time. A kernel whose lanes read a
-/// transposed (strided) source then touches one tile of the source at a time instead of one
-/// cache line per lane.
-///
-/// # Safety
-/// As [`launch`]; also `can_tile(n, cols)`.
-pub unsafe fn launch_tiled(kernel: &dyn CompiledKernel, args: &LaunchArgs, n: usize, cols: usize) {
-    debug_assert!(can_tile(n, cols));
-    let rows = n / cols;
-    let th = band_rows(rows);
-    let band = |b: usize| {
-        for tc in (0..cols).step_by(TILE_LANES) {
-            let w = TILE_LANES.min(cols - tc);
-            for r in b * th..((b + 1) * th).min(rows) {
-                let s = r * cols + tc;
-                // SAFETY: forwarded to the caller; segments are disjoint and a whole number of
-                // vectors long (cols % 4 == 0, TILE_LANES % 4 == 0).
-                unsafe { kernel.run(args, s as u64, (s + w) as u64) };
-            }
-        }
-    };
-    let bands = rows.div_ceil(th);
-    pool().install(|| (0..bands).into_par_iter().for_each(band));
-}
-
 /// Map `f` over the blocks of `[0, n)` in parallel and return the per-block results in order.
 pub fn map_blocks<R: Send>(
     n: usize,
@@ -162,204 +117,4 @@ pub fn map_blocks<R: Send>(
             .map(|b| f(b * block, n.min((b + 1) * block)))
             .collect()
     })
-}
-
-/// Lanes a stencil launch runs straight into its outputs at a time: a multiple of every backend's
-/// widest step (16 lanes), so a run of this many lanes writes nothing past its end.
-const EXACT_STEP: usize = 16;
-
-/// Run `kernel` over exactly `[s, e)`: whole steps of [`EXACT_STEP`] lanes straight into the
-/// outputs (in parallel blocks when long), the remainder into stack scratch that is then copied
-/// out, so that not one lane outside the range is written (vector code otherwise writes whole
-/// vectors past the end of a range). `outputs`: (parameter, element bytes) of each output.
-///
-/// # Safety
-/// As [`launch`] for the lanes `[s, e)`; `args.ptrs` has one entry per parameter of the kernel and
-/// every index in `outputs` is below that count.
-unsafe fn run_exact(
-    kernel: &dyn CompiledKernel,
-    args: &LaunchArgs,
-    n_params: usize,
-    outputs: &[(usize, usize)],
-    s: usize,
-    e: usize,
-) {
-    let bulk = (e - s) / EXACT_STEP * EXACT_STEP;
-    if bulk >= 2 * DEFAULT_BLOCK {
-        let blocks = bulk.div_ceil(DEFAULT_BLOCK);
-        // SAFETY: forwarded; the blocks are disjoint and whole steps long (DEFAULT_BLOCK is a
-        // multiple of EXACT_STEP), so none writes into another.
-        pool().install(|| {
-            (0..blocks).into_par_iter().for_each(|b| unsafe {
-                let bs = s + b * DEFAULT_BLOCK;
-                kernel.run(args, bs as u64, (bs + DEFAULT_BLOCK).min(s + bulk) as u64)
-            })
-        });
-    } else if bulk > 0 {
-        // SAFETY: forwarded; a whole number of steps writes exactly [s, s + bulk).
-        unsafe { kernel.run(args, s as u64, (s + bulk) as u64) };
-    }
-    let base = s + bulk;
-    if base == e {
-        return;
-    }
-    // 64 × 8 bytes per output: the remainder (< 16 lanes) plus the widest vector written past it
-    const SCRATCH: usize = 64;
-    let mut scratch_stack = [[0u64; SCRATCH]; 4];
-    let mut scratch_heap = Vec::new();
-    let scratch: &mut [[u64; SCRATCH]] = if outputs.len() <= 4 {
-        &mut scratch_stack[..outputs.len()]
-    } else {
-        scratch_heap.resize(outputs.len(), [0u64; SCRATCH]);
-        &mut scratch_heap
-    };
-    // SAFETY: the caller guarantees `n_params` pointers behind `args.ptrs`.
-    let given = unsafe { std::slice::from_raw_parts(args.ptrs, n_params) };
-    let mut ptrs_stack = [std::ptr::null_mut::<u8>(); 32];
-    let mut ptrs_heap = Vec::new();
-    let ptrs: &mut [*mut u8] = if n_params <= 32 {
-        ptrs_stack[..n_params].copy_from_slice(given);
-        &mut ptrs_stack[..n_params]
-    } else {
-        ptrs_heap.extend_from_slice(given);
-        &mut ptrs_heap
-    };
-    for (k, &(p, bytes)) in outputs.iter().enumerate() {
-        // lane `base` of the output lands at scratch[k][0]
-        ptrs[p] = scratch[k]
-            .as_mut_ptr()
-            .cast::<u8>()
-            .wrapping_sub(base * bytes);
-    }
-    let shifted = LaunchArgs {
-        ptrs: ptrs.as_ptr(),
-        lens: args.lens,
-        status: args.status,
-    };
-    // SAFETY: inputs are the caller's; each output now points so that lanes [base, e) — fewer than
-    // EXACT_STEP — and a vector past them land inside its 512-byte scratch.
-    unsafe { kernel.run(&shifted, base as u64, e as u64) };
-    for (k, &(p, bytes)) in outputs.iter().enumerate() {
-        // SAFETY: the output buffer holds lane e − 1 (the caller's range is inside it); the
-        // scratch holds (e − base) · bytes ≤ 15 · 8 initialised bytes; they do not overlap.
-        unsafe {
-            let dst = (*args.ptrs.add(p)).add(base * bytes);
-            std::ptr::copy_nonoverlapping(
-                scratch[k].as_ptr().cast::<u8>(),
-                dst,
-                (e - base) * bytes,
-            );
-        }
-    }
-}
-
-/// Run a stencil group (see `stencil`): the interior kernel over the plan's interior rows, the
-/// general kernel over the border lanes between them. The lanes are cut into chunks of whole
-/// pieces (an interior row, or the border between two rows), one task each. A task runs its pieces
-/// in increasing lane order, each straight into the outputs: vector code may write a little past a
-/// piece's end, but those lanes belong to later pieces of the same task, which rewrite them. Only a
-/// task's last pieces (those within [`EXACT_STEP`] lanes of its end) run exactly ([`run_exact`]),
-/// so tasks never write the same lane. With `through_gaps` (an interior kernel without side
-/// effects or loops, so computing a few border lanes wrongly costs nothing), one interior run
-/// covers consecutive rows and the short border gaps between them, which are then rewritten
-/// exactly: one call per task instead of one per row.
-///
-/// # Safety
-/// As [`launch`] for both kernels: `iargs` must be valid for every interior lane (its shifted
-/// inputs read inside their buffers there), `gargs` for every lane; `outputs_*` as in
-/// [`run_exact`] for each kernel (the kernels write the same output buffers).
-pub unsafe fn launch_split(
-    interior: (&dyn CompiledKernel, &LaunchArgs, usize),
-    general: (&dyn CompiledKernel, &LaunchArgs, usize),
-    outputs_interior: &[(usize, usize)],
-    outputs_general: &[(usize, usize)],
-    plan: &crate::stencil::SplitPlan,
-    through_gaps: bool,
-    min_chunk: usize,
-) {
-    let n = plan.size();
-    if n == 0 {
-        return;
-    }
-    // pieces in lane order: (start, end, interior?); rows that touch merge into one piece
-    let mut pieces: Vec<(usize, usize, bool)> = Vec::new();
-    let mut at = 0usize;
-    plan.for_each_interior_segment(|s, len| {
-        if s > at {
-            pieces.push((at, s, false));
-        }
-        pieces.push((s, s + len, true));
-        at = s + len;
-    });
-    if at < n {
-        pieces.push((at, n, false));
-    }
-    // chunks of about `target` lanes (at least the kernel's block); a longer piece is cut
-    let target = (n.div_ceil(threads() * 16))
-        .clamp(min_chunk.clamp(EXACT_STEP, DEFAULT_BLOCK), 1 << 20)
-        .next_multiple_of(EXACT_STEP);
-    let mut chunks: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new()];
-    let mut lanes = 0usize;
-    for (mut s, e, inner) in pieces {
-        while s < e {
-            let room = target.saturating_sub(lanes).max(EXACT_STEP);
-            let cut = if e - s > room { s + room } else { e };
-            chunks.last_mut().expect("one chunk").push((s, cut, inner));
-            lanes += cut - s;
-            s = cut;
-            if lanes >= target {
-                chunks.push(Vec::new());
-                lanes = 0;
-            }
-        }
-    }
-    let run_chunk = |c: &Vec<(usize, usize, bool)>| {
-        let Some(&(_, chunk_end, _)) = c.last() else {
-            return;
-        };
-        let mut i = 0;
-        while i < c.len() {
-            let (s, mut e, inner) = c[i];
-            // with `through_gaps`, one interior run spans the next rows and the short border
-            // gaps between them (what it writes there is rewritten exactly below)
-            let mut j = i + 1;
-            if inner && through_gaps {
-                while j + 1 < c.len() && !c[j].2 && c[j].1 - c[j].0 < EXACT_STEP && c[j + 1].2 {
-                    e = c[j + 1].1;
-                    j += 2;
-                }
-            }
-            let (k, args, n_params, outs) = if inner {
-                (interior.0, interior.1, interior.2, outputs_interior)
-            } else {
-                (general.0, general.1, general.2, outputs_general)
-            };
-            // SAFETY: the caller's guarantees (a gap's lanes lie between interior lanes, where
-            // the interior kernel's reads are inside its buffers); what a direct run writes past
-            // `e` lies before `chunk_end` and is rewritten by this task's later pieces.
-            unsafe {
-                // start whole runs at a 16-lane boundary (64-byte aligned outputs)
-                let mut s = s;
-                let al = s.next_multiple_of(EXACT_STEP);
-                if inner && al > s && al + 4 * EXACT_STEP < e {
-                    run_exact(k, args, n_params, outs, s, al);
-                    s = al;
-                }
-                if e + EXACT_STEP <= chunk_end {
-                    k.run(args, s as u64, e as u64);
-                } else {
-                    run_exact(k, args, n_params, outs, s, e);
-                }
-                for &(gs, ge, _) in c[i + 1..j].iter().step_by(2) {
-                    run_exact(general.0, general.1, general.2, outputs_general, gs, ge);
-                }
-            }
-            i = j;
-        }
-    };
-    if chunks.len() == 1 {
-        run_chunk(&chunks[0]);
-    } else {
-        pool().install(|| chunks.par_iter().for_each(run_chunk));
-    }
 }

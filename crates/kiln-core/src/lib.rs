@@ -292,7 +292,7 @@ fn not_sole_owner(v: &Var) -> Option<&'static str> {
 /// held). For outputs whose every exposed element is written before anyone reads it (the rows a
 /// scan stores), where zero-filling first would double the memory traffic.
 pub fn uninit(ty: VarType, len: usize) -> Result<VarId> {
-    let buf = Buffer::new(ty, len, &|| format!("an array of {len} {ty} elements"))?;
+    let buf = device::alloc(ty, len, &|| format!("an array of {len} {ty} elements"))?;
     Ok(data_var(ty, buf))
 }
 

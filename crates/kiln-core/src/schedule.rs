@@ -340,7 +340,9 @@ fn execute(mut st: MutexGuard<'static, State>, mut plan: Plan) -> Result<()> {
                 Some(Dest::Reuse { buf, .. } | Dest::Target { buf, .. }) => buf,
                 Some(Dest::Fresh) | None => {
                     let v = st.var(r);
-                    match Buffer::new(v.ty, b.size, &|| format!("evaluating {}", st.label_of(r))) {
+                    match crate::device::alloc(v.ty, b.size, &|| {
+                        format!("evaluating {}", st.label_of(r))
+                    }) {
                         Ok(buf) => Arc::new(buf),
                         Err(e) => {
                             failure = Some(e);

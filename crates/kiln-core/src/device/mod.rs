@@ -398,6 +398,9 @@ pub trait Device: Send + Sync {
         op: ReduceOp,
         block: usize,
     ) -> Result<(Buffer, [u64; STATUS_LEN])>;
+    /// A new buffer of `len` elements of `ty` whose contents are unspecified (kernel outputs,
+    /// rows a scan writes); `what` names it in an allocation failure's message.
+    fn alloc(&self, ty: VarType, len: usize, what: &dyn Fn() -> String) -> Result<Buffer>;
     /// A new buffer holding `bytes` (little-endian elements of `ty`).
     fn upload(&self, ty: VarType, bytes: &[u8]) -> Result<Buffer>;
     /// A zero-filled buffer (placeholders of refused requests).
@@ -596,6 +599,18 @@ pub fn upload_iter<T: crate::ty::Scalar>(
     let buf = host::memory::upload_iter(len, values)?;
     notify(DeviceOpKind::Upload, len, &[&buf]);
     Ok(buf)
+}
+
+/// A new buffer of `len` elements whose contents are unspecified, on the current device: every
+/// kernel output, replayed output and uninitialised array is allocated here. Not a device op (no
+/// contents move): observers see the buffer when an op writes it.
+///
+/// ```
+/// let buf = kiln_core::device::alloc(kiln_core::VarType::F32, 10, &|| "an example".into()).unwrap();
+/// assert_eq!(buf.len, 10);
+/// ```
+pub fn alloc(ty: VarType, len: usize, what: &dyn Fn() -> String) -> Result<Buffer> {
+    current().alloc(ty, len, what)
 }
 
 /// A zero-filled buffer that stands in for the result of a request refused while a symbolic body

@@ -982,7 +982,7 @@ fn kernel_buffers(
                     }
                     buf
                 }
-                None => Arc::new(Buffer::new(p.ty, size, &|| {
+                None => Arc::new(crate::device::alloc(p.ty, size, &|| {
                     format!("a replayed kernel output of {size} × {}", p.ty)
                 })?),
             };

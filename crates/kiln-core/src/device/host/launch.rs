@@ -121,9 +121,9 @@ pub(in crate::device) fn launch_kernel(
         // (a kernel with plain scatter updates never runs in tiles: `privatise` owns its launch)
         if spec.tile_cols > 0 && launch::can_tile(size, spec.tile_cols) && !spec.private.exclusive()
         {
-            launch::launch_tiled(spec.kernel.as_ref(), &args, size, spec.tile_cols)
+            super::run::launch_tiled(spec.kernel.as_ref(), &args, size, spec.tile_cols)
         } else if spec.private.is_empty()
-            || !crate::privatise::launch(
+            || !super::private::launch(
                 spec.kernel.as_ref(),
                 spec.params,
                 &spec.private,
@@ -134,7 +134,7 @@ pub(in crate::device) fn launch_kernel(
                 size,
             )
         {
-            launch::launch(spec.kernel.as_ref(), &args, size, spec.block)
+            super::run::launch(spec.kernel.as_ref(), &args, size, spec.block)
         }
     };
     count_launch(t, &status, spec.hash)
@@ -215,7 +215,7 @@ pub(in crate::device) fn launch_split(
     // inside its buffer (interior lanes lie between `first` and `last`), and the general kernel
     // is valid at every lane. The outputs are the same buffers in both lists.
     unsafe {
-        launch::launch_split(
+        super::run::launch_split(
             (interior.kernel.as_ref(), &iargs, iptrs.len()),
             (general.kernel.as_ref(), &gargs, gptrs.len()),
             &outs(interior.params),

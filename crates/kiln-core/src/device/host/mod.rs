@@ -14,7 +14,9 @@ pub(super) mod launch;
 pub(super) mod matmul;
 pub(super) mod memory;
 pub(super) mod permute;
+pub(super) mod private;
 pub(super) mod reduce;
+pub(super) mod run;
 
 /// The host device (see the module comment); [`super::current`] returns it.
 ///
@@ -76,6 +78,9 @@ impl Device for Host {
     }
     fn upload(&self, ty: VarType, bytes: &[u8]) -> Result<Buffer> {
         memory::upload(ty, bytes)
+    }
+    fn alloc(&self, ty: VarType, len: usize, what: &dyn Fn() -> String) -> Result<Buffer> {
+        Buffer::new(ty, len, what)
     }
     fn zeros(&self, ty: VarType, len: usize) -> Result<Buffer> {
         memory::placeholder_zeros(ty, len)
