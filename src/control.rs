@@ -91,12 +91,6 @@ fn rebuild<S: Traverse + Clone>(template: &S, ids: &[VarId]) -> S {
     s
 }
 
-fn release(ids: &[VarId]) {
-    for &i in ids {
-        kiln_core::dec_ref(i);
-    }
-}
-
 fn entry_name(path: &str, k: usize) -> String {
     if path.is_empty() {
         format!("#{k}")
@@ -547,7 +541,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             let keep: Vec<usize> = (0..ids.len())
                 .filter(|&k| carried[k] && next_ids[k] != placeholders[k])
                 .collect();
-            let outs = cc::make_loop(
+            let outs = Owned::own(cc::make_loop(
                 &self.label,
                 n.peek(),
                 like,
@@ -557,13 +551,13 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 &keep.iter().map(|&k| next_ids[k]).collect::<Vec<_>>(),
                 effects.take(),
                 self.max_iterations,
-            );
+            ));
             let mut final_ids = ids.to_vec();
-            for (o, &k) in outs.iter().zip(&keep) {
+            for (o, &k) in outs.ids().iter().zip(&keep) {
                 final_ids[k] = *o;
             }
             let s = rebuild(&self.state, &final_ids);
-            release(&outs);
+            drop(outs);
             break Ok(Ok(s));
         };
         drop(held);
@@ -628,15 +622,16 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 *failure.borrow_mut() = Some(e);
                 return;
             }
-            let merged: Vec<VarId> = old
-                .iter()
-                .zip(&new)
-                .map(|(&o, &x)| {
-                    kiln_core::op(Op::Select, &[c.id(), x, o]).expect("select of equal types")
-                })
-                .collect();
-            *s = rebuild(s, &merged);
-            release(&merged);
+            let merged = Owned::own(
+                old.iter()
+                    .zip(&new)
+                    .map(|(&o, &x)| {
+                        kiln_core::op(Op::Select, &[c.id(), x, o]).expect("select of equal types")
+                    })
+                    .collect(),
+            );
+            *s = rebuild(s, merged.ids());
+            drop(merged);
             *active = c;
         })
         .auto_opaque(false)
@@ -930,10 +925,17 @@ fn masked_call_plain<A: Traverse + Clone, O: Traverse + Clone>(
             }
             let like = masks[0];
             let effects: Vec<Vec<u32>> = effects.into_iter().map(Effects::take).collect();
-            let outs = cc::make_switch(kind, n.peek(), like, &case_masks, &yields, effects);
+            let outs = Owned::own(cc::make_switch(
+                kind,
+                n.peek(),
+                like,
+                &case_masks,
+                &yields,
+                effects,
+            ));
             drop(alive);
-            let result = rebuild(&template, &outs);
-            release(&outs);
+            let result = rebuild(&template, outs.ids());
+            drop(outs);
             drop(owned);
             return Ok(result);
         }
