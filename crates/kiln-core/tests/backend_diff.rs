@@ -8,7 +8,8 @@
 //! hand-written region edge cases, the region checks of `Kernel::verify`, and minimised known
 //! disagreements (ignored tests, each naming the bug).
 
-use kiln_core::alloc::{self, Block};
+mod common;
+use common::{same_bits, Buf};
 use kiln_core::backend::cranelift::CraneliftBackend;
 use kiln_core::backend::interp::Interp;
 use kiln_core::backend::llvm::LlvmBackend;
@@ -25,77 +26,6 @@ use std::sync::{Mutex, OnceLock};
 
 // ---------------------------------------------------------------------------------------------
 // Buffers with slack, launching.
-
-/// A buffer from the crate's allocator (64-byte aligned, `SLACK_BYTES` of slack).
-struct Buf {
-    block: Option<Block>,
-    ty: VarType,
-    len: usize,
-}
-
-impl Buf {
-    fn new(ty: VarType, len: usize) -> Buf {
-        let block =
-            alloc::alloc(len * ty.size_bytes(), &|| "test buffer".into()).expect("allocation");
-        // SAFETY: the block holds `capacity()` writable bytes.
-        unsafe { std::ptr::write_bytes(block.as_ptr(), 0xA5, block.capacity()) };
-        Buf {
-            block: Some(block),
-            ty,
-            len,
-        }
-    }
-    fn ptr(&self) -> *mut u8 {
-        self.block.as_ref().expect("live").as_ptr()
-    }
-    fn get(&self, i: usize) -> u64 {
-        assert!(i < self.len);
-        // SAFETY: i < len, and the block holds len elements of ty.
-        unsafe {
-            match self.ty.size_bytes() {
-                1 => *self.ptr().add(i) as u64,
-                4 => (self.ptr().add(4 * i) as *const u32).read() as u64,
-                _ => (self.ptr().add(8 * i) as *const u64).read(),
-            }
-        }
-    }
-    fn set(&mut self, i: usize, bits: u64) {
-        assert!(i < self.len);
-        // SAFETY: as in `get`.
-        unsafe {
-            match self.ty.size_bytes() {
-                1 => *self.ptr().add(i) = bits as u8,
-                4 => (self.ptr().add(4 * i) as *mut u32).write(bits as u32),
-                _ => (self.ptr().add(8 * i) as *mut u64).write(bits),
-            }
-        }
-    }
-    fn copy(&self) -> Buf {
-        let mut b = Buf::new(self.ty, self.len);
-        for i in 0..self.len {
-            b.set(i, self.get(i));
-        }
-        b
-    }
-    fn from_bits(ty: VarType, bits: &[u64]) -> Buf {
-        let mut b = Buf::new(ty, bits.len());
-        for (i, &x) in bits.iter().enumerate() {
-            b.set(i, x);
-        }
-        b
-    }
-    fn bits(&self) -> Vec<u64> {
-        (0..self.len).map(|i| self.get(i)).collect()
-    }
-}
-
-impl Drop for Buf {
-    fn drop(&mut self) {
-        if let Some(b) = self.block.take() {
-            alloc::free(b);
-        }
-    }
-}
 
 /// Runs `kernel` compiled by `backend` over `[start, end)` on `bufs`; returns the status counters.
 fn launch(
@@ -148,15 +78,6 @@ fn cranelift_sse_only() -> &'static CraneliftBackend {
         overrides.push(("enable_verifier", "true"));
         CraneliftBackend::with_settings(&overrides).expect("cranelift backend (SSE only)")
     })
-}
-
-fn same_bits(ty: VarType, a: u64, b: u64) -> bool {
-    a == b
-        || match ty {
-            VarType::F32 => f32::from_bits(a as u32).is_nan() && f32::from_bits(b as u32).is_nan(),
-            VarType::F64 => f64::from_bits(a).is_nan() && f64::from_bits(b).is_nan(),
-            _ => false,
-        }
 }
 
 fn fmt_bits(ty: VarType, b: u64) -> String {

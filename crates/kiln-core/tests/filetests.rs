@@ -21,57 +21,16 @@
 //! Values: `true`/`false` (or 0/1) for `bool`, decimal integers, decimal floats, `nan`, `inf`,
 //! `-inf`, or raw bits as `0x…`.
 
-use kiln_core::alloc::{self, Block};
+mod common;
+use common::{same_bits as same, Buf};
 use kiln_core::backend::cranelift::CraneliftBackend;
 use kiln_core::backend::interp::Interp;
 use kiln_core::backend::llvm::LlvmBackend;
-use kiln_core::backend::{read_bits, write_bits, Backend, LaunchArgs, STATUS_LEN};
+use kiln_core::backend::{Backend, LaunchArgs, STATUS_LEN};
 use kiln_core::kernel::{Kernel, ParamKind};
 use kiln_core::VarType;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// A buffer from the crate's allocator (64-byte aligned, with slack), zeroed.
-struct Buf {
-    block: Option<Block>,
-    ty: VarType,
-    len: usize,
-}
-
-impl Buf {
-    fn new(ty: VarType, len: usize) -> Buf {
-        let block = alloc::alloc(len.max(1) * ty.size_bytes(), &|| "filetest buffer".into())
-            .expect("alloc");
-        let b = Buf {
-            block: Some(block),
-            ty,
-            len,
-        };
-        for i in 0..len {
-            b.set(i, 0);
-        }
-        b
-    }
-    fn ptr(&self) -> *mut u8 {
-        self.block.as_ref().expect("live").as_ptr()
-    }
-    fn get(&self, i: usize) -> u64 {
-        // SAFETY: i < len (callers); the block holds len elements of ty.
-        unsafe { read_bits(self.ptr(), self.ty, i) }
-    }
-    fn set(&self, i: usize, bits: u64) {
-        // SAFETY: i < len (callers); this test owns the buffer.
-        unsafe { write_bits(self.ptr(), self.ty, i, bits) }
-    }
-}
-
-impl Drop for Buf {
-    fn drop(&mut self) {
-        if let Some(b) = self.block.take() {
-            alloc::free(b);
-        }
-    }
-}
 
 /// One file: its kernel and directives.
 struct Case {
@@ -199,7 +158,7 @@ fn run(c: &Case, backend: &dyn Backend) -> Result<(Vec<Buf>, [u64; STATUS_LEN]),
                     ParamKind::Indexed => given.map_or(0, <[u64]>::len),
                 },
             };
-            let b = Buf::new(prm.ty, len);
+            let mut b = Buf::zeroed(prm.ty, len);
             for (i, &v) in given.unwrap_or(&[]).iter().enumerate().take(len) {
                 b.set(i, v);
             }
@@ -221,15 +180,6 @@ fn run(c: &Case, backend: &dyn Backend) -> Result<(Vec<Buf>, [u64; STATUS_LEN]),
         bufs,
         std::array::from_fn(|i| status[i].load(Ordering::Relaxed)),
     ))
-}
-
-fn same(ty: VarType, a: u64, b: u64) -> bool {
-    a == b
-        || match ty {
-            VarType::F32 => f32::from_bits(a as u32).is_nan() && f32::from_bits(b as u32).is_nan(),
-            VarType::F64 => f64::from_bits(a).is_nan() && f64::from_bits(b).is_nan(),
-            _ => false,
-        }
 }
 
 /// Whether a run gave the file's expectations.

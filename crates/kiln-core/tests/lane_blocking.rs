@@ -9,7 +9,8 @@
 //! status counters must agree bit for bit. Hand-written kernels pin where `split` must refuse, and
 //! that overlapping buffers fall back to the kernel unsplit.
 
-use kiln_core::alloc::{self, Block};
+mod common;
+use common::{same_bits, Buf};
 use kiln_core::backend::blocked::{compile_split, split_with, Policy};
 use kiln_core::backend::cranelift::CraneliftBackend;
 use kiln_core::backend::interp::Interp;
@@ -21,64 +22,6 @@ use proptest::prelude::*;
 use proptest::test_runner::Config;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-
-/// A buffer from the crate's allocator (64-byte aligned, with slack), filled with a pattern.
-struct Buf {
-    block: Option<Block>,
-    ty: VarType,
-    len: usize,
-}
-
-impl Buf {
-    fn new(ty: VarType, len: usize, seed: u64) -> Buf {
-        let block = alloc::alloc(len * ty.size_bytes(), &|| "test buffer".into()).expect("alloc");
-        let mut b = Buf {
-            block: Some(block),
-            ty,
-            len,
-        };
-        let mut x = seed | 1;
-        for i in 0..len {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let bits = match ty {
-                VarType::F32 => ((x % 2000) as f32 * 0.01 - 10.0).to_bits() as u64,
-                VarType::F64 => ((x % 2000) as f64 * 0.01 - 10.0).to_bits(),
-                VarType::Bool => x & 1,
-                _ => x % 1000,
-            };
-            b.set(i, bits);
-        }
-        b
-    }
-    fn ptr(&self) -> *mut u8 {
-        self.block.as_ref().expect("live").as_ptr()
-    }
-    fn get(&self, i: usize) -> u64 {
-        // SAFETY: i < len (callers), and the block holds len elements of ty.
-        unsafe { kiln_core::backend::read_bits(self.ptr(), self.ty, i) }
-    }
-    fn set(&mut self, i: usize, bits: u64) {
-        // SAFETY: i < len, and this test owns the buffer.
-        unsafe { kiln_core::backend::write_bits(self.ptr(), self.ty, i, bits) }
-    }
-    fn copy(&self) -> Buf {
-        let mut b = Buf::new(self.ty, self.len, 1);
-        for i in 0..self.len {
-            b.set(i, self.get(i));
-        }
-        b
-    }
-}
-
-impl Drop for Buf {
-    fn drop(&mut self) {
-        if let Some(b) = self.block.take() {
-            alloc::free(b);
-        }
-    }
-}
 
 /// Runs `compiled` over `[start, end)`; `alias` binds parameter `.1` to parameter `.0`'s buffer.
 fn run(
@@ -104,15 +47,6 @@ fn run(
     // elements (plus slack), broadcast ones at least 1, indexed ones `len`.
     unsafe { compiled.run(&args, start, end) };
     std::array::from_fn(|i| status[i].load(Ordering::Relaxed))
-}
-
-fn same_bits(ty: VarType, a: u64, b: u64) -> bool {
-    a == b
-        || match ty {
-            VarType::F32 => f32::from_bits(a as u32).is_nan() && f32::from_bits(b as u32).is_nan(),
-            VarType::F64 => f64::from_bits(a).is_nan() && f64::from_bits(b).is_nan(),
-            _ => false,
-        }
 }
 
 /// The backends blocked kernels are compiled by: Cranelift for this host and for SSE only, LLVM
@@ -441,7 +375,7 @@ fn buffers(k: &Kernel, s: &Shape, lanes: usize, seed: u64) -> Vec<Buf> {
                 SCALE => 1,
                 _ => lanes.max(1),
             };
-            Buf::new(prm.ty, len, seed.wrapping_add(p as u64 * 7919))
+            Buf::pattern(prm.ty, len, seed.wrapping_add(p as u64 * 7919))
         })
         .collect()
 }
@@ -745,7 +679,7 @@ fn an_input_updated_in_place_is_kept_not_loaded_again() {
             .params
             .iter()
             .enumerate()
-            .map(|(p, prm)| Buf::new(prm.ty, if p == 2 { 4096 } else { lanes }, p as u64 + 3))
+            .map(|(p, prm)| Buf::pattern(prm.ty, if p == 2 { 4096 } else { lanes }, p as u64 + 3))
             .collect();
         let (a, b): (Vec<Buf>, Vec<Buf>) = bufs.iter().map(|x| (x.copy(), x.copy())).unzip();
         let sa = run(oracle.as_ref(), &a, 0, lanes as u64, Some((0, 1)));
