@@ -75,7 +75,8 @@ pub const VARIABLES: [Variable; 15] = [
     Variable {
         name: "KILN_LANE_BLOCK",
         values: "n",
-        meaning: "lanes per block of a lane-blocked scan loop (default 4096; 0 never blocks)",
+        meaning:
+            "lanes per block at most of a lane-blocked scan loop (default 65536; 0 never blocks)",
     },
     Variable {
         name: "KILN_FREEZE",
