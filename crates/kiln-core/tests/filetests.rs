@@ -16,21 +16,27 @@
 //! ;! expect status = 3 0 0       out-of-range reads, writes, truncated loop lanes
 //! ;! llvm widths 8 16            pin the LLVM IR generated at these lane widths (golden text in
 //!                                 `tests/snapshots/filetests__llvm_<file>_w<width>.snap`)
+//! ;! sweep                       also run over every range of `EDGE_RANGES` and compare each
+//!                                 backend with the interpreter (the inputs' values repeated
+//!                                 cyclically to the range's end)
 //! ```
+//!
+//! Besides the explicit expectations, every run checks that an output's lanes below the range
+//! keep what they held (`0xA5` bytes where the file gives no value), and every kernel runs on
+//! Cranelift's code-generation variants too and is compiled for the other kinds of x86-64 host.
 //!
 //! Values: `true`/`false` (or 0/1) for `bool`, decimal integers, decimal floats, `nan`, `inf`,
 //! `-inf`, or raw bits as `0x…`.
 
 mod common;
-use common::{same_bits as same, Buf};
+use common::{compiles_for_other_hosts, same_bits as same, variant_backends, Buf};
 use kiln_core::backend::cranelift::CraneliftBackend;
 use kiln_core::backend::interp::Interp;
 use kiln_core::backend::llvm::LlvmBackend;
-use kiln_core::backend::{Backend, LaunchArgs, STATUS_LEN};
+use kiln_core::backend::{Backend, CompiledKernel, LaunchArgs, STATUS_LEN};
 use kiln_core::kernel::{Kernel, ParamKind};
 use kiln_core::VarType;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 /// One file: its kernel and directives.
 struct Case {
@@ -42,7 +48,23 @@ struct Case {
     status: Option<[u64; STATUS_LEN]>,
     /// Lane widths whose generated LLVM IR is pinned (`;! llvm widths …`).
     llvm_widths: Vec<usize>,
+    /// Whether the kernel also runs over every range of [`EDGE_RANGES`] (`;! sweep`).
+    sweep: bool,
 }
+
+/// The ranges of `;! sweep`: empty, single lanes, non-multiples of every vector width, the
+/// interpreter's 256-lane chunks, a range starting inside one.
+const EDGE_RANGES: [(usize, usize); 9] = [
+    (0, 0),
+    (0, 1),
+    (0, 3),
+    (1, 4),
+    (3, 37),
+    (0, 64),
+    (5, 256),
+    (0, 257),
+    (250, 700),
+];
 
 fn value(ty: VarType, w: &str) -> Result<u64, String> {
     let bad = || format!("`{w}` is not a {ty} value");
@@ -79,6 +101,7 @@ fn case(text: &str) -> Result<Case, String> {
         expect: vec![],
         status: None,
         llvm_widths: vec![],
+        sweep: false,
     };
     let mut ranged = false;
     let param = |w: &str, k: &Kernel| -> Result<usize, String> {
@@ -103,6 +126,8 @@ fn case(text: &str) -> Result<Case, String> {
                 .filter_map(|w| w.parse().ok())
                 .collect();
             c.status = Some(v.try_into().map_err(|_| "expected three status counters")?);
+        } else if line == "sweep" {
+            c.sweep = true;
         } else if let Some(r) = line.strip_prefix("llvm widths ") {
             c.llvm_widths = r
                 .split_whitespace()
@@ -135,12 +160,10 @@ fn case(text: &str) -> Result<Case, String> {
     Ok(c)
 }
 
-/// Runs `c` on `backend`; the buffers and status after the run.
-fn run(c: &Case, backend: &dyn Backend) -> Result<(Vec<Buf>, [u64; STATUS_LEN]), String> {
-    let compiled = backend.compile(&c.kernel).map_err(|e| e.to_string())?;
-    let end = c.range.1;
-    let bufs: Vec<Buf> = c
-        .kernel
+/// The buffers of `c` before a run ending at lane `end`: each parameter's given values (repeated
+/// to its length when `cycle`), the rest zero for inputs and `0xA5` bytes for outputs.
+fn buffers(c: &Case, end: usize, cycle: bool) -> Vec<Buf> {
+    c.kernel
         .params
         .iter()
         .enumerate()
@@ -149,22 +172,42 @@ fn run(c: &Case, backend: &dyn Backend) -> Result<(Vec<Buf>, [u64; STATUS_LEN]),
                 .init
                 .iter()
                 .find(|(q, _)| *q == p)
-                .map(|(_, v)| v.as_slice());
+                .map_or(&[][..], |(_, v)| v.as_slice());
             let len = match c.lens.iter().find(|(q, _)| *q == p) {
                 Some(&(_, n)) => n,
                 None => match prm.kind {
                     ParamKind::Input | ParamKind::Output => end,
                     ParamKind::Broadcast => 1,
-                    ParamKind::Indexed => given.map_or(0, <[u64]>::len),
+                    ParamKind::Indexed => given.len(),
                 },
             };
-            let mut b = Buf::zeroed(prm.ty, len);
-            for (i, &v) in given.unwrap_or(&[]).iter().enumerate().take(len) {
+            let mut b = if prm.kind == ParamKind::Output {
+                Buf::new(prm.ty, len)
+            } else {
+                Buf::zeroed(prm.ty, len)
+            };
+            let values: Box<dyn Iterator<Item = &u64>> = if cycle && !given.is_empty() {
+                Box::new(given.iter().cycle())
+            } else {
+                Box::new(given.iter())
+            };
+            for (i, &v) in values.enumerate().take(len) {
                 b.set(i, v);
             }
             b
         })
-        .collect();
+        .collect()
+}
+
+/// Runs `c` on `backend` over `range` (buffers as [`buffers`] makes them); the buffers and
+/// status after the run.
+fn run_over(
+    c: &Case,
+    compiled: &dyn CompiledKernel,
+    (start, end): (usize, usize),
+    cycle: bool,
+) -> (Vec<Buf>, [u64; STATUS_LEN]) {
+    let bufs = buffers(c, end, cycle);
     let ptrs: Vec<*mut u8> = bufs.iter().map(Buf::ptr).collect();
     let lens: Vec<u64> = bufs.iter().map(|b| b.len as u64).collect();
     let status: [AtomicU64; STATUS_LEN] = Default::default();
@@ -175,15 +218,76 @@ fn run(c: &Case, backend: &dyn Backend) -> Result<(Vec<Buf>, [u64; STATUS_LEN]),
     };
     // SAFETY: one buffer per parameter, of its type, inputs and outputs holding at least the
     // range's end (plus the allocator's slack), broadcast ones 1 element, indexed ones their len.
-    unsafe { compiled.run(&args, c.range.0 as u64, end as u64) };
-    Ok((
+    unsafe { compiled.run(&args, start as u64, end as u64) };
+    (
         bufs,
         std::array::from_fn(|i| status[i].load(Ordering::Relaxed)),
-    ))
+    )
+}
+
+/// Runs `c` over its own range.
+fn run(c: &Case, backend: &dyn Backend) -> Result<(Vec<Buf>, [u64; STATUS_LEN]), String> {
+    let compiled = backend.compile(&c.kernel).map_err(|e| e.to_string())?;
+    Ok(run_over(c, &*compiled, c.range, false))
+}
+
+/// Whether every output's lanes below `start` still hold what they held before the run.
+fn untouched_below(
+    c: &Case,
+    bufs: &[Buf],
+    (start, end): (usize, usize),
+    cycle: bool,
+) -> Result<(), String> {
+    let before = buffers(c, end, cycle);
+    for (p, prm) in c.kernel.params.iter().enumerate() {
+        if prm.kind != ParamKind::Output {
+            continue;
+        }
+        for i in 0..start.min(bufs[p].len) {
+            if bufs[p].get(i) != before[p].get(i) {
+                return Err(format!(
+                    "p{p}[{i}] = {:#x} was written, below the range {start}..{end}",
+                    bufs[p].get(i)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `got` (a backend's run over `range`) equals `want` (the interpreter's): outputs over
+/// the range, indexed buffers whole, the status counters.
+fn same_as_oracle(
+    c: &Case,
+    got: &(Vec<Buf>, [u64; STATUS_LEN]),
+    want: &(Vec<Buf>, [u64; STATUS_LEN]),
+    (start, end): (usize, usize),
+) -> Result<(), String> {
+    if got.1 != want.1 {
+        return Err(format!(
+            "status {:?}, the interpreter's {:?}",
+            got.1, want.1
+        ));
+    }
+    for (p, prm) in c.kernel.params.iter().enumerate() {
+        let lanes = match prm.kind {
+            ParamKind::Output => start..end,
+            ParamKind::Indexed => 0..want.0[p].len,
+            _ => continue,
+        };
+        for i in lanes {
+            let (g, w) = (got.0[p].get(i), want.0[p].get(i));
+            if !same(prm.ty, g, w) {
+                return Err(format!("p{p}[{i}] = {g:#x}, the interpreter's {w:#x}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether a run gave the file's expectations.
 fn check(c: &Case, bufs: &[Buf], status: [u64; STATUS_LEN]) -> Result<(), String> {
+    untouched_below(c, bufs, c.range, false)?;
     if let Some(want) = c.status {
         if want != status {
             return Err(format!("status {status:?}, expected {want:?}"));
@@ -211,16 +315,22 @@ fn check(c: &Case, bufs: &[Buf], status: [u64; STATUS_LEN]) -> Result<(), String
     Ok(())
 }
 
-fn backends() -> Vec<(String, Arc<dyn Backend>)> {
-    let mut v: Vec<(String, Arc<dyn Backend>)> = vec![
-        ("interpreter".into(), Arc::new(Interp)),
+/// Every backend the files run on: the interpreter, Cranelift for this host and for SSE only,
+/// LLVM at this host's width and at every width another host may pick, and Cranelift's
+/// code-generation variants. (Created once per test process.)
+fn backends() -> Vec<(String, &'static dyn Backend)> {
+    fn leak(b: impl Backend + 'static) -> &'static dyn Backend {
+        Box::leak(Box::new(b))
+    }
+    let mut v: Vec<(String, &'static dyn Backend)> = vec![
+        ("interpreter".into(), leak(Interp)),
         (
             "cranelift".into(),
-            Arc::new(CraneliftBackend::new().expect("cranelift")),
+            leak(CraneliftBackend::new().expect("cranelift")),
         ),
         (
             "cranelift sse".into(),
-            Arc::new(
+            leak(
                 CraneliftBackend::with_settings(&[
                     ("has_avx", "false"),
                     ("has_avx2", "false"),
@@ -233,14 +343,17 @@ fn backends() -> Vec<(String, Arc<dyn Backend>)> {
     ];
     match LlvmBackend::create(false) {
         Ok(b) => {
-            v.push(("llvm".into(), Arc::new(b.strict())));
+            v.push(("llvm".into(), leak(b.strict())));
             for w in [4usize, 8, 16, 32, 64] {
                 if let Ok(b) = LlvmBackend::create_with(false, w) {
-                    v.push((format!("llvm w{w}"), Arc::new(b.strict())));
+                    v.push((format!("llvm w{w}"), leak(b.strict())));
                 }
             }
         }
         Err(reason) => eprintln!("LLVM filetests SKIPPED: {reason}"),
+    }
+    for (name, be) in variant_backends() {
+        v.push((format!("cranelift {name}"), be as &dyn Backend));
     }
     v
 }
@@ -249,6 +362,7 @@ fn backends() -> Vec<(String, Arc<dyn Backend>)> {
 fn every_filetest_passes_on_every_backend() {
     let backends = backends();
     let mut failures = Vec::new();
+    let mut swept = 0;
     for (name, text) in files() {
         let c = match case(&text) {
             Ok(c) => c,
@@ -257,13 +371,56 @@ fn every_filetest_passes_on_every_backend() {
                 continue;
             }
         };
+        if let Err(e) = compiles_for_other_hosts(&c.kernel) {
+            failures.push(format!("{name}: {e}"));
+        }
         for (be, backend) in &backends {
-            if let Err(e) = run(&c, backend.as_ref()).and_then(|(b, s)| check(&c, &b, s)) {
+            if let Err(e) = run(&c, *backend).and_then(|(b, s)| check(&c, &b, s)) {
                 failures.push(format!("{name} on {be}: {e}"));
             }
         }
+        if c.sweep {
+            swept += 1;
+            failures.extend(
+                sweep(&c, &backends)
+                    .into_iter()
+                    .map(|e| format!("{name}: {e}")),
+            );
+        }
     }
+    assert!(swept >= 20, "only {swept} files sweep the edge ranges");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `;! sweep`: every backend over every range of [`EDGE_RANGES`] against the interpreter.
+fn sweep(c: &Case, backends: &[(String, &'static dyn Backend)]) -> Vec<String> {
+    let oracle = match Interp.compile(&c.kernel) {
+        Ok(k) => k,
+        Err(e) => return vec![format!("interpreter: {e}")],
+    };
+    let want: Vec<_> = EDGE_RANGES
+        .iter()
+        .map(|&r| run_over(c, &*oracle, r, true))
+        .collect();
+    let mut failures = Vec::new();
+    for (be, backend) in backends {
+        let compiled = match backend.compile(&c.kernel) {
+            Ok(k) => k,
+            Err(e) => {
+                failures.push(format!("on {be}: {e}"));
+                continue;
+            }
+        };
+        for (&range, want) in EDGE_RANGES.iter().zip(&want) {
+            let got = run_over(c, &*compiled, range, true);
+            let checked = untouched_below(c, &got.0, range, true)
+                .and_then(|()| same_as_oracle(c, &got, want, range));
+            if let Err(e) = checked {
+                failures.push(format!("on {be} over {}..{}: {e}", range.0, range.1));
+            }
+        }
+    }
+    failures
 }
 
 /// The filetests' `.kir` files, sorted, with their names.
@@ -327,4 +484,50 @@ fn a_wrong_expectation_is_reported() {
     let (bufs, status) = run(&c, &Interp).unwrap();
     let e = check(&c, &bufs, status).unwrap_err();
     assert!(e.contains("p1[2] = 0x6, expected 0x7"), "{e}");
+}
+
+/// An output lane below the range that changed is reported, and a sweep finds a backend that
+/// differs from the interpreter over one of its ranges.
+#[test]
+fn a_write_below_the_range_and_a_sweep_difference_are_reported() {
+    let c = case(
+        ";! lanes 2..4\n;! sweep\n;! p0 = 1 2 3 4\n;! expect p1 = 6 8\np0: in i32\np1: out i32\nr0 = load.i32 p0\nr1 = add.i32 r0, r0\nstore.i32 p1, r1\n",
+    )
+    .unwrap();
+    let (mut bufs, status) = run(&c, &Interp).unwrap();
+    check(&c, &bufs, status).unwrap();
+    bufs[1].set(1, 0);
+    let e = check(&c, &bufs, status).unwrap_err();
+    assert!(
+        e.contains("p1[1] = 0x0 was written, below the range 2..4"),
+        "{e}"
+    );
+    // a "backend" that doubles the other way round: r0 - r0 (0 where the interpreter has 2x)
+    let wrong = case(&c_text_with("sub.i32 r0, r0")).unwrap().kernel;
+    struct Wrong(Kernel);
+    impl Backend for Wrong {
+        fn kind(&self) -> kiln_core::backend::BackendKind {
+            Interp.kind()
+        }
+        fn compile(
+            &self,
+            _: &Kernel,
+        ) -> kiln_core::error::Result<std::sync::Arc<dyn CompiledKernel>> {
+            Interp.compile(&self.0)
+        }
+    }
+    let be: &'static dyn Backend = Box::leak(Box::new(Wrong(wrong)));
+    let failures = sweep(&c, &[("wrong".into(), be)]);
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("on wrong over 3..37: p1[3] = 0x0, the interpreter's")),
+        "{failures:?}"
+    );
+}
+
+fn c_text_with(op: &str) -> String {
+    format!(
+        ";! lanes 2..4\np0: in i32\np1: out i32\nr0 = load.i32 p0\nr1 = {op}\nstore.i32 p1, r1\n"
+    )
 }
