@@ -39,33 +39,20 @@ use std::sync::Arc;
 
 /// Owned references to arrays of any type: extra outputs and loop state that carry Jacobian
 /// entries through a construct.
-pub(crate) struct Flat(pub(crate) Vec<VarId>);
-
-impl Clone for Flat {
-    fn clone(&self) -> Self {
-        self.0.iter().for_each(|&i| kiln_core::inc_ref(i));
-        Flat(self.0.clone())
-    }
-}
-
-impl Drop for Flat {
-    fn drop(&mut self) {
-        self.0.iter().for_each(|&i| kiln_core::dec_ref(i));
-    }
-}
+#[derive(Clone)]
+pub(crate) struct Flat(pub(crate) kiln_core::Handles);
 
 impl Traverse for Flat {
     fn traverse(&self, t: &mut Traversal) {
         t.structure("AdJacobian", self.0.len());
-        for (k, &id) in self.0.iter().enumerate() {
+        for (k, &id) in self.0.ids().iter().enumerate() {
             t.index(k, |t| t.array(id));
         }
     }
     fn traverse_mut(&mut self, a: &mut Assign) {
-        for e in &mut self.0 {
-            let id = a.erased(kiln_core::var_type(*e));
-            kiln_core::dec_ref(*e);
-            *e = id;
+        for k in 0..self.0.len() {
+            let id = a.erased(kiln_core::var_type(self.0.ids()[k]));
+            self.0.replace(k, id);
         }
     }
 }
@@ -646,7 +633,7 @@ pub(crate) fn call<A: Traverse + Clone, O: Traverse + Clone>(
                         let plain = rebuild_with(&d.out, &d.out_ids, &vec![0; d.out_ids.len()]);
                         *template.borrow_mut() = Some(plain);
                     }
-                    Flat(std::mem::take(&mut flat).into_ids())
+                    Flat(std::mem::take(&mut flat))
                 }) as Box<dyn Fn(&A) -> Flat + '_>
             })
         })
@@ -673,16 +660,16 @@ pub(crate) fn call<A: Traverse + Clone, O: Traverse + Clone>(
     let mut nodes = Nodes(vec![0; m]);
     let mut at = m;
     for j in 0..m {
-        let o = flat.0[j];
+        let o = flat.0.ids()[j];
         if differentiable(kiln_core::var_type(o)) {
-            let ws = &flat.0[at..at + columns];
+            let ws = &flat.0.ids()[at..at + columns];
             at += columns;
             if columns > 0 {
                 nodes.0[j] = node(what_name(what), o, &parents, ws, None);
             }
         }
     }
-    Ok(rebuild_with(&template, &flat.0[..m], &nodes.0))
+    Ok(rebuild_with(&template, &flat.0.ids()[..m], &nodes.0))
 }
 
 fn grad_of_owned(id: VarId) -> Grad {
@@ -748,7 +735,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
     let start = rebuild_with(&lp.state, inner.ids(), &vec![0; ids.len()]);
     drop(inner);
     // J = identity: ∂state_r/∂state_c
-    let mut jac = Vec::new();
+    let mut jac = Ids::new();
     for &r in &rows {
         let ty = kiln_core::var_type(ids[r]);
         for &c in &wrt {
@@ -777,7 +764,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
                 rows_r
                     .iter()
                     .enumerate()
-                    .map(|(ri, &r)| (leaves[r], grad_of(j.0[ri * cols + c])))
+                    .map(|(ri, &r)| (leaves[r], grad_of(j.0.ids()[ri * cols + c])))
                     .collect()
             };
             let d = differentiate(what_r, &mut body, s, rows_r, &[], cols, &seeds, failure_r);
@@ -789,7 +776,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
                 }
             }
             let plain = rebuild_with(&d.out, &d.out_ids, &vec![0; d.out_ids.len()]);
-            (plain, Flat(std::mem::take(&mut next_j).into_ids()))
+            (plain, Flat(std::mem::take(&mut next_j)))
         },
     );
     if let Some(e) = failure.borrow_mut().take() {
@@ -812,7 +799,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
         .collect();
     let mut nodes = Nodes(vec![0; out_ids.len()]);
     for (ri, &r) in rows.iter().enumerate() {
-        let ws = &jac.0[ri * cols..(ri + 1) * cols];
+        let ws = &jac.0.ids()[ri * cols..(ri + 1) * cols];
         nodes.0[r] = node(
             "while_loop",
             out_ids[r],

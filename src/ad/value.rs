@@ -4,11 +4,11 @@
 
 use super::graph::{self, AdIndex};
 use crate::array::Array;
-use kiln_core::{Scalar, VarId, VarType};
+use kiln_core::{Handle, Scalar, VarId, VarType};
 
 /// An owned handle to an array of any element type, possibly with an AD node.
 pub(crate) struct Grad {
-    id: VarId,
+    id: Handle,
     ad: AdIndex,
 }
 
@@ -17,17 +17,22 @@ impl Grad {
         let ad = a.ad;
         let id = a.id();
         std::mem::forget(a);
-        Grad { id, ad }
+        Grad::own(id, ad)
     }
     /// A handle taking over one reference to `id` and one to `ad` that the caller holds.
     pub fn own(id: VarId, ad: AdIndex) -> Grad {
-        Grad { id, ad }
+        Grad {
+            id: Handle::own(id),
+            ad,
+        }
     }
     /// A handle with new references to `id` and `ad`.
     pub fn share(id: VarId, ad: AdIndex) -> Grad {
-        kiln_core::inc_ref(id);
         graph::inc_ref(ad);
-        Grad { id, ad }
+        Grad {
+            id: Handle::borrow(id),
+            ad,
+        }
     }
     /// A typed handle sharing this one's references. Panics on a type mismatch (an AD rule bug).
     pub fn array<T: Scalar>(&self) -> Array<T> {
@@ -36,32 +41,32 @@ impl Grad {
             T::TYPE,
             "kiln: AD rule got a gradient of the wrong type"
         );
-        kiln_core::inc_ref(self.id);
         graph::inc_ref(self.ad);
-        Array::wrap(self.id).with_ad(self.ad)
+        Array::wrap(self.id.clone().into_id()).with_ad(self.ad)
     }
     pub fn id(&self) -> VarId {
-        self.id
+        self.id.id()
     }
     pub fn ad(&self) -> AdIndex {
         self.ad
     }
     pub fn ty(&self) -> VarType {
-        kiln_core::var_type(self.id)
+        kiln_core::var_type(self.id.id())
     }
     /// The same values without the AD node.
     pub fn detached(&self) -> Grad {
-        kiln_core::inc_ref(self.id);
-        Grad { id: self.id, ad: 0 }
+        Grad {
+            id: self.id.clone(),
+            ad: 0,
+        }
     }
 }
 
 impl Clone for Grad {
     fn clone(&self) -> Self {
-        kiln_core::inc_ref(self.id);
         graph::inc_ref(self.ad);
         Grad {
-            id: self.id,
+            id: self.id.clone(),
             ad: self.ad,
         }
     }
@@ -69,7 +74,7 @@ impl Clone for Grad {
 
 impl Drop for Grad {
     fn drop(&mut self) {
-        kiln_core::dec_ref(self.id);
+        // (the engine reference goes with `id`)
         graph::dec_ref(self.ad);
     }
 }

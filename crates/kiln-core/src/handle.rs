@@ -130,6 +130,11 @@ impl Handles {
     pub fn into_ids(mut self) -> Vec<VarId> {
         std::mem::take(&mut self.0)
     }
+    /// Hold `id` (a reference the caller hands over) at position `k` instead, releasing the
+    /// reference held there.
+    pub fn replace(&mut self, k: usize, id: VarId) {
+        crate::dec_ref(std::mem::replace(&mut self.0[k], id));
+    }
     /// The number of references held.
     pub fn len(&self) -> usize {
         self.0.len()
@@ -137,6 +142,16 @@ impl Handles {
     /// Whether no reference is held.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+impl Clone for Handles {
+    /// The same variables, with a new reference on each.
+    fn clone(&self) -> Handles {
+        for &id in &self.0 {
+            crate::inc_ref(id);
+        }
+        Handles(self.0.clone())
     }
 }
 
