@@ -1398,7 +1398,7 @@ struct ScanWide {
     rust: Timing,
     /// Every backend's results agree with a host loop, in one launch.
     same: bool,
-    /// The kernels ran lane-blocked (rows spanning more than the last-level cache).
+    /// The kernels ran lane-blocked (`backend::blocked`: blocks of lanes step by step).
     blocked: bool,
 }
 
@@ -1421,7 +1421,7 @@ impl ScanWide {
             if self.blocked {
                 "lane-blocked"
             } else {
-                "lane-major: the rows fit the cache"
+                "lane-major"
             },
             each.join(", "),
             ms(self.rust.median),

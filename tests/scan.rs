@@ -1877,11 +1877,12 @@ fn fused_and_stepped_modes_agree() {
 #[test]
 fn wide_fused_scans_run_lane_blocked_with_the_interpreters_bits() {
     use kiln_core::backend::blocked::{policy, set_policy, Policy};
-    // these rows fit the cache, where blocking does not pay: block them anyway
+    // these rows move less than the default policy blocks for, and fit one default block: block
+    // them anyway, in blocks of 1024 lanes, so that the widest runs several blocks
     let before = policy();
     set_policy(Policy {
+        lanes: 1024,
         min_span: 0,
-        ..before
     });
     check(|| {
         let blocked_before = kiln::stats().kernels_blocked;

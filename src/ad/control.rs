@@ -633,7 +633,7 @@ pub(crate) fn call<A: Traverse + Clone, O: Traverse + Clone>(
                         let plain = rebuild_with(&d.out, &d.out_ids, &vec![0; d.out_ids.len()]);
                         *template.borrow_mut() = Some(plain);
                     }
-                    Flat(std::mem::take(&mut flat))
+                    Flat(flat)
                 }) as Box<dyn Fn(&A) -> Flat + '_>
             })
         })
@@ -776,7 +776,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
                 }
             }
             let plain = rebuild_with(&d.out, &d.out_ids, &vec![0; d.out_ids.len()]);
-            (plain, Flat(std::mem::take(&mut next_j)))
+            (plain, Flat(next_j))
         },
     );
     if let Some(e) = failure.borrow_mut().take() {

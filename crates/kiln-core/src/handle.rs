@@ -131,9 +131,28 @@ impl Handles {
         std::mem::take(&mut self.0)
     }
     /// Hold `id` (a reference the caller hands over) at position `k` instead, releasing the
-    /// reference held there.
+    /// reference held there. Panics if `k` is out of range (having released `id`).
+    ///
+    /// ```
+    /// use kiln_core::{literal, Handles, VarType};
+    /// let before = kiln_core::stats().vars_alive;
+    /// {
+    ///     let mut list = Handles::own(vec![literal(VarType::F32, 1f32.to_bits() as u64, 4)]);
+    ///     let copy = list.clone(); // a new reference on each
+    ///     list.replace(0, literal(VarType::F32, 2f32.to_bits() as u64, 4));
+    ///     assert_ne!(list.ids()[0], copy.ids()[0]);
+    /// }
+    /// assert_eq!(kiln_core::stats().vars_alive, before);
+    /// ```
     pub fn replace(&mut self, k: usize, id: VarId) {
-        crate::dec_ref(std::mem::replace(&mut self.0[k], id));
+        let Some(slot) = self.0.get_mut(k) else {
+            crate::dec_ref(id);
+            panic!(
+                "kiln: Handles::replace at {k}, past the {} held",
+                self.0.len()
+            );
+        };
+        crate::dec_ref(std::mem::replace(slot, id));
     }
     /// The number of references held.
     pub fn len(&self) -> usize {

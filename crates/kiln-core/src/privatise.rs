@@ -2,7 +2,8 @@
 //!
 //! A `scatter_reduce` whose target has few elements (a histogram, k-means sums and counts) sends
 //! every lane of every block to the same handful of elements: with several threads each update
-//! fights for one cache line. This module owns the launch that avoids it. When a kernel's
+//! fights for one cache line. This module decides when and which targets are privatised; the
+//! launch that does it is the host device's (`device::host::private`). When a kernel's
 //! reduce-scatter target is small next to the launch (see [`worth_it`]), each block accumulates
 //! into its own copy of the target, filled with the reduction's identity, through plain
 //! (non-atomic) updates; the copies are then folded into the target one block after another.

@@ -29,7 +29,7 @@
 //! `-inf`, or raw bits as `0x…`.
 
 mod common;
-use common::{compiles_for_other_hosts, same_bits as same, variant_backends, Buf};
+use common::{compiles_for_other_hosts, llvm, same_bits as same, variant_backends, Buf};
 use kiln_core::backend::cranelift::CraneliftBackend;
 use kiln_core::backend::interp::Interp;
 use kiln_core::backend::llvm::LlvmBackend;
@@ -174,6 +174,10 @@ fn buffers(c: &Case, end: usize, cycle: bool) -> Vec<Buf> {
                 .find(|(q, _)| *q == p)
                 .map_or(&[][..], |(_, v)| v.as_slice());
             let len = match c.lens.iter().find(|(q, _)| *q == p) {
+                // (inputs and outputs hold at least the lanes a run reads and writes)
+                Some(&(_, n)) if matches!(prm.kind, ParamKind::Input | ParamKind::Output) => {
+                    n.max(end)
+                }
                 Some(&(_, n)) => n,
                 None => match prm.kind {
                     ParamKind::Input | ParamKind::Output => end,
@@ -341,16 +345,13 @@ fn backends() -> Vec<(String, &'static dyn Backend)> {
             ),
         ),
     ];
-    match LlvmBackend::create(false) {
-        Ok(b) => {
-            v.push(("llvm".into(), leak(b.strict())));
-            for w in [4usize, 8, 16, 32, 64] {
-                if let Ok(b) = LlvmBackend::create_with(false, w) {
-                    v.push((format!("llvm w{w}"), leak(b.strict())));
-                }
+    if let Some(b) = llvm() {
+        v.push(("llvm".into(), b as &dyn Backend));
+        for w in [4usize, 8, 16, 32, 64] {
+            if let Ok(b) = LlvmBackend::create_with(false, w) {
+                v.push((format!("llvm w{w}"), leak(b.strict())));
             }
         }
-        Err(reason) => eprintln!("LLVM filetests SKIPPED: {reason}"),
     }
     for (name, be) in variant_backends() {
         v.push((format!("cranelift {name}"), be as &dyn Backend));

@@ -443,6 +443,43 @@ fn a_whole_wide_row_in_one_launch() {
     }
 }
 
+/// Blocks hold as many lanes as the state budget allows (`STATE_BUDGET` bytes of per-lane
+/// scratch: the loop state and the values kept for the step), in whole 16-lane steps, unless the
+/// policy's cap or the rows' distance is smaller.
+#[test]
+fn blocks_hold_what_the_state_budget_allows() {
+    use kiln_core::backend::blocked::STATE_BUDGET;
+    let wide = |width| Shape {
+        ity: VarType::U64,
+        first: 0,
+        stride: 1,
+        trips: 4,
+        width,
+        backward: false,
+        write_row: 0,
+        read_shift: 0,
+        scatter: true,
+        short: (0, 0),
+        bool_state: false,
+        twice: false,
+        cross: false,
+    };
+    let k = build(&wide(1_000_000));
+    let lanes = |cap| split_with(&k, blocks(cap)).map(|s| s.lanes);
+    // the scratch a lane needs: `pre`'s extra outputs, the state and the values kept for `step`
+    let split = split_with(&k, blocks(1 << 20)).expect("splits");
+    let per_lane: usize = split.pre.params[k.params.len()..]
+        .iter()
+        .map(|p| p.ty.size_bytes())
+        .sum();
+    assert!(per_lane >= 12, "an f32 and an f64 state at least");
+    assert_eq!(lanes(1 << 20), Some(STATE_BUDGET / per_lane / 16 * 16));
+    assert_eq!(lanes(1024), Some(1024));
+    // rows closer than the budget's block: the rows' distance bounds it
+    let k = build(&wide(5000));
+    assert_eq!(split_with(&k, blocks(1 << 20)).map(|s| s.lanes), Some(4992));
+}
+
 /// The loop of [`build`] with one instruction replaced: `split` must refuse each.
 #[test]
 fn split_refuses_what_could_show_the_order() {

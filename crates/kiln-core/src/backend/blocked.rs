@@ -4,8 +4,8 @@
 //!
 //! Lane-major, each vector of lanes walks down its own column: one new page per step, which no
 //! hardware prefetcher follows, so a wide scan ran at a third of memory speed. Step-major, a block
-//! of a few thousand lanes reads and writes one contiguous row segment per step, and its loop state
-//! stays in cache between steps. The kernel is cut into three kernels that the backend compiles as
+//! of tens of thousands of lanes (as many as [`STATE_BUDGET`] of loop state allows) reads and writes
+//! one long contiguous row segment per step, and its loop state stays in L2 between steps. The kernel is cut into three kernels that the backend compiles as
 //! usual — `pre` (the code before the loop; it also stores the loop's initial state), `step` (one
 //! iteration: state in, state out, the loop counter arriving as a broadcast value) and `post` (the
 //! code after the loop, reading the final state) — and [`BlockedKernel`] runs them block by block.
@@ -39,6 +39,10 @@ pub const DEFAULT_LANES: usize = 65_536;
 /// 1.54–1.66× against 1.89–2.00× for two of 2 560 and 1.84–2.04× lane-major.
 pub const STATE_BUDGET: usize = 128 << 10;
 
+/// The bytes an array's rows must span over all steps for its loop to be blocked by default (see
+/// [`Policy::min_span`]).
+pub const DEFAULT_MIN_SPAN: u64 = 1 << 20;
+
 /// The fewest lanes a block may have (below it the per-step calls cost more than blocking saves).
 const MIN_LANES: usize = 64;
 
@@ -51,7 +55,7 @@ const MIN_ROW_BYTES: i128 = 1024;
 /// ```
 /// use kiln_core::backend::blocked::{policy, set_policy, Policy};
 /// let before = policy();
-/// // block every row loop, even one whose rows fit the cache, in blocks of 1024 lanes
+/// // block every row loop, even the smallest, in blocks of 1024 lanes
 /// set_policy(Policy { lanes: 1024, min_span: 0 });
 /// assert_eq!(policy().lanes, 1024);
 /// set_policy(before);
@@ -62,10 +66,12 @@ pub struct Policy {
     /// [`DEFAULT_LANES`]).
     pub lanes: usize,
     /// Bytes the rows of one array must span over all steps (row distance × steps) for the loop
-    /// to be blocked. Default 0: with blocks as long as [`STATE_BUDGET`] allows, blocking paid
-    /// even where the rows fit the last-level cache (1 000 to 10 000 `f32` signals × 500 to 5 000
-    /// steps, both backends), and cost nothing measurable on narrow rows with many steps (300
-    /// signals × 50 000 steps). Rows closer than 1 KiB are never blocked.
+    /// to be blocked. Default [`DEFAULT_MIN_SPAN`] (1 MiB): with blocks as long as
+    /// [`STATE_BUDGET`] allows, blocking paid even where the rows fit the last-level cache (1 000
+    /// to 10 000 `f32` signals × 500 to 5 000 steps, both backends) and cost nothing measurable on
+    /// narrow rows with many steps (300 signals × 50 000 steps); a loop that moves less runs in
+    /// microseconds either way, and blocked it would compile three kernels instead of one. Rows
+    /// closer than 1 KiB are never blocked.
     pub min_span: u64,
 }
 
@@ -79,7 +85,12 @@ pub fn policy() -> Policy {
             .and_then(|s| s.parse().ok())
             .unwrap_or(DEFAULT_LANES);
         let _ = LANES.compare_exchange(usize::MAX, lanes, Ordering::Relaxed, Ordering::Relaxed);
-        let _ = MIN_SPAN.compare_exchange(u64::MAX, 0, Ordering::Relaxed, Ordering::Relaxed);
+        let _ = MIN_SPAN.compare_exchange(
+            u64::MAX,
+            DEFAULT_MIN_SPAN,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
     Policy {
         lanes: LANES.load(Ordering::Relaxed),

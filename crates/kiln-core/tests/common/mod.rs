@@ -16,12 +16,15 @@ use std::sync::{Mutex, OnceLock};
 /// A buffer of `len` elements of `ty` from the crate's allocator, freed on drop.
 pub struct Buf {
     block: Option<Block>,
+    /// The element type.
     pub ty: VarType,
+    /// The number of elements.
     pub len: usize,
 }
 
 impl Buf {
-    /// Every byte (slack included) `0xA5`: a pattern no kernel that writes its output leaves.
+    /// Every byte (slack included) `0xA5`: a pattern no kernel that writes its output leaves (a
+    /// `bool` is stored as 0 or 1, and elements are compared as raw bytes).
     pub fn new(ty: VarType, len: usize) -> Buf {
         let block = alloc::alloc(len * ty.size_bytes(), &|| "test buffer".into()).expect("alloc");
         // SAFETY: the block holds `capacity()` writable bytes.
@@ -66,19 +69,42 @@ impl Buf {
     pub fn ptr(&self) -> *mut u8 {
         self.block.as_ref().expect("live").as_ptr()
     }
+    /// The buffer's start, for a kernel's arguments.
+    /// Element `i`'s raw bits: the whole byte of a `bool` (a backend that stores `true` as
+    /// anything but 1 differs), the element's width of the others.
     pub fn get(&self, i: usize) -> u64 {
         assert!(i < self.len);
+        if self.ty == VarType::Bool {
+            // SAFETY: i < len, and the block holds len one-byte elements.
+            return unsafe { *self.ptr().add(i) } as u64;
+        }
         // SAFETY: i < len, and the block holds len elements of ty.
         unsafe { read_bits(self.ptr(), self.ty, i) }
     }
+    /// Write element `i` (a `bool`'s whole byte: the low 8 bits of `bits`).
     pub fn set(&mut self, i: usize, bits: u64) {
         assert!(i < self.len);
+        if self.ty == VarType::Bool {
+            // SAFETY: i < len, and this test owns the buffer.
+            unsafe { *self.ptr().add(i) = bits as u8 };
+            return;
+        }
         // SAFETY: i < len, and this test owns the buffer.
         unsafe { write_bits(self.ptr(), self.ty, i, bits) }
     }
+    /// A new buffer with the same bytes (slack included).
     pub fn copy(&self) -> Buf {
-        Buf::from_bits(self.ty, &self.bits())
+        let b = Buf::new(self.ty, self.len);
+        let (from, to) = (self.block.as_ref(), b.block.as_ref());
+        let bytes = from
+            .expect("live")
+            .capacity()
+            .min(to.expect("live").capacity());
+        // SAFETY: both blocks hold at least `bytes` bytes and are distinct allocations.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr(), b.ptr(), bytes) };
+        b
     }
+    /// Every element's raw bits, in order.
     pub fn bits(&self) -> Vec<u64> {
         (0..self.len).map(|i| self.get(i)).collect()
     }

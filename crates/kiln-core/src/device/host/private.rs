@@ -28,14 +28,12 @@ struct Copy {
     offset: usize,
 }
 
-/// Run `spec`'s kernel over `[0, size)` in its blocks, privatising the targets of its `private`
-/// that [`worth_it`]; returns `false` (having run nothing) when none is, for the caller's usual
-/// launch.
+/// Run `kernel` over `[0, size)` in blocks of `block` lanes, privatising the targets of `private`
+/// that [`worth_it`] (every target, for an exclusive kernel); returns `false` (having run
+/// nothing) when none is, for the caller's usual launch.
 ///
 /// # Safety
-/// As [`crate::launch::launch`]: `ptrs`/`lens` describe live buffers matching `params`.
-/// (It takes the launch's parts rather than `device::LaunchSpec`: the device layer calls down
-/// here, never the other way.)
+/// As [`super::run::launch`]: `ptrs`/`lens` describe live buffers matching `params`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn launch(
     kernel: &dyn CompiledKernel,
