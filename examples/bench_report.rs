@@ -226,6 +226,107 @@ fn millions(n: usize) -> String {
     }
 }
 
+/// The issue-26 heat workload: `steps` steps of `u + 0.2·lap(u)` (edge held: `Boundary::Skip`)
+/// from `u0`.
+fn heat_run<T: kiln::Float>(u0: &Tensor<T>, steps: usize) -> Tensor<T> {
+    let lap = kiln::stencil(|a: &Rel<T>| {
+        a.at([0, 1]) + a.at([0, -1]) + a.at([1, 0]) + a.at([-1, 0])
+            - a.at([0, 0]) * T::from_f64(4.0)
+    });
+    let mut u = u0.clone();
+    for _ in 0..steps {
+        u = &u + &(lap.apply(&u).unwrap() * T::from_f64(0.2));
+    }
+    u
+}
+
+/// The loss `Σ (u_T − target)²` of [`heat_run`].
+fn heat_loss<T: kiln::Float>(u0: &Tensor<T>, target: &Tensor<T>, steps: usize) -> Array<T> {
+    let d = &heat_run(u0, steps) - target;
+    (d.array() * d.array()).sum()
+}
+
+/// Whether the heat gradient is right, in f64 on an `n`² grid: the steps are linear (F), so
+/// `<g, v>` must equal `2 <F^steps u0 − t, F^steps v>`, two forward runs without AD. Returns
+/// both sides.
+fn heat_gradient_check(n: usize, steps: usize) -> (f64, f64, bool) {
+    let field = |m: usize, a: usize| -> Tensor<f64> {
+        Tensor::from_vec(
+            (0..n * n)
+                .map(|k| ((k * a) % m) as f64 / m as f64 - 0.3)
+                .collect(),
+            &[n, n],
+        )
+    };
+    let (u0, v, t) = (field(1000, 7919), field(7, 31), field(13, 5));
+    let mut x = u0.array().detach();
+    x.enable_grad();
+    heat_loss(&Tensor::from_array(x.clone(), &[n, n]), &t, steps).backward();
+    let gv = (x.grad() * v.array()).sum().item();
+    let r = &heat_run(&u0, steps) - &t;
+    let want = 2.0 * (r.array() * heat_run(&v, steps).array()).sum().item();
+    (gv, want, (gv - want).abs() <= 1e-9 * want.abs().max(1.0))
+}
+
+/// Gradient of the heat loss through 100 stencil steps against the forward alone (issue 26:
+/// ≤ 2× kiln's forward; JAX's jit(grad) took 81 ms on the issue's host, not this run).
+fn row_ad_heat(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let n = if cfg.quick { 256 } else { 1024 };
+    let steps = 100;
+    let grid: Vec<f32> = (0..n * n)
+        .map(|k| ((k * 7919) % 1000) as f32 * 0.001)
+        .collect();
+    let u0 = Tensor::from_vec(grid, &[n, n]);
+    let target = Tensor::<f32>::full(0.25, &[n, n]);
+    let launches = std::cell::Cell::new((0u64, 0u64));
+    let [fwd, grad] = measure_all(
+        cfg.reps.max(5),
+        cfg.budget,
+        [
+            &mut || {
+                time(|| {
+                    black_box(heat_loss(&u0, &target, steps).item());
+                })
+            },
+            &mut || {
+                let before = kiln::stats().launches;
+                let t = time(|| {
+                    let mut x = u0.array().detach();
+                    x.enable_grad();
+                    let loss = heat_loss(&Tensor::from_array(x.clone(), &[n, n]), &target, steps);
+                    loss.backward();
+                    let g = x.grad();
+                    kiln::eval!(loss, g);
+                });
+                launches.set((kiln::stats().launches - before, 0));
+                t
+            },
+        ],
+    );
+    let (gv, want, ok) = heat_gradient_check(if cfg.quick { 64 } else { 256 }, steps);
+    let ratio = grad.median / fwd.median;
+    notes.push(format!(
+        "ad heat {n}^2, {steps} steps of u + 0.2 lap(u), gradient of sum((u_T - t)^2) w.r.t. u_0: value and gradient {} (best {}; {} launches: one stencil kernel per step each way), forward {} (best {}): {ratio:.2}x forward; JAX jit(grad) 81 ms on the issue's host (not this run): kiln {:.1}x faster by that figure; checked in f64: <g, v> = {gv:.9e} vs 2 <F^100 u0 - t, F^100 v> = {want:.9e} by two forward runs ({})",
+        ms(grad.median),
+        ms(grad.min),
+        launches.get().0,
+        ms(fwd.median),
+        ms(fwd.min),
+        81e-3 / grad.median,
+        if ok { "ok" } else { "DIFFERS" }
+    ));
+    let mut row = Row::new(
+        &format!("ad heat {n}^2 x {steps} steps"),
+        ms(grad.median),
+        Goal::AtMost(2.0),
+        if ok { ratio } else { f64::NAN },
+        "<= 2x kiln forward",
+    );
+    row.rayon = format!("fwd {}", ms(fwd.median));
+    row.ratio = format!("{ratio:.2}x forward");
+    row
+}
+
 /// Row 1: saxpy: kiln's bandwidth against a parallel copy's.
 fn row_saxpy(cfg: &Config, notes: &mut Vec<String>) -> Row {
     let n = cfg.n;
@@ -3576,6 +3677,7 @@ fn main() {
         ("inplace loop", row_inplace_loop),
         ("k-means", row_kmeans),
         ("ad gradient", row_ad_gradient),
+        ("ad heat", row_ad_heat),
         ("ad tracing", row_ad_tracing),
         ("ad frozen step n=1024", row_ad_frozen_step),
         ("ad frozen step 1M", row_ad_frozen_step_1m),

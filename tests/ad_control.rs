@@ -1,5 +1,6 @@
 //! AD through control flow: branches, calls and dispatch (reverse and forward mode), loops
-//! (forward mode; reverse refused), scans and stencils (refused), in symbolic and evaluated mode.
+//! (forward mode; reverse refused), scans (refused) and stencils (differentiated), in symbolic and
+//! evaluated mode.
 //! Oracles: central finite differences in f64, and forward mode against reverse mode.
 use kiln::control::{Branch, Loop, Mode, Switch, Target};
 use kiln::prelude::*;
@@ -719,7 +720,7 @@ fn panic_inside_a_body_leaks_no_nodes() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// scans and stencils: refused
+// scans: refused; stencils: differentiated
 
 /// A tensor over `v` that carries a gradient.
 fn tracked(v: &[f64], shape: &[usize]) -> Tensor<f64> {
@@ -765,18 +766,19 @@ fn scan_with_a_gradient_is_refused() {
 }
 
 #[test]
-fn stencil_with_a_gradient_is_refused() {
+fn stencil_with_a_gradient_is_differentiated() {
+    // (it was refused until issue 26; tests/ad_stencil.rs checks every mode against finite
+    // differences)
     let _s = serial();
     let before = nodes();
-    let a = tracked(&[1.0, 2.0, 4.0, 8.0], &[4]);
-    let k = kiln::stencil(|a: &Rel<f64>| a.at([1]) - a.at([0]));
-    let e = k.apply(&a).unwrap_err();
-    assert!(
-        matches!(&e, kiln::Error::NotDifferentiable { construct, .. } if construct == "stencil"),
-        "{e}"
-    );
-    let plain = Tensor::from_array(a.array().detach(), &[4]);
-    assert!(k.apply(&plain).is_ok());
-    drop(a);
+    {
+        let a = tracked(&[1.0, 2.0, 4.0, 8.0], &[4]);
+        let k = kiln::stencil(|a: &Rel<f64>| a.at([1]) - a.at([0]));
+        let y = k.apply(&a).unwrap();
+        assert!(y.array().grad_enabled());
+        y.array().sum().backward();
+        // y = [x1 − x0, x2 − x1, x3 − x2, 0]: Σy = x3 − x0
+        assert_eq!(a.array().grad().to_vec(), vec![-1.0, 0.0, 0.0, 1.0]);
+    }
     assert_eq!(nodes(), before);
 }

@@ -447,3 +447,31 @@ fn push_forward<T: Float>(x: &Array<T>, to: Option<&[AdIndex]>) -> Result<()> {
 pub(crate) fn counters() -> (u64, u64, u64) {
     graph::counters()
 }
+
+/// The per-lane partial derivatives of `y` with respect to each of `leaves` (nodes made by
+/// `jax::new_leaf` for this), by one reverse pass seeded with ones: exact where lane `i` of `y`
+/// depends only on lane `i` of the leaves (a stencil's value in its taps). `None` where `y` does
+/// not depend on a leaf. The pass consumes `y`'s graph.
+pub(crate) fn lane_partials(y: &Grad, leaves: &[AdIndex]) -> Result<Vec<Option<Grad>>> {
+    if y.ad() == 0 {
+        return Ok(vec![None; leaves.len()]);
+    }
+    let ty = y.ty();
+    let one = match ty {
+        kiln_core::VarType::F32 => 1.0f32.to_bits() as u64,
+        _ => 1.0f64.to_bits(),
+    };
+    let seed = Grad::own(
+        kiln_core::literal(ty, one, kiln_core::freeze::size_of(y.id())),
+        0,
+    );
+    let how = Backward {
+        retain_graph: false,
+        create_graph: false,
+    };
+    propagate::backward(vec![(y.ad(), seed)], how, &[])?;
+    Ok(leaves
+        .iter()
+        .map(|&a| graph::with(|g| g.node_mut(a).grad.take()))
+        .collect())
+}

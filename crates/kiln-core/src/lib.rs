@@ -55,7 +55,8 @@ pub use registry::{whos, whos_with, Buffer, VarId, Whos};
 pub use schedule::{eval, eval_all, kernels_for};
 pub use stats::Stats;
 pub use trace::{
-    convert, counter, gather, gather_view, literal, literal_value, op, scatter, stencil_node,
+    convert, counter, gather, gather_view, literal, literal_value, op, scaled_operand, scatter,
+    stencil_node,
 };
 pub use ty::{Scalar, VarType};
 
@@ -96,6 +97,47 @@ pub fn lazy_cost(id: VarId, limit: usize) -> (usize, bool) {
         stack.extend(v.dep_ids());
     }
     (seen.len(), reads_others)
+}
+
+/// The unevaluated variables `id` is computed from that something else also holds (an external
+/// reference) and that read other lanes (a gather or stencil node in their expression): evaluated
+/// with `id`, in the same kernel, they are stored instead of computed again by a later
+/// evaluation — which keeps a chain of such values (a cotangent summed over the steps of a
+/// stencil loop) from growing by one step's expression at each step. The walk stops at `limit`
+/// variables.
+pub fn shared_operands(id: VarId, limit: usize) -> Vec<VarId> {
+    let st = STATE.lock();
+    let size = st.var(id.0).size;
+    let reads_others = |root: u32| {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![root];
+        while let Some(i) = stack.pop() {
+            let v = st.var(i);
+            if v.is_evaluated() || v.is_literal() || !seen.insert(i) || seen.len() >= limit {
+                continue;
+            }
+            if matches!(v.op, Op::Gather | Op::Tap | Op::Split) {
+                return true;
+            }
+            stack.extend(v.dep_ids());
+        }
+        false
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut stack: Vec<u32> = st.var(id.0).dep_ids().collect();
+    let mut out = Vec::new();
+    while let Some(i) = stack.pop() {
+        let v = st.var(i);
+        if v.is_evaluated() || v.is_literal() || !seen.insert(i) || seen.len() >= limit {
+            continue;
+        }
+        if v.ext > 0 && v.size == size && v.region.is_none() && reads_others(i) {
+            out.push(VarId(i));
+            continue;
+        }
+        stack.extend(v.dep_ids());
+    }
+    out
 }
 
 /// Number of elements.

@@ -678,6 +678,26 @@ pub fn literal_value(id: VarId) -> Option<u64> {
     v.is_literal().then_some(v.literal)
 }
 
+/// `id` as `x · c` with `c` a literal: `(x, c's bits)` when `id` is such a product (and not a
+/// literal itself). A value read at other lanes can then be read as `x` there, scaled after.
+pub fn scaled_operand(id: VarId) -> Option<(VarId, u64)> {
+    let st = STATE.lock();
+    let v = st.var(id.0);
+    if v.op != Op::Mul || v.is_literal() || v.is_evaluated() {
+        return None;
+    }
+    let d: Vec<u32> = v.dep_ids().collect();
+    if d.len() != 2 {
+        return None;
+    }
+    let (a, b) = (st.var(d[0]), st.var(d[1]));
+    match (a.is_literal(), b.is_literal()) {
+        (false, true) if a.ty == v.ty => Some((VarId(d[0]), b.literal)),
+        (true, false) if b.ty == v.ty => Some((VarId(d[1]), a.literal)),
+        _ => None,
+    }
+}
+
 /// A stencil node (`Op::Tap` or `Op::Split`, see `stencil`): `a` is a tap's source or a split's
 /// interior value, `general` the value at every lane (the node's meaning). Its type and size are
 /// `general`'s; `a` must have the same size (and, for a split, the same type).

@@ -12,6 +12,8 @@
 //! The border lanes run the general kernel. Shapes are kernel parameters, so the same stencil on
 //! another grid size reuses its compiled kernels.
 
+mod grad;
+
 use crate::array::{ok, Array, Bool, Float64, Int64};
 use crate::ops::select;
 use crate::tensor::Tensor;
@@ -120,6 +122,8 @@ pub struct Rel<T: Scalar> {
     fast: bool,
     dims: Vec<Int64>,
     strides: Vec<Int64>,
+    /// Position among the stencil's inputs (taps and AD leaves are told apart by it).
+    input: usize,
 }
 
 /// What one application shares between its inputs: the domain, lane coordinates, the offsets read
@@ -132,16 +136,22 @@ pub struct Ctx {
     declared: Option<Vec<(i64, i64)>>,
     /// Each lane's coordinate per dimension of the domain.
     coords: Vec<Int64>,
-    taps: RefCell<Vec<Vec<i64>>>,
+    /// Every constant-offset read: (input, offset as written).
+    taps: RefCell<Vec<(usize, Vec<i64>)>>,
     errors: RefCell<Vec<String>>,
     /// Lanes whose value-dependent offsets were clamped into the neighbourhood (`at_var`).
     clamped: RefCell<Vec<Bool>>,
     params: Params,
+    /// Added to every offset read: a tap's partial traced at the lane the tap lands on (AD).
+    shift: Vec<i64>,
+    /// Which reads become AD leaves while partials are traced, and the leaves made so far.
+    seed: grad::Seed,
+    leaves: RefCell<Vec<grad::Leaf>>,
 }
 
 /// Sizes and strides as evaluated size-1 `Int64`s, one per distinct value: shapes are data of the
 /// kernels, not code, so another grid size reuses the compiled kernels.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Params(RefCell<Vec<(usize, Int64)>>);
 
 impl Params {
@@ -157,6 +167,31 @@ impl Params {
 }
 
 impl Ctx {
+    /// A context over `domain` whose lanes have coordinates `coords` (`n` lanes).
+    fn new(
+        domain: &[usize],
+        coords: Vec<Int64>,
+        n: usize,
+        boundary: Boundary,
+        declared: Option<Neighborhood>,
+        params: Params,
+    ) -> Ctx {
+        Ctx {
+            domain: domain.to_vec(),
+            n,
+            boundary,
+            declared,
+            coords,
+            taps: RefCell::new(Vec::new()),
+            errors: RefCell::new(Vec::new()),
+            clamped: RefCell::new(Vec::new()),
+            params,
+            shift: Vec::new(),
+            seed: grad::Seed::None,
+            leaves: RefCell::new(Vec::new()),
+        }
+    }
+
     fn error(&self, message: String) {
         let mut e = self.errors.borrow_mut();
         if !e.contains(&message) {
@@ -166,7 +201,7 @@ impl Ctx {
 }
 
 impl<T: Scalar> Rel<T> {
-    fn new(ctx: &Rc<Ctx>, t: &Tensor<T>, name: String, fast_ok: bool) -> Rel<T> {
+    fn new(ctx: &Rc<Ctx>, t: &Tensor<T>, name: String, fast_ok: bool, input: usize) -> Rel<T> {
         let shape = t.shape().to_vec();
         let mut strides = vec![1usize; shape.len()];
         for d in (0..shape.len().saturating_sub(1)).rev() {
@@ -180,6 +215,7 @@ impl<T: Scalar> Rel<T> {
             strides: strides.iter().map(|&s| ctx.params.get(s)).collect(),
             shape,
             name,
+            input,
         }
     }
 
@@ -320,7 +356,19 @@ impl<T: Scalar> Rel<T> {
                 return self.zeros();
             }
         }
-        self.ctx.taps.borrow_mut().push(off.to_vec());
+        self.ctx.taps.borrow_mut().push((self.input, off.to_vec()));
+        let written = off;
+        let shifted: Vec<i64>;
+        let off = if self.ctx.shift.is_empty() {
+            off
+        } else {
+            shifted = off
+                .iter()
+                .zip(&self.ctx.shift)
+                .map(|(o, s)| o + s)
+                .collect();
+            &shifted
+        };
         let q: Vec<Int64> = (0..rank)
             .map(|d| {
                 if off[d] == 0 {
@@ -331,20 +379,22 @@ impl<T: Scalar> Rel<T> {
             })
             .collect();
         let general = self.general_at(&q);
-        if !self.fast {
-            return general;
-        }
-        let meta = StencilMeta {
-            shape: self.ctx.domain.clone(),
-            lo: off.to_vec(),
-            hi: off.to_vec(),
+        let value = if !self.fast {
+            general
+        } else {
+            let meta = StencilMeta {
+                shape: self.ctx.domain.clone(),
+                lo: off.to_vec(),
+                hi: off.to_vec(),
+            };
+            Array::from_id(ok(kiln_core::stencil_node(
+                Op::Tap,
+                self.src.id(),
+                general.id(),
+                meta,
+            )))
         };
-        Array::from_id(ok(kiln_core::stencil_node(
-            Op::Tap,
-            self.src.id(),
-            general.id(),
-            meta,
-        )))
+        grad::seeded(&self.ctx, self.input, written, value)
     }
 
     /// The input at coordinates `q` (one per dimension, any integers) under the boundary rule.
@@ -353,30 +403,14 @@ impl<T: Scalar> Rel<T> {
         let mut inside: Option<Bool> = None;
         let mut flat: Option<Int64> = None;
         for (d, dim) in self.dims.iter().enumerate().take(rank) {
-            let qd = match self.ctx.boundary {
-                Boundary::Skip | Boundary::Constant(_) => {
-                    let ok_d = &q[d].ge(0i64) & &q[d].lt(dim);
-                    inside = Some(match inside.take() {
-                        None => ok_d,
-                        Some(m) => &m & &ok_d,
-                    });
-                    q[d].clone()
-                }
-                Boundary::Nearest => q[d].max(0i64).min(&(dim - 1i64)),
-                Boundary::Wrap => modulo(&q[d], dim),
-                Boundary::Reflect => {
-                    // period 2·dim: d c b a | a b c d | d c b a
-                    let period = dim * 2i64;
-                    let m = modulo(&q[d], &period);
-                    select(&m.lt(dim), &m, &(&period - 1i64 - &m))
-                }
-                Boundary::Mirror => {
-                    // period 2·dim − 2 (at least 1): d c b | a b c d | c b a
-                    let period = (dim * 2i64 - 2i64).max(1i64);
-                    let m = modulo(&q[d], &period);
-                    select(&m.lt(dim), &m, &(&period - &m))
-                }
-            };
+            if matches!(self.ctx.boundary, Boundary::Skip | Boundary::Constant(_)) {
+                let ok_d = &q[d].ge(0i64) & &q[d].lt(dim);
+                inside = Some(match inside.take() {
+                    None => ok_d,
+                    Some(m) => &m & &ok_d,
+                });
+            }
+            let qd = fold_coordinate(self.ctx.boundary, &q[d], dim);
             let term = &qd * &self.strides[d];
             flat = Some(match flat.take() {
                 None => term,
@@ -392,9 +426,37 @@ impl<T: Scalar> Rel<T> {
         )));
         match (self.ctx.boundary, inside) {
             (Boundary::Constant(v), Some(inside)) => {
-                select(&inside, &value, Float64::scalar(v).cast::<T>())
+                // (zero as a literal of T: a cast of it would be a lazy scalar of every kernel)
+                let pad = if v == 0.0 {
+                    Array::<T>::from_id(kiln_core::literal(T::TYPE, 0, 1usize))
+                } else {
+                    Float64::scalar(v).cast::<T>()
+                };
+                select(&inside, &value, pad)
             }
             _ => value,
+        }
+    }
+}
+
+/// Coordinate `q` of a dimension of size `dim` moved inside it by the boundary rule (unchanged
+/// for `Skip` and `Constant`, whose reads outside are masked instead).
+fn fold_coordinate(boundary: Boundary, q: &Int64, dim: &Int64) -> Int64 {
+    match boundary {
+        Boundary::Skip | Boundary::Constant(_) => q.clone(),
+        Boundary::Nearest => q.max(0i64).min(&(dim - 1i64)),
+        Boundary::Wrap => modulo(q, dim),
+        Boundary::Reflect => {
+            // period 2·dim: d c b a | a b c d | d c b a
+            let period = dim * 2i64;
+            let m = modulo(q, &period);
+            select(&m.lt(dim), &m, &(&period - 1i64 - &m))
+        }
+        Boundary::Mirror => {
+            // period 2·dim − 2 (at least 1): d c b | a b c d | c b a
+            let period = (dim * 2i64 - 2i64).max(1i64);
+            let m = modulo(q, &period);
+            select(&m.lt(dim), &m, &(&period - &m))
         }
     }
 }
@@ -418,9 +480,9 @@ pub trait StencilInputs {
     fn names(&self) -> Vec<String>;
     #[doc(hidden)]
     fn arrays(&self) -> Vec<kiln_core::VarId>;
-    /// Whether an input carries a gradient (stencils refuse those until AD crosses them).
+    /// Each input's node in the AD graph (0: it carries no gradient).
     #[doc(hidden)]
-    fn carries_grad(&self) -> bool;
+    fn ads(&self) -> Vec<u32>;
 }
 
 fn name_of<T: Scalar>(t: &Tensor<T>, i: usize) -> String {
@@ -432,7 +494,7 @@ fn name_of<T: Scalar>(t: &Tensor<T>, i: usize) -> String {
 impl<T: Scalar> StencilInputs for &Tensor<T> {
     type Rels = Rel<T>;
     fn rels(&self, ctx: &Rc<Ctx>, fast: &dyn Fn(usize) -> bool) -> Rel<T> {
-        Rel::new(ctx, self, name_of(self, 0), fast(0))
+        Rel::new(ctx, self, name_of(self, 0), fast(0), 0)
     }
     fn shapes(&self) -> Vec<Vec<usize>> {
         vec![self.shape().to_vec()]
@@ -443,8 +505,8 @@ impl<T: Scalar> StencilInputs for &Tensor<T> {
     fn arrays(&self) -> Vec<kiln_core::VarId> {
         vec![self.array().id()]
     }
-    fn carries_grad(&self) -> bool {
-        self.array().grad_enabled()
+    fn ads(&self) -> Vec<u32> {
+        vec![self.array().ad]
     }
 }
 
@@ -453,7 +515,7 @@ macro_rules! tuple_inputs {
         impl<$($t: Scalar),+> StencilInputs for ($(&Tensor<$t>,)+) {
             type Rels = ($(Rel<$t>,)+);
             fn rels(&self, ctx: &Rc<Ctx>, fast: &dyn Fn(usize) -> bool) -> Self::Rels {
-                ($(Rel::new(ctx, self.$i, name_of(self.$i, $i), fast($i)),)+)
+                ($(Rel::new(ctx, self.$i, name_of(self.$i, $i), fast($i), $i),)+)
             }
             fn shapes(&self) -> Vec<Vec<usize>> {
                 vec![$(self.$i.shape().to_vec()),+]
@@ -464,8 +526,8 @@ macro_rules! tuple_inputs {
             fn arrays(&self) -> Vec<kiln_core::VarId> {
                 vec![$(self.$i.array().id()),+]
             }
-            fn carries_grad(&self) -> bool {
-                false $(|| self.$i.array().grad_enabled())+
+            fn ads(&self) -> Vec<u32> {
+                vec![$(self.$i.array().ad),+]
             }
         }
     };
@@ -582,9 +644,11 @@ impl<F> Stencil<F> {
     where
         F: StencilFn<I>,
     {
-        if crate::ad::recording() && inputs.carries_grad() {
-            return Err(crate::ad::control::not_differentiable("stencil"));
-        }
+        let ads = inputs.ads();
+        let out_ad = out.map_or(0, |o| o.array().ad);
+        let differentiate = crate::ad::recording()
+            && F::Out::TYPE.is_float()
+            && (ads.iter().any(|&a| a != 0) || out_ad != 0);
         let shapes = inputs.shapes();
         let names = inputs.names();
         let domain = shapes[0].clone();
@@ -624,7 +688,6 @@ impl<F> Stencil<F> {
             }
         }
         let n: usize = domain.iter().product();
-        // lazy inputs: recompute them at each tap, or evaluate them first, by cost
         let taps_guess: usize = self
             .neighborhood
             .clone()
@@ -635,44 +698,34 @@ impl<F> Stencil<F> {
                     .product()
             })
             .unwrap_or(9);
-        let mut fast = vec![true; ids.len()];
-        for (i, &id) in ids.iter().enumerate() {
-            if kiln_core::is_evaluated(id) {
-                continue;
-            }
-            let (ops, reads_others) = kiln_core::lazy_cost(id, 64);
-            if !kiln_core::control::symbolic() && !reads_others && ops * taps_guess <= 24 {
-                tracing::debug!(target: "kiln::stencil", "input `{}`: its {ops}-op expression is recomputed at each of ~{taps_guess} taps (cheaper than storing it)", names[i]);
-                fast[i] = false;
-            } else {
-                tracing::debug!(target: "kiln::stencil", "input `{}`: its expression ({ops}+ ops{}) is evaluated first, then read by ~{taps_guess} taps", names[i], if reads_others { ", reading other lanes" } else { "" });
-                kiln_core::eval(&[id])?;
-                fast[i] = kiln_core::is_evaluated(id);
-            }
-        }
+        let fast = ids
+            .iter()
+            .zip(&names)
+            .map(|(&id, name)| readable_at_offsets(id, name, taps_guess))
+            .collect::<Result<Vec<bool>>>()?;
         let params = Params::default();
-        let ctx = Rc::new(Ctx {
-            coords: coordinates(&domain, n, &params),
-            domain: domain.clone(),
+        let coords = coordinates(&domain, &Int64::arange(n), &params);
+        let ctx = Rc::new(Ctx::new(
+            &domain,
+            coords,
             n,
-            boundary: self.boundary,
-            declared: self.neighborhood.clone(),
-            taps: RefCell::new(Vec::new()),
-            errors: RefCell::new(Vec::new()),
-            clamped: RefCell::new(Vec::new()),
+            self.boundary,
+            self.neighborhood.clone(),
             params,
-        });
+        ));
         let rels = inputs.rels(&ctx, &|i| fast[i]);
         let value = self.f.call(&rels);
         drop(rels);
         if crate::ad::recording() && value.grad_enabled() {
-            // the kernel captured an array that carries a gradient
-            return Err(crate::ad::control::not_differentiable("stencil"));
+            return Err(grad::captured_refusal(&names[0]));
         }
         if let Some(e) = ctx.errors.borrow().first() {
             return Err(Error::Stencil(e.clone()));
         }
-        let taps = ctx.taps.borrow().clone();
+        if differentiate && !ctx.clamped.borrow().is_empty() {
+            return Err(grad::at_var_refusal(&names[0]));
+        }
+        let taps: Vec<Vec<i64>> = ctx.taps.borrow().iter().map(|t| t.1.clone()).collect();
         if taps.is_empty() && ctx.clamped.borrow().is_empty() {
             return Err(Error::Stencil(format!(
                 "the kernel never reads a relatively indexed input (no `a.at(..)` of `{}`); a stencil computes each element from its neighbours — use an elementwise expression instead",
@@ -732,6 +785,24 @@ impl<F> Stencil<F> {
         } else {
             value
         };
+        let result = if differentiate {
+            let trace = |c: &Rc<Ctx>, fast_ok: bool| {
+                let rels = inputs.rels(c, &|i| fast_ok && fast[i]);
+                self.f.call(&rels)
+            };
+            let what = grad::Application {
+                ctx: &ctx,
+                nb: &nb,
+                shapes: &shapes,
+                ids: &ids,
+                ads: &ads,
+                out_ad: if self.cval.is_none() { out_ad } else { 0 },
+                trace: &trace,
+            };
+            grad::record(&what, result)?
+        } else {
+            result
+        };
         let t = Tensor::try_from_array(result, &domain)?;
         if !self.fuse {
             t.try_eval()?;
@@ -772,29 +843,54 @@ impl<F> Stencil<F> {
     }
 }
 
-/// Each lane's coordinate per dimension of a row-major `domain` of `n` lanes. The divisions run
+/// The coordinates per dimension of the lanes at flat positions `flat` of a row-major `domain`. The divisions run
 /// in `f64` (`floor((i + 0.5) / d)` is exact below 2^52 and vectorises; integer division does not).
-fn coordinates(domain: &[usize], n: usize, params: &Params) -> Vec<Int64> {
+fn coordinates(domain: &[usize], flat: &Int64, params: &Params) -> Vec<Int64> {
     let rank = domain.len();
     let mut coords = vec![Int64::scalar(0); rank];
-    let mut rest = Int64::arange(n);
+    let mut rest = flat.clone();
     for d in (0..rank).rev() {
         if d == 0 {
             coords[0] = rest.clone();
             break;
         }
         let dim = params.get(domain[d]);
-        let q = ((rest.cast::<f64>() + 0.5) / &dim.cast::<f64>())
-            .floor()
-            .cast::<i64>();
+        // (an evaluated f64, not a cast of `dim`: a lazy scalar would be settled before every
+        // kernel that reads these coordinates, such as a gradient's)
+        let dim_f = Float64::from_slice(&[domain[d] as f64]);
+        let q = ((rest.cast::<f64>() + 0.5) / &dim_f).floor().cast::<i64>();
         coords[d] = &rest - &(&q * &dim);
         rest = q;
     }
     coords
 }
 
+/// Whether input `id` can be read at offsets: a lazy input is recomputed at each tap when that is
+/// cheaper than storing it (`false`: read through the general meaning), or evaluated first.
+fn readable_at_offsets(id: kiln_core::VarId, name: &str, taps_guess: usize) -> Result<bool> {
+    if kiln_core::is_evaluated(id) {
+        return Ok(true);
+    }
+    let (ops, reads_others) = kiln_core::lazy_cost(id, 64);
+    if !kiln_core::control::symbolic() && !reads_others && ops * taps_guess <= 24 {
+        tracing::debug!(target: "kiln::stencil", "input `{name}`: its {ops}-op expression is recomputed at each of ~{taps_guess} taps (cheaper than storing it)");
+        return Ok(false);
+    }
+    tracing::debug!(target: "kiln::stencil", "input `{name}`: its expression ({ops}+ ops{}) is evaluated first, then read by ~{taps_guess} taps", if reads_others { ", reading other lanes" } else { "" });
+    // what it is computed from and something else holds is stored by the same kernel
+    let mut roots = kiln_core::shared_operands(id, 64);
+    roots.push(id);
+    kiln_core::eval(&roots)?;
+    Ok(kiln_core::is_evaluated(id))
+}
+
 /// Lanes whose whole neighbourhood lies inside the domain (`None`: every lane does).
 fn interior_mask(coords: &[Int64], dims: &[Int64], nb: &[(i64, i64)]) -> Option<Bool> {
+    box_mask(coords, dims, &vec![0; coords.len()], nb)
+}
+
+/// Lanes `x` whose box `x + shift + nb` lies inside the domain (`None`: every lane's does).
+fn box_mask(coords: &[Int64], dims: &[Int64], shift: &[i64], nb: &[(i64, i64)]) -> Option<Bool> {
     let mut mask: Option<Bool> = None;
     let mut and = |m: Bool| {
         mask = Some(match mask.take() {
@@ -803,8 +899,8 @@ fn interior_mask(coords: &[Int64], dims: &[Int64], nb: &[(i64, i64)]) -> Option<
         })
     };
     for d in 0..coords.len() {
-        let below = (-nb[d].0).max(0);
-        let above = nb[d].1.max(0);
+        let below = -(shift[d] + nb[d].0);
+        let above = shift[d] + nb[d].1;
         if below > 0 {
             and(coords[d].ge(below));
         }

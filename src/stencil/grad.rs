@@ -1,0 +1,677 @@
+//! Gradients of stencils, in both modes.
+//!
+//! A stencil's value at lane `y` is `f(taps)`, each tap `k` the input at `B(y + o_k)` (`B`: the
+//! boundary rule). While the application is traced, each tap's per-lane partial `∂f/∂tap_k` is
+//! traced too, by reverse mode through the kernel closure with the taps as leaves (the closure is
+//! borrowed: a backward pass later cannot call it again, so what it needs is built now, lazily —
+//! nothing runs unless a pass asks for it):
+//!
+//! - `p_k`, the partial at its own lane: forward mode is `Σ_k p_k · tangent(B(y + o_k))`, a
+//!   stencil over the tangents.
+//! - `q_k`, the partial of the lane the tap lands on, `p_k(x − o_k)`, traced with every read
+//!   shifted by `−o_k`: the adjoint is then `adj(x) = Σ_k q_k(x) · ct(x − o_k)`, a stencil over
+//!   the cotangent with mirrored taps, run with the same interior/border split as the forward (the
+//!   interior is plain shifted loads; the border masks the lanes `x − o_k` that did not compute).
+//!   A linear stencil's `q_k` are constants, so its adjoint reads one array, like its forward.
+//! - For `Nearest`, `Reflect` and `Mirror`, reads outside the array land on an element inside: the
+//!   mass a border lane read there is scattered back to it (`p_k` traced at the border lanes only).
+//!
+//! A secondary input larger than the first gets its gradient by scatter-adding every tap's
+//! contribution (exact for every boundary, at scatter speed). Arrays with gradients that the
+//! kernel captures, and reads at value-dependent offsets (`at_var`), are refused.
+
+use super::{
+    box_mask, coordinates, fold_coordinate, interior_mask, readable_at_offsets, Boundary, Ctx,
+    Neighborhood, Params, Rel,
+};
+use crate::ad::graph::{self, Rule};
+use crate::ad::Grad;
+use crate::array::{ok, Array, Bool, Int64};
+use crate::memory::scatter_reduce_masked;
+use crate::ops::select;
+use crate::tensor::Tensor;
+use crate::types::Float;
+use kiln_core::stencil::StencilMeta;
+use kiln_core::{Error, Op, ReduceOp, Result, Scalar, VarType};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Which reads become AD leaves while a partial is traced.
+pub(super) enum Seed {
+    None,
+    /// Reads of input `.0` at offset `.1` (as written in the kernel).
+    One(usize, Vec<i64>),
+    /// Every read.
+    All,
+}
+
+/// A read made a leaf: input, offset as written, the leaf.
+pub(super) struct Leaf {
+    input: usize,
+    off: Vec<i64>,
+    grad: Grad,
+}
+
+/// `value`, the read of `input` at `off`, or the leaf that stands for it while partials are
+/// traced (one leaf per input and offset, however often the kernel reads it).
+pub(super) fn seeded<T: Scalar>(ctx: &Ctx, input: usize, off: &[i64], value: Array<T>) -> Array<T> {
+    let wanted = match &ctx.seed {
+        Seed::None => false,
+        Seed::One(i, o) => *i == input && o == off,
+        Seed::All => true,
+    };
+    if !wanted || !differentiable(T::TYPE) {
+        return value;
+    }
+    let mut leaves = ctx.leaves.borrow_mut();
+    if let Some(l) = leaves.iter().find(|l| l.input == input && l.off == off) {
+        return l.grad.array::<T>();
+    }
+    let plain = value.detach();
+    let ad = crate::ad::jax::new_leaf(plain.id());
+    let leaf = plain.with_ad(ad);
+    leaves.push(Leaf {
+        input,
+        off: off.to_vec(),
+        grad: Grad::of(leaf.clone()),
+    });
+    leaf
+}
+
+fn differentiable(ty: VarType) -> bool {
+    matches!(ty, VarType::F32 | VarType::F64)
+}
+
+/// The error for a kernel that captured an array carrying a gradient.
+pub(super) fn captured_refusal(name: &str) -> Error {
+    Error::NotDifferentiable {
+        construct: "stencil".into(),
+        detail: format!(
+            "the kernel applied to `{name}` captures an array that carries a gradient (read with `Tensor::get` or used as a value); gradients flow through relatively indexed inputs only — pass it as one (a tuple of inputs), or `detach()` it"
+        ),
+    }
+}
+
+/// The error for reads at value-dependent offsets of an application that is differentiated.
+pub(super) fn at_var_refusal(name: &str) -> Error {
+    Error::NotDifferentiable {
+        construct: "stencil".into(),
+        detail: format!(
+            "the kernel applied to `{name}` reads at value-dependent offsets (`at_var`), whose gradient would land at offsets known only as it runs; read at constant offsets (`at`, `window`), or `detach()` the inputs"
+        ),
+    }
+}
+
+/// What `record` needs of one application being traced.
+pub(super) struct Application<'a, U: Scalar> {
+    pub ctx: &'a Rc<Ctx>,
+    /// The neighbourhood (declared or inferred): the forward's interior.
+    pub nb: &'a Neighborhood,
+    pub shapes: &'a [Vec<usize>],
+    pub ids: &'a [kiln_core::VarId],
+    /// Each input's AD node (0: none).
+    pub ads: &'a [u32],
+    /// The node of `out` when its values stand at the border (`apply_into`, `Skip`, no `cval`).
+    pub out_ad: u32,
+    /// Trace the kernel in a context (`false`: no shifted-pointer reads).
+    pub trace: &'a dyn Fn(&Rc<Ctx>, bool) -> Array<U>,
+}
+
+/// One input that carries a gradient.
+struct Input {
+    ty: VarType,
+    shape: Vec<usize>,
+    /// Its distinct offsets read.
+    taps: Vec<Vec<i64>>,
+    /// Per tap: `∂f/∂tap` at the lane (None: the value does not depend on it).
+    p: Vec<Option<Grad>>,
+    /// Per tap: the same partial of the lane the tap lands on (empty: the gradient is
+    /// scatter-added instead).
+    q: Vec<Option<Grad>>,
+    scattered: bool,
+    /// Border lanes that read outside and land inside (`Nearest`, `Reflect`, `Mirror`).
+    fold: Option<Fold>,
+}
+
+struct Fold {
+    /// Flat positions of the border lanes, and their coordinates.
+    lanes: Int64,
+    coords: Vec<Int64>,
+    /// Per tap: the partial at those lanes.
+    p: Vec<Option<Grad>>,
+}
+
+/// The node of one application: the partials traced with it and its domain.
+struct StencilRule {
+    domain: Vec<usize>,
+    n: usize,
+    boundary: Boundary,
+    nb: Neighborhood,
+    coords: Vec<Int64>,
+    params: Vec<(usize, Int64)>,
+    out_ty: VarType,
+    inputs: Vec<Input>,
+    /// The last parent is `out`, whose values stand at the border lanes.
+    out_border: bool,
+    /// The forward's interior for `Skip` (None: every lane, or another mode).
+    interior: Option<Bool>,
+    /// Every parent's node (for the refusal of second order).
+    parents: Vec<u32>,
+}
+
+/// `result` (the application's value) with a node in the AD graph.
+pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> Result<Array<U>> {
+    let ctx = app.ctx;
+    let mut inputs = Vec::new();
+    let mut parents = Vec::new();
+    for (i, &ad) in app.ads.iter().enumerate() {
+        if ad == 0 {
+            continue;
+        }
+        let mut taps: Vec<Vec<i64>> = Vec::new();
+        for (j, o) in ctx.taps.borrow().iter() {
+            if *j == i && !taps.contains(o) {
+                taps.push(o.clone());
+            }
+        }
+        let ty = kiln_core::var_type(app.ids[i]);
+        if !differentiable(ty) {
+            continue;
+        }
+        inputs.push((i, ty, taps));
+        parents.push(ad);
+    }
+    // p: every read a leaf, one trace
+    let at_lane = partials(app, derived(ctx, Vec::new(), Seed::All), true)?;
+    let mut built = Vec::new();
+    for (i, ty, taps) in inputs {
+        let p: Vec<Option<Grad>> = taps.iter().map(|o| find(&at_lane, i, o)).collect();
+        // the adjoint as a stencil reads `q` traced at shifted lanes, where every read moves by
+        // the same offset; under `Wrap`, an input of another shape wraps with another period
+        let wraps_apart =
+            ctx.boundary == Boundary::Wrap && app.shapes.iter().any(|s| *s != ctx.domain);
+        let same = app.shapes[i] == ctx.domain && !wraps_apart;
+        // an affine kernel's partials are the same constants at every lane: no shifted traces
+        let constant = |g: &Option<Grad>| {
+            g.as_ref()
+                .is_none_or(|g| kiln_core::literal_value(g.id()).is_some())
+        };
+        let affine = p.iter().all(constant);
+        let mut q = Vec::new();
+        if same && affine {
+            q = p.clone();
+        } else if same {
+            for o in &taps {
+                let shift = o.iter().map(|v| -v).collect();
+                let c = derived(ctx, shift, Seed::One(i, o.clone()));
+                q.push(find(&partials(app, c, true)?, i, o));
+            }
+        }
+        let fold = if same && folds(ctx.boundary) {
+            fold_partials(app, i, &taps, affine.then_some(&p))?
+        } else {
+            None
+        };
+        built.push(Input {
+            ty,
+            shape: app.shapes[i].clone(),
+            taps,
+            p,
+            q,
+            fold,
+            scattered: !same,
+        });
+    }
+    let out_border = app.out_ad != 0;
+    if out_border {
+        parents.push(app.out_ad);
+    }
+    let dims: Vec<Int64> = ctx.domain.iter().map(|&d| ctx.params.get(d)).collect();
+    let rule = StencilRule {
+        domain: ctx.domain.clone(),
+        n: ctx.n,
+        boundary: ctx.boundary,
+        nb: app.nb.clone(),
+        coords: ctx.coords.clone(),
+        params: ctx.params.0.borrow().clone(),
+        out_ty: U::TYPE,
+        inputs: built,
+        out_border,
+        interior: if ctx.boundary == Boundary::Skip {
+            interior_mask(&ctx.coords, &dims, app.nb)
+        } else {
+            None
+        },
+        parents: parents.clone(),
+    };
+    let ad = graph::new_node_with(U::TYPE, ctx.n, &parents, Some(Arc::new(rule)), result.id());
+    Ok(result.with_ad(ad))
+}
+
+/// A context like `ctx` with reads shifted by `shift` and leaves made by `seed`.
+fn derived(ctx: &Ctx, shift: Vec<i64>, seed: Seed) -> Rc<Ctx> {
+    let mut c = Ctx::new(
+        &ctx.domain,
+        ctx.coords.clone(),
+        ctx.n,
+        ctx.boundary,
+        ctx.declared.clone(),
+        ctx.params.clone(),
+    );
+    c.shift = shift;
+    c.seed = seed;
+    Rc::new(c)
+}
+
+/// A tap's partial: input, offset as written, `∂f/∂tap` (None: the value does not depend on it).
+type Partial = (usize, Vec<i64>, Option<Grad>);
+
+/// Trace the kernel in `ctx` and take the partials of its value in the leaves made: (input,
+/// offset, partial) per leaf.
+fn partials<U: Scalar>(app: &Application<'_, U>, ctx: Rc<Ctx>, fast: bool) -> Result<Vec<Partial>> {
+    let _on = crate::ad::RecordingGuard::set(true);
+    let value = (app.trace)(&ctx, fast);
+    let leaves = std::mem::take(&mut *ctx.leaves.borrow_mut());
+    let ads: Vec<u32> = leaves.iter().map(|l| l.grad.ad()).collect();
+    let ps = crate::ad::lane_partials(&Grad::of(value), &ads)?;
+    Ok(leaves
+        .into_iter()
+        .zip(ps)
+        .map(|(l, p)| (l.input, l.off, p))
+        .collect())
+}
+
+fn find(ps: &[Partial], i: usize, o: &[i64]) -> Option<Grad> {
+    ps.iter()
+        .find(|(j, p, _)| *j == i && p == o)
+        .and_then(|(_, _, g)| g.clone())
+}
+
+fn folds(b: Boundary) -> bool {
+    matches!(b, Boundary::Nearest | Boundary::Reflect | Boundary::Mirror)
+}
+
+/// The partials of input `i`'s taps at the border lanes (where some read leaves the array).
+fn fold_partials<U: Scalar>(
+    app: &Application<'_, U>,
+    i: usize,
+    taps: &[Vec<i64>],
+    constants: Option<&Vec<Option<Grad>>>,
+) -> Result<Option<Fold>> {
+    let ctx = app.ctx;
+    let lanes = border_lanes(&ctx.domain, app.nb);
+    if lanes.is_empty() {
+        return Ok(None);
+    }
+    let nl = lanes.len();
+    let lanes = Int64::from_slice(&lanes);
+    let coords = coordinates(&ctx.domain, &lanes, &ctx.params);
+    if let Some(ps) = constants {
+        let p = ps
+            .iter()
+            .map(|g| {
+                g.as_ref().map(|g| {
+                    let bits = kiln_core::literal_value(g.id()).expect("a constant partial");
+                    Grad::own(kiln_core::literal(g.ty(), bits, nl), 0)
+                })
+            })
+            .collect();
+        return Ok(Some(Fold { lanes, coords, p }));
+    }
+    let mut c = Ctx::new(
+        &ctx.domain,
+        coords.clone(),
+        lanes.len(),
+        ctx.boundary,
+        ctx.declared.clone(),
+        ctx.params.clone(),
+    );
+    c.seed = Seed::All;
+    let ps = partials(app, Rc::new(c), false)?;
+    Ok(Some(Fold {
+        p: taps.iter().map(|o| find(&ps, i, o)).collect(),
+        lanes,
+        coords,
+    }))
+}
+
+/// Flat positions of the lanes of a row-major `domain` outside the interior of `nb`, in order
+/// (whole rows where an outer coordinate is near an edge, the ends of the other rows).
+fn border_lanes(domain: &[usize], nb: &[(i64, i64)]) -> Vec<i64> {
+    let rank = domain.len();
+    let band = |d: usize| ((-nb[d].0).max(0) as usize, nb[d].1.max(0) as usize);
+    let last = domain[rank - 1];
+    if last == 0 {
+        return Vec::new();
+    }
+    let rows: usize = domain[..rank - 1].iter().product();
+    let (lo, hi) = band(rank - 1);
+    let mut out = Vec::new();
+    for row in 0..rows {
+        let (mut rest, mut edge) = (row, false);
+        for d in (0..rank - 1).rev() {
+            let c = rest % domain[d];
+            rest /= domain[d];
+            let (l, h) = band(d);
+            edge |= c < l || c + h >= domain[d];
+        }
+        let base = (row * last) as i64;
+        for j in 0..last {
+            if edge || j < lo || j + hi >= last {
+                out.push(base + j as i64);
+            }
+        }
+    }
+    out
+}
+
+impl StencilRule {
+    fn params(&self) -> Params {
+        Params(std::cell::RefCell::new(self.params.clone()))
+    }
+    fn dims(&self, params: &Params, shape: &[usize]) -> (Vec<Int64>, Vec<Int64>) {
+        let mut strides = vec![1usize; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1];
+        }
+        (
+            shape.iter().map(|&d| params.get(d)).collect(),
+            strides.iter().map(|&s| params.get(s)).collect(),
+        )
+    }
+    /// A context over the domain whose reads follow `boundary`.
+    fn ctx(&self, boundary: Boundary) -> Rc<Ctx> {
+        Rc::new(Ctx::new(
+            &self.domain,
+            self.coords.clone(),
+            self.n,
+            boundary,
+            None,
+            self.params(),
+        ))
+    }
+
+    /// The gradient of input `x` given the cotangent `ct` (`n` lanes).
+    fn adjoint<T: Float, U: Float>(&self, x: &Input, ct: &Array<U>) -> Array<T> {
+        if x.scattered {
+            return self.adjoint_scattered(x, ct);
+        }
+        // a cotangent `c · y` (the chain rule through a scaling) is read as `y`, scaled after,
+        // so that `y` is stored once rather than `y` and `c · y`
+        let (src, scale) = match kiln_core::scaled_operand(ct.id()) {
+            Some((y, c)) if kiln_core::size(y) == self.n => {
+                kiln_core::inc_ref(y);
+                let c = Array::<U>::from_id(kiln_core::literal(U::TYPE, c, 1usize));
+                (Array::<U>::from_id(y), Some(c.cast::<T>()))
+            }
+            _ => (ct.clone(), None),
+        };
+        let ctt = Tensor::from_array(src, &self.domain);
+        let reads = x.taps.len().max(1);
+        let fast = ok(readable_at_offsets(ctt.array().id(), "cotangent", reads));
+        let wrap = self.boundary == Boundary::Wrap;
+        let ctx = self.ctx(if wrap {
+            Boundary::Wrap
+        } else {
+            Boundary::Constant(0.0)
+        });
+        let rel = Rel::new(&ctx, &ctt, "cotangent".into(), fast, 0);
+        // the lanes x − o_k that computed: the domain, or the forward's interior (Skip)
+        let reach: Neighborhood = if self.boundary == Boundary::Skip {
+            self.nb.clone()
+        } else {
+            vec![(0, 0); self.domain.len()]
+        };
+        let params = self.params();
+        let (dims, _) = self.dims(&params, &self.domain);
+        let mut value: Option<Array<T>> = None;
+        let mut general: Option<Array<T>> = None;
+        let (mut lo, mut hi) = (vec![i64::MAX; dims.len()], vec![i64::MIN; dims.len()]);
+        for (o, q) in x.taps.iter().zip(&x.q) {
+            let Some(q) = q else { continue };
+            let back: Vec<i64> = o.iter().map(|v| -v).collect();
+            let read = rel.tap(&back).cast::<T>();
+            let term = match &scale {
+                Some(c) => q.array::<T>() * read * c,
+                None => q.array::<T>() * read,
+            };
+            for d in 0..dims.len() {
+                lo[d] = lo[d].min(back[d] + reach[d].0);
+                hi[d] = hi[d].max(back[d] + reach[d].1);
+            }
+            let masked = match box_mask(&self.coords, &dims, &back, &reach) {
+                Some(m) if !wrap => select(&m, &term, T::zero()),
+                _ => term.clone(),
+            };
+            value = Some(match value.take() {
+                None => term,
+                Some(v) => v + term,
+            });
+            general = Some(match general.take() {
+                None => masked,
+                Some(g) => g + masked,
+            });
+        }
+        let (Some(value), Some(general)) = (value, general) else {
+            return Array::zeros(self.n);
+        };
+        let adj = if wrap {
+            value
+        } else {
+            let meta = StencilMeta {
+                shape: self.domain.clone(),
+                lo,
+                hi,
+            };
+            Array::from_id(ok(kiln_core::stencil_node(
+                Op::Split,
+                value.id(),
+                general.id(),
+                meta,
+            )))
+        };
+        match &x.fold {
+            Some(fold) => self.fold_back(x, fold, ct, adj),
+            None => adj,
+        }
+    }
+
+    /// `adj` plus the mass the border lanes read outside the array and the rule moved inside.
+    fn fold_back<T: Float, U: Float>(
+        &self,
+        x: &Input,
+        fold: &Fold,
+        ct: &Array<U>,
+        adj: Array<T>,
+    ) -> Array<T> {
+        let params = self.params();
+        let (dims, strides) = self.dims(&params, &self.domain);
+        let ct_b = crate::memory::gather(ct, &fold.lanes).cast::<T>();
+        let mut adj = adj;
+        for (o, p) in x.taps.iter().zip(&fold.p) {
+            let Some(p) = p else { continue };
+            let (idx, outside) = self.landing(&fold.coords, o, &dims, &strides);
+            let Some(outside) = outside else { continue };
+            let idx = select(&outside, &idx, 0i64);
+            scatter_reduce_masked(
+                ReduceOp::Add,
+                &mut adj,
+                p.array::<T>() * &ct_b,
+                &idx,
+                &outside,
+            );
+        }
+        adj
+    }
+
+    /// Where lanes at `coords` read at offset `o` land (flat, after the boundary rule), and which
+    /// of them read outside the array (None: none can).
+    fn landing(
+        &self,
+        coords: &[Int64],
+        o: &[i64],
+        dims: &[Int64],
+        strides: &[Int64],
+    ) -> (Int64, Option<Bool>) {
+        let mut outside: Option<Bool> = None;
+        let mut flat: Option<Int64> = None;
+        for d in 0..dims.len() {
+            let t = &coords[d] + o[d];
+            if o[d] != 0 {
+                let out_d = &t.lt(0i64) | &t.ge(&dims[d]);
+                outside = Some(match outside.take() {
+                    None => out_d,
+                    Some(m) => &m | &out_d,
+                });
+            }
+            let term = &fold_coordinate(self.boundary, &t, &dims[d]) * &strides[d];
+            flat = Some(match flat.take() {
+                None => term,
+                Some(f) => &f + &term,
+            });
+        }
+        (flat.expect("rank ≥ 1"), outside)
+    }
+
+    /// The gradient of a secondary input larger than the domain: each tap's contribution
+    /// scatter-added where it read.
+    fn adjoint_scattered<T: Float, U: Float>(&self, x: &Input, ct: &Array<U>) -> Array<T> {
+        let params = self.params();
+        let (dims, strides) = self.dims(&params, &x.shape);
+        let mut adj = Array::<T>::zeros(x.shape.iter().product::<usize>());
+        let ct = ct.cast::<T>();
+        for (o, p) in x.taps.iter().zip(&x.p) {
+            let Some(p) = p else { continue };
+            let (idx, outside) = self.landing(&self.coords, o, &dims, &strides);
+            let mut keep = match (&outside, self.boundary) {
+                (Some(out), Boundary::Skip | Boundary::Constant(_)) => Some(!out),
+                _ => None,
+            };
+            if let Some(inside) = &self.interior {
+                keep = Some(match keep {
+                    None => inside.clone(),
+                    Some(k) => &k & inside,
+                });
+            }
+            let keep = keep.unwrap_or_else(|| Bool::scalar(true));
+            let idx = select(&keep, &idx, 0i64);
+            scatter_reduce_masked(ReduceOp::Add, &mut adj, p.array::<T>() * &ct, &idx, &keep);
+        }
+        adj
+    }
+
+    /// The output's tangent given the inputs' tangents `ts` (each input's size).
+    fn tangent<U: Float>(&self, ts: &[Option<Grad>]) -> Array<U> {
+        let tangent_boundary = match self.boundary {
+            Boundary::Skip | Boundary::Constant(_) => Boundary::Constant(0.0),
+            b => b,
+        };
+        let ctx = self.ctx(tangent_boundary);
+        let mut value: Option<Array<U>> = None;
+        for (x, t) in self.inputs.iter().zip(ts) {
+            let Some(t) = t else { continue };
+            let term = match x.ty {
+                VarType::F32 => self.tangent_of::<f32, U>(&ctx, x, t),
+                _ => self.tangent_of::<f64, U>(&ctx, x, t),
+            };
+            if let Some(term) = term {
+                value = Some(match value.take() {
+                    None => term,
+                    Some(v) => v + term,
+                });
+            }
+        }
+        let value = value.unwrap_or_else(|| Array::zeros(self.n));
+        let border: Array<U> = match (self.out_border, ts.get(self.inputs.len())) {
+            (true, Some(Some(t))) => t.array::<U>(),
+            _ => Array::zeros(1),
+        };
+        match &self.interior {
+            Some(inside) => {
+                let general = select(inside, &value, &border);
+                let meta = StencilMeta {
+                    shape: self.domain.clone(),
+                    lo: self.nb.iter().map(|r| r.0).collect(),
+                    hi: self.nb.iter().map(|r| r.1).collect(),
+                };
+                Array::from_id(ok(kiln_core::stencil_node(
+                    Op::Split,
+                    value.id(),
+                    general.id(),
+                    meta,
+                )))
+            }
+            None => value,
+        }
+    }
+
+    fn tangent_of<T: Float, U: Float>(
+        &self,
+        ctx: &Rc<Ctx>,
+        x: &Input,
+        t: &Grad,
+    ) -> Option<Array<U>> {
+        let size: usize = x.shape.iter().product();
+        let t = crate::ad::rules::broadcast(t.array::<T>().detach(), size.into());
+        let fast = ok(readable_at_offsets(t.id(), "tangent", x.taps.len().max(1)));
+        let tt = Tensor::from_array(t, &x.shape);
+        let rel = Rel::new(ctx, &tt, "tangent".into(), fast, 0);
+        let mut sum: Option<Array<T>> = None;
+        for (o, p) in x.taps.iter().zip(&x.p) {
+            let Some(p) = p else { continue };
+            let term = p.array::<T>() * rel.tap(o);
+            sum = Some(match sum.take() {
+                None => term,
+                Some(s) => s + term,
+            });
+        }
+        sum.map(|s| s.cast::<U>())
+    }
+}
+
+impl Rule for StencilRule {
+    fn name(&self) -> &'static str {
+        "stencil"
+    }
+    fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
+        let mut out: Vec<Option<Grad>> = Vec::new();
+        for x in &self.inputs {
+            let g = match (x.ty, self.out_ty) {
+                (VarType::F32, VarType::F32) => {
+                    Grad::of(self.adjoint::<f32, f32>(x, &self.wide(ct)))
+                }
+                (VarType::F32, _) => Grad::of(self.adjoint::<f32, f64>(x, &self.wide(ct))),
+                (_, VarType::F32) => Grad::of(self.adjoint::<f64, f32>(x, &self.wide(ct))),
+                _ => Grad::of(self.adjoint::<f64, f64>(x, &self.wide(ct))),
+            };
+            out.push(Some(g));
+        }
+        if self.out_border {
+            out.push(self.interior.as_ref().map(|inside| match self.out_ty {
+                VarType::F32 => Grad::of(select(inside, 0.0f32, self.wide::<f32>(ct))),
+                _ => Grad::of(select(inside, 0.0f64, self.wide::<f64>(ct))),
+            }));
+        }
+        out.into_iter()
+            .map(|g| {
+                g.map(|g| crate::ad::control::guard_second_order(g, &self.parents, "a stencil"))
+            })
+            .collect()
+    }
+    fn forward(&self, tangents: &[Option<Grad>]) -> Option<Grad> {
+        if tangents.iter().all(|t| t.is_none()) {
+            return None;
+        }
+        Some(match self.out_ty {
+            VarType::F32 => Grad::of(self.tangent::<f32>(tangents)),
+            _ => Grad::of(self.tangent::<f64>(tangents)),
+        })
+    }
+}
+
+impl StencilRule {
+    /// The cotangent as an array of the domain's lanes (a size-1 one widened), detached.
+    fn wide<U: Float>(&self, ct: &Grad) -> Array<U> {
+        crate::ad::rules::broadcast(ct.array::<U>().detach(), self.n.into())
+    }
+}

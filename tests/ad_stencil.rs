@@ -1,0 +1,356 @@
+//! Gradients through stencils: reverse mode, forward mode and finite differences (f64) agree
+//! for every boundary mode, one and two dimensions, several inputs, `apply_into`, and sizes from
+//! one element up; on grids large enough for the interior/border split, reverse against forward
+//! mode (`<J v, w> = <v, Jᵀ w>`); refusals name the fix and leak nothing.
+
+mod ad_check;
+use ad_check::{check, no_leak, rand, serial};
+use kiln::prelude::*;
+
+const MODES: [Boundary; 6] = [
+    Boundary::Skip,
+    Boundary::Constant(0.5),
+    Boundary::Wrap,
+    Boundary::Reflect,
+    Boundary::Mirror,
+    Boundary::Nearest,
+];
+
+/// A nonlinear 1-d kernel reading three taps (one twice).
+fn kernel_1d(a: &Rel<f64>) -> Float64 {
+    a.at([1]) * a.at([0]) + a.at([-1]).sin() - a.at([0]) * 0.5 + a.at([2]) * a.at([2])
+}
+
+/// A nonlinear 2-d kernel: a Laplacian plus products of neighbours.
+fn kernel_2d(a: &Rel<f64>) -> Float64 {
+    a.at([0, 1]) + a.at([0, -1]) + a.at([1, 0]) + a.at([-1, 0]) - 4.0 * a.at([0, 0])
+        + a.at([1, 1]) * a.at([0, 0]).exp() * 0.25
+        - a.at([-1, 1]).sin() * a.at([0, -1])
+}
+
+#[test]
+fn every_boundary_mode_1d_matches_finite_differences() {
+    let _s = serial();
+    for mode in MODES {
+        for n in [1usize, 2, 3, 4, 9] {
+            let k = kiln::stencil(kernel_1d).boundary(mode);
+            check(
+                &[rand(n, 3 + n as u64)],
+                |x| {
+                    let t = Tensor::from_array(x[0].clone(), &[n]);
+                    k.apply(&t).unwrap().array().clone()
+                },
+                1e-6,
+            );
+        }
+    }
+}
+
+#[test]
+fn every_boundary_mode_2d_matches_finite_differences() {
+    let _s = serial();
+    for mode in MODES {
+        for shape in [[1usize, 1], [2, 3], [4, 5], [6, 3]] {
+            let n = shape[0] * shape[1];
+            let k = kiln::stencil(kernel_2d).boundary(mode);
+            check(
+                &[rand(n, 11 + n as u64)],
+                |x| {
+                    let t = Tensor::from_array(x[0].clone(), &shape);
+                    k.apply(&t).unwrap().array().clone()
+                },
+                1e-6,
+            );
+        }
+    }
+}
+
+#[test]
+fn skip_with_cval_declared_neighbourhood_and_windows() {
+    let _s = serial();
+    // a declared neighbourhood wider than the reads widens the border that gets `cval`
+    let k = kiln::stencil(|a: &Rel<f64>| a.at([0]) * a.at([1]))
+        .neighborhood(&[(-2, 2)])
+        .cval(7.0);
+    check(
+        &[rand(9, 5)],
+        |x| {
+            let t = Tensor::from_array(x[0].clone(), &[9]);
+            k.apply(&t).unwrap().array().clone()
+        },
+        1e-6,
+    );
+    // a window reduced with max (a max-pool): the gradient goes to the maximum
+    let pool = kiln::stencil(|a: &Rel<f64>| {
+        a.window(&[(-1, 1), (-1, 1)])
+            .into_iter()
+            .reduce(|m, v| m.max(&v))
+            .unwrap()
+    })
+    .boundary(Boundary::Nearest);
+    check(
+        &[rand(20, 8)],
+        |x| {
+            let t = Tensor::from_array(x[0].clone(), &[4, 5]);
+            pool.apply(&t).unwrap().array().clone()
+        },
+        1e-6,
+    );
+}
+
+#[test]
+fn two_inputs_and_a_larger_secondary_input() {
+    let _s = serial();
+    for mode in MODES {
+        let k = kiln::stencil(|(a, b): (&Rel<f64>, &Rel<f64>)| {
+            a.at([0, 1]) * b.at([1, 0]) + (a.at([0, 0]) - b.at([-1, -1])).cos()
+        })
+        .boundary(mode);
+        // same shapes
+        check(
+            &[rand(12, 1), rand(12, 2)],
+            |x| {
+                let a = Tensor::from_array(x[0].clone(), &[3, 4]);
+                let b = Tensor::from_array(x[1].clone(), &[3, 4]);
+                k.apply((&a, &b)).unwrap().array().clone()
+            },
+            1e-6,
+        );
+        // the second input larger than the first: its gradient is scattered
+        check(
+            &[rand(12, 3), rand(20, 4)],
+            |x| {
+                let a = Tensor::from_array(x[0].clone(), &[3, 4]);
+                let b = Tensor::from_array(x[1].clone(), &[4, 5]);
+                k.apply((&a, &b)).unwrap().array().clone()
+            },
+            1e-6,
+        );
+    }
+}
+
+#[test]
+fn apply_into_keeps_the_border_of_out_and_its_gradient() {
+    let _s = serial();
+    let k = kiln::stencil(|a: &Rel<f64>| a.at([-1]) * a.at([1]));
+    check(
+        &[rand(6, 9), rand(6, 10)],
+        |x| {
+            let a = Tensor::from_array(x[0].clone(), &[6]);
+            let mut out = Tensor::from_array(x[1].clone(), &[6]);
+            k.apply_into(&a, &mut out).unwrap();
+            out.array().clone()
+        },
+        1e-6,
+    );
+}
+
+#[test]
+fn single_precision_and_a_cast_output() {
+    let _s = serial();
+    let x = Tensor::<f32>::from_vec((0..12).map(|v| v as f32 * 0.1).collect(), &[12]);
+    let mut a = x.array().clone();
+    a.enable_grad();
+    let t = Tensor::from_array(a.clone(), &[12]);
+    let k = kiln::stencil(|a: &Rel<f32>| (a.at([1]) * a.at([-1])).cast::<f64>())
+        .boundary(Boundary::Wrap);
+    let y = k.apply(&t).unwrap();
+    y.array().sum().backward();
+    let g = a.grad().to_vec();
+    let xs = x.to_vec();
+    for i in 0..12 {
+        // y_j = x_{j+1} x_{j-1}: ∂Σy/∂x_i = x_{i-2} + x_{i+2} (wrapped)
+        let want = xs[(i + 10) % 12] + xs[(i + 2) % 12];
+        assert!((g[i] - want).abs() < 1e-5, "lane {i}: {} vs {want}", g[i]);
+    }
+}
+
+/// Reverse against forward mode on a grid large enough that the interior runs as shifted loads:
+/// `<J v, w>` (one forward pass) equals `<v, Jᵀ w>` (one backward pass).
+fn dot_test(shape: [usize; 2], mode: Boundary) {
+    let n = shape[0] * shape[1];
+    let k = kiln::stencil(kernel_2d).boundary(mode);
+    let (x0, v, w) = (rand(n, 21), rand(n, 22), rand(n, 23));
+    // reverse
+    let mut x = Float64::from_slice(&x0);
+    x.enable_grad();
+    let y = k.apply(&Tensor::from_array(x.clone(), &shape)).unwrap();
+    kiln::ad::backward_from(y.array(), &Float64::from_slice(&w)).unwrap();
+    let jt_w = x.grad().to_vec();
+    // forward
+    let mut x = Float64::from_slice(&x0);
+    x.enable_grad();
+    x.set_grad(&Float64::from_slice(&v));
+    let y = k.apply(&Tensor::from_array(x.clone(), &shape)).unwrap();
+    kiln::ad::forward(&x).unwrap();
+    let j_v = y.array().grad().to_vec();
+    let lhs: f64 = j_v.iter().zip(&w).map(|(a, b)| a * b).sum();
+    let rhs: f64 = v.iter().zip(&jt_w).map(|(a, b)| a * b).sum();
+    assert!(
+        (lhs - rhs).abs() <= 1e-9 * (1.0 + lhs.abs()),
+        "{mode:?} {shape:?}: <Jv, w> = {lhs} but <v, J^T w> = {rhs}"
+    );
+}
+
+#[test]
+fn reverse_equals_forward_on_split_grids() {
+    let _s = serial();
+    for mode in MODES {
+        for shape in [[20, 80], [3, 130], [67, 65]] {
+            dot_test(shape, mode);
+        }
+    }
+}
+
+#[test]
+fn a_linear_stencil_adjoint_is_its_transpose_and_runs_split() {
+    let _s = serial();
+    // the 5-point Laplacian with a fixed border: its adjoint reads only the cotangent
+    let (h, w) = (40usize, 100usize);
+    let lap = kiln::stencil(|a: &Rel<f64>| {
+        a.at([0, 1]) + a.at([0, -1]) + a.at([1, 0]) + a.at([-1, 0]) - 4.0 * a.at([0, 0])
+    });
+    let x0 = rand(h * w, 4);
+    let mut x = Float64::from_slice(&x0);
+    x.enable_grad();
+    let y = lap.apply(&Tensor::from_array(x.clone(), &[h, w])).unwrap();
+    let before = kiln::stats().stencil_launches;
+    y.array().sum().backward();
+    let g = x.grad().to_vec();
+    assert!(
+        kiln::stats().stencil_launches > before,
+        "the adjoint runs as a split stencil launch"
+    );
+    // Σ_y L(x)_y over interior y: each x gets (#interior neighbours) − 4·[x interior]
+    let interior = |i: usize, j: usize| i >= 1 && i + 1 < h && j >= 1 && j + 1 < w;
+    for i in 0..h {
+        for j in 0..w {
+            let mut want = if interior(i, j) { -4.0 } else { 0.0 };
+            for (di, dj) in [(0i64, 1i64), (0, -1), (1, 0), (-1, 0)] {
+                let (a, b) = (i as i64 - di, j as i64 - dj);
+                if a >= 0 && b >= 0 && interior(a as usize, b as usize) {
+                    want += 1.0;
+                }
+            }
+            assert_eq!(g[i * w + j], want, "({i}, {j})");
+        }
+    }
+}
+
+#[test]
+fn many_steps_of_diffusion_match_finite_differences() {
+    let _s = serial();
+    let lap = kiln::stencil(|a: &Rel<f64>| {
+        a.at([0, 1]) + a.at([0, -1]) + a.at([1, 0]) + a.at([-1, 0]) - 4.0 * a.at([0, 0])
+    })
+    .boundary(Boundary::Nearest);
+    check(
+        &[rand(30, 6)],
+        |x| {
+            let mut u = Tensor::from_array(x[0].clone(), &[5, 6]);
+            for _ in 0..12 {
+                u = &u + &(lap.apply(&u).unwrap() * 0.2);
+                u = &u * &u * 0.5 + &u * 0.5; // a nonlinear step between stencils
+            }
+            u.array().clone()
+        },
+        1e-5,
+    );
+}
+
+#[test]
+fn a_captured_array_with_a_gradient_and_at_var_are_refused_without_leaks() {
+    let _s = serial();
+    no_leak(|| {
+        let mut wgt = Float64::from_slice(&[2.0]);
+        wgt.enable_grad();
+        let x = Tensor::<f64>::arange(5);
+        let k = kiln::stencil(|a: &Rel<f64>| a.at([1]) * &wgt);
+        let e = k.apply(&x).unwrap_err();
+        assert!(
+            matches!(&e, kiln::Error::NotDifferentiable { construct, detail } if construct == "stencil" && detail.contains("detach")),
+            "{e}"
+        );
+        let mut a = Float64::from_slice(&[1.0, 2.0, 3.0]);
+        a.enable_grad();
+        let t = Tensor::from_array(a.clone(), &[3]);
+        let one = Int64::scalar(1);
+        let k = kiln::stencil(|r: &Rel<f64>| r.at_var(&[&one])).neighborhood(&[(-1, 1)]);
+        let e = k.apply(&t).unwrap_err();
+        assert!(e.to_string().contains("at_var"), "{e}");
+        // detached, both run
+        assert!(k.apply(&Tensor::from_array(a.detach(), &[3])).is_ok());
+    });
+}
+
+#[test]
+fn gradients_leave_nothing_behind() {
+    let _s = serial();
+    let vars = kiln::stats().vars_alive;
+    no_leak(|| {
+        for mode in MODES {
+            let mut x = Float64::from_slice(&rand(48, 2));
+            x.enable_grad();
+            let k = kiln::stencil(kernel_2d).boundary(mode);
+            let y = k.apply(&Tensor::from_array(x.clone(), &[6, 8])).unwrap();
+            y.array().sum().backward();
+            let g = x.grad().to_vec();
+            assert!(g.iter().all(|v| v.is_finite()) && g.iter().any(|&v| v != 0.0));
+        }
+    });
+    assert_eq!(kiln::stats().vars_alive, vars, "arrays leaked");
+}
+
+#[test]
+fn second_order_through_a_stencil_is_refused() {
+    let _s = serial();
+    let k = kiln::stencil(|a: &Rel<f64>| a.at([1]) * a.at([0]));
+    let x = Float64::from_slice(&[1.0, 2.0, 3.0]);
+    let e = kiln::hvp(
+        |x: &Float64| {
+            k.apply(&Tensor::from_array(x.clone(), &[3]))
+                .unwrap()
+                .array()
+                .sum()
+        },
+        &x,
+        &Float64::from_slice(&[1.0, 0.0, 0.0]),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("second-order"), "{e}");
+}
+
+#[test]
+fn a_frozen_step_replays_forward_and_backward() {
+    let _s = serial();
+    let lap = kiln::stencil(|a: &Rel<f64>| a.at([1]) + a.at([-1]) - 2.0 * a.at([0]));
+    let mut step = kiln::freeze(move |x: &Float64| -> Float64 {
+        let mut x = x.detach();
+        x.enable_grad();
+        let y = lap.apply(&Tensor::from_array(x.clone(), &[8])).unwrap();
+        let loss = (y.array() * y.array()).sum();
+        loss.backward();
+        x.grad()
+    });
+    for seed in 0..4 {
+        let x0 = rand(8, 40 + seed);
+        let g = step.call(&Float64::from_slice(&x0)).unwrap().to_vec();
+        // loss = Σ_{1..6} (x_{i+1} + x_{i-1} − 2 x_i)²
+        let mut want = [0.0; 8];
+        for i in 1..7 {
+            let r = x0[i + 1] + x0[i - 1] - 2.0 * x0[i];
+            want[i + 1] += 2.0 * r;
+            want[i - 1] += 2.0 * r;
+            want[i] -= 4.0 * r;
+        }
+        for i in 0..8 {
+            assert!(
+                (g[i] - want[i]).abs() < 1e-12,
+                "call {seed} lane {i}: {} vs {}",
+                g[i],
+                want[i]
+            );
+        }
+    }
+    assert_eq!(step.stats().replays, 3, "the later calls replay");
+}
