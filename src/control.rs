@@ -9,9 +9,9 @@
 //! host drives the iterations (each one a replay of the body frozen once) or computes each branch
 //! on its own lanes. [`Mode::Symbolic`] turns that fallback into an error instead.
 //!
-//! **Derivatives.** Branches and calls are differentiable in both modes (reverse and forward),
-//! loops in forward mode; reverse mode through a loop is refused when `backward` reaches it
-//! ([`Error::NotDifferentiable`]; it is coming). The body is differentiated lane by lane while
+//! **Derivatives.** Branches, calls and loops are differentiable in both modes (reverse and
+//! forward); a loop carries each lane's Jacobian forward, so reverse mode stores no iteration and
+//! needs no bound on the trip count. The body is differentiated lane by lane while
 //! it runs, so it must compute each lane from its own lane (no reductions or gathers over the
 //! arguments), and a loop body must take every array that carries a gradient through its state
 //! (branch and call targets may also capture them: a registry's instances may hold parameters);
@@ -281,10 +281,11 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
 
     /// Run the loop: while `cond(state)` holds for a lane, `state = body(state)` for that lane.
     ///
-    /// Derivatives: forward mode crosses the loop (the Jacobian of the state with respect to its
-    /// entries that carry a gradient travels with it, so the body must be lane-local and take
-    /// every array with a gradient through the state); reverse mode through a loop is refused
-    /// with [`Error::NotDifferentiable`] when `backward` reaches it (it is coming).
+    /// Derivatives: both modes cross the loop. The Jacobian of the state with respect to its
+    /// entries that carry a gradient travels with it (one forward pass per such entry at each
+    /// iteration), so the body must be lane-local and take every array with a gradient through
+    /// the state; reverse mode multiplies by that Jacobian and needs no stored iteration, however
+    /// many each lane runs.
     ///
     /// ```
     /// use kiln::prelude::*;
@@ -294,7 +295,8 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
     /// let y = kiln::while_loop(x.clone(), |y| y.lt(4.0), |y| y * 1.5).unwrap();
     /// kiln::ad::forward(&x).unwrap();
     /// assert_eq!(y.grad().to_vec(), vec![1.5f64.powi(6), 1.5f64.powi(2)]);
-    /// assert!(y.sum().try_backward().is_err()); // reverse mode: coming
+    /// y.sum().backward(); // reverse mode: the same derivatives
+    /// assert_eq!(x.grad().to_vec(), vec![1.5f64.powi(6), 1.5f64.powi(2)]);
     /// ```
     pub fn run(self, cond: impl FnMut(&S) -> Bool, body: impl FnMut(&S) -> S) -> Result<S> {
         if crate::ad::control::involved(&self.state) {

@@ -1,5 +1,5 @@
-//! AD through control flow: `if_then_else`, `switch`, `dispatch` (both modes) and `while_loop`
-//! (forward mode), and the refusals of constructs that have no reverse rule yet.
+//! AD through control flow: `if_then_else`, `switch`, `dispatch` and `while_loop` (both modes),
+//! and the refusal of scans, which have no rule yet.
 //!
 //! A branch or loop body runs inside a region of one kernel (symbolic mode) or on its own lanes
 //! (evaluated mode), and what it returns travels as engine ids: an AD node recorded inside would
@@ -17,9 +17,12 @@
 //! instances) are found by tracing the targets once beforehand in a trace that is thrown away,
 //! and become extra columns of the Jacobian; a loop body must take them through its state.
 //!
-//! Reverse mode through loops needs the iterations' states (stored or recomputed) and comes with
-//! the next AD issue: a loop's result nodes refuse it ([`Rule::refuses_reverse`]), and scans and
-//! stencils refuse inputs that carry gradients outright ([`refusal`]).
+//! A loop's Jacobian is carried forward, so reverse mode through it needs no stored iteration:
+//! `backward` multiplies by the entries like forward mode does. The price is one forward pass per
+//! state entry that carries a gradient, per iteration (a wide state pays it `columns` times);
+//! a reverse sweep over checkpointed states, which costs one pass whatever the width, is not
+//! built. Scans refuse inputs that carry gradients outright ([`refusal`]); stencils have their own
+//! rule (`stencil::grad`).
 
 use super::graph::{self, AdIndex, Rule};
 use super::rules::{broadcast, cast_grad, unbroadcast};
@@ -143,7 +146,6 @@ struct LaneJacobian {
     entries: Vec<(Grad, VarType, usize)>,
     /// The parents' nodes (not counted: the node's own edges keep them alive while it lives).
     parents: Vec<AdIndex>,
-    refuses: Option<(String, String)>,
 }
 
 /// A gradient recorded by a backward pass with `create_graph` through a node whose rule is not
@@ -270,9 +272,6 @@ impl Rule for LaneJacobian {
             fit(&a, self.out_size, n)
         })
     }
-    fn refuses_reverse(&self) -> Option<(String, String)> {
-        self.refuses.clone()
-    }
     fn lane_local(&self) -> bool {
         true
     }
@@ -285,7 +284,6 @@ fn node(
     out: VarId,
     parents: &[(AdIndex, VarType, usize)],
     ws: &[VarId],
-    refuses: Option<(String, String)>,
 ) -> AdIndex {
     let rule = LaneJacobian {
         name,
@@ -297,7 +295,6 @@ fn node(
             .map(|(&w, &(_, ty, size))| (grad_of(w), ty, size))
             .collect(),
         parents: parents.iter().map(|p| p.0).collect(),
-        refuses,
     };
     let ps: Vec<AdIndex> = parents.iter().map(|p| p.0).collect();
     graph::new_node(
@@ -665,7 +662,7 @@ pub(crate) fn call<A: Traverse + Clone, O: Traverse + Clone>(
             let ws = &flat.0.ids()[at..at + columns];
             at += columns;
             if columns > 0 {
-                nodes.0[j] = node(what_name(what), o, &parents, ws, None);
+                nodes.0[j] = node(what_name(what), o, &parents, ws);
             }
         }
     }
@@ -690,7 +687,10 @@ fn what_name(what: &str) -> &'static str {
 // Loops
 
 /// `Loop::run` with derivatives: the state's Jacobian with respect to its entries that carry a
-/// gradient travels as extra state; the results' nodes refuse reverse mode (coming).
+/// gradient travels as extra state (each lane's own small matrix, updated by one forward pass per
+/// column at each iteration), and the results' nodes multiply by it in either direction. Reverse
+/// mode therefore needs no iteration's state: memory does not grow with the trip count, every lane
+/// stops with its own count, and no bound on the iterations is asked for.
 pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
     lp: Loop<S>,
     mut cond: impl FnMut(&S) -> crate::array::Bool,
@@ -747,7 +747,6 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
         }
     }
     let cols = wrt.len();
-    let label = lp.label.clone();
     let inner_loop = Loop {
         state: (start, Flat(jac)),
         label: lp.label,
@@ -784,15 +783,6 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
     }
     let (state, jac) = result?;
     let (out_ids, _) = arrays(&state);
-    let construct = if label == "while_loop" {
-        "while_loop".to_string()
-    } else {
-        format!("while_loop `{label}`")
-    };
-    let refuses = (
-        construct,
-        "its backward pass needs the states of every iteration, stored or recomputed, and comes with the next AD issue; forward mode (`kiln::ad::forward`, `kiln::jvp`) works through loops now".to_string(),
-    );
     let parents: Vec<(AdIndex, VarType, usize)> = wrt
         .iter()
         .map(|&k| (ads[k], kiln_core::var_type(ids[k]), kiln_core::size(ids[k])))
@@ -800,13 +790,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
     let mut nodes = Nodes(vec![0; out_ids.len()]);
     for (ri, &r) in rows.iter().enumerate() {
         let ws = &jac.0.ids()[ri * cols..(ri + 1) * cols];
-        nodes.0[r] = node(
-            "while_loop",
-            out_ids[r],
-            &parents,
-            ws,
-            Some(refuses.clone()),
-        );
+        nodes.0[r] = node("while_loop", out_ids[r], &parents, ws);
     }
     Ok(rebuild_with(&state, &out_ids, &nodes.0))
 }
@@ -815,7 +799,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
 // Refusals
 
 /// The error for construct `construct` reached by an array that carries a gradient, when
-/// gradients are being recorded: neither mode crosses scans and stencils yet.
+/// gradients are being recorded: neither mode crosses scans yet.
 pub(crate) fn refusal<T: kiln_core::Scalar>(construct: &str, a: &Array<T>) -> Option<Error> {
     (a.ad != 0 && recording()).then(|| not_differentiable(construct))
 }

@@ -1,0 +1,218 @@
+//! Reverse mode through `while_loop` (issue 26): reverse, forward and finite differences (f64)
+//! agree for lanes with different trip counts (0, 1, many, with and without a bound), for trip
+//! counts that depend on the values, for bodies with gathers and scatters, in symbolic and
+//! evaluated mode; memory does not grow with the trip count; what cannot be differentiated lane by
+//! lane is an error.
+
+mod ad_check;
+use ad_check::{check, no_leak, rand, serial};
+use kiln::control::Loop;
+use kiln::prelude::*;
+use kiln::Mode;
+
+const MODES: [Mode; 2] = [Mode::Symbolic, Mode::Evaluated];
+
+/// `x ← x·a + 0.1·sin(x)` while `i < k` (per lane), for state `(x, a, i, k)`.
+fn stepped(mode: Mode, x: &Float64, a: &Float64, k: &[u32]) -> Float64 {
+    let k = UInt32::from_slice(k);
+    let (x, _, _, _) = Loop::new((x.clone(), a.clone(), UInt32::zeros(k.len()), k))
+        .mode(mode)
+        .run(
+            |(_, _, i, k)| i.lt(k),
+            |(x, a, i, k)| (x * a + x.sin() * 0.1, a.clone(), i + 1u32, k.clone()),
+        )
+        .unwrap();
+    x
+}
+
+#[test]
+fn lanes_with_different_trip_counts() {
+    let _s = serial();
+    for mode in MODES {
+        let trips = [0u32, 1, 2, 7, 40, 3];
+        let a0: Vec<f64> = rand(6, 1).iter().map(|v| 0.9 + 0.1 * v).collect();
+        check(
+            &[rand(6, 2), a0],
+            |v| stepped(mode, &v[0], &v[1], &trips),
+            1e-6,
+        );
+    }
+}
+
+#[test]
+fn a_trip_count_that_depends_on_the_values() {
+    let _s = serial();
+    for mode in MODES {
+        // y = x · 1.5^k with k the steps until y ≥ 4: piecewise smooth, FD away from the jumps
+        check(
+            &[vec![0.5, 2.0, 3.9, 0.31, 5.0]],
+            |v| {
+                Loop::new(v[0].clone())
+                    .mode(mode)
+                    .run(|y| y.lt(4.0), |y| y * 1.5 + 0.01 * y * y)
+                    .unwrap()
+            },
+            1e-6,
+        );
+    }
+}
+
+#[test]
+fn a_bound_on_the_iterations_is_not_needed_nor_in_the_way() {
+    let _s = serial();
+    for mode in MODES {
+        // lanes run 9 to 14 iterations; a bound they never reach changes nothing (Dr.Jit's
+        // `max_iterations` hint is required for its reverse mode, and wrong when exceeded)
+        for bound in [None, Some(100)] {
+            check(
+                &[vec![0.1, 0.2, 0.3]],
+                |v| {
+                    let lp = Loop::new(v[0].clone()).mode(mode);
+                    let lp = match bound {
+                        Some(b) => lp.max_iterations(b),
+                        None => lp,
+                    };
+                    lp.run(|y| y.lt(50.0), |y| y * 1.3 + y.cos() * 0.1).unwrap()
+                },
+                1e-6,
+            );
+        }
+    }
+}
+
+#[test]
+fn a_body_with_gathers_and_scatters() {
+    let _s = serial();
+    for mode in MODES {
+        // the body reads a captured table (no gradient) at a lane-dependent index and counts its
+        // iterations into a histogram (a scatter of values that carry none)
+        let table = Float64::from_slice(&[0.5, 1.5, -0.25, 2.0, 0.75]);
+        let hist = std::cell::RefCell::new(UInt32::zeros(5));
+        check(
+            &[rand(4, 5)],
+            |v| {
+                let n = v[0].len();
+                hist.borrow().eval(); // (a symbolic body scatters into evaluated arrays)
+                let (x, _) = Loop::new((v[0].clone(), UInt32::zeros(n)))
+                    .mode(mode)
+                    .run(
+                        |(_, i)| i.lt(6u32),
+                        |(x, i)| {
+                            let w = kiln::gather(&table, &(i % 5u32));
+                            kiln::scatter_reduce(
+                                ReduceOp::Add,
+                                &mut hist.borrow_mut(),
+                                1u32,
+                                &(i % 5u32),
+                            );
+                            (x * &w + (x * x).tanh(), i + 1u32)
+                        },
+                    )
+                    .unwrap();
+                x
+            },
+            1e-6,
+        );
+        assert!(hist.borrow().to_vec().iter().sum::<u32>() > 0);
+    }
+}
+
+#[test]
+fn the_recurrence_of_the_benchmark_has_its_closed_form_gradient() {
+    let _s = serial();
+    // x ← x·a + 0.001 for 1000 steps: x_T = a^T x_0 + 0.001 (a^T − 1)/(a − 1)
+    for mode in MODES {
+        let a0 = [0.999, 1.0005, 0.99, 0.5];
+        let mut a = Float64::from_slice(&a0);
+        a.enable_grad();
+        let (x, _, _) = Loop::new((Float64::ones(4), a.clone(), UInt32::zeros(4)))
+            .mode(mode)
+            .run(
+                |(_, _, i)| i.lt(1000u32),
+                |(x, a, i)| (x * a + 0.001, a.clone(), i + 1u32),
+            )
+            .unwrap();
+        x.sum().backward();
+        let g = a.grad().to_vec();
+        for (k, &a) in a0.iter().enumerate() {
+            let t = 1000.0;
+            // d/da [a^t + 0.001 (a^t − 1)/(a − 1)]
+            let at = a.powf(t);
+            let want = t * a.powf(t - 1.0)
+                + 0.001 * (t * a.powf(t - 1.0) * (a - 1.0) - (at - 1.0)) / ((a - 1.0) * (a - 1.0));
+            assert!(
+                (g[k] - want).abs() <= 1e-9 * want.abs().max(1.0),
+                "{mode:?} lane {k}: {} vs {want}",
+                g[k]
+            );
+        }
+    }
+}
+
+#[test]
+fn memory_does_not_grow_with_the_trip_count() {
+    let _s = serial();
+    // the gradient's engine memory after 10 and after 10 000 iterations is the same: no state of
+    // any iteration is kept (the Jacobian travels with the loop)
+    let peak_after = |steps: u32| {
+        let mut a = Float64::from_slice(&rand(4096, 9));
+        a.enable_grad();
+        let (x, _, _) = Loop::new((Float64::ones(4096), a.clone(), UInt32::zeros(4096)))
+            .mode(Mode::Evaluated)
+            .run(
+                |(_, _, i)| i.lt(steps),
+                |(x, a, i)| ((x * a * 0.5).sin(), a.clone(), i + 1u32),
+            )
+            .unwrap();
+        x.sum().backward();
+        let g = a.grad().to_vec();
+        assert!(g.iter().all(|v| v.is_finite()));
+        kiln::stats().ad_grad_bytes
+    };
+    let (short, long) = (peak_after(10), peak_after(10_000));
+    assert_eq!(short, long, "AD memory after 10 vs 10 000 iterations");
+}
+
+#[test]
+fn lane_mixing_bodies_and_captured_gradients_are_errors_without_leaks() {
+    let _s = serial();
+    no_leak(|| {
+        let mut x = Float64::from_slice(&[1.0, 2.0]);
+        x.enable_grad();
+        // a reduction over the state mixes lanes
+        let r = Loop::new((x.clone(), UInt32::zeros(2)))
+            .run(|(_, i)| i.lt(2u32), |(x, i)| (x * x.sum(), i + 1u32));
+        if let Ok((y, _)) = r {
+            let e = y.sum().try_backward().unwrap_err().to_string();
+            assert!(e.contains("lane"), "{e}");
+        }
+        // an array with a gradient captured by the body
+        let mut w = Float64::from(2.0);
+        w.enable_grad();
+        let e = Loop::new((x.detach(), UInt32::zeros(2)))
+            .run(|(_, i)| i.lt(2u32), |(x, i)| (x * &w, i + 1u32))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("state"), "{e}");
+    });
+}
+
+#[test]
+fn second_order_through_a_loop_is_refused_not_wrong() {
+    let _s = serial();
+    let r = kiln::hvp(
+        |x: &Float64| {
+            let (y, _) = kiln::while_loop(
+                (x.clone(), UInt32::zeros(2)),
+                |(_, i)| i.lt(3u32),
+                |(y, i)| (y * y * 0.5 + 1.0, i + 1u32),
+            )
+            .unwrap();
+            y.sum()
+        },
+        &Float64::from_slice(&[0.3, 0.6]),
+        &Float64::from_slice(&[1.0, 0.0]),
+    );
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("second-order"), "{e}");
+}
