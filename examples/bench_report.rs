@@ -404,6 +404,79 @@ fn row_ad_loop(cfg: &Config, notes: &mut Vec<String>) -> Row {
     row
 }
 
+/// The RNN of the scan rows through `kiln::scan` (JAX's face): the loss `Σ h_t²` and, when
+/// `grads`, its gradients w.r.t. W, U and b (evaluated).
+fn rnn_loss_and_grads(d: &Rnn, grads: bool) -> f32 {
+    // the parameters as the products use them (Wᵀ, Uᵀ): their gradients are those of W, U
+    // transposed
+    let hidden = d.b.shape()[0];
+    let mut w = d.wt.array().detach();
+    let mut u = d.ut.array().detach();
+    let mut b = d.b.array().detach();
+    if grads {
+        w.enable_grad();
+        u.enable_grad();
+        b.enable_grad();
+    }
+    let wt = Tensor::from_array(w.clone(), &[hidden, hidden]);
+    let ut = Tensor::from_array(u.clone(), &[hidden, hidden]);
+    let bt = Tensor::from_array(b.clone(), &[hidden]);
+    let (_, hs) = kiln::scan(&d.h0, &d.xs, |h, x| {
+        let h2 = (h.matmul(&wt) + x.matmul(&ut) + &bt).tanh();
+        (h2.clone(), h2)
+    })
+    .expect("rnn scan");
+    let loss = (hs.array() * hs.array()).sum();
+    if grads {
+        loss.backward();
+        kiln::eval!(loss, w.grad(), u.grad(), b.grad());
+    }
+    loss.item()
+}
+
+/// Reverse mode through `kiln::scan` (issue 26): the RNN's loss and gradients against its
+/// forward (target ≤ 100 ms; JAX 157 ms, its forward 36 ms, on the issue's host).
+fn row_ad_rnn(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let d = rnn_data(200, 64, 256);
+    let reps = if cfg.quick { 3 } else { 7 };
+    let [fwd, grad] = measure_all(
+        reps,
+        cfg.budget,
+        [
+            &mut || {
+                time(|| {
+                    black_box(rnn_loss_and_grads(&d, false));
+                })
+            },
+            &mut || {
+                time(|| {
+                    black_box(rnn_loss_and_grads(&d, true));
+                })
+            },
+        ],
+    );
+    let (l0, l1) = (rnn_loss_and_grads(&d, false), rnn_loss_and_grads(&d, true));
+    let same = (l0 - l1).abs() <= 1e-3 * l0.abs();
+    notes.push(format!(
+        "ad rnn 200x64x256 (kiln::scan, loss sum h_t^2, gradients for W, U, b): {} (best {}), forward {} (best {}; the scan with its rewrites), {:.2}x; the differentiated scan runs the body once per step with derivatives recorded (no push-out, one launch group per step each way); JAX 157 ms (forward 36 ms) on the issue's host, not this run; losses with and without gradients agree: {same}",
+        ms(grad.median),
+        ms(grad.min),
+        ms(fwd.median),
+        ms(fwd.min),
+        grad.median / fwd.median,
+    ));
+    let mut row = Row::new(
+        "ad rnn 200x64x256",
+        ms(grad.median),
+        Goal::AtMost(0.1),
+        if same { grad.median } else { f64::NAN },
+        "<= 100 ms",
+    );
+    row.rayon = format!("fwd {}", ms(fwd.median));
+    row.ratio = format!("{:.2}x forward", grad.median / fwd.median);
+    row
+}
+
 /// Row 1: saxpy: kiln's bandwidth against a parallel copy's.
 fn row_saxpy(cfg: &Config, notes: &mut Vec<String>) -> Row {
     let n = cfg.n;
@@ -3756,6 +3829,7 @@ fn main() {
         ("ad gradient", row_ad_gradient),
         ("ad heat", row_ad_heat),
         ("ad loop", row_ad_loop),
+        ("ad rnn", row_ad_rnn),
         ("ad tracing", row_ad_tracing),
         ("ad frozen step n=1024", row_ad_frozen_step),
         ("ad frozen step 1M", row_ad_frozen_step_1m),

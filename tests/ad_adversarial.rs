@@ -917,13 +917,17 @@ fn no_leaks_after_reverse_through_a_loop_or_not_differentiable_from_a_scan() {
     assert!(g.to_vec().iter().all(|v| v.is_finite() && *v > 1.0));
     drop(g);
     assert_eq!(counts(), before, "after reverse mode through a loop");
-    // a scan with a gradient is still refused, and leaks nothing either
+    // a scan (PyTensor's face) with a gradient is still refused, and leaks nothing either
     {
         let mut x = Float64::from_slice(&[0.2, 0.4]);
         x.enable_grad();
         let xs = Tensor::from_array(x.clone(), &[2]);
-        let e =
-            kiln::scan(&Tensor::<f64>::scalar(0.0), &xs, |c, x| (c + x, c.clone())).unwrap_err();
+        let e = kiln::scan::Scan::new()
+            .sequence(&xs)
+            .output(&Tensor::scalar(0.0f64))
+            .run(|s| s.seq(0, 0) + s.out(0, -1))
+            .err()
+            .expect("refused");
         assert!(matches!(e, kiln::Error::NotDifferentiable { .. }), "{e}");
     }
     assert_eq!(counts(), before, "after NotDifferentiable from a scan");

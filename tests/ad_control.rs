@@ -1,5 +1,5 @@
 //! AD through control flow: branches, calls and dispatch (reverse and forward mode), loops
-//! (both modes), scans (refused) and stencils (differentiated), in symbolic and evaluated mode.
+//! (both modes), scans (JAX's face; PyTensor's refused) and stencils, in symbolic and evaluated mode.
 //! Oracles: central finite differences in f64, and forward mode against reverse mode.
 use kiln::control::{Branch, Loop, Mode, Switch, Target};
 use kiln::prelude::*;
@@ -719,7 +719,7 @@ fn panic_inside_a_body_leaks_no_nodes() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// scans: refused; stencils: differentiated
+// scans: JAX's face differentiated, PyTensor's refused; stencils: differentiated
 
 /// A tensor over `v` that carries a gradient.
 fn tracked(v: &[f64], shape: &[usize]) -> Tensor<f64> {
@@ -729,38 +729,38 @@ fn tracked(v: &[f64], shape: &[usize]) -> Tensor<f64> {
 }
 
 #[test]
-fn scan_with_a_gradient_is_refused() {
+fn scans_with_a_gradient() {
+    // JAX's face is differentiated (until issue 26 it was refused; tests/ad_scan.rs has more);
+    // PyTensor's face still refuses
     let _s = serial();
     let before = nodes();
-    let xs = tracked(&[1.0, 2.0, 3.0], &[3]);
-    let init = Tensor::<f64>::scalar(0.0);
-    let e = kiln::scan(&init, &xs, |c, x| (c + x, c.clone())).unwrap_err();
-    assert!(
-        matches!(&e, kiln::Error::NotDifferentiable { construct, .. } if construct.contains("scan")),
-        "{e}"
-    );
-    assert!(e.to_string().contains("coming"), "{e}");
-    // a captured tensor with a gradient in the body
-    let cap = tracked(&[10.0], &[]);
-    let plain = Tensor::<f64>::from_vec(vec![1.0, 2.0, 3.0], &[3]);
-    let e = kiln::scan(&init, &plain, |c, x| {
-        let s = &(c + x) + &cap;
-        (s.clone(), s)
-    })
-    .unwrap_err();
-    assert!(matches!(e, kiln::Error::NotDifferentiable { .. }), "{e}");
-    // PyTensor's face too
-    let e = kiln::scan::Scan::new()
-        .sequence(&xs)
-        .output(&Tensor::scalar(0.0f64))
-        .run(|s| s.seq(0, 0) + s.out(0, -1))
-        .err()
-        .expect("refused");
-    assert!(matches!(e, kiln::Error::NotDifferentiable { .. }), "{e}");
-    // without a gradient it runs as before
-    let (c, _) = kiln::scan(&init, &plain, |c, x| (c + x, c.clone())).unwrap();
-    assert_eq!(c.to_vec(), vec![6.0]);
-    drop((xs, cap));
+    {
+        let xs = tracked(&[1.0, 2.0, 3.0], &[3]);
+        let init = Tensor::<f64>::scalar(0.0);
+        let (c, _) = kiln::scan(&init, &xs, |c, x| (c + x, c.clone())).unwrap();
+        c.array().sum().backward();
+        assert_eq!(xs.array().grad().to_vec(), vec![1.0, 1.0, 1.0]);
+        // a captured tensor with a gradient in the body
+        let cap = tracked(&[10.0], &[]);
+        let plain = Tensor::<f64>::from_vec(vec![1.0, 2.0, 3.0], &[3]);
+        let (c, _) = kiln::scan(&init, &plain, |c, x| {
+            let s = &(c + x) + &cap;
+            (s.clone(), s)
+        })
+        .unwrap();
+        assert_eq!(c.to_vec(), vec![36.0]);
+        c.array().sum().backward();
+        assert_eq!(cap.array().grad().to_vec(), vec![3.0]);
+        // PyTensor's face
+        let xs = tracked(&[1.0, 2.0, 3.0], &[3]);
+        let e = kiln::scan::Scan::new()
+            .sequence(&xs)
+            .output(&Tensor::scalar(0.0f64))
+            .run(|s| s.seq(0, 0) + s.out(0, -1))
+            .err()
+            .expect("refused");
+        assert!(matches!(e, kiln::Error::NotDifferentiable { .. }), "{e}");
+    }
     assert_eq!(nodes(), before);
 }
 

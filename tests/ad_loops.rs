@@ -216,3 +216,28 @@ fn second_order_through_a_loop_is_refused_not_wrong() {
     let e = r.unwrap_err().to_string();
     assert!(e.contains("second-order"), "{e}");
 }
+
+#[test]
+fn a_frozen_step_replays_a_loop_forward_and_backward() {
+    let _s = serial();
+    let body = |a: &Float64| -> Float64 {
+        let mut a = a.detach();
+        a.enable_grad();
+        let (x, _, _) = Loop::new((Float64::ones(a.len()), a.clone(), UInt32::zeros(a.len())))
+            .run(
+                |(_, _, i)| i.lt(20u32),
+                |(x, a, i)| (x * a + 0.01, a.clone(), i + 1u32),
+            )
+            .unwrap();
+        x.sum().backward();
+        a.grad()
+    };
+    let mut frozen = kiln::freeze(body);
+    for seed in 0..3 {
+        let a: Vec<f64> = rand(64, 30 + seed).iter().map(|v| 0.9 + 0.1 * v).collect();
+        let got = frozen.call(&Float64::from_slice(&a)).unwrap().to_vec();
+        let want = body(&Float64::from_slice(&a)).to_vec();
+        assert_eq!(got, want, "call {seed}");
+    }
+    assert_eq!(frozen.stats().replays, 2);
+}

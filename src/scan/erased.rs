@@ -102,7 +102,8 @@ pub trait Tree: Sized {
     }
     #[doc(hidden)]
     fn flatten(&self, out: &mut Vec<Erased>);
-    /// Whether a tensor in it carries a gradient (scans refuse those until AD crosses them).
+    /// Whether a tensor in it carries a gradient (`kiln::scan` then runs differentiated, step by
+    /// step; PyTensor's face refuses it).
     #[doc(hidden)]
     fn carries_grad(&self) -> bool {
         false
@@ -110,6 +111,13 @@ pub trait Tree: Sized {
     /// `self`'s structure with the tensors replaced, in `flatten` order (types are checked).
     #[doc(hidden)]
     fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self>;
+    /// Row `t` of every tensor (along its leading axis), as views that keep gradients.
+    #[doc(hidden)]
+    fn row(&self, t: usize) -> Self;
+    /// Trees of one structure with each tensor stacked along a new leading axis (gradients
+    /// kept). `parts` is not empty.
+    #[doc(hidden)]
+    fn stack(parts: Vec<Self>) -> Self;
 }
 
 impl<T: Scalar> Tree for Tensor<T> {
@@ -125,6 +133,12 @@ impl<T: Scalar> Tree for Tensor<T> {
         })?;
         e.tensor::<T>(&|| path.to_string())
     }
+    fn row(&self, t: usize) -> Self {
+        super::rows::row(self, t)
+    }
+    fn stack(parts: Vec<Self>) -> Self {
+        super::rows::stack(parts)
+    }
 }
 
 impl Tree for () {
@@ -132,6 +146,8 @@ impl Tree for () {
     fn rebuild(&self, _: &mut std::vec::IntoIter<Erased>, _: &str) -> Result<Self> {
         Ok(())
     }
+    fn row(&self, _: usize) -> Self {}
+    fn stack(_: Vec<Self>) -> Self {}
 }
 
 impl<A: Tree> Tree for Vec<A> {
@@ -147,6 +163,19 @@ impl<A: Tree> Tree for Vec<A> {
             .map(|(i, a)| a.rebuild(leaves, &format!("{path}[{i}]")))
             .collect()
     }
+    fn row(&self, t: usize) -> Self {
+        self.iter().map(|a| a.row(t)).collect()
+    }
+    fn stack(parts: Vec<Self>) -> Self {
+        let width = parts.first().map_or(0, Vec::len);
+        let mut columns: Vec<Vec<A>> = (0..width).map(|_| Vec::new()).collect();
+        for p in parts {
+            for (c, a) in columns.iter_mut().zip(p) {
+                c.push(a);
+            }
+        }
+        columns.into_iter().map(A::stack).collect()
+    }
 }
 
 macro_rules! tree_tuple {
@@ -160,6 +189,17 @@ macro_rules! tree_tuple {
             }
             fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self> {
                 Ok(($(self.$i.rebuild(leaves, &format!("{path}.{}", $i))?,)+))
+            }
+            fn row(&self, t: usize) -> Self {
+                ($(self.$i.row(t),)+)
+            }
+            #[allow(non_snake_case)]
+            fn stack(parts: Vec<Self>) -> Self {
+                $(let mut $n = Vec::with_capacity(parts.len());)+
+                for p in parts {
+                    $($n.push(p.$i);)+
+                }
+                ($(<$n as Tree>::stack($n),)+)
             }
         }
     };

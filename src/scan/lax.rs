@@ -11,6 +11,26 @@ use kiln_core::{Error, Result, Scalar};
 /// tensors, or `()` with [`Lax::length`]); returns the final carry and the `y`s stacked on a new
 /// leading axis. The carry keeps its type and shape from step to step.
 ///
+/// Gradients: when `init`, `xs` or a tensor the body captures carries one, the scan runs the body
+/// once per step with derivatives recorded, so both modes and higher orders go through it like
+/// through any code (every step's values are kept for the backward pass, as with JAX's `grad`;
+/// none of the scan rewrites apply: the report's mode says `differentiated`).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut a = Float64::from_slice(&[0.5]);
+/// a.enable_grad();
+/// let xs = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3]);
+/// let ta = Tensor::from_array(a.clone(), &[]);
+/// // c ← c·a + x from c = 0: c_T = x0·a² + x1·a + x2
+/// let (c, _) = kiln::scan(&Tensor::<f64>::scalar(0.0), &xs, |c, x| {
+///     let c2 = &(c * &ta) + x;
+///     (c2.clone(), c2)
+/// }).unwrap();
+/// c.array().sum().backward();
+/// assert_eq!(a.grad().to_vec(), vec![2.0 * 0.5 + 2.0]);
+/// ```
+///
 /// ```
 /// use kiln::prelude::*;
 /// let xs = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]);
@@ -158,9 +178,7 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
             )));
         }
         if crate::ad::recording() && (self.init.carries_grad() || self.xs.carries_grad()) {
-            return Err(crate::ad::control::not_differentiable(&format!(
-                "scan {label}"
-            )));
+            return self.run_differentiated(&mut f);
         }
         let carry = flatten(self.init);
         let n_carry = carry.len();
@@ -210,10 +228,8 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
             )?;
             let (c2, y) = f(&c, &x);
             if crate::ad::recording() && (c2.carries_grad() || y.carries_grad()) {
-                // the body captured a tensor that carries a gradient
-                return Err(crate::ad::control::not_differentiable(&format!(
-                    "scan {label}"
-                )));
+                // the body captured a tensor that carries a gradient: run it step by step
+                return Err(Error::Ad(CAPTURED_GRADIENT.into()));
             }
             let mut outs = flatten(&c2);
             if outs.len() != n_carry {
@@ -228,12 +244,16 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
             }
             Ok(StepOut { outs, until: None })
         };
+        let run = super::run::run(spec, &mut body);
+        if matches!(&run, Err(Error::Ad(m)) if m == CAPTURED_GRADIENT) {
+            return self.run_differentiated(&mut f);
+        }
         let super::run::RunOut {
             outputs,
             finals,
             states,
             report,
-        } = super::run::run(spec, &mut body)?;
+        } = run?;
         if let Some(r) = self.report {
             *r = report;
         }
@@ -251,6 +271,99 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
         })?;
         let y = template.rebuild(&mut outputs, "ys")?;
         Ok((c, y, states))
+    }
+}
+
+/// The marker of a traced body whose results carry gradients it captured (the scan then runs
+/// differentiated, step by step).
+const CAPTURED_GRADIENT: &str = "kiln: scan body captured a gradient";
+
+impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
+    /// The scan with gradients: the body runs once per step on ordinary lazy tensors, recording
+    /// derivatives like any code (row `t` of `xs` is a view, the `y`s are stacked), and each
+    /// step's carry and `y` are evaluated before the next (one kernel group per step, as in
+    /// stepped mode). The backward pass is the steps' rules in reverse, with every step's values
+    /// kept for it (memory grows with the length, as with JAX's `grad` of `lax.scan`). Not a
+    /// scan of its own: no rewrite applies to it (the report says so).
+    #[allow(clippy::type_complexity)]
+    fn run_differentiated<Y: Tree + Clone>(
+        self,
+        f: &mut dyn FnMut(&C, &X) -> (C, Y),
+    ) -> Result<(C, Y, Vec<Option<Erased>>)> {
+        let label = self.label.clone();
+        if self.keep_states {
+            return Err(crate::ad::control::not_differentiable(&format!(
+                "scan {label} with `keep_states`"
+            )));
+        }
+        let xs = flatten(self.xs);
+        let n = match (self.length, xs.first()) {
+            (Some(n), _) => n,
+            (None, Some(x)) if !x.shape.is_empty() => x.shape[0],
+            (None, _) => {
+                return Err(Error::Scan(format!(
+                    "scan {label}: no sequence to scan over; give `length` when `xs` is `()`"
+                )))
+            }
+        };
+        if let Some(x) = xs.iter().find(|x| x.shape.first() != Some(&n)) {
+            return Err(Error::Scan(format!(
+                "scan {label}: every input in `xs` needs {n} rows (its leading axis), but one is {}; give inputs of one length",
+                x.describe()
+            )));
+        }
+        let n_carry = flatten(self.init).len();
+        let shapes: Vec<Vec<usize>> = flatten(self.init).iter().map(|e| e.shape.clone()).collect();
+        let mut c = self.init.clone();
+        let mut ys = Vec::with_capacity(n);
+        let order: Vec<usize> = if self.reverse {
+            (0..n).rev().collect()
+        } else {
+            (0..n).collect()
+        };
+        for t in order {
+            let (c2, y) = f(&c, &self.xs.row(t));
+            let got = flatten(&c2);
+            if got.len() != n_carry || got.iter().zip(&shapes).any(|(e, s)| e.shape != *s) {
+                return Err(Error::Scan(format!(
+                    "scan {label}: step {t} returned a carry of [{}] but the initial carry is [{}]; the carry keeps its structure and shapes from step to step",
+                    got.iter().map(Erased::describe).collect::<Vec<_>>().join(", "),
+                    flatten(self.init).iter().map(Erased::describe).collect::<Vec<_>>().join(", ")
+                )));
+            }
+            let ids: Vec<kiln_core::VarId> =
+                got.iter().chain(&flatten(&y)).map(Erased::id).collect();
+            kiln_core::eval(&ids)?;
+            c = c2;
+            ys.push(y);
+        }
+        if self.reverse {
+            ys.reverse();
+        }
+        let y = if ys.is_empty() {
+            // no step: the ys' shapes come from the traced scan, on detached inputs
+            let (_, y, _) = crate::ad::suspend_grad(|| {
+                Lax::new(self.init, self.xs)
+                    .length(0)
+                    .label(&label)
+                    .run_inner(&mut *f)
+            })?;
+            y
+        } else {
+            Y::stack(ys)
+        };
+        if let Some(r) = self.report {
+            *r = ScanReport {
+                label: label.clone(),
+                steps_run: n,
+                steps_requested: n,
+                loops_emitted: 0,
+                mode: "differentiated",
+                mode_reason: "an input carries a gradient: the body ran once per step with derivatives recorded; no rewrite applies".into(),
+                ..Default::default()
+            };
+        }
+        Ok((c, y, Vec::new()))
     }
 }
 

@@ -29,6 +29,7 @@ mod analyze;
 mod erased;
 mod hook;
 mod lax;
+mod rows;
 mod run;
 mod spec;
 
@@ -394,7 +395,8 @@ impl<T: Scalar> Scan<T> {
             self.error = Some(e);
         }
     }
-    /// An input that carries a gradient: the scan refuses it (AD through scans is coming).
+    /// An input that carries a gradient: this face refuses it (`kiln::scan`, JAX's face, is
+    /// differentiable).
     fn refuse_grad<U: Scalar>(&mut self, x: &Tensor<U>) {
         let construct = format!("scan {}", self.spec.label);
         if let Some(e) = crate::ad::control::refusal(&construct, x.array()) {

@@ -1,0 +1,120 @@
+//! Rows of a sequence and stacked outputs, for the scan that runs differentiated step by step.
+//!
+//! Row `t` of a tensor is read at an offset held in an evaluated one-element array, not written
+//! into the kernel as a constant: every step then runs the same compiled kernels (a tensor view
+//! at a constant offset compiles one kernel per step). The `y`s are stacked by scattering each
+//! into its rows of one buffer, one pass over the data (a concatenation of `T` parts costs `T`
+//! selects per element). Stacked values that carry gradients get one node ([`Stacked`]) whose
+//! rules are themselves ordinary, differentiable array code: a row of the cotangent per part in
+//! reverse mode, the tangents stacked in forward mode.
+
+use crate::ad::graph::{self, Rule};
+use crate::ad::rules::broadcast;
+use crate::ad::Grad;
+use crate::array::{Array, Int64};
+use crate::memory::{gather, scatter};
+use crate::tensor::Tensor;
+use crate::types::Float;
+use kiln_core::{Scalar, VarType};
+use std::sync::Arc;
+
+/// Positions `t·len .. (t+1)·len`, with `t·len` as kernel data.
+fn row_index(len: usize, t: usize) -> Int64 {
+    Int64::arange(len) + &Int64::from_slice(&[(t * len) as i64])
+}
+
+/// Row `t` of `x` along its leading axis. Without a gradient: a gather at a data offset (one
+/// kernel for every row); with one, a view (differentiable to any order).
+pub(crate) fn row<T: Scalar>(x: &Tensor<T>, t: usize) -> Tensor<T> {
+    if crate::ad::rules::tracks(x.array()) {
+        return x.index_axis(0, t);
+    }
+    let shape = x.shape()[1..].to_vec();
+    let len: usize = shape.iter().product();
+    Tensor::from_array(gather(&x.array().detach(), &row_index(len, t)), &shape)
+}
+
+/// `parts` (one shape) stacked along a new leading axis.
+pub(crate) fn stack<T: Scalar>(parts: Vec<Tensor<T>>) -> Tensor<T> {
+    let row_shape = parts[0].shape().to_vec();
+    let len: usize = row_shape.iter().product();
+    let mut shape = vec![parts.len()];
+    shape.extend_from_slice(&row_shape);
+    let mut out = Array::<T>::full(T::from_bits64(0), parts.len() * len);
+    for (t, p) in parts.iter().enumerate() {
+        scatter(&mut out, p.array().detach(), &row_index(len, t));
+    }
+    let tracked: Vec<(usize, u32)> = parts
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| crate::ad::rules::tracks(p.array()))
+        .map(|(t, p)| (t, p.array().ad))
+        .collect();
+    if tracked.is_empty() || !matches!(T::TYPE, VarType::F32 | VarType::F64) {
+        return Tensor::from_array(out, &shape);
+    }
+    let rule = Stacked {
+        ty: T::TYPE,
+        len,
+        rows: parts.len(),
+        at: tracked.iter().map(|p| p.0).collect(),
+    };
+    let parents: Vec<u32> = tracked.iter().map(|p| p.1).collect();
+    let ad = graph::new_node_with(
+        T::TYPE,
+        parts.len() * len,
+        &parents,
+        Some(Arc::new(rule)),
+        out.id(),
+    );
+    Tensor::from_array(out.with_ad(ad), &shape)
+}
+
+/// The node of a stack: its parents are the parts that carry gradients, at rows `at`.
+struct Stacked {
+    ty: VarType,
+    len: usize,
+    rows: usize,
+    at: Vec<usize>,
+}
+
+impl Stacked {
+    fn rows_of<T: Float>(&self, ct: &Grad) -> Vec<Option<Grad>> {
+        let ct = broadcast(ct.array::<T>(), (self.rows * self.len).into());
+        self.at
+            .iter()
+            .map(|&t| Some(Grad::of(gather(&ct, &row_index(self.len, t)))))
+            .collect()
+    }
+    fn stacked<T: Float>(&self, ts: &[Option<Grad>]) -> Option<Grad> {
+        if ts.iter().all(Option::is_none) {
+            return None;
+        }
+        let mut out = Array::<T>::full(T::from_bits64(0), self.rows * self.len);
+        for (&t, g) in self.at.iter().zip(ts) {
+            if let Some(g) = g {
+                let v = broadcast(g.array::<T>(), self.len.into());
+                scatter(&mut out, &v, &row_index(self.len, t));
+            }
+        }
+        Some(Grad::of(out))
+    }
+}
+
+impl Rule for Stacked {
+    fn name(&self) -> &'static str {
+        "scan stack"
+    }
+    fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
+        match self.ty {
+            VarType::F32 => self.rows_of::<f32>(ct),
+            _ => self.rows_of::<f64>(ct),
+        }
+    }
+    fn forward(&self, tangents: &[Option<Grad>]) -> Option<Grad> {
+        match self.ty {
+            VarType::F32 => self.stacked::<f32>(tangents),
+            _ => self.stacked::<f64>(tangents),
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! Gradients through `kiln::scan` (JAX's face, issue 26): reverse mode, forward mode and finite
+//! differences (f64) agree for carries and stacked outputs, `reverse`, `length` without inputs,
+//! tuples, captured tensors with gradients, a matrix recurrence (an RNN cell) and zero steps;
+//! second derivatives by nesting; nothing leaks.
+
+mod ad_check;
+use ad_check::{check, no_leak, rand, serial};
+use kiln::prelude::*;
+use kiln::scan::{Lax, ScanReport};
+
+fn t(a: &Float64, shape: &[usize]) -> Tensor<f64> {
+    Tensor::from_array(a.clone(), shape)
+}
+
+#[test]
+fn a_nonlinear_carry_and_stacked_outputs() {
+    let _s = serial();
+    for reverse in [false, true] {
+        check(
+            &[rand(3, 1), rand(15, 2)],
+            |v| {
+                let (c, ys) = Lax::new(&t(&v[0], &[3]), &t(&v[1], &[5, 3]))
+                    .reverse(reverse)
+                    .run(|c, x| {
+                        let c2 = &(c * x).sin() + &(c * 0.5);
+                        let y = &c2 * &c2 + x;
+                        (c2, y)
+                    })
+                    .unwrap();
+                // both the final carry and every y reach the output
+                let all = Tensor::concat(&[c.reshape(&[1, 3]), ys], 0);
+                all.array().clone()
+            },
+            1e-6,
+        );
+    }
+}
+
+#[test]
+fn a_length_without_inputs_and_a_tuple_carry() {
+    let _s = serial();
+    check(
+        &[rand(2, 3), rand(2, 4)],
+        |v| {
+            let init = (t(&v[0], &[2]), t(&v[1], &[2]));
+            let ((a, b), _) = Lax::new(&init, &())
+                .length(6)
+                .run(|(a, b), _| {
+                    let a2 = &(a * b).tanh() + a;
+                    let b2 = b - &(a * 0.3);
+                    ((a2, b2.clone()), b2)
+                })
+                .unwrap();
+            (a.array() + b.array()).clone()
+        },
+        1e-6,
+    );
+}
+
+#[test]
+fn an_rnn_cell_with_its_weights_captured() {
+    let _s = serial();
+    // h_t = tanh(W h_{t-1} + U x_t + b); gradients w.r.t. W, U, b (captured) and the inputs
+    let (hd, xd, steps) = (3usize, 2usize, 4usize);
+    check(
+        &[
+            rand(hd * hd, 5),
+            rand(hd * xd, 6),
+            rand(hd, 7),
+            rand(steps * xd, 8),
+        ],
+        |v| {
+            let w = t(&v[0], &[hd, hd]);
+            let u = t(&v[1], &[hd, xd]);
+            let b = t(&v[2], &[hd]);
+            let xs = t(&v[3], &[steps, xd]);
+            let h0 = Tensor::<f64>::zeros(&[hd]);
+            let (_, hs) = kiln::scan(&h0, &xs, |h, x| {
+                let pre = &(&w.matmul(&h.reshape(&[hd, 1])).reshape(&[hd])
+                    + &u.matmul(&x.reshape(&[xd, 1])).reshape(&[hd]))
+                    + &b;
+                let h2 = pre.tanh();
+                (h2.clone(), h2)
+            })
+            .unwrap();
+            (hs.array() * hs.array()).clone()
+        },
+        1e-6,
+    );
+}
+
+#[test]
+fn zero_steps_pass_the_carry_through() {
+    let _s = serial();
+    let mut a = Float64::from_slice(&[1.0, 2.0]);
+    a.enable_grad();
+    let xs = Tensor::<f64>::zeros(&[0, 2]);
+    let (c, ys) = kiln::scan(&t(&a, &[2]), &xs, |c, x| (c * x, c + x)).unwrap();
+    assert_eq!(ys.shape(), &[0, 2]);
+    (c.array() * 3.0).sum().backward();
+    assert_eq!(a.grad().to_vec(), vec![3.0, 3.0]);
+}
+
+#[test]
+fn the_report_says_how_it_ran_and_nothing_leaks() {
+    let _s = serial();
+    no_leak(|| {
+        let mut x = Float64::from_slice(&rand(8, 9));
+        x.enable_grad();
+        let mut report = ScanReport::default();
+        let (c, _) = Lax::new(&Tensor::<f64>::scalar(0.0), &t(&x, &[8]))
+            .report(&mut report)
+            .run(|c, x| {
+                let s = &(c * 0.9) + &x.sin();
+                (s.clone(), s)
+            })
+            .unwrap();
+        c.array().sum().backward();
+        assert_eq!(report.mode, "differentiated");
+        assert_eq!(report.steps_run, 8);
+        let g = x.grad().to_vec();
+        // d c_T / d x_t = 0.9^(T-1-t) cos(x_t)
+        let xs = x.detach().to_vec();
+        for (k, (g, x)) in g.iter().zip(&xs).enumerate() {
+            let want = 0.9f64.powi(7 - k as i32) * x.cos();
+            assert!((g - want).abs() < 1e-12, "{k}: {g} vs {want}");
+        }
+    });
+}
+
+#[test]
+fn second_derivatives_through_a_scan() {
+    let _s = serial();
+    // f(x) = c_T with c ← c·x_t + x_t²: the Hessian-vector product against finite differences
+    // of the gradient
+    let f = |x: &Float64| -> Float64 {
+        let (c, _) = kiln::scan(&Tensor::<f64>::scalar(1.0), &t(x, &[4]), |c, x| {
+            let c2 = &(c * x) + &(x * x);
+            (c2.clone(), c2)
+        })
+        .unwrap();
+        c.array().sum()
+    };
+    let x0 = [0.3, -0.7, 0.5, 1.1];
+    let v = [0.2, 0.4, -0.3, 0.9];
+    let hv = kiln::hvp(f, &Float64::from_slice(&x0), &Float64::from_slice(&v))
+        .unwrap()
+        .to_vec();
+    let grad_at = |s: f64| {
+        let x: Vec<f64> = x0.iter().zip(&v).map(|(a, b)| a + s * b).collect();
+        kiln::grad(f, &Float64::from_slice(&x)).unwrap().to_vec()
+    };
+    let h = 1e-5;
+    let (gp, gm) = (grad_at(h), grad_at(-h));
+    for k in 0..4 {
+        let fd = (gp[k] - gm[k]) / (2.0 * h);
+        assert!(
+            (hv[k] - fd).abs() <= 1e-6 * (1.0 + fd.abs()),
+            "{k}: {} vs {fd}",
+            hv[k]
+        );
+    }
+}
+
+#[test]
+fn a_frozen_step_replays_a_scan_forward_and_backward() {
+    let _s = serial();
+    let body = |x: &Float64| -> Float64 {
+        let mut x = x.detach();
+        x.enable_grad();
+        let (c, _) = kiln::scan(&Tensor::<f64>::scalar(0.5), &t(&x, &[6]), |c, x| {
+            let c2 = (&(c * x) + x).tanh();
+            (c2.clone(), c2)
+        })
+        .unwrap();
+        c.array().sum().backward();
+        x.grad()
+    };
+    let mut frozen = kiln::freeze(body);
+    for seed in 0..3 {
+        let x = rand(6, 50 + seed);
+        let got = frozen.call(&Float64::from_slice(&x)).unwrap().to_vec();
+        let want = body(&Float64::from_slice(&x)).to_vec();
+        assert_eq!(got, want, "call {seed}");
+    }
+    assert_eq!(frozen.stats().replays, 2);
+}
+
+#[test]
+fn third_derivatives_through_a_scan() {
+    let _s = serial();
+    // f(a) = c_T with c ← c·a + 1 over 3 steps from c = 1: c_T = a³ + a² + a + 1, f''' = 6
+    let f = |a: &Float64| -> Float64 {
+        let ta = Tensor::from_array(a.clone(), &[]);
+        let (c, _) = Lax::new(&Tensor::<f64>::scalar(1.0), &())
+            .length(3)
+            .run(|c, _| {
+                let c2 = &(c * &ta) + 1.0;
+                (c2.clone(), ())
+            })
+            .unwrap();
+        c.array().sum()
+    };
+    let d1 = |a: &Float64| kiln::grad(f, a).unwrap();
+    let d2 = |a: &Float64| kiln::grad(|a: &Float64| d1(a).sum(), a).unwrap();
+    let d3 = kiln::grad(|a: &Float64| d2(a).sum(), &Float64::from(0.7)).unwrap();
+    let a = 0.7f64;
+    assert!((d1(&Float64::from(a)).item() - (3.0 * a * a + 2.0 * a + 1.0)).abs() < 1e-12);
+    assert!((d2(&Float64::from(a)).item() - (6.0 * a + 2.0)).abs() < 1e-12);
+    assert!((d3.item() - 6.0).abs() < 1e-12, "{}", d3.item());
+}
