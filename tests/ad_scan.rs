@@ -209,3 +209,35 @@ fn third_derivatives_through_a_scan() {
     assert!((d2(&Float64::from(a)).item() - (6.0 * a + 2.0)).abs() < 1e-12);
     assert!((d3.item() - 6.0).abs() < 1e-12, "{}", d3.item());
 }
+
+#[test]
+fn outputs_that_change_shape_and_strict_captures_are_errors() {
+    let _s = serial();
+    no_leak(|| {
+        let mut x = Float64::from_slice(&[1.0, 2.0, 3.0]);
+        x.enable_grad();
+        let xs = t(&x, &[3]);
+        let mut step = 0;
+        let e = kiln::scan(&Tensor::<f64>::scalar(0.0), &xs, |c, x| {
+            step += 1;
+            let y = if step == 2 {
+                Tensor::<f64>::zeros(&[2])
+            } else {
+                Tensor::<f64>::zeros(&[1])
+            };
+            (c + x, y)
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("earlier step"), "{e}");
+        // strict: a captured tensor with a gradient is refused, not silently taken
+        let plain = Tensor::<f64>::from_vec(vec![1.0, 2.0], &[2]);
+        let e = Lax::new(&Tensor::<f64>::scalar(0.0), &plain)
+            .strict(true)
+            .run(|c, x| {
+                let s = &(c + x) + &xs.index_axis(0, 0);
+                (s.clone(), s)
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("strict"), "{e}");
+    });
+}

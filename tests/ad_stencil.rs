@@ -354,3 +354,49 @@ fn a_frozen_step_replays_forward_and_backward() {
     }
     assert_eq!(step.stats().replays, 3, "the later calls replay");
 }
+
+#[test]
+fn a_kernel_with_captured_fields_without_gradients() {
+    let _s = serial();
+    // spatially varying coefficients (no gradient) captured by the kernel: the adjoint must read
+    // them where the forward did, at the lane that read the tap
+    for mode in MODES {
+        for shape in [vec![7usize], vec![4, 5]] {
+            let n: usize = shape.iter().product();
+            let w = Float64::from_slice(&rand(n, 31));
+            let w2 = Float64::from_slice(&rand(n, 32));
+            let one = |a: &Rel<f64>, o: i64| {
+                if shape.len() == 1 {
+                    a.at([o])
+                } else {
+                    a.at([o, 1])
+                }
+            };
+            let k =
+                kiln::stencil(|a: &Rel<f64>| one(a, 1) * &w + (one(a, -1) * one(a, 0)).sin() * &w2)
+                    .boundary(mode);
+            check(
+                &[rand(n, 33)],
+                |x| {
+                    let t = Tensor::from_array(x[0].clone(), &shape);
+                    k.apply(&t).unwrap().array().clone()
+                },
+                1e-6,
+            );
+        }
+    }
+}
+
+#[test]
+fn a_kernel_that_mixes_lanes_is_refused() {
+    let _s = serial();
+    no_leak(|| {
+        let mut x = Float64::from_slice(&[1.0, 2.0, 3.0, 4.0]);
+        x.enable_grad();
+        let k = kiln::stencil(|a: &Rel<f64>| a.at([0]) * a.at([1]).sum());
+        let e = k.apply(&Tensor::from_array(x.clone(), &[4])).unwrap_err();
+        assert!(e.to_string().contains("lanes"), "{e}");
+        // without a gradient it runs
+        assert!(k.apply(&Tensor::from_array(x.detach(), &[4])).is_ok());
+    });
+}

@@ -1,5 +1,5 @@
 //! AD through control flow: `if_then_else`, `switch`, `dispatch` and `while_loop` (both modes),
-//! and the refusal of scans, which have no rule yet.
+//! and the refusal of PyTensor's face of scan (`kiln::scan` runs differentiated step by step).
 //!
 //! A branch or loop body runs inside a region of one kernel (symbolic mode) or on its own lanes
 //! (evaluated mode), and what it returns travels as engine ids: an AD node recorded inside would
@@ -21,8 +21,8 @@
 //! `backward` multiplies by the entries like forward mode does. The price is one forward pass per
 //! state entry that carries a gradient, per iteration (a wide state pays it `columns` times);
 //! a reverse sweep over checkpointed states, which costs one pass whatever the width, is not
-//! built. Scans refuse inputs that carry gradients outright ([`refusal`]); stencils have their own
-//! rule (`stencil::grad`).
+//! built. PyTensor's `Scan` refuses inputs that carry gradients outright ([`refusal`]); stencils
+//! have their own rule (`stencil::grad`).
 
 use super::graph::{self, AdIndex, Rule};
 use super::rules::{broadcast, cast_grad, unbroadcast};
@@ -341,6 +341,12 @@ fn check_body(what: &str, outs: &[AdIndex], leaves: &[AdIndex], start: u64) -> R
         }
         Ok(())
     })
+}
+
+/// An error unless every node between `out` and `leaves` computes each lane from its own lanes
+/// (what per-lane partials need: a stencil kernel's value in its taps).
+pub(crate) fn check_lane_local(what: &str, out: AdIndex, leaves: &[AdIndex]) -> Result<()> {
+    check_body(what, &[out], leaves, 0)
 }
 
 /// Remember the first error of a body (later ones are consequences).
@@ -799,7 +805,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
 // Refusals
 
 /// The error for construct `construct` reached by an array that carries a gradient, when
-/// gradients are being recorded: neither mode crosses scans yet.
+/// gradients are being recorded: neither mode crosses PyTensor's face of scan yet.
 pub(crate) fn refusal<T: kiln_core::Scalar>(construct: &str, a: &Array<T>) -> Option<Error> {
     (a.ad != 0 && recording()).then(|| not_differentiable(construct))
 }

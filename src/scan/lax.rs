@@ -246,6 +246,11 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
         };
         let run = super::run::run(spec, &mut body);
         if matches!(&run, Err(Error::Ad(m)) if m == CAPTURED_GRADIENT) {
+            if self.strict {
+                return Err(Error::Scan(format!(
+                    "scan {label}: the body captures a tensor that carries a gradient, which `strict` refuses; pass it in the carry or `xs`, or leave `strict` off"
+                )));
+            }
             return self.run_differentiated(&mut f);
         }
         let super::run::RunOut {
@@ -300,9 +305,15 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         let n = match (self.length, xs.first()) {
             (Some(n), _) => n,
             (None, Some(x)) if !x.shape.is_empty() => x.shape[0],
-            (None, _) => {
+            (None, None) => {
                 return Err(Error::Scan(format!(
                     "scan {label}: no sequence to scan over; give `length` when `xs` is `()`"
+                )))
+            }
+            (None, Some(x)) => {
+                return Err(Error::Scan(format!(
+                    "scan {label}: an input in `xs` is a scalar ({}); a scan walks along the leading axis of each input, so give it one",
+                    x.describe()
                 )))
             }
         };
@@ -315,7 +326,8 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         let n_carry = flatten(self.init).len();
         let shapes: Vec<Vec<usize>> = flatten(self.init).iter().map(|e| e.shape.clone()).collect();
         let mut c = self.init.clone();
-        let mut ys = Vec::with_capacity(n);
+        let mut ys: Vec<Y> = Vec::with_capacity(n);
+        let mut y_shapes: Option<Vec<String>> = None;
         let order: Vec<usize> = if self.reverse {
             (0..n).rev().collect()
         } else {
@@ -330,6 +342,18 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
                     got.iter().map(Erased::describe).collect::<Vec<_>>().join(", "),
                     flatten(self.init).iter().map(Erased::describe).collect::<Vec<_>>().join(", ")
                 )));
+            }
+            let shapes_y: Vec<String> = flatten(&y).iter().map(Erased::describe).collect();
+            match &y_shapes {
+                None => y_shapes = Some(shapes_y),
+                Some(first) if *first != shapes_y => {
+                    return Err(Error::Scan(format!(
+                        "scan {label}: step {t} returned y = [{}] but an earlier step returned [{}]; every step's y has one structure and shape (they are stacked)",
+                        shapes_y.join(", "),
+                        first.join(", ")
+                    )))
+                }
+                Some(_) => {}
             }
             let ids: Vec<kiln_core::VarId> =
                 got.iter().chain(&flatten(&y)).map(Erased::id).collect();

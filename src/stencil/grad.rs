@@ -1,22 +1,22 @@
 //! Gradients of stencils, in both modes.
 //!
 //! A stencil's value at lane `y` is `f(taps)`, each tap `k` the input at `B(y + o_k)` (`B`: the
-//! boundary rule). While the application is traced, each tap's per-lane partial `∂f/∂tap_k` is
-//! traced too, by reverse mode through the kernel closure with the taps as leaves (the closure is
-//! borrowed: a backward pass later cannot call it again, so what it needs is built now, lazily —
-//! nothing runs unless a pass asks for it):
+//! boundary rule). While the application is traced, each tap's per-lane partial `p_k = ∂f/∂tap_k`
+//! is traced too, by one reverse pass through the kernel closure with the taps as leaves (the
+//! closure is borrowed: a backward pass later cannot call it again, so what it needs is built
+//! now, lazily — nothing runs unless a pass asks for it). The kernel must compute each lane from
+//! its own taps (no reduction or gather over them): that is checked, and refused otherwise.
 //!
-//! - `p_k`, the partial at its own lane: forward mode is `Σ_k p_k · tangent(B(y + o_k))`, a
-//!   stencil over the tangents.
-//! - `q_k`, the partial of the lane the tap lands on, `p_k(x − o_k)`, traced with every read
-//!   shifted by `−o_k`: the adjoint is then `adj(x) = Σ_k q_k(x) · ct(x − o_k)`, a stencil over
-//!   the cotangent with mirrored taps, run with the same interior/border split as the forward (the
-//!   interior is plain shifted loads; the border masks the lanes `x − o_k` that did not compute).
-//!   A linear stencil's `q_k` are constants, so its adjoint reads one array, like its forward.
+//! - Forward mode is `Σ_k p_k · tangent(B(y + o_k))`, a stencil over the tangents.
+//! - Reverse mode is `adj(x) = Σ_k (ct · p_k)(x − o_k)`, a stencil with mirrored taps, run with
+//!   the same interior/border split as the forward (the interior is plain shifted loads; the
+//!   border masks the lanes `x − o_k` that did not compute). For an affine kernel the `p_k` are
+//!   constants, so the adjoint reads the cotangent alone, like the forward reads its input; for
+//!   others the products `ct · p_k` are evaluated first (one kernel), then read at their offsets.
 //! - For `Nearest`, `Reflect` and `Mirror`, reads outside the array land on an element inside: the
-//!   mass a border lane read there is scattered back to it (`p_k` traced at the border lanes only).
+//!   mass a border lane read there is scattered back to it.
 //!
-//! A secondary input larger than the first gets its gradient by scatter-adding every tap's
+//! An input of another shape than the first gets its gradient by scatter-adding every tap's
 //! contribution (exact for every boundary, at scatter speed). Arrays with gradients that the
 //! kernel captures, and reads at value-dependent offsets (`at_var`), are refused.
 
@@ -27,6 +27,7 @@ use super::{
 use crate::ad::graph::{self, Rule};
 use crate::ad::Grad;
 use crate::array::{ok, Array, Bool, Int64};
+use crate::memory::gather;
 use crate::memory::scatter_reduce_masked;
 use crate::ops::select;
 use crate::tensor::Tensor;
@@ -36,11 +37,9 @@ use kiln_core::{Error, Op, ReduceOp, Result, Scalar, VarType};
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// Which reads become AD leaves while a partial is traced.
+/// Which reads become AD leaves while a kernel is traced.
 pub(super) enum Seed {
     None,
-    /// Reads of input `.0` at offset `.1` (as written in the kernel).
-    One(usize, Vec<i64>),
     /// Every read.
     All,
 }
@@ -55,12 +54,7 @@ pub(super) struct Leaf {
 /// `value`, the read of `input` at `off`, or the leaf that stands for it while partials are
 /// traced (one leaf per input and offset, however often the kernel reads it).
 pub(super) fn seeded<T: Scalar>(ctx: &Ctx, input: usize, off: &[i64], value: Array<T>) -> Array<T> {
-    let wanted = match &ctx.seed {
-        Seed::None => false,
-        Seed::One(i, o) => *i == input && o == off,
-        Seed::All => true,
-    };
-    if !wanted || !differentiable(T::TYPE) {
+    if matches!(ctx.seed, Seed::None) || !differentiable(T::TYPE) {
         return value;
     }
     let mut leaves = ctx.leaves.borrow_mut();
@@ -125,9 +119,9 @@ struct Input {
     taps: Vec<Vec<i64>>,
     /// Per tap: `∂f/∂tap` at the lane (None: the value does not depend on it).
     p: Vec<Option<Grad>>,
-    /// Per tap: the same partial of the lane the tap lands on (empty: the gradient is
-    /// scatter-added instead).
-    q: Vec<Option<Grad>>,
+    /// Every `p` is a constant (the kernel is affine in this input's taps).
+    affine: bool,
+    /// Its gradient is scatter-added (an input of another shape than the domain).
     scattered: bool,
     /// Border lanes that read outside and land inside (`Nearest`, `Reflect`, `Mirror`).
     fold: Option<Fold>,
@@ -137,7 +131,7 @@ struct Fold {
     /// Flat positions of the border lanes, and their coordinates.
     lanes: Int64,
     coords: Vec<Int64>,
-    /// Per tap: the partial at those lanes.
+    /// Per tap, for an affine kernel: the (constant) partial at those lanes.
     p: Vec<Option<Grad>>,
 }
 
@@ -182,33 +176,18 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
         parents.push(ad);
     }
     // p: every read a leaf, one trace
-    let at_lane = partials(app, derived(ctx, Vec::new(), Seed::All), true)?;
+    let at_lane = partials(app, derived(ctx), true)?;
     let mut built = Vec::new();
     for (i, ty, taps) in inputs {
         let p: Vec<Option<Grad>> = taps.iter().map(|o| find(&at_lane, i, o)).collect();
-        // the adjoint as a stencil reads `q` traced at shifted lanes, where every read moves by
-        // the same offset; under `Wrap`, an input of another shape wraps with another period
-        let wraps_apart =
-            ctx.boundary == Boundary::Wrap && app.shapes.iter().any(|s| *s != ctx.domain);
-        let same = app.shapes[i] == ctx.domain && !wraps_apart;
-        // an affine kernel's partials are the same constants at every lane: no shifted traces
         let constant = |g: &Option<Grad>| {
             g.as_ref()
                 .is_none_or(|g| kiln_core::literal_value(g.id()).is_some())
         };
         let affine = p.iter().all(constant);
-        let mut q = Vec::new();
-        if same && affine {
-            q = p.clone();
-        } else if same {
-            for o in &taps {
-                let shift = o.iter().map(|v| -v).collect();
-                let c = derived(ctx, shift, Seed::One(i, o.clone()));
-                q.push(find(&partials(app, c, true)?, i, o));
-            }
-        }
+        let same = app.shapes[i] == ctx.domain;
         let fold = if same && folds(ctx.boundary) {
-            fold_partials(app, i, &taps, affine.then_some(&p))?
+            border(app, affine.then_some(&p))
         } else {
             None
         };
@@ -217,7 +196,7 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
             shape: app.shapes[i].clone(),
             taps,
             p,
-            q,
+            affine,
             fold,
             scattered: !same,
         });
@@ -248,8 +227,8 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
     Ok(result.with_ad(ad))
 }
 
-/// A context like `ctx` with reads shifted by `shift` and leaves made by `seed`.
-fn derived(ctx: &Ctx, shift: Vec<i64>, seed: Seed) -> Rc<Ctx> {
+/// A context like `ctx` in which every read is an AD leaf.
+fn derived(ctx: &Ctx) -> Rc<Ctx> {
     let mut c = Ctx::new(
         &ctx.domain,
         ctx.coords.clone(),
@@ -258,8 +237,7 @@ fn derived(ctx: &Ctx, shift: Vec<i64>, seed: Seed) -> Rc<Ctx> {
         ctx.declared.clone(),
         ctx.params.clone(),
     );
-    c.shift = shift;
-    c.seed = seed;
+    c.seed = Seed::All;
     Rc::new(c)
 }
 
@@ -273,6 +251,8 @@ fn partials<U: Scalar>(app: &Application<'_, U>, ctx: Rc<Ctx>, fast: bool) -> Re
     let value = (app.trace)(&ctx, fast);
     let leaves = std::mem::take(&mut *ctx.leaves.borrow_mut());
     let ads: Vec<u32> = leaves.iter().map(|l| l.grad.ad()).collect();
+    // per-lane partials are the derivative only when each lane depends on its own taps alone
+    crate::ad::control::check_lane_local("stencil kernel", value.ad, &ads)?;
     let ps = crate::ad::lane_partials(&Grad::of(value), &ads)?;
     Ok(leaves
         .into_iter()
@@ -291,48 +271,33 @@ fn folds(b: Boundary) -> bool {
     matches!(b, Boundary::Nearest | Boundary::Reflect | Boundary::Mirror)
 }
 
-/// The partials of input `i`'s taps at the border lanes (where some read leaves the array).
-fn fold_partials<U: Scalar>(
+/// The border lanes (where some read leaves the array) and, for an affine kernel, its constant
+/// partials there.
+fn border<U: Scalar>(
     app: &Application<'_, U>,
-    i: usize,
-    taps: &[Vec<i64>],
     constants: Option<&Vec<Option<Grad>>>,
-) -> Result<Option<Fold>> {
+) -> Option<Fold> {
     let ctx = app.ctx;
     let lanes = border_lanes(&ctx.domain, app.nb);
     if lanes.is_empty() {
-        return Ok(None);
+        return None;
     }
     let nl = lanes.len();
     let lanes = Int64::from_slice(&lanes);
     let coords = coordinates(&ctx.domain, &lanes, &ctx.params);
-    if let Some(ps) = constants {
-        let p = ps
-            .iter()
-            .map(|g| {
-                g.as_ref().map(|g| {
-                    let bits = kiln_core::literal_value(g.id()).expect("a constant partial");
-                    Grad::own(kiln_core::literal(g.ty(), bits, nl), 0)
+    let p = constants
+        .map(|ps| {
+            ps.iter()
+                .map(|g| {
+                    g.as_ref().map(|g| {
+                        let bits = kiln_core::literal_value(g.id()).expect("a constant partial");
+                        Grad::own(kiln_core::literal(g.ty(), bits, nl), 0)
+                    })
                 })
-            })
-            .collect();
-        return Ok(Some(Fold { lanes, coords, p }));
-    }
-    let mut c = Ctx::new(
-        &ctx.domain,
-        coords.clone(),
-        lanes.len(),
-        ctx.boundary,
-        ctx.declared.clone(),
-        ctx.params.clone(),
-    );
-    c.seed = Seed::All;
-    let ps = partials(app, Rc::new(c), false)?;
-    Ok(Some(Fold {
-        p: taps.iter().map(|o| find(&ps, i, o)).collect(),
-        lanes,
-        coords,
-    }))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(Fold { lanes, coords, p })
 }
 
 /// Flat positions of the lanes of a row-major `domain` outside the interior of `nb`, in order
@@ -396,26 +361,18 @@ impl StencilRule {
         if x.scattered {
             return self.adjoint_scattered(x, ct);
         }
-        // a cotangent `c · y` (the chain rule through a scaling) is read as `y`, scaled after,
-        // so that `y` is stored once rather than `y` and `c · y`
-        let (src, scale) = match kiln_core::scaled_operand(ct.id()) {
-            Some((y, c)) if kiln_core::size(y) == self.n => {
-                kiln_core::inc_ref(y);
-                let c = Array::<U>::from_id(kiln_core::literal(U::TYPE, c, 1usize));
-                (Array::<U>::from_id(y), Some(c.cast::<T>()))
-            }
-            _ => (ct.clone(), None),
-        };
-        let ctt = Tensor::from_array(src, &self.domain);
-        let reads = x.taps.len().max(1);
-        let fast = ok(readable_at_offsets(ctt.array().id(), "cotangent", reads));
         let wrap = self.boundary == Boundary::Wrap;
         let ctx = self.ctx(if wrap {
             Boundary::Wrap
         } else {
             Boundary::Constant(0.0)
         });
-        let rel = Rel::new(&ctx, &ctt, "cotangent".into(), fast, 0);
+        // per tap: `ct · p_k`, and the same read at the lane x − o_k
+        let (products, reads) = if x.affine {
+            (Vec::new(), self.affine_reads::<T, U>(x, ct, &ctx))
+        } else {
+            self.stored_reads::<T, U>(x, ct, &ctx)
+        };
         // the lanes x − o_k that computed: the domain, or the forward's interior (Skip)
         let reach: Neighborhood = if self.boundary == Boundary::Skip {
             self.nb.clone()
@@ -427,14 +384,9 @@ impl StencilRule {
         let mut value: Option<Array<T>> = None;
         let mut general: Option<Array<T>> = None;
         let (mut lo, mut hi) = (vec![i64::MAX; dims.len()], vec![i64::MIN; dims.len()]);
-        for (o, q) in x.taps.iter().zip(&x.q) {
-            let Some(q) = q else { continue };
+        for (o, term) in x.taps.iter().zip(reads) {
+            let Some(term) = term else { continue };
             let back: Vec<i64> = o.iter().map(|v| -v).collect();
-            let read = rel.tap(&back).cast::<T>();
-            let term = match &scale {
-                Some(c) => q.array::<T>() * read * c,
-                None => q.array::<T>() * read,
-            };
             for d in 0..dims.len() {
                 lo[d] = lo[d].min(back[d] + reach[d].0);
                 hi[d] = hi[d].max(back[d] + reach[d].1);
@@ -471,35 +423,109 @@ impl StencilRule {
             )))
         };
         match &x.fold {
-            Some(fold) => self.fold_back(x, fold, ct, adj),
+            Some(fold) => self.fold_back(x, fold, ct, &products, adj),
             None => adj,
         }
     }
 
-    /// `adj` plus the mass the border lanes read outside the array and the rule moved inside.
+    /// An affine kernel's terms `p_k · ct(x − o_k)`: the cotangent read at each offset (one array
+    /// read, like the forward's input), times the constant partial.
+    fn affine_reads<T: Float, U: Float>(
+        &self,
+        x: &Input,
+        ct: &Array<U>,
+        ctx: &Rc<Ctx>,
+    ) -> Vec<Option<Array<T>>> {
+        // a cotangent `c · y` (the chain rule through a scaling) is read as `y`, scaled after,
+        // so that `y` is stored once rather than `y` and `c · y`
+        let (src, scale) = match kiln_core::scaled_operand(ct.id()) {
+            Some((y, c)) if kiln_core::size(y) == self.n => {
+                kiln_core::inc_ref(y);
+                let c = Array::<U>::from_id(kiln_core::literal(U::TYPE, c, 1usize));
+                (Array::<U>::from_id(y), Some(c.cast::<T>()))
+            }
+            _ => (ct.clone(), None),
+        };
+        let ctt = Tensor::from_array(src, &self.domain);
+        let reads = x.taps.len().max(1);
+        let fast = ok(readable_at_offsets(
+            ctt.array().id(),
+            "cotangent",
+            reads,
+            true,
+        ));
+        let rel = Rel::new(ctx, &ctt, "cotangent".into(), fast, 0);
+        x.taps
+            .iter()
+            .zip(&x.p)
+            .map(|(o, p)| {
+                let p = p.as_ref()?;
+                let back: Vec<i64> = o.iter().map(|v| -v).collect();
+                let read = rel.tap(&back).cast::<T>();
+                Some(match &scale {
+                    Some(c) => p.array::<T>() * read * c,
+                    None => p.array::<T>() * read,
+                })
+            })
+            .collect()
+    }
+
+    /// Any kernel's terms: the products `ct · p_k` evaluated together (one kernel), each read at
+    /// its offset. Returns the products too (the border fold reads them).
+    #[allow(clippy::type_complexity)]
+    fn stored_reads<T: Float, U: Float>(
+        &self,
+        x: &Input,
+        ct: &Array<U>,
+        ctx: &Rc<Ctx>,
+    ) -> (Vec<Option<Array<T>>>, Vec<Option<Array<T>>>) {
+        let ct = ct.cast::<T>();
+        let products: Vec<Option<Array<T>>> =
+            x.p.iter()
+                .map(|p| p.as_ref().map(|p| p.array::<T>() * &ct))
+                .collect();
+        let ids: Vec<kiln_core::VarId> = products.iter().flatten().map(|a| a.id()).collect();
+        ok(kiln_core::eval(&ids));
+        let reads = x
+            .taps
+            .iter()
+            .zip(&products)
+            .enumerate()
+            .map(|(k, (o, g))| {
+                let g = Tensor::from_array(g.as_ref()?.clone(), &self.domain);
+                let rel = Rel::new(ctx, &g, "cotangent times partial".into(), true, k);
+                let back: Vec<i64> = o.iter().map(|v| -v).collect();
+                Some(rel.tap(&back))
+            })
+            .collect();
+        (products, reads)
+    }
+
+    /// `adj` plus the mass the border lanes read outside the array and the rule moved inside:
+    /// `ct · p_k` at those lanes, from the constant partials or the stored `products`.
     fn fold_back<T: Float, U: Float>(
         &self,
         x: &Input,
         fold: &Fold,
         ct: &Array<U>,
+        products: &[Option<Array<T>>],
         adj: Array<T>,
     ) -> Array<T> {
         let params = self.params();
         let (dims, strides) = self.dims(&params, &self.domain);
-        let ct_b = crate::memory::gather(ct, &fold.lanes).cast::<T>();
+        let ct_b = gather(ct, &fold.lanes).cast::<T>();
         let mut adj = adj;
-        for (o, p) in x.taps.iter().zip(&fold.p) {
-            let Some(p) = p else { continue };
+        for (k, o) in x.taps.iter().enumerate() {
+            let mass = if x.affine {
+                fold.p[k].as_ref().map(|p| p.array::<T>() * &ct_b)
+            } else {
+                products[k].as_ref().map(|g| gather(g, &fold.lanes))
+            };
+            let Some(mass) = mass else { continue };
             let (idx, outside) = self.landing(&fold.coords, o, &dims, &strides);
             let Some(outside) = outside else { continue };
             let idx = select(&outside, &idx, 0i64);
-            scatter_reduce_masked(
-                ReduceOp::Add,
-                &mut adj,
-                p.array::<T>() * &ct_b,
-                &idx,
-                &outside,
-            );
+            scatter_reduce_masked(ReduceOp::Add, &mut adj, mass, &idx, &outside);
         }
         adj
     }
@@ -613,7 +639,12 @@ impl StencilRule {
     ) -> Option<Array<U>> {
         let size: usize = x.shape.iter().product();
         let t = crate::ad::rules::broadcast(t.array::<T>().detach(), size.into());
-        let fast = ok(readable_at_offsets(t.id(), "tangent", x.taps.len().max(1)));
+        let fast = ok(readable_at_offsets(
+            t.id(),
+            "tangent",
+            x.taps.len().max(1),
+            false,
+        ));
         let tt = Tensor::from_array(t, &x.shape);
         let rel = Rel::new(ctx, &tt, "tangent".into(), fast, 0);
         let mut sum: Option<Array<T>> = None;

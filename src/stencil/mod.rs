@@ -142,8 +142,6 @@ pub struct Ctx {
     /// Lanes whose value-dependent offsets were clamped into the neighbourhood (`at_var`).
     clamped: RefCell<Vec<Bool>>,
     params: Params,
-    /// Added to every offset read: a tap's partial traced at the lane the tap lands on (AD).
-    shift: Vec<i64>,
     /// Which reads become AD leaves while partials are traced, and the leaves made so far.
     seed: grad::Seed,
     leaves: RefCell<Vec<grad::Leaf>>,
@@ -186,7 +184,6 @@ impl Ctx {
             errors: RefCell::new(Vec::new()),
             clamped: RefCell::new(Vec::new()),
             params,
-            shift: Vec::new(),
             seed: grad::Seed::None,
             leaves: RefCell::new(Vec::new()),
         }
@@ -357,18 +354,6 @@ impl<T: Scalar> Rel<T> {
             }
         }
         self.ctx.taps.borrow_mut().push((self.input, off.to_vec()));
-        let written = off;
-        let shifted: Vec<i64>;
-        let off = if self.ctx.shift.is_empty() {
-            off
-        } else {
-            shifted = off
-                .iter()
-                .zip(&self.ctx.shift)
-                .map(|(o, s)| o + s)
-                .collect();
-            &shifted
-        };
         let q: Vec<Int64> = (0..rank)
             .map(|d| {
                 if off[d] == 0 {
@@ -394,7 +379,7 @@ impl<T: Scalar> Rel<T> {
                 meta,
             )))
         };
-        grad::seeded(&self.ctx, self.input, written, value)
+        grad::seeded(&self.ctx, self.input, off, value)
     }
 
     /// The input at coordinates `q` (one per dimension, any integers) under the boundary rule.
@@ -701,7 +686,7 @@ impl<F> Stencil<F> {
         let fast = ids
             .iter()
             .zip(&names)
-            .map(|(&id, name)| readable_at_offsets(id, name, taps_guess))
+            .map(|(&id, name)| readable_at_offsets(id, name, taps_guess, false))
             .collect::<Result<Vec<bool>>>()?;
         let params = Params::default();
         let coords = coordinates(&domain, &Int64::arange(n), &params);
@@ -867,7 +852,15 @@ fn coordinates(domain: &[usize], flat: &Int64, params: &Params) -> Vec<Int64> {
 
 /// Whether input `id` can be read at offsets: a lazy input is recomputed at each tap when that is
 /// cheaper than storing it (`false`: read through the general meaning), or evaluated first.
-fn readable_at_offsets(id: kiln_core::VarId, name: &str, taps_guess: usize) -> Result<bool> {
+/// With `store_shared`, the values it is computed from that something else holds and that read
+/// other lanes are stored by the same kernel (a cotangent summed over steps; not a forward
+/// input, whose shared values are often taps an AD rule holds).
+fn readable_at_offsets(
+    id: kiln_core::VarId,
+    name: &str,
+    taps_guess: usize,
+    store_shared: bool,
+) -> Result<bool> {
     if kiln_core::is_evaluated(id) {
         return Ok(true);
     }
@@ -877,8 +870,11 @@ fn readable_at_offsets(id: kiln_core::VarId, name: &str, taps_guess: usize) -> R
         return Ok(false);
     }
     tracing::debug!(target: "kiln::stencil", "input `{name}`: its expression ({ops}+ ops{}) is evaluated first, then read by ~{taps_guess} taps", if reads_others { ", reading other lanes" } else { "" });
-    // what it is computed from and something else holds is stored by the same kernel
-    let mut roots = kiln_core::shared_operands(id, 64);
+    let mut roots = if store_shared {
+        kiln_core::shared_operands(id, 64)
+    } else {
+        Vec::new()
+    };
     roots.push(id);
     kiln_core::eval(&roots)?;
     Ok(kiln_core::is_evaluated(id))
