@@ -400,3 +400,55 @@ fn a_kernel_that_mixes_lanes_is_refused() {
         assert!(k.apply(&Tensor::from_array(x.detach(), &[4])).is_ok());
     });
 }
+
+/// Every backend (the interpreter as the oracle, Cranelift's 4-lane vectors, LLVM at this host's
+/// width) computes the same gradients through a split stencil (affine and not, a folding border),
+/// a loop and a scan: the kernels these passes build are covered at more than one width.
+#[test]
+fn every_backend_agrees_on_the_new_gradients() {
+    use kiln_core::{with_backend, BackendKind};
+    let _s = serial();
+    let mut kinds = vec![BackendKind::Interp, BackendKind::Cranelift];
+    if kiln_core::backend::llvm::shared().is_ok() {
+        kinds.push(BackendKind::Llvm);
+    }
+    let (h, w) = (9usize, 70usize);
+    let x0 = rand(h * w, 61);
+    let run = || -> Vec<f64> {
+        let mut x = Float64::from_slice(&x0);
+        x.enable_grad();
+        let lap = kiln::stencil(|a: &Rel<f64>| {
+            a.at([0, 1]) + a.at([0, -1]) + a.at([1, 0]) + a.at([-1, 0]) - 4.0 * a.at([0, 0])
+        });
+        let u = Tensor::from_array(x.clone(), &[h, w]);
+        let u = &u + &(lap.apply(&u).unwrap() * 0.2);
+        let u = kiln::stencil(kernel_2d)
+            .boundary(Boundary::Reflect)
+            .apply(&u)
+            .unwrap();
+        // a loop and a scan over the stencil's result
+        let (y, _) = kiln::while_loop(
+            (u.array().clone(), kiln::UInt32::zeros(h * w)),
+            |(_, i)| i.lt(3u32),
+            |(y, i)| ((y * 0.5).sin() + y * 0.1, i + 1u32),
+        )
+        .unwrap();
+        let rows = Tensor::from_array(y, &[h, w]);
+        let (c, _) = kiln::scan(&Tensor::<f64>::zeros(&[w]), &rows, |c, r| {
+            let c2 = (&(c * 0.9) + r).tanh();
+            (c2.clone(), c2)
+        })
+        .unwrap();
+        c.array().sum().backward();
+        x.grad().to_vec()
+    };
+    let results: Vec<Vec<f64>> = kinds.iter().map(|&k| with_backend(k, run)).collect();
+    for (k, r) in kinds.iter().zip(&results).skip(1) {
+        for (i, (a, b)) in r.iter().zip(&results[0]).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-9 * (1.0 + b.abs()),
+                "{k:?} lane {i}: {a} vs the interpreter's {b}"
+            );
+        }
+    }
+}

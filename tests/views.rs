@@ -160,3 +160,24 @@ fn axis_reduction_of_an_expression_is_fused() {
         }
     });
 }
+
+/// A view of a loop's unevaluated result evaluates the loop first (a consumer's kernel cannot
+/// recompute a loop at other lanes; it crashed the kernel builder before).
+#[test]
+fn a_view_of_a_lazy_loop_result() {
+    leak_checked(|| {
+        let x = kiln::Float64::from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let (y, _) = kiln::while_loop(
+            (x, kiln::UInt32::zeros(6)),
+            |(_, i)| i.lt(2u32),
+            |(y, i)| (y * 2.0, i + 1u32),
+        )
+        .unwrap();
+        let t = kiln::Tensor::from_array(y, &[2, 3]);
+        assert_eq!(
+            t.transpose().to_vec(),
+            vec![4.0, 16.0, 8.0, 20.0, 12.0, 24.0]
+        );
+        assert_eq!(t.index_axis(0, 1).to_vec(), vec![16.0, 20.0, 24.0]);
+    });
+}

@@ -37,13 +37,6 @@ use kiln_core::{Error, Op, ReduceOp, Result, Scalar, VarType};
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// Which reads become AD leaves while a kernel is traced.
-pub(super) enum Seed {
-    None,
-    /// Every read.
-    All,
-}
-
 /// A read made a leaf: input, offset as written, the leaf.
 pub(super) struct Leaf {
     input: usize,
@@ -54,7 +47,7 @@ pub(super) struct Leaf {
 /// `value`, the read of `input` at `off`, or the leaf that stands for it while partials are
 /// traced (one leaf per input and offset, however often the kernel reads it).
 pub(super) fn seeded<T: Scalar>(ctx: &Ctx, input: usize, off: &[i64], value: Array<T>) -> Array<T> {
-    if matches!(ctx.seed, Seed::None) || !differentiable(T::TYPE) {
+    if !ctx.seed || !differentiable(T::TYPE) {
         return value;
     }
     let mut leaves = ctx.leaves.borrow_mut();
@@ -237,7 +230,7 @@ fn derived(ctx: &Ctx) -> Rc<Ctx> {
         ctx.declared.clone(),
         ctx.params.clone(),
     );
-    c.seed = Seed::All;
+    c.seed = true;
     Rc::new(c)
 }
 

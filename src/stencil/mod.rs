@@ -142,8 +142,8 @@ pub struct Ctx {
     /// Lanes whose value-dependent offsets were clamped into the neighbourhood (`at_var`).
     clamped: RefCell<Vec<Bool>>,
     params: Params,
-    /// Which reads become AD leaves while partials are traced, and the leaves made so far.
-    seed: grad::Seed,
+    /// Whether every read becomes an AD leaf (partials are being traced), and the leaves made.
+    seed: bool,
     leaves: RefCell<Vec<grad::Leaf>>,
 }
 
@@ -184,7 +184,7 @@ impl Ctx {
             errors: RefCell::new(Vec::new()),
             clamped: RefCell::new(Vec::new()),
             params,
-            seed: grad::Seed::None,
+            seed: false,
             leaves: RefCell::new(Vec::new()),
         }
     }

@@ -486,12 +486,16 @@ pub fn gather(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
 /// frozen function's recording, a source whose size follows the inputs is evaluated first (the
 /// recomputed bounds check would bake its size in).
 pub fn gather_view(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
-    let (lazy, sym) = {
+    let (lazy, sym, recomputable) = {
         let st = lock_clean(&[source.0])?;
         let v = st.var(source.0);
-        (!v.is_evaluated(), v.sym)
+        (
+            !v.is_evaluated(),
+            v.sym,
+            recomputable_at_other_lanes(&st, source.0),
+        )
     };
-    if lazy && sym == 0 {
+    if lazy && sym == 0 && recomputable {
         tracing::debug!(target: "kiln::schedule", "view of r{}: recomputed at the gathered indices in the consumer's kernel", source.0);
     } else {
         if lazy {
@@ -500,6 +504,28 @@ pub fn gather_view(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
         crate::schedule::eval(&[source])?;
     }
     gather_traced(source, index, mask)
+}
+
+/// Whether the unevaluated expression of `id` can be recomputed at other lanes inside a consumer's
+/// kernel: pure ops, gathers and stencil nodes only (a loop's or branch's output, a reduction, a
+/// scatter's result cannot be: they are evaluated first). Bounded: a larger expression counts as
+/// not recomputable, which only costs an evaluation.
+fn recomputable_at_other_lanes(st: &State, id: u32) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![id];
+    while let Some(i) = stack.pop() {
+        let v = st.var(i);
+        if v.is_evaluated() || v.is_literal() || !seen.insert(i) {
+            continue;
+        }
+        let ok = v.region.is_none()
+            && (v.op.is_pure() || matches!(v.op, Op::Gather | Op::Tap | Op::Split));
+        if !ok || seen.len() > 512 {
+            return false;
+        }
+        stack.extend(v.dep_ids());
+    }
+    true
 }
 
 fn gather_traced(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
