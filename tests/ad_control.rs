@@ -730,8 +730,8 @@ fn tracked(v: &[f64], shape: &[usize]) -> Tensor<f64> {
 
 #[test]
 fn scans_with_a_gradient() {
-    // JAX's face is differentiated (until issue 26 it was refused; tests/ad_scan.rs has more);
-    // PyTensor's face still refuses
+    // both faces are differentiated (until issue 26 they were refused; tests/ad_scan.rs and
+    // tests/ad_scan_pytensor.rs have more)
     let _s = serial();
     let before = nodes();
     {
@@ -751,15 +751,17 @@ fn scans_with_a_gradient() {
         assert_eq!(c.to_vec(), vec![36.0]);
         c.array().sum().backward();
         assert_eq!(cap.array().grad().to_vec(), vec![3.0]);
-        // PyTensor's face
+        // PyTensor's face: running sums, Σ_t Σ_{s≤t} x_s = 3x0 + 2x1 + x2
         let xs = tracked(&[1.0, 2.0, 3.0], &[3]);
-        let e = kiln::scan::Scan::new()
+        let r = kiln::scan::Scan::new()
             .sequence(&xs)
             .output(&Tensor::scalar(0.0f64))
             .run(|s| s.seq(0, 0) + s.out(0, -1))
-            .err()
-            .expect("refused");
-        assert!(matches!(e, kiln::Error::NotDifferentiable { .. }), "{e}");
+            .unwrap();
+        assert_eq!(r.output::<f64>(0).to_vec(), vec![1.0, 3.0, 6.0]);
+        assert_eq!(r.report().mode, "differentiated");
+        r.output::<f64>(0).array().sum().backward();
+        assert_eq!(xs.array().grad().to_vec(), vec![3.0, 2.0, 1.0]);
     }
     assert_eq!(nodes(), before);
 }

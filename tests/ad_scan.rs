@@ -241,3 +241,23 @@ fn outputs_that_change_shape_and_strict_captures_are_errors() {
         assert!(e.to_string().contains("strict"), "{e}");
     });
 }
+
+#[test]
+fn keep_states_with_a_gradient() {
+    let _s = serial();
+    // (refused until issue 26's second part) the carries c_0..c_T, checked by the oracle
+    check(
+        &[rand(2, 61), rand(8, 62)],
+        |v| {
+            let (_, _, states) = Lax::new(&t(&v[0], &[2]), &t(&v[1], &[4, 2]))
+                .run_with_states::<_, f64>(|c, x| {
+                    let c2 = &(c * x).tanh() + c;
+                    (c2, ())
+                })
+                .unwrap();
+            assert_eq!(states[0].shape(), &[5, 2]);
+            states[0].array().clone()
+        },
+        1e-6,
+    );
+}

@@ -801,23 +801,6 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
     Ok(rebuild_with(&state, &out_ids, &nodes.0))
 }
 
-// ---------------------------------------------------------------------------------------------
-// Refusals
-
-/// The error for construct `construct` reached by an array that carries a gradient, when
-/// gradients are being recorded: neither mode crosses PyTensor's face of scan yet.
-pub(crate) fn refusal<T: kiln_core::Scalar>(construct: &str, a: &Array<T>) -> Option<Error> {
-    (a.ad != 0 && recording()).then(|| not_differentiable(construct))
-}
-
-/// See [`refusal`].
-pub(crate) fn not_differentiable(construct: &str) -> Error {
-    Error::NotDifferentiable {
-        construct: construct.to_string(),
-        detail: "an input carries a gradient; AD through it (reverse mode, and forward mode too) comes with the next AD issue".to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::propagate::{self, Backward};

@@ -7,12 +7,33 @@ use crate::freeze::traverse::{Assign, Traversal, Traverse};
 use crate::tensor::Tensor;
 use kiln_core::{Error, Handle, Result, Scalar, VarId, VarType};
 
-/// One reference to a variable, with its type and shape (kiln's own; not nameable outside).
-#[derive(Clone)]
+/// One reference to a variable, with its type and shape (kiln's own; not nameable outside), and
+/// its AD node when it carries a gradient (so that a scan run differentiated step by step hands
+/// its body tensors that still carry theirs).
 pub struct Erased {
     pub(crate) h: Handle,
     pub(crate) ty: VarType,
     pub(crate) shape: Vec<usize>,
+    /// One reference to the AD node (0: none).
+    ad: crate::ad::AdIndex,
+}
+
+impl Clone for Erased {
+    fn clone(&self) -> Self {
+        crate::ad::graph::inc_ref(self.ad);
+        Erased {
+            h: self.h.clone(),
+            ty: self.ty,
+            shape: self.shape.clone(),
+            ad: self.ad,
+        }
+    }
+}
+
+impl Drop for Erased {
+    fn drop(&mut self) {
+        crate::ad::graph::dec_ref(self.ad);
+    }
 }
 
 impl Erased {
@@ -22,6 +43,7 @@ impl Erased {
             h: Handle::own(id),
             ty: kiln_core::var_type(id),
             shape,
+            ad: 0,
         }
     }
     /// The variable (the reference stays with this value).
@@ -34,10 +56,21 @@ impl Erased {
             h: Handle::borrow(id),
             ty: kiln_core::var_type(id),
             shape,
+            ad: 0,
         }
     }
+    /// `t`, with its AD node when it carries a gradient and derivatives are being recorded.
     pub fn of<T: Scalar>(t: &Tensor<T>) -> Erased {
-        Erased::borrow(t.array().id(), t.shape().to_vec())
+        let mut e = Erased::borrow(t.array().id(), t.shape().to_vec());
+        if crate::ad::rules::tracks(t.array()) {
+            crate::ad::graph::inc_ref(t.array().ad);
+            e.ad = t.array().ad;
+        }
+        e
+    }
+    /// Whether it carries a gradient.
+    pub fn carries_grad(&self) -> bool {
+        self.ad != 0
     }
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
@@ -53,7 +86,12 @@ impl Erased {
                 self.ty.name()
             )));
         }
-        Tensor::try_from_array(Array::<T>::from_id(self.h.clone().into_id()), &self.shape)
+        let mut a = Array::<T>::from_id(self.h.clone().into_id());
+        if self.ad != 0 {
+            crate::ad::graph::inc_ref(self.ad);
+            a = a.with_ad(self.ad);
+        }
+        Tensor::try_from_array(a, &self.shape)
     }
     /// `shape` and type for messages: `f32 [3, 4]`.
     pub fn describe(&self) -> String {
@@ -81,6 +119,7 @@ impl Traverse for Arrays {
         for e in &mut self.0 {
             // (the old variable's reference goes with the old handle)
             e.h = Handle::own(a.erased(e.ty));
+            crate::ad::graph::dec_ref(std::mem::replace(&mut e.ad, 0));
         }
     }
 }

@@ -2,7 +2,9 @@
 //! convenience views [`map`], [`foldl`] and [`foldr`].
 
 use super::erased::{flatten, Erased, Tree};
-use super::spec::{Keep, OutSpec, SeqSpec, Spec, StepIn, StepOut};
+use super::spec::{
+    strict_captured_gradient, Keep, OutSpec, SeqSpec, Spec, StepIn, StepOut, CAPTURED_GRADIENT,
+};
 use super::{ScanMode, ScanReport};
 use crate::tensor::Tensor;
 use kiln_core::{Error, Result, Scalar};
@@ -247,9 +249,7 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
         let run = super::run::run(spec, &mut body);
         if matches!(&run, Err(Error::Ad(m)) if m == CAPTURED_GRADIENT) {
             if self.strict {
-                return Err(Error::Scan(format!(
-                    "scan {label}: the body captures a tensor that carries a gradient, which `strict` refuses; pass it in the carry or `xs`, or leave `strict` off"
-                )));
+                return Err(strict_captured_gradient(&label));
             }
             return self.run_differentiated(&mut f);
         }
@@ -279,10 +279,6 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
     }
 }
 
-/// The marker of a traced body whose results carry gradients it captured (the scan then runs
-/// differentiated, step by step).
-const CAPTURED_GRADIENT: &str = "kiln: scan body captured a gradient";
-
 impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
     /// The scan with gradients: the body runs once per step on ordinary lazy tensors, recording
     /// derivatives like any code (row `t` of `xs` is a view, the `y`s are stacked), and each
@@ -296,11 +292,6 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         f: &mut dyn FnMut(&C, &X) -> (C, Y),
     ) -> Result<(C, Y, Vec<Option<Erased>>)> {
         let label = self.label.clone();
-        if self.keep_states {
-            return Err(crate::ad::control::not_differentiable(&format!(
-                "scan {label} with `keep_states`"
-            )));
-        }
         let xs = flatten(self.xs);
         let n = match (self.length, xs.first()) {
             (Some(n), _) => n,
@@ -326,6 +317,8 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         let n_carry = flatten(self.init).len();
         let shapes: Vec<Vec<usize>> = flatten(self.init).iter().map(|e| e.shape.clone()).collect();
         let mut c = self.init.clone();
+        // with `keep_states`: every carry entry's values, the initial one first
+        let mut kept: Vec<Vec<Erased>> = flatten(self.init).into_iter().map(|e| vec![e]).collect();
         let mut ys: Vec<Y> = Vec::with_capacity(n);
         let mut y_shapes: Option<Vec<String>> = None;
         let order: Vec<usize> = if self.reverse {
@@ -358,6 +351,9 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
             let ids: Vec<kiln_core::VarId> =
                 got.iter().chain(&flatten(&y)).map(Erased::id).collect();
             kiln_core::eval(&ids)?;
+            if self.keep_states {
+                kept.iter_mut().zip(got).for_each(|(k, e)| k.push(e));
+            }
             c = c2;
             ys.push(y);
         }
@@ -387,7 +383,14 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
                 ..Default::default()
             };
         }
-        Ok((c, y, Vec::new()))
+        let states = match self.keep_states {
+            true => kept
+                .iter()
+                .map(|k| Some(super::stepwise::stack(k[0].ty, k, &k[0].shape)))
+                .collect(),
+            false => Vec::new(),
+        };
+        Ok((c, y, states))
     }
 }
 

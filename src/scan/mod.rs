@@ -32,6 +32,7 @@ mod lax;
 mod rows;
 mod run;
 mod spec;
+mod stepwise;
 
 pub use erased::Tree;
 pub use lax::{foldl, foldr, map, reduce, scan, Lax};
@@ -309,7 +310,8 @@ impl<'a, T: Scalar> Step<'a, T> {
 pub trait StepOutputs {
     #[doc(hidden)]
     fn into_erased(self) -> Vec<Erased>;
-    /// Whether a tensor in it carries a gradient (one the body captured: scans refuse those).
+    /// Whether a tensor in it carries a gradient (one the body captured: the scan then runs
+    /// differentiated, step by step).
     #[doc(hidden)]
     fn carries_grad(&self) -> bool;
 }
@@ -395,14 +397,6 @@ impl<T: Scalar> Scan<T> {
             self.error = Some(e);
         }
     }
-    /// An input that carries a gradient: this face refuses it (`kiln::scan`, JAX's face, is
-    /// differentiable).
-    fn refuse_grad<U: Scalar>(&mut self, x: &Tensor<U>) {
-        let construct = format!("scan {}", self.spec.label);
-        if let Some(e) = crate::ad::control::refusal(&construct, x.array()) {
-            self.note(e);
-        }
-    }
     /// A name for messages, logs and the report.
     pub fn label(mut self, label: &str) -> Self {
         self.spec.label = label.into();
@@ -423,7 +417,6 @@ impl<T: Scalar> Scan<T> {
     }
     /// [`Scan::sequence_taps`] for a sequence of another element type.
     pub fn sequence_taps_as<U: Scalar>(mut self, xs: &Tensor<U>, taps: &[i64]) -> Self {
-        self.refuse_grad(xs);
         let i = self.spec.seqs.len();
         if let Err(e) = spec::check_taps(&self.spec.label, &format!("sequence {i}"), taps, false) {
             self.note(e);
@@ -436,32 +429,27 @@ impl<T: Scalar> Scan<T> {
     }
     /// An output that feeds back one step (a SITSOT): `init` is its value before the first step,
     /// of the shape each step returns.
-    pub fn output(mut self, init: &Tensor<T>) -> Self {
-        self.refuse_grad(init);
+    pub fn output(self, init: &Tensor<T>) -> Self {
         self.output_impl(Erased::of(init), &[-1], false)
     }
     /// [`Scan::output`] for an output of another element type (read with [`Step::out_as`]).
-    pub fn output_as<U: Scalar>(mut self, init: &Tensor<U>) -> Self {
-        self.refuse_grad(init);
+    pub fn output_as<U: Scalar>(self, init: &Tensor<U>) -> Self {
         self.output_impl(Erased::of(init), &[-1], false)
     }
     /// As [`Scan::output`], handing the initial state over to the scan: it may then compute the
     /// output over the initial state's buffer (in place), as the caller keeps no handle to it.
-    pub fn output_owned(mut self, init: Tensor<T>) -> Self {
-        self.refuse_grad(&init);
+    pub fn output_owned(self, init: Tensor<T>) -> Self {
         let e = Erased::of(&init);
         drop(init);
         self.output_impl(e, &[-1], true)
     }
     /// An output that feeds back at several earlier steps (a MITSOT), e.g. `&[-2, -1]`: `init`
     /// holds one row per step back to the earliest tap, `init[0]` being the earliest.
-    pub fn output_taps(mut self, init: &Tensor<T>, taps: &[i64]) -> Self {
-        self.refuse_grad(init);
+    pub fn output_taps(self, init: &Tensor<T>, taps: &[i64]) -> Self {
         self.output_impl(Erased::of(init), taps, false)
     }
     /// [`Scan::output_taps`] for an output of another element type.
-    pub fn output_taps_as<U: Scalar>(mut self, init: &Tensor<U>, taps: &[i64]) -> Self {
-        self.refuse_grad(init);
+    pub fn output_taps_as<U: Scalar>(self, init: &Tensor<U>, taps: &[i64]) -> Self {
         self.output_impl(Erased::of(init), taps, false)
     }
     fn output_impl(mut self, init: Erased, taps: &[i64], owned: bool) -> Self {
@@ -496,7 +484,6 @@ impl<T: Scalar> Scan<T> {
     }
     /// [`Scan::non_sequence`] of another element type (read with [`Step::non_seq_as`]).
     pub fn non_sequence_as<U: Scalar>(mut self, x: &Tensor<U>) -> Self {
-        self.refuse_grad(x);
         self.spec.non_seqs.push(Erased::of(x));
         self
     }
@@ -541,6 +528,31 @@ impl<T: Scalar> Scan<T> {
         }
         self
     }
+    /// PyTensor's `truncate_gradient`: gradients flow back through the last `k` steps the scan
+    /// runs and no further (truncated BPTT): the earlier steps run with derivatives suspended,
+    /// so their sequence rows, the initial states they read and what they captured get nothing
+    /// from them. No effect without a gradient. With `until`, a first pass without derivatives
+    /// finds where the scan stops.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// use kiln::scan::Scan;
+    /// let mut u = Float64::from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0]);
+    /// u.enable_grad();
+    /// // x_t = x_{t-1} + u_t: only the last 2 steps pass gradients back
+    /// let r = Scan::new()
+    ///     .sequence(&Tensor::from_array(u.clone(), &[5]))
+    ///     .output(&Tensor::scalar(0.0))
+    ///     .truncate_gradient(2)
+    ///     .run(|s| s.out(0, -1) + s.seq(0, 0))
+    ///     .unwrap();
+    /// r.output::<f64>(0).array().sum().backward();
+    /// assert_eq!(u.grad().to_vec(), vec![0.0, 0.0, 0.0, 2.0, 1.0]);
+    /// ```
+    pub fn truncate_gradient(mut self, k: usize) -> Self {
+        self.spec.truncate = Some(k);
+        self
+    }
     /// Fused, stepped or automatic (the default).
     pub fn mode(mut self, mode: ScanMode) -> Self {
         self.spec.mode = mode;
@@ -565,6 +577,7 @@ impl<T: Scalar> Scan<T> {
         let seq_taps: Vec<Vec<i64>> = spec.seqs.iter().map(|s| s.taps.clone()).collect();
         let out_taps: Vec<Vec<i64>> = spec.outs.iter().map(|o| o.taps.clone()).collect();
         let label = spec.label.clone();
+        let stepwise = std::cell::Cell::new(false);
         let mut erased_body = |input: &StepIn| -> Result<StepOut> {
             let step = Step::<T> {
                 input,
@@ -576,11 +589,9 @@ impl<T: Scalar> Scan<T> {
                 _t: std::marker::PhantomData,
             };
             let outs = body(&step);
-            if crate::ad::recording() && outs.carries_grad() {
-                // the body captured a tensor that carries a gradient
-                return Err(crate::ad::control::not_differentiable(&format!(
-                    "scan {label}"
-                )));
+            if !stepwise.get() && crate::ad::recording() && outs.carries_grad() {
+                // the body captured a tensor that carries a gradient: run it step by step
+                return Err(Error::Ad(spec::CAPTURED_GRADIENT.into()));
             }
             let outs = outs.into_erased();
             if let Some(e) = step.error.into_inner() {
@@ -596,7 +607,23 @@ impl<T: Scalar> Scan<T> {
             states,
             report,
             ..
-        } = run::run(spec, &mut erased_body)?;
+        } = if crate::ad::recording() && spec.carries_grad() {
+            stepwise.set(true);
+            stepwise::run(spec, &mut erased_body)?
+        } else {
+            let again = crate::ad::recording().then(|| spec.clone());
+            match run::run(spec, &mut erased_body) {
+                Err(Error::Ad(m)) if m == spec::CAPTURED_GRADIENT => {
+                    let spec = again.expect("recording");
+                    if spec.strict {
+                        return Err(spec::strict_captured_gradient(&spec.label));
+                    }
+                    stepwise.set(true);
+                    stepwise::run(spec, &mut erased_body)?
+                }
+                r => r?,
+            }
+        };
         Ok(ScanResult {
             outputs,
             states,

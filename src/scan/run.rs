@@ -65,8 +65,19 @@ fn index_type(n: usize) -> VarType {
     }
 }
 
+/// `reverse` and `go_backwards` exclude each other.
+pub(crate) fn check_direction(spec: &Spec) -> Result<()> {
+    if spec.reverse && spec.go_backwards {
+        return Err(Error::Scan(format!(
+            "scan {}: both `reverse` and `go_backwards` are set; `go_backwards` reverses the inputs only, `reverse` inputs and outputs — choose one",
+            spec.label
+        )));
+    }
+    Ok(())
+}
+
 /// Check each output's initial state against its taps.
-fn check_inits(spec: &Spec) -> Result<()> {
+pub(crate) fn check_inits(spec: &Spec) -> Result<()> {
     let label = &spec.label;
     for (j, o) in spec.outs.iter().enumerate() {
         let Some(init) = &o.init else { continue };
@@ -111,11 +122,7 @@ pub(crate) fn run(
     let rewrites = spec
         .rewrites
         .unwrap_or_else(kiln_core::config::scan_rewrites);
-    if spec.reverse && spec.go_backwards {
-        return Err(Error::Scan(format!(
-            "scan {label}: both `reverse` and `go_backwards` are set; `go_backwards` reverses the inputs only, `reverse` inputs and outputs — choose one"
-        )));
-    }
+    check_direction(&spec)?;
     check_inits(&spec)?;
     let n_req = step_count(&spec)?;
     // inside another loop's symbolic trace (a scan in a scan's body): only a one-kernel scan with
@@ -149,7 +156,8 @@ pub(crate) fn run(
     }
     let an = analyze(&spec, body)?;
 
-    declare_outputs(&mut spec, &an, &label)?;
+    declare_outputs(&mut spec, &an.out_types, &an.out_rows, &label)?;
+    check_analysis(&spec, &an, &label)?;
     let n_out = an.out_types.len();
     let mut report = new_report(&spec, &an, n_req, rewrites, &label);
     let rows = plan_rows(&spec, &an, n_req, rewrites, &mut report);
@@ -185,8 +193,13 @@ pub(crate) fn run(
 /// Complete and check the outputs against what the body returns: every returned value when none
 /// is declared (with the `keep`s asked for), the JAX face's per-step outputs after the carry; each
 /// recurrent value keeps its type and shape; strict mode refuses captured arrays.
-fn declare_outputs(spec: &mut Spec, an: &Analysis, label: &str) -> Result<()> {
-    let n_out = an.out_types.len();
+pub(crate) fn declare_outputs(
+    spec: &mut Spec,
+    out_types: &[VarType],
+    out_rows: &[Vec<usize>],
+    label: &str,
+) -> Result<()> {
+    let n_out = out_types.len();
     if spec.outs.is_empty() {
         for _ in 0..n_out {
             spec.outs.push(OutSpec {
@@ -235,7 +248,7 @@ fn declare_outputs(spec: &mut Spec, an: &Analysis, label: &str) -> Result<()> {
     }
     for (j, o) in spec.outs.iter().enumerate() {
         if let (Some(init), Some(row)) = (&o.init, o.row_shape()) {
-            let (ty, shape) = (an.out_types[j], &an.out_rows[j]);
+            let (ty, shape) = (out_types[j], &out_rows[j]);
             if ty != init.ty || shape != &row {
                 return Err(Error::Scan(format!(
                     "scan {label}: {} changes from {} {row:?} (its initial state) to {ty} {shape:?} (what the body returns); a recurrent value must keep its type and shape — cast or reshape it in the body, or change the initial state",
@@ -245,6 +258,12 @@ fn declare_outputs(spec: &mut Spec, an: &Analysis, label: &str) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// What the traced body shows that the spec forbids: captured arrays under `strict`, `until`
+/// with `reverse`.
+fn check_analysis(spec: &Spec, an: &Analysis, label: &str) -> Result<()> {
     if spec.strict && !an.captured.is_empty() {
         return Err(Error::Scan(format!(
             "scan {label}: strict mode, and the body uses {} captured from its environment; pass {} with `.non_sequence(..)` (or turn strict off)",
@@ -256,12 +275,17 @@ fn declare_outputs(spec: &mut Spec, an: &Analysis, label: &str) -> Result<()> {
             if an.captured.len() == 1 { "it" } else { "them" }
         )));
     }
-    if an.until && spec.reverse {
+    check_until(spec, an.until)
+}
+
+/// `until` and `reverse` exclude each other.
+pub(crate) fn check_until(spec: &Spec, until: bool) -> Result<()> {
+    if until && spec.reverse {
         return Err(Error::Scan(format!(
-            "scan {label}: `until` with `reverse`: the stored rows would depend on where the loop stops; use `go_backwards` instead"
+            "scan {}: `until` with `reverse`: the stored rows would depend on where the loop stops; use `go_backwards` instead",
+            spec.label
         )));
     }
-
     Ok(())
 }
 
@@ -1667,14 +1691,14 @@ fn stepped(
     let mut out_bufs = Vec::new();
     for &h in &has_buf {
         out_bufs.push(if h {
-            Some(it.next().expect("a buffer").h)
+            Some(it.next().expect("a buffer").h.clone())
         } else {
             None
         });
     }
     let sbufs: Vec<Option<V>> = has_states
         .iter()
-        .map(|&h| h.then(|| it.next().expect("a states buffer").h))
+        .map(|&h| h.then(|| it.next().expect("a states buffer").h.clone()))
         .collect();
     let finals = windows.into_iter().map(|mut w| w.pop()).collect();
     let states = states_out(sbufs, spec, an, steps, run)?;

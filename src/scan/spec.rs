@@ -31,11 +31,13 @@ pub enum Keep {
     Nothing,
 }
 
+#[derive(Clone)]
 pub(crate) struct SeqSpec {
     pub data: Erased,
     pub taps: Vec<i64>,
 }
 
+#[derive(Clone)]
 pub(crate) struct OutSpec {
     /// `None`: a NITSOT. SITSOT (taps `[-1]`): the row. MITSOT: `[window, row…]`.
     pub init: Option<Erased>,
@@ -66,6 +68,7 @@ impl OutSpec {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct Spec {
     pub label: String,
     pub seqs: Vec<SeqSpec>,
@@ -84,6 +87,8 @@ pub(crate) struct Spec {
     pub pending_keep: Vec<(usize, Keep)>,
     /// Messages say "carry entry" (JAX) rather than "output".
     pub carry_names: Option<Vec<String>>,
+    /// PyTensor's `truncate_gradient`: gradients go back through the last this many steps only.
+    pub truncate: Option<usize>,
 }
 
 impl Spec {
@@ -103,6 +108,7 @@ impl Spec {
             rewrites: None,
             pending_keep: Vec::new(),
             carry_names: None,
+            truncate: None,
         }
     }
     /// Every declared input's variable: sequences, initial states, non-sequences.
@@ -116,6 +122,15 @@ impl Spec {
         ids.extend(self.non_seqs.iter().map(|n| n.id()));
         ids
     }
+    /// Whether a declared input carries a gradient (the scan then runs differentiated).
+    pub fn carries_grad(&self) -> bool {
+        self.seqs.iter().any(|s| s.data.carries_grad())
+            || self
+                .outs
+                .iter()
+                .any(|o| o.init.as_ref().is_some_and(Erased::carries_grad))
+            || self.non_seqs.iter().any(Erased::carries_grad)
+    }
     /// What output `j` is called in messages.
     pub fn out_name(&self, j: usize) -> String {
         match &self.carry_names {
@@ -124,6 +139,17 @@ impl Spec {
             None => format!("output {j}"),
         }
     }
+}
+
+/// The marker error of a traced body whose results carry gradients it captured: the scan then
+/// runs differentiated, step by step.
+pub(crate) const CAPTURED_GRADIENT: &str = "kiln: scan body captured a gradient";
+
+/// The error for a body that captures a gradient under `strict`.
+pub(crate) fn strict_captured_gradient(label: &str) -> Error {
+    Error::Scan(format!(
+        "scan {label}: the body captures a tensor that carries a gradient, which `strict` refuses; pass it as an input (a sequence, initial state or non-sequence; the JAX face: the carry or `xs`), or leave `strict` off"
+    ))
 }
 
 /// One step's inputs: the step number, each sequence's rows (per tap), each recurrent output's
