@@ -243,6 +243,37 @@ pub struct Loop<S> {
     pub(crate) max_iterations: u64,
     pub(crate) mode: Mode,
     pub(crate) compress: bool,
+    pub(crate) grad: LoopGrad,
+}
+
+/// How a loop whose state carries a gradient is differentiated ([`Loop::grad_mode`]).
+///
+/// ```
+/// use kiln::prelude::*;
+/// use kiln::control::{Loop, LoopGrad};
+/// // y = x·1.5^k until y ≥ 4; d²y/dx² = 0 and dy/dx = 1.5^k, through a recorded loop
+/// let x = Float64::from_slice(&[0.5]);
+/// let f = |x: &Float64| {
+///     Loop::new(x.clone()).grad_mode(LoopGrad::Recorded)
+///         .run(|y| y.lt(4.0), |y| y * y * 0.5 + y).unwrap().sum()
+/// };
+/// let d2 = kiln::grad(|x: &Float64| kiln::grad(f, x).unwrap().sum(), &x).unwrap();
+/// assert!(d2.item() > 0.0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LoopGrad {
+    /// [`LoopGrad::Jacobian`], or [`LoopGrad::Recorded`] inside a transformation whose
+    /// derivatives are differentiated again (a `kiln::grad` of a `kiln::grad`, `kiln::hvp`).
+    #[default]
+    Auto,
+    /// Each lane's Jacobian of the state travels with it: memory independent of the trip
+    /// count, one forward pass per state entry with a gradient per iteration, a lane-local body,
+    /// first order only.
+    Jacobian,
+    /// Every iteration runs evaluated with derivatives recorded, like straight-line code: any
+    /// order, any body, one pass whatever the state's width; memory grows with the iterations
+    /// the longest lane runs (every iteration's state is kept for the backward pass).
+    Recorded,
 }
 
 impl<S: Traverse + Clone + 'static> Loop<S> {
@@ -254,7 +285,13 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             max_iterations: 0,
             mode: Mode::Auto,
             compress: false,
+            grad: LoopGrad::Auto,
         }
+    }
+    /// How derivatives cross the loop (see [`LoopGrad`]; automatic by default).
+    pub fn grad_mode(mut self, grad: LoopGrad) -> Self {
+        self.grad = grad;
+        self
     }
     /// A name for messages and logs.
     pub fn label(mut self, label: &str) -> Self {
@@ -281,11 +318,12 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
 
     /// Run the loop: while `cond(state)` holds for a lane, `state = body(state)` for that lane.
     ///
-    /// Derivatives: both modes cross the loop. The Jacobian of the state with respect to its
-    /// entries that carry a gradient travels with it (one forward pass per such entry at each
-    /// iteration), so the body must be lane-local and take every array with a gradient through
-    /// the state; reverse mode multiplies by that Jacobian and needs no stored iteration, however
-    /// many each lane runs.
+    /// Derivatives: both modes cross the loop. By default the Jacobian of the state with respect
+    /// to its entries that carry a gradient travels with it (one forward pass per such entry at
+    /// each iteration), so the body must be lane-local and take every array with a gradient
+    /// through the state; reverse mode multiplies by that Jacobian and needs no stored iteration,
+    /// however many each lane runs. Higher orders record the iterations instead
+    /// ([`LoopGrad::Recorded`], chosen automatically inside nested transformations).
     ///
     /// ```
     /// use kiln::prelude::*;

@@ -19,17 +19,19 @@
 //!
 //! A loop's Jacobian is carried forward, so reverse mode through it needs no stored iteration:
 //! `backward` multiplies by the entries like forward mode does. The price is one forward pass per
-//! state entry that carries a gradient, per iteration (a wide state pays it `columns` times);
-//! a reverse sweep over checkpointed states, which costs one pass whatever the width, is not
-//! built. PyTensor's `Scan` refuses inputs that carry gradients outright ([`refusal`]); stencils
-//! have their own rule (`stencil::grad`).
+//! state entry that carries a gradient, per iteration (a wide state pays it `columns` times),
+//! and the entries' rule is first order. Higher orders record the loop instead
+//! ([`LoopGrad::Recorded`], chosen inside nested transformations): each iteration evaluated,
+//! `select(active, body(state), state)` recorded like straight-line code, every iteration's
+//! state kept. A reverse sweep over checkpointed states is not built. Scans and stencils have
+//! their own rules (`scan::stepwise`, `stencil::grad`).
 
 use super::graph::{self, AdIndex, Rule};
 use super::rules::{broadcast, cast_grad, unbroadcast};
 use super::value::Grad;
 use super::{recording, RecordingGuard};
 use crate::array::Array;
-use crate::control::{Loop, Target};
+use crate::control::{Loop, LoopGrad, Target};
 use crate::freeze::traverse::{Assign, Traversal, Traverse};
 use crate::types::Float;
 use kiln_core::{Error, Op, Result, Size, VarId, VarType};
@@ -157,8 +159,13 @@ struct SecondOrder {
 
 impl SecondOrder {
     fn why(&self) -> String {
+        let fix = if self.construct == "while_loop" {
+            "; give the loop `.grad_mode(LoopGrad::Recorded)` (nested `kiln::grad`, `kiln::hvp` choose it)"
+        } else {
+            ""
+        };
         format!(
-            "second-order derivatives (of a gradient recorded with create_graph) through {}: its backward pass is not itself differentiated",
+            "second-order derivatives (of a gradient recorded with create_graph) through {}: its backward pass is not itself differentiated{fix}",
             self.construct
         )
     }
@@ -702,6 +709,14 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
     mut cond: impl FnMut(&S) -> crate::array::Bool,
     mut body: impl FnMut(&S) -> S,
 ) -> Result<S> {
+    let recorded = match lp.grad {
+        LoopGrad::Auto => super::higher_order(),
+        LoopGrad::Jacobian => false,
+        LoopGrad::Recorded => true,
+    };
+    if recorded {
+        return run_recorded(lp, cond, body);
+    }
     let what = format!("loop {}", lp.label);
     let (ids, ads) = arrays(&lp.state);
     let wrt: Vec<usize> = (0..ids.len())
@@ -759,6 +774,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
         max_iterations: lp.max_iterations,
         mode: lp.mode,
         compress: lp.compress,
+        grad: LoopGrad::Jacobian,
     };
     let (rows_r, wrt_r, what_r, failure_r) = (&rows, &wrt, &what, &failure);
     let result = inner_loop.run_plain(
@@ -799,6 +815,91 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
         nodes.0[r] = node("while_loop", out_ids[r], &parents, ws);
     }
     Ok(rebuild_with(&state, &out_ids, &nodes.0))
+}
+
+/// [`LoopGrad::Recorded`]: the loop driven from the host, one evaluated iteration at a time,
+/// with each lane's new state `select(active, body(state), state)` recorded like any code, so
+/// that derivatives of any order go through it. Lanes that finished still run the body (their
+/// results are discarded, and so are the derivatives through them).
+fn run_recorded<S: Traverse + Clone + 'static>(
+    lp: Loop<S>,
+    mut cond: impl FnMut(&S) -> crate::array::Bool,
+    mut body: impl FnMut(&S) -> S,
+) -> Result<S> {
+    let (ids, _) = arrays(&lp.state);
+    if ids.is_empty() || lanes(&ids).is_zero() {
+        // (no lanes: the plain loop returns the state or says what is wrong with it)
+        return lp.run_plain(cond, body);
+    }
+    let mut s = lp.state;
+    let mut iterations = 0u64;
+    loop {
+        let active = cond(&s);
+        if !active.any() {
+            return Ok(s);
+        }
+        if lp.max_iterations > 0 && iterations == lp.max_iterations {
+            return Err(Error::LoopTruncated {
+                labels: lp.label,
+                lanes: active.count(),
+            });
+        }
+        let next = body(&s);
+        s = select_state(&active, &next, &s)?;
+        kiln_core::eval(&arrays(&s).0)?;
+        iterations += 1;
+    }
+}
+
+/// `select(mask, a, b)` for every array of two states of one structure (derivatives recorded).
+fn select_state<S: Traverse + Clone>(mask: &crate::array::Bool, a: &S, b: &S) -> Result<S> {
+    let (a_ids, a_ads) = arrays(a);
+    let (b_ids, b_ads) = arrays(b);
+    if a_ids.len() != b_ids.len() {
+        return Err(Error::ControlFlow(format!(
+            "loop body returned {} array(s) for a state of {}; return the state's structure",
+            a_ids.len(),
+            b_ids.len()
+        )));
+    }
+    let mut ids = Ids::new();
+    let mut ads = Nodes(Vec::new());
+    for k in 0..a_ids.len() {
+        let (x, y) = ((a_ids[k], a_ads[k]), (b_ids[k], b_ads[k]));
+        if x == y {
+            // an entry the body left as it was: nothing new to store
+            kiln_core::inc_ref(x.0);
+            graph::inc_ref(x.1);
+            ids.push(x.0);
+            ads.0.push(x.1);
+            continue;
+        }
+        let (id, ad) = match kiln_core::var_type(a_ids[k]) {
+            VarType::F32 => select_entry::<f32>(mask, x, y),
+            VarType::F64 => select_entry::<f64>(mask, x, y),
+            _ => (kiln_core::op(Op::Select, &[mask.id(), x.0, y.0])?, 0),
+        };
+        ids.push(id);
+        ads.0.push(ad);
+    }
+    Ok(rebuild_with(b, ids.ids(), &ads.0))
+}
+
+/// One float entry of [`select_state`]: a new reference to the result and to its node.
+fn select_entry<T: Float>(
+    mask: &crate::array::Bool,
+    a: (VarId, AdIndex),
+    b: (VarId, AdIndex),
+) -> (VarId, AdIndex) {
+    let array = |(id, ad): (VarId, AdIndex)| {
+        kiln_core::inc_ref(id);
+        graph::inc_ref(ad);
+        Array::<T>::wrap(id).with_ad(ad)
+    };
+    let out = crate::select(mask, array(a), array(b));
+    kiln_core::inc_ref(out.id());
+    graph::inc_ref(out.ad);
+    (out.id(), out.ad)
 }
 
 #[cfg(test)]

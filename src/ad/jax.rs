@@ -462,7 +462,10 @@ where
     let nested = nested_call(items(args).iter().any(|it| it.ad != 0));
     let _b = Boundary::now();
     let leaves = Leaves::with_links(args, nested);
-    let out = f(&leaves.value);
+    let out = {
+        let _h = super::HigherOrder::enter(nested);
+        f(&leaves.value)
+    };
     check_scalar("grad", &out)?;
     if nested {
         let want: Vec<AdIndex> = leaves.leaves.iter().copied().filter(|&a| a != 0).collect();
@@ -526,6 +529,7 @@ where
     let (leaves, out) = {
         let _b = Boundary::at(start);
         let leaves = Leaves::with_links(args, nested);
+        let _h = super::HigherOrder::enter(nested);
         let out = f(&leaves.value);
         (leaves, out)
     };
@@ -633,7 +637,10 @@ where
             seeds.push((ad, widen(Grad::share(t.id, t_ad), p.id())));
         }
     }
-    let out = f(&leaves.value);
+    let out = {
+        let _h = super::HigherOrder::enter(nested);
+        f(&leaves.value)
+    };
     let o_items = items(&out);
     let targets: Vec<AdIndex> = o_items.iter().map(|it| it.ad).filter(|&a| a != 0).collect();
     let ts: HashMap<AdIndex, Grad> = if targets.is_empty() || seeds.is_empty() {
@@ -681,7 +688,11 @@ where
         nested_call(x_items.iter().any(|it| it.ad != 0) || items(v).iter().any(|it| it.ad != 0));
     let _b = Boundary::now();
     let leaves = Leaves::with_links(x, nested);
-    let out = f(&leaves.value);
+    let out = {
+        // forward over reverse: the gradient `f` records is differentiated again
+        let _h = super::HigherOrder::enter(true);
+        f(&leaves.value)
+    };
     check_scalar("hvp", &out)?;
     let template = detach(x);
     if out.ad == 0 {

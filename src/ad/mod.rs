@@ -49,6 +49,35 @@ thread_local! {
     static ISOLATE: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
     /// Cotangents that reached a node older than the innermost isolate scope.
     static STASH: RefCell<Vec<Vec<(AdIndex, Grad)>>> = const { RefCell::new(Vec::new()) };
+    /// Open transformations whose function's derivatives will be differentiated again.
+    static HIGHER: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether the code running now is inside a transformation whose results will be
+/// differentiated again (a nested `kiln::grad`, `vjp` or `jvp`, or `hvp`'s function): constructs
+/// whose backward rule is not itself differentiable (a loop's carried Jacobian) then record
+/// their steps instead.
+pub(crate) fn higher_order() -> bool {
+    HIGHER.with(|h| h.get() > 0)
+}
+
+/// Marks a transformation's function as differentiated again while it runs (see
+/// [`higher_order`]); nothing when `on` is false.
+pub(crate) struct HigherOrder(bool);
+impl HigherOrder {
+    pub(crate) fn enter(on: bool) -> HigherOrder {
+        if on {
+            HIGHER.with(|h| h.set(h.get() + 1));
+        }
+        HigherOrder(on)
+    }
+}
+impl Drop for HigherOrder {
+    fn drop(&mut self) {
+        if self.0 {
+            HIGHER.with(|h| h.set(h.get() - 1));
+        }
+    }
 }
 
 pub(crate) fn recording() -> bool {
