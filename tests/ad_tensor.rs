@@ -274,3 +274,53 @@ fn view_adjoints_are_views_fused_into_one_kernel() {
         assert!(g.to_vec().iter().any(|&v| v != 0.0));
     }
 }
+
+#[test]
+fn matmul_gradients_replay_frozen_and_differentiate_again() {
+    let _s = serial();
+    // the backward products read Wᵀ and xᵀ in place (no transposed copy): a frozen step replays
+    // them, and a pass that records itself (hvp) still differentiates them again
+    let loss_at = |w: &Float64, x: &Float64| -> Float64 {
+        let x = Tensor::from_array(x.clone(), &[3, 4]);
+        let y = x.matmul(&Tensor::from_array(w.clone(), &[4, 2])).tanh();
+        let z = y.matmul(&y.transpose());
+        (z.array() * z.array()).sum()
+    };
+    let body = |w: &Float64, x: &Float64| -> Float64 {
+        let mut w = w.detach();
+        w.enable_grad();
+        loss_at(&w, x).backward();
+        w.grad()
+    };
+    let mut frozen = kiln::freeze(body);
+    let x = Float64::from_slice(&rand(12, 3));
+    for seed in 0..3 {
+        let w = Float64::from_slice(&rand(8, 10 + seed));
+        assert_eq!(
+            frozen.call(&w, &x).unwrap().to_vec(),
+            body(&w, &x).to_vec(),
+            "call {seed}"
+        );
+    }
+    let loss = |w: &Float64| loss_at(w, &x);
+    assert_eq!(frozen.stats().replays, 2);
+    let w0 = rand(8, 20);
+    let v = rand(8, 21);
+    let hv = kiln::hvp(loss, &Float64::from_slice(&w0), &Float64::from_slice(&v))
+        .unwrap()
+        .to_vec();
+    let h = 1e-6;
+    let at = |s: f64| {
+        let w: Vec<f64> = w0.iter().zip(&v).map(|(a, b)| a + s * b).collect();
+        kiln::grad(loss, &Float64::from_slice(&w)).unwrap().to_vec()
+    };
+    let (gp, gm) = (at(h), at(-h));
+    for k in 0..8 {
+        let fd = (gp[k] - gm[k]) / (2.0 * h);
+        assert!(
+            (hv[k] - fd).abs() < 1e-6 * (1.0 + fd.abs()),
+            "{k}: {} vs {fd}",
+            hv[k]
+        );
+    }
+}

@@ -399,6 +399,26 @@ pub(crate) fn record_matmul<T: Scalar>(a: &Tensor<T>, b: &Tensor<T>, out: Tensor
     })
 }
 
+/// `op(x) · op(y)` with `op` a transpose where `tx`/`ty` say. A plain backward pass reads the
+/// stored operands transposed in place (no copy of Wᵀ or hᵀ per product); a pass that records
+/// itself (`create_graph`) or a tracked operand takes the differentiable transpose.
+fn product_t<F: Float>(x: &Tensor<F>, tx: bool, y: &Tensor<F>, ty: bool) -> Array<F> {
+    let op = |t: &Tensor<F>, on: bool| if on { t.transpose() } else { t.clone() };
+    if !(super::rules::tracks(x.array()) || super::rules::tracks(y.array())) {
+        let (m, k) = if tx {
+            (x.shape()[1], x.shape()[0])
+        } else {
+            (x.shape()[0], x.shape()[1])
+        };
+        let n = if ty { y.shape()[0] } else { y.shape()[1] };
+        let trans = kiln_core::Trans { a: tx, b: ty };
+        if let Ok(id) = kiln_core::matmul_t(x.array().id(), y.array().id(), m, k, n, trans) {
+            return Array::from_id(id);
+        }
+    }
+    op(x, tx).matmul(&op(y, ty)).into_array()
+}
+
 fn matmul_rule<F: Float>(
     a: Tensor<F>,
     b: Tensor<F>,
@@ -414,10 +434,10 @@ fn matmul_rule<F: Float>(
         let c = tensor::<F>(ct, &sob);
         let mut v = Vec::new();
         if ta {
-            v.push(Some(Grad::of(c.matmul(&bb.transpose()).into_array())));
+            v.push(Some(Grad::of(product_t(&c, false, &bb, true))));
         }
         if tb {
-            v.push(Some(Grad::of(ab.transpose().matmul(&c).into_array())));
+            v.push(Some(Grad::of(product_t(&ab, true, &c, false))));
         }
         v
     };

@@ -34,16 +34,40 @@ pub(crate) fn row<T: Scalar>(x: &Tensor<T>, t: usize) -> Tensor<T> {
     Tensor::from_array(gather(&x.array().detach(), &row_index(len, t)), &shape)
 }
 
+/// The values of `parts` (`len` elements each) one after the other. Evaluated parts outside a
+/// frozen function's recording and a symbolic trace are copied into one new buffer (one pass; a
+/// scatter per part goes lane by lane); otherwise each part is scattered into its rows, which a
+/// frozen function records and replays.
+fn joined<T: Scalar>(parts: &[Tensor<T>], len: usize) -> Array<T> {
+    let direct = !kiln_core::freeze::record::active()
+        && !kiln_core::control::symbolic()
+        && parts
+            .iter()
+            .all(|p| kiln_core::is_evaluated(p.array().id()));
+    if direct {
+        let mut bytes = Vec::with_capacity(parts.len() * len * T::TYPE.size_bytes());
+        let copied = parts.iter().try_for_each(|p| {
+            bytes.extend_from_slice(&kiln_core::read_bytes(p.array().id())?);
+            Ok::<(), kiln_core::Error>(())
+        });
+        if let Ok(id) = copied.and_then(|()| kiln_core::from_bytes(T::TYPE, &bytes)) {
+            return Array::from_id(id);
+        }
+    }
+    let mut out = Array::<T>::full(T::from_bits64(0), parts.len() * len);
+    for (t, p) in parts.iter().enumerate() {
+        scatter(&mut out, p.array().detach(), &row_index(len, t));
+    }
+    out
+}
+
 /// `parts` (one shape) stacked along a new leading axis.
 pub(crate) fn stack<T: Scalar>(parts: Vec<Tensor<T>>) -> Tensor<T> {
     let row_shape = parts[0].shape().to_vec();
     let len: usize = row_shape.iter().product();
     let mut shape = vec![parts.len()];
     shape.extend_from_slice(&row_shape);
-    let mut out = Array::<T>::full(T::from_bits64(0), parts.len() * len);
-    for (t, p) in parts.iter().enumerate() {
-        scatter(&mut out, p.array().detach(), &row_index(len, t));
-    }
+    let out = joined(&parts, len);
     let tracked: Vec<(usize, u32)> = parts
         .iter()
         .enumerate()

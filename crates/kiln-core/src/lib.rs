@@ -46,6 +46,7 @@ pub mod ty;
 
 pub use backend::select::{backend, with_backend};
 pub use backend::BackendKind;
+pub use device::Trans;
 pub use error::{Error, Result};
 pub use freeze::Size;
 pub use handle::{Handle, Handles};
@@ -445,6 +446,30 @@ pub fn prefix_sum(id: VarId, exclusive: bool) -> Result<VarId> {
 
 /// The row-major product of `a` (`m × k`) and `b` (`k × n`), both f32 or both f64.
 pub fn matmul(a: VarId, b: VarId, m: usize, k: usize, n: usize) -> Result<VarId> {
+    matmul_t(a, b, m, k, n, device::Trans::default())
+}
+
+/// [`matmul`] with operands stored transposed where `trans` says: `trans.a`, `a` holds the
+/// `[m, k]` operand as `[k, m]`; `trans.b`, `b` holds `[k, n]` as `[n, k]` (no copy is made).
+///
+/// ```
+/// // [[1, 2], [3, 4]] · [[5, 6], [7, 8]] with the first operand stored as its transpose
+/// let at = kiln_core::from_scalars(&[1.0f64, 3.0, 2.0, 4.0]).unwrap();
+/// let b = kiln_core::from_scalars(&[5.0f64, 6.0, 7.0, 8.0]).unwrap();
+/// let t = kiln_core::Trans { a: true, b: false };
+/// let c = kiln_core::matmul_t(at, b, 2, 2, 2, t).unwrap();
+/// let want: Vec<u8> = [19.0f64, 22.0, 43.0, 50.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+/// assert_eq!(kiln_core::read_bytes(c).unwrap(), want);
+/// for id in [at, b, c] { kiln_core::dec_ref(id); }
+/// ```
+pub fn matmul_t(
+    a: VarId,
+    b: VarId,
+    m: usize,
+    k: usize,
+    n: usize,
+    trans: device::Trans,
+) -> Result<VarId> {
     let (ta, tb) = (var_type(a), var_type(b));
     if ta != tb || !ta.is_float() {
         return Err(Error::Type {
@@ -479,7 +504,7 @@ pub fn matmul(a: VarId, b: VarId, m: usize, k: usize, n: usize) -> Result<VarId>
         return Ok(z);
     }
     let (ba, bb) = (evaluated_buffer(a)?, evaluated_buffer(b)?);
-    let out = device::matmul(&ba, &bb, m, k, n)?;
+    let out = device::matmul(&ba, &bb, m, k, n, trans)?;
     Ok(data_var(ta, out))
 }
 

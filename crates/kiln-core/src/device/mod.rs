@@ -132,8 +132,14 @@ pub enum DeviceOpKind<'a> {
     Memcpy,
     /// Buffers: the new buffer (its contents came from the host).
     Upload,
-    /// Row-major `[m, k] × [k, n]` product of f32 or f64 matrices. Buffers: a, b, product.
-    Matmul { m: usize, k: usize, n: usize },
+    /// Row-major `[m, k] × [k, n]` product of f32 or f64 matrices, each operand stored as
+    /// itself or transposed (`trans`). Buffers: a, b, product.
+    Matmul {
+        m: usize,
+        k: usize,
+        n: usize,
+        trans: Trans,
+    },
     /// Buffers: the buffer read to the host.
     Read,
 }
@@ -421,8 +427,16 @@ pub trait Device: Send + Sync {
     fn prefix_sum(&self, buf: &Buffer, exclusive: bool) -> Result<Buffer>;
     /// The indices of a mask's true lanes.
     fn compress(&self, buf: &Buffer) -> Result<Buffer>;
-    /// A row-major `[m, k] × [k, n]` product.
-    fn matmul(&self, a: &Buffer, b: &Buffer, m: usize, k: usize, n: usize) -> Result<Buffer>;
+    /// A row-major `[m, k] × [k, n]` product (operands stored transposed where `trans` says).
+    fn matmul(
+        &self,
+        a: &Buffer,
+        b: &Buffer,
+        m: usize,
+        k: usize,
+        n: usize,
+        trans: Trans,
+    ) -> Result<Buffer>;
     /// Rearrange a uniquely held buffer's elements in place.
     fn permute_in_place(&self, buf: &Buffer, p: Permutation);
 }
@@ -685,10 +699,30 @@ pub fn compress(buf: &Buffer) -> Result<Buffer> {
 }
 
 /// Row-major `[m, k] × [k, n]` product of f32 or f64 matrices.
-pub fn matmul(a: &Buffer, b: &Buffer, m: usize, k: usize, n: usize) -> Result<Buffer> {
-    let out = current().matmul(a, b, m, k, n)?;
-    notify(DeviceOpKind::Matmul { m, k, n }, m * n, &[a, b, &out]);
+pub fn matmul(
+    a: &Buffer,
+    b: &Buffer,
+    m: usize,
+    k: usize,
+    n: usize,
+    trans: Trans,
+) -> Result<Buffer> {
+    let out = current().matmul(a, b, m, k, n, trans)?;
+    notify(
+        DeviceOpKind::Matmul { m, k, n, trans },
+        m * n,
+        &[a, b, &out],
+    );
     Ok(out)
+}
+
+/// How a matrix product's operands are stored: `a` set, the first operand `[m, k]` is held as
+/// its transpose (`[k, m]` row-major); `b` set, the second `[k, n]` as `[n, k]`. A gradient's
+/// products (`C·Bᵀ`, `Aᵀ·C`) read the forward operands so, without copying them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Trans {
+    pub a: bool,
+    pub b: bool,
 }
 
 /// Rearrange `buf`'s elements as `p` says, in place. The caller guarantees that nothing else can

@@ -674,12 +674,12 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
                 bytes: buf.to_bytes().into(),
             }
         }
-        DeviceOpKind::Matmul { m, k, n } => {
+        DeviceOpKind::Matmul { m, k, n, trans } => {
             bufs.push(r.input_buf(addr(0), name));
             bufs.push(r.input_buf(addr(1), name));
             let e = r.expr(0, m * n);
             bufs.push(r.new_buf(addr(2), rec.buffers[2].ty(), e, op_index));
-            ReplayKind::Matmul { m, k, n }
+            ReplayKind::Matmul { m, k, n, trans }
         }
         DeviceOpKind::Read => {
             // reads are refused before they run; one that slips through still must not be recorded

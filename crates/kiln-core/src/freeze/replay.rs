@@ -130,6 +130,7 @@ pub(crate) enum ReplayKind {
         m: usize,
         k: usize,
         n: usize,
+        trans: device::Trans,
     },
     /// An evaluated loop: `body` (one iteration's ops, recorded once) runs until no lane of the
     /// Bool buffer `active` is true; between iterations each `carried` pair's output buffer
@@ -710,14 +711,14 @@ impl Recording {
                 let src = get(table, op.bufs[0])?;
                 outs.push((op.bufs[1], device::copy_buffer(&src)?));
             }
-            ReplayKind::Matmul { m, k, n } => {
+            ReplayKind::Matmul { m, k, n, trans } => {
                 let (a, b) = (get(table, op.bufs[0])?, get(table, op.bufs[1])?);
                 if a.len != m * k || b.len != k * n {
                     return Err(Error::Invalid(
                         "kiln internal error: a replayed matmul got operands of other sizes".into(),
                     ));
                 }
-                outs.push((op.bufs[2], device::matmul(&a, &b, *m, *k, *n)?));
+                outs.push((op.bufs[2], device::matmul(&a, &b, *m, *k, *n, *trans)?));
             }
             ReplayKind::Upload { ty, bytes } => {
                 outs.push((op.bufs[0], device::upload(*ty, bytes)?));

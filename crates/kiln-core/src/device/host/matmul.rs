@@ -24,14 +24,16 @@ fn matmul_split(m: usize, n: usize, band: usize, threads: usize) -> (usize, usiz
     (row_bands, col_bands)
 }
 
-/// The row-major product of `a` (`m × k`) and `b` (`k × n`), f32 or f64, on all cores. Callers
-/// check the types and that `a.len == m·k`, `b.len == k·n`.
+/// The row-major product of `a` (`m × k`) and `b` (`k × n`), f32 or f64, on all cores; an
+/// operand `trans` marks is stored transposed (read with swapped strides). Callers check the
+/// types and that `a.len == m·k`, `b.len == k·n`.
 pub(in crate::device) fn matmul(
     a: &Buffer,
     b: &Buffer,
     m: usize,
     k: usize,
     n: usize,
+    trans: crate::device::Trans,
 ) -> Result<Buffer> {
     let ty = a.ty();
     assert!(
@@ -51,6 +53,9 @@ pub(in crate::device) fn matmul(
         // computes it: the split never changes a bit of the result.
         let (row_bands, col_bands) = matmul_split(m, n, band, launch::threads());
         let col_band = n.div_ceil(col_bands);
+        // (row stride, column stride) of each operand as stored
+        let (rsa, csa) = if trans.a { (1, m) } else { (k, 1) };
+        let (rsb, csb) = if trans.b { (1, k) } else { (n, 1) };
         let task = |t: usize| {
             let (rb, cb) = (t / col_bands, t % col_bands);
             let (s, e) = (rb * band, ((rb + 1) * band).min(m));
@@ -59,10 +64,11 @@ pub(in crate::device) fn matmul(
                 return;
             }
             let (rows, cols) = (e - s, c1 - c0);
-            // SAFETY: rows s..e of a (k each) and of the output (n each) lie inside their buffers
-            // (a.len = m·k, out.len = m·n, checked above); b holds k·n elements and columns
-            // c0..c1 < n of each of its rows are read with row stride n; the (row band, column
-            // band) blocks of the output are disjoint between tasks.
+            // SAFETY: a holds m·k elements and b k·n (checked above); element (i, p) of a is read
+            // at i·rsa + p·csa < m·k for i < m, p < k (either layout), and element (p, j) of b at
+            // p·rsb + j·csb < k·n for j < n; rows s..e < m and columns c0..c1 < n of the output
+            // (n each, out.len = m·n) are written, and the (row band, column band) blocks of the
+            // output are disjoint between tasks.
             unsafe {
                 if ty == VarType::F32 {
                     let (a, b, c) = (pa as *const f32, pb as *const f32, pc as *mut f32);
@@ -71,12 +77,12 @@ pub(in crate::device) fn matmul(
                         k,
                         cols,
                         1.0,
-                        a.add(s * k),
-                        k as isize,
-                        1,
-                        b.add(c0),
-                        n as isize,
-                        1,
+                        a.add(s * rsa),
+                        rsa as isize,
+                        csa as isize,
+                        b.add(c0 * csb),
+                        rsb as isize,
+                        csb as isize,
                         0.0,
                         c.add(s * n + c0),
                         n as isize,
@@ -89,12 +95,12 @@ pub(in crate::device) fn matmul(
                         k,
                         cols,
                         1.0,
-                        a.add(s * k),
-                        k as isize,
-                        1,
-                        b.add(c0),
-                        n as isize,
-                        1,
+                        a.add(s * rsa),
+                        rsa as isize,
+                        csa as isize,
+                        b.add(c0 * csb),
+                        rsb as isize,
+                        csb as isize,
                         0.0,
                         c.add(s * n + c0),
                         n as isize,
@@ -142,7 +148,7 @@ mod matmul_tests {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                 upload(VarType::F32, &bytes).expect("upload")
             };
-            let got = read(&matmul(&up(&a), &up(&b), m, k, n).expect("matmul"));
+            let got = read(&matmul(&up(&a), &up(&b), m, k, n, Default::default()).expect("matmul"));
             let mut want = vec![0f32; m * n];
             // SAFETY: a, b and want hold m·k, k·n and m·n elements, row-major.
             unsafe {
@@ -182,5 +188,43 @@ mod matmul_tests {
         // 16 threads, one row band, 256 columns: at most 4 bands of 64
         assert_eq!(matmul_split(64, 256, 64, 16), (1, 4));
         assert_eq!(matmul_split(0, 256, 64, 2).0, 1);
+    }
+
+    /// Operands stored transposed give the product of the matrices they hold, in every
+    /// combination, for shapes that split in row and column bands and shapes that do not.
+    #[test]
+    fn transposed_operands_are_read_in_place() {
+        for (m, k, n) in [
+            (64, 256, 256),
+            (5, 7, 200),
+            (1, 3, 1),
+            (130, 65, 3),
+            (2, 0, 3),
+        ] {
+            let a: Vec<f64> = (0..m * k).map(|i| ((i * 31) % 17) as f64 - 8.0).collect();
+            let b: Vec<f64> = (0..k * n).map(|i| ((i * 13) % 11) as f64 - 5.0).collect();
+            let mut want = vec![0f64; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+                }
+            }
+            let at: Vec<f64> = (0..m * k).map(|q| a[(q % m) * k + q / m]).collect();
+            let bt: Vec<f64> = (0..k * n).map(|q| b[(q % k) * n + q / k]).collect();
+            let up = |v: &[f64]| {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                upload(VarType::F64, &bytes).expect("upload")
+            };
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let (x, y) = (if ta { &at } else { &a }, if tb { &bt } else { &b });
+                let t = crate::device::Trans { a: ta, b: tb };
+                let got = read(&matmul(&up(x), &up(y), m, k, n, t).expect("matmul"));
+                let got: Vec<f64> = got
+                    .chunks(8)
+                    .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
+                assert_eq!(got, want, "{m}x{k}x{n}, transposed {ta}/{tb}");
+            }
+        }
     }
 }

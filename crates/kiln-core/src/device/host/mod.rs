@@ -109,8 +109,16 @@ impl Device for Host {
     fn compress(&self, buf: &Buffer) -> Result<Buffer> {
         reduce::compress(buf)
     }
-    fn matmul(&self, a: &Buffer, b: &Buffer, m: usize, k: usize, n: usize) -> Result<Buffer> {
-        matmul::matmul(a, b, m, k, n)
+    fn matmul(
+        &self,
+        a: &Buffer,
+        b: &Buffer,
+        m: usize,
+        k: usize,
+        n: usize,
+        trans: super::Trans,
+    ) -> Result<Buffer> {
+        matmul::matmul(a, b, m, k, n, trans)
     }
     fn permute_in_place(&self, buf: &Buffer, p: Permutation) {
         permute::permute_in_place(buf, p)
