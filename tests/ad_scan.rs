@@ -261,3 +261,51 @@ fn keep_states_with_a_gradient() {
         1e-6,
     );
 }
+
+#[test]
+fn a_long_chain_backward_is_cut_into_kernels_of_one_structure() {
+    let _s = serial();
+    // x ← x·a + 0.001 over 10 000 lanes: the backward pass evaluates its cotangents every so many
+    // rules, so a thousand steps compile a few kernels, and another length compiles no new one
+    // (one expression 1000 steps long was one kernel compiled for seconds, at every length)
+    let run = |steps: usize| -> (Vec<f64>, u64, u64) {
+        let n = 64;
+        let mut a =
+            Float64::from_slice(&(0..n).map(|i| 0.99 + 1e-4 * i as f64).collect::<Vec<_>>());
+        a.enable_grad();
+        let ta = t(&a, &[n]);
+        let (x, _) = Lax::new(&t(&Float64::full(0.5, n), &[n]), &())
+            .length(steps)
+            .run(|x, _| (&(x * &ta) + 0.001, ()))
+            .unwrap();
+        let before = kiln::stats();
+        x.array().sum().backward();
+        let g = a.grad().to_vec();
+        let after = kiln::stats();
+        (
+            g,
+            after.kernels_compiled - before.kernels_compiled,
+            after.launches - before.launches,
+        )
+    };
+    let (g, _, launches) = run(1000);
+    assert!(
+        launches >= 4,
+        "the chain was cut in pieces ({launches} launches)"
+    );
+    // d x_T / d a = T a^(T−1) x0 + 0.001 Σ_{k<T} k a^(k−1)
+    for (i, gi) in g.iter().enumerate() {
+        let a = 0.99 + 1e-4 * i as f64;
+        let want = 1000.0 * a.powi(999) * 0.5
+            + 0.001 * (1..1000).map(|k| k as f64 * a.powi(k - 1)).sum::<f64>();
+        assert!(
+            (gi - want).abs() < 1e-9 * want.abs(),
+            "lane {i}: {gi} vs {want}"
+        );
+    }
+    let (_, compiled, _) = run(1100);
+    assert!(
+        compiled <= 3,
+        "another length compiled {compiled} new kernels"
+    );
+}

@@ -102,6 +102,37 @@ fn accumulate(map: &mut HashMap<AdIndex, Grad>, ad: AdIndex, g: Grad) {
     map.insert(ad, v);
 }
 
+/// How many rules a backward pass lets a cotangent pass through unevaluated. A pass through a
+/// long chain of elementwise steps (a scan's thousand steps, a gradient summed over them) would
+/// otherwise build one expression as long as the chain: one kernel, quick to run but compiled
+/// for seconds, and compiled again for every other length. Cut every this many rules, the pieces
+/// repeat one structure, and so one compiled kernel.
+const LONGEST_COTANGENT: u32 = 128;
+
+/// Cotangents of a backward pass with the number of rules each went through since it was last
+/// evaluated.
+#[derive(Default)]
+struct Cotangents(HashMap<AdIndex, (Grad, u32)>);
+
+impl Cotangents {
+    /// Add `g` (`depth` rules deep) to node `ad`'s cotangent, evaluating the sum once it is
+    /// [`LONGEST_COTANGENT`] deep.
+    fn add(&mut self, ad: AdIndex, g: Grad, depth: u32) -> Result<()> {
+        let (v, d) = match self.0.remove(&ad) {
+            Some((old, d)) => (add(old, &g), d.max(depth) + 1),
+            None => (g, depth),
+        };
+        let d = if d >= LONGEST_COTANGENT && !kiln_core::is_evaluated(v.id()) {
+            kiln_core::eval(&[v.id()])?;
+            0
+        } else {
+            d
+        };
+        self.0.insert(ad, (v, d));
+        Ok(())
+    }
+}
+
 /// Store `g` into the node's gradient (added to what is there).
 fn store(ad: AdIndex, g: Grad) {
     let old = graph::with(|gr| gr.node_mut(ad).grad.take());
@@ -135,13 +166,13 @@ pub(crate) fn backward(
     let held = Held(ancestors(&roots, boundary)?);
     let steps = &held.0;
     let _rec = RecordingGuard::set(how.create_graph);
-    let mut cts: HashMap<AdIndex, Grad> = HashMap::new();
+    let mut cts = Cotangents::default();
     for (ad, g) in seeds {
-        accumulate(&mut cts, ad, g);
+        cts.add(ad, g, 0)?;
     }
     let mut out = HashMap::new();
     for s in steps.iter().rev() {
-        let Some(ct) = cts.remove(&s.ad) else {
+        let Some((ct, depth)) = cts.0.remove(&s.ad) else {
             continue;
         };
         if s.seq < boundary {
@@ -156,7 +187,7 @@ pub(crate) fn backward(
         if let Some(rule) = &s.rule {
             for (p, c) in s.parents.iter().zip(rule.backward(&ct)) {
                 if let Some(c) = c {
-                    accumulate(&mut cts, *p, c);
+                    cts.add(*p, c, depth + 1)?;
                 }
             }
         }
