@@ -309,3 +309,44 @@ fn a_long_chain_backward_is_cut_into_kernels_of_one_structure() {
         "another length compiled {compiled} new kernels"
     );
 }
+
+#[test]
+fn every_row_of_a_long_sequence_gets_its_gradient() {
+    let _s = serial();
+    // c ← 0.9·c + x_t over 300 rows of 16 lanes: ∂c_T/∂x_t = 0.9^(T−1−t). The rows' cotangents
+    // are gathered by one node and stacked once (each row's adjoint was a full-size array, and
+    // the pass added 300 of them); forward mode reads row t of the tangent
+    let (steps, n) = (300usize, 16usize);
+    no_leak(|| {
+        let mut x = Float64::from_slice(&rand(steps * n, 70));
+        x.enable_grad();
+        let (c, _) = kiln::scan(&Tensor::<f64>::zeros(&[n]), &t(&x, &[steps, n]), |c, x| {
+            (&(c * 0.9) + x, ())
+        })
+        .unwrap();
+        c.array().sum().backward();
+        let g = x.grad().to_vec();
+        for s in 0..steps {
+            let want = 0.9f64.powi((steps - 1 - s) as i32);
+            for l in 0..n {
+                assert!((g[s * n + l] - want).abs() < 1e-12, "row {s} lane {l}");
+            }
+        }
+        // forward mode: a tangent in row 290 only
+        let mut e = vec![0.0; steps * n];
+        e[290 * n..291 * n].iter_mut().for_each(|v| *v = 1.0);
+        x.set_grad(&Float64::from_slice(&e));
+        let (c, _) = kiln::scan(&Tensor::<f64>::zeros(&[n]), &t(&x, &[steps, n]), |c, x| {
+            (&(c * 0.9) + x, ())
+        })
+        .unwrap();
+        kiln::ad::forward(&x).unwrap();
+        let want = 0.9f64.powi(9);
+        assert!(c
+            .array()
+            .grad()
+            .to_vec()
+            .iter()
+            .all(|v| (v - want).abs() < 1e-12));
+    });
+}

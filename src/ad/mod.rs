@@ -26,6 +26,7 @@ pub(crate) mod graph;
 pub(crate) mod jax;
 pub(crate) mod memory;
 mod propagate;
+pub(crate) use propagate::current_pass;
 pub(crate) mod reduce;
 pub(crate) mod rules;
 pub(crate) mod tensor;

@@ -12,6 +12,37 @@ use kiln_core::{Error, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+thread_local! {
+    /// The backward passes running on this thread, innermost last (a rule may run a pass of its
+    /// own), each by a number no other pass had.
+    static PASSES: std::cell::RefCell<(u64, Vec<u64>)> = const { std::cell::RefCell::new((0, Vec::new())) };
+}
+
+/// The backward pass running now (0: none), for rules that gather their inputs' cotangents
+/// over several nodes before one of them passes them on (see `scan::rows::Unstack`).
+pub(crate) fn current_pass() -> u64 {
+    PASSES.with(|p| p.borrow().1.last().copied().unwrap_or(0))
+}
+
+/// Marks a backward pass as running while it lives.
+struct Pass;
+impl Pass {
+    fn begin() -> Pass {
+        PASSES.with(|p| {
+            let mut p = p.borrow_mut();
+            p.0 += 1;
+            let id = p.0;
+            p.1.push(id);
+        });
+        Pass
+    }
+}
+impl Drop for Pass {
+    fn drop(&mut self) {
+        PASSES.with(|p| p.borrow_mut().1.pop());
+    }
+}
+
 /// What a pass needs of a node, copied out under the lock.
 struct Step {
     ad: AdIndex,
@@ -161,6 +192,7 @@ pub(crate) fn backward(
     how: Backward,
     want: &[AdIndex],
 ) -> Result<HashMap<AdIndex, Grad>> {
+    let _pass = Pass::begin();
     let roots: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
     let boundary = isolate_boundary();
     let held = Held(ancestors(&roots, boundary)?);

@@ -5,6 +5,7 @@ use super::erased::{flatten, Erased, Tree};
 use super::spec::{
     strict_captured_gradient, Keep, OutSpec, SeqSpec, Spec, StepIn, StepOut, CAPTURED_GRADIENT,
 };
+use super::stepwise::Rows;
 use super::{ScanMode, ScanReport};
 use crate::tensor::Tensor;
 use kiln_core::{Error, Result, Scalar};
@@ -326,8 +327,10 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         } else {
             (0..n).collect()
         };
+        let seqs: Vec<Rows> = xs.iter().map(Rows::of).collect();
         for t in order {
-            let (c2, y) = f(&c, &self.xs.row(t));
+            let row: Vec<Erased> = seqs.iter().map(|r| r.row(t)).collect();
+            let (c2, y) = f(&c, &self.xs.rebuild(&mut row.into_iter(), "xs")?);
             let got = flatten(&c2);
             if got.len() != n_carry || got.iter().zip(&shapes).any(|(e, s)| e.shape != *s) {
                 return Err(Error::Scan(format!(

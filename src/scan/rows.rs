@@ -142,3 +142,148 @@ impl Rule for Stacked {
         }
     }
 }
+
+/// The rows of a tensor that carries a gradient, read one per step (a differentiated scan's
+/// sequence, or a product computed for every step at once): one node per row, all children of
+/// one gate node over the whole tensor. A row's adjoint, a view of the full tensor that is zero
+/// outside the row, would make the backward pass add one full-size array per step (quadratic in
+/// the steps); instead each row's node keeps its cotangent for the gate, which stacks them once
+/// (its own rule ordinary array code, so higher orders go through it).
+pub(crate) struct Unstack<T: Float> {
+    /// The values (no gradient) and the gate's node.
+    values: Tensor<T>,
+    gate: crate::ad::AdIndex,
+    slots: Arc<Slots>,
+}
+
+/// The cotangents the rows kept in the current backward pass, by row.
+type Slots = parking_lot::Mutex<Vec<Option<(u64, Grad)>>>;
+
+impl<T: Float> Unstack<T> {
+    pub(crate) fn new(src: &Tensor<T>) -> Unstack<T> {
+        let rows = src.shape()[0];
+        let row_shape = src.shape()[1..].to_vec();
+        let len: usize = row_shape.iter().product();
+        let slots: Arc<Slots> = Arc::new(parking_lot::Mutex::new(vec![None; rows]));
+        let rule = Gate::<T> {
+            row_shape,
+            slots: slots.clone(),
+            _t: std::marker::PhantomData,
+        };
+        let values = Tensor::from_array(src.array().detach(), src.shape());
+        let gate = graph::new_node_with(
+            T::TYPE,
+            rows * len,
+            &[src.array().ad],
+            Some(Arc::new(rule)),
+            values.array().id(),
+        );
+        Unstack {
+            values,
+            gate,
+            slots,
+        }
+    }
+    /// Row `t`, with its node.
+    pub(crate) fn row(&self, t: usize) -> Tensor<T> {
+        let plain = row(&self.values, t);
+        let rule = RowOf::<T> {
+            t,
+            shape: self.values.shape().to_vec(),
+            slots: self.slots.clone(),
+            _t: std::marker::PhantomData,
+        };
+        let ad = graph::new_node_with(
+            T::TYPE,
+            plain.len(),
+            &[self.gate],
+            Some(Arc::new(rule)),
+            plain.array().id(),
+        );
+        let shape = plain.shape().to_vec();
+        Tensor::from_array(plain.into_array().with_ad(ad), &shape)
+    }
+}
+
+impl<T: Float> Drop for Unstack<T> {
+    fn drop(&mut self) {
+        graph::dec_ref(self.gate);
+    }
+}
+
+/// The node of row `t`: in reverse mode it keeps its cotangent for the gate (and passes a zero),
+/// in forward mode it is row `t` of the gate's tangent.
+struct RowOf<T> {
+    t: usize,
+    shape: Vec<usize>,
+    slots: Arc<Slots>,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Float> Rule for RowOf<T> {
+    fn name(&self) -> &'static str {
+        "scan row"
+    }
+    fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
+        let pass = crate::ad::current_pass();
+        let mut slots = self.slots.lock();
+        let kept = match slots[self.t].take() {
+            Some((p, old)) if p == pass => Grad::of(old.array::<T>() + ct.array::<T>()),
+            _ => ct.clone(),
+        };
+        // evaluated now, as the pass reaches each step: its expression is one step of the
+        // chain, where the gate's stack of every row's expression would be all of them (an
+        // error shows again where the stack reads it)
+        if !kiln_core::is_evaluated(kept.id()) {
+            kiln_core::eval(&[kept.id()]).ok();
+        }
+        slots[self.t] = Some((pass, kept));
+        vec![Some(Grad::of(Array::<T>::full(T::from_bits64(0), 1)))]
+    }
+    fn forward(&self, tangents: &[Option<Grad>]) -> Option<Grad> {
+        let g = tangents.first()?.as_ref()?;
+        let len: usize = self.shape[1..].iter().product();
+        let full = broadcast(g.array::<T>(), (self.shape[0] * len).into());
+        Some(Grad::of(gather(&full, &row_index(len, self.t))))
+    }
+}
+
+/// The gate over a tensor's rows: in reverse mode it stacks the cotangents its rows kept (zeros
+/// for rows that got none), in forward mode it passes the tangent on.
+struct Gate<T> {
+    row_shape: Vec<usize>,
+    slots: Arc<Slots>,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Float> Rule for Gate<T> {
+    fn name(&self) -> &'static str {
+        "scan rows"
+    }
+    fn backward(&self, _zero: &Grad) -> Vec<Option<Grad>> {
+        let pass = crate::ad::current_pass();
+        let kept: Vec<Option<(u64, Grad)>> = {
+            let mut slots = self.slots.lock();
+            let n = slots.len();
+            std::mem::replace(&mut *slots, vec![None; n])
+        };
+        if !kept.iter().flatten().any(|(p, _)| *p == pass) {
+            return vec![None];
+        }
+        let parts: Vec<Tensor<T>> = kept
+            .into_iter()
+            .map(|k| match k {
+                Some((p, g)) if p == pass => {
+                    let len: usize = self.row_shape.iter().product();
+                    let g = broadcast(g.array::<T>(), len.into());
+                    Tensor::from_array(g, &self.row_shape)
+                }
+                _ => Tensor::zeros(&self.row_shape),
+            })
+            .collect();
+        vec![Some(Grad::of(stack(parts).into_array()))]
+    }
+    fn forward(&self, tangents: &[Option<Grad>]) -> Option<Grad> {
+        tangents.first().cloned().flatten()
+    }
+}

@@ -61,6 +61,33 @@ pub(super) fn stack(ty: VarType, parts: &[Erased], row_shape: &[usize]) -> Erase
     typed!(ty, stack_typed(parts, row_shape))
 }
 
+/// Reads the rows of one sequence: one carrying a gradient through an [`rows::Unstack`] (one
+/// adjoint for all its rows), any other by a gather at a data offset.
+pub(super) enum Rows {
+    F32(rows::Unstack<f32>),
+    F64(rows::Unstack<f64>),
+    Plain(Erased),
+}
+
+impl Rows {
+    pub(super) fn of(e: &Erased) -> Rows {
+        let tracked = e.carries_grad() && e.shape.first().is_some_and(|&n| n > 0);
+        match e.ty {
+            VarType::F32 if tracked => Rows::F32(rows::Unstack::new(&tensor_of::<f32>(e))),
+            VarType::F64 if tracked => Rows::F64(rows::Unstack::new(&tensor_of::<f64>(e))),
+            _ => Rows::Plain(e.clone()),
+        }
+    }
+    /// Row `t`.
+    pub(super) fn row(&self, t: usize) -> Erased {
+        match self {
+            Rows::F32(u) => Erased::of(&u.row(t)),
+            Rows::F64(u) => Erased::of(&u.row(t)),
+            Rows::Plain(e) => row(e, t),
+        }
+    }
+}
+
 /// What the steps produced.
 struct History {
     /// Per recurrent output: its initial rows, then each step's row (empty for a NITSOT).
@@ -108,6 +135,7 @@ fn steps(
     recorded_from: usize,
     probe: bool,
 ) -> Result<History> {
+    let seqs: Vec<Rows> = spec.seqs.iter().map(|s| Rows::of(&s.data)).collect();
     let mut h = History {
         hist: spec.outs.iter().map(initial_rows).collect(),
         rows: Vec::new(),
@@ -116,7 +144,7 @@ fn steps(
         steps_run: 0,
     };
     for k in 0..n {
-        let input = step_in(spec, &h, k);
+        let input = step_in(spec, &seqs, &h, k);
         let out = if k < recorded_from {
             crate::ad::suspend_grad(|| body(&input))
         } else {
@@ -165,19 +193,20 @@ fn first_step(spec: &mut Spec, h: &mut History, out: &StepOut) -> Result<()> {
 
 /// Step `k`'s inputs: sequence rows at their taps, recurrent outputs' earlier rows, the
 /// non-sequences.
-fn step_in(spec: &Spec, h: &History, k: usize) -> StepIn {
+fn step_in(spec: &Spec, seqs: &[Rows], h: &History, k: usize) -> StepIn {
     let backwards = spec.go_backwards || spec.reverse;
     let seq_rows = spec
         .seqs
         .iter()
-        .map(|s| {
+        .zip(seqs)
+        .map(|(s, rows)| {
             let len = s.data.shape[0];
             let (off, _) = seq_span(&s.taps, len);
             s.taps
                 .iter()
                 .map(|&tap| {
                     let at = k + (off + tap) as usize;
-                    row(&s.data, if backwards { len - 1 - at } else { at })
+                    rows.row(if backwards { len - 1 - at } else { at })
                 })
                 .collect()
         })
