@@ -150,9 +150,6 @@ pub trait Tree: Sized {
     /// `self`'s structure with the tensors replaced, in `flatten` order (types are checked).
     #[doc(hidden)]
     fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self>;
-    /// Row `t` of every tensor (along its leading axis), as views that keep gradients.
-    #[doc(hidden)]
-    fn row(&self, t: usize) -> Self;
     /// Trees of one structure with each tensor stacked along a new leading axis (gradients
     /// kept). `parts` is not empty.
     #[doc(hidden)]
@@ -172,9 +169,6 @@ impl<T: Scalar> Tree for Tensor<T> {
         })?;
         e.tensor::<T>(&|| path.to_string())
     }
-    fn row(&self, t: usize) -> Self {
-        super::rows::row(self, t)
-    }
     fn stack(parts: Vec<Self>) -> Self {
         super::rows::stack(parts)
     }
@@ -185,7 +179,6 @@ impl Tree for () {
     fn rebuild(&self, _: &mut std::vec::IntoIter<Erased>, _: &str) -> Result<Self> {
         Ok(())
     }
-    fn row(&self, _: usize) -> Self {}
     fn stack(_: Vec<Self>) -> Self {}
 }
 
@@ -201,9 +194,6 @@ impl<A: Tree> Tree for Vec<A> {
             .enumerate()
             .map(|(i, a)| a.rebuild(leaves, &format!("{path}[{i}]")))
             .collect()
-    }
-    fn row(&self, t: usize) -> Self {
-        self.iter().map(|a| a.row(t)).collect()
     }
     fn stack(parts: Vec<Self>) -> Self {
         let width = parts.first().map_or(0, Vec::len);
@@ -228,9 +218,6 @@ macro_rules! tree_tuple {
             }
             fn rebuild(&self, leaves: &mut std::vec::IntoIter<Erased>, path: &str) -> Result<Self> {
                 Ok(($(self.$i.rebuild(leaves, &format!("{path}.{}", $i))?,)+))
-            }
-            fn row(&self, t: usize) -> Self {
-                ($(self.$i.row(t),)+)
             }
             #[allow(non_snake_case)]
             fn stack(parts: Vec<Self>) -> Self {
