@@ -350,3 +350,49 @@ fn every_row_of_a_long_sequence_gets_its_gradient() {
             .all(|v| (v - want).abs() < 1e-12));
     });
 }
+
+#[test]
+fn a_hessian_vector_product_through_a_long_scan_compiles_few_kernels() {
+    let _s = serial();
+    // forward over reverse through 40 steps: the passes go step by step (a step boundary
+    // evaluates the tangents and recorded cotangents crossing it), so every step reuses the
+    // first step's kernels; they grew across steps into kernels new at every step (208 compiled,
+    // 28 s)
+    let (steps, batch) = (40usize, 8usize);
+    let u: Vec<f64> = rand(steps * batch, 80);
+    let f = |c: &Float64| -> Float64 {
+        let a = Tensor::from_array(kiln::gather(c, &UInt32::from(0u32)), &[]);
+        let b = Tensor::from_array(kiln::gather(c, &UInt32::from(1u32)), &[]);
+        let xs = Tensor::from_vec(u.clone(), &[steps, batch]);
+        let (_, ys) = kiln::scan(&Tensor::<f64>::zeros(&[batch]), &xs, |y, x| {
+            let y2 = &(&(y * &a) + &(x * &b)).sin() + &(y * 0.5);
+            (y2.clone(), y2)
+        })
+        .unwrap();
+        (ys.array() * ys.array()).sum()
+    };
+    let (at, v) = ([0.9, 0.3], [1.0, -0.5]);
+    let before = kiln::stats();
+    let hv = kiln::hvp(f, &Float64::from_slice(&at), &Float64::from_slice(&v))
+        .unwrap()
+        .to_vec();
+    let after = kiln::stats();
+    let distinct =
+        (after.kernels_compiled - before.kernels_compiled) + (after.disk_hits - before.disk_hits);
+    assert!(distinct <= 100, "{distinct} distinct kernels for 40 steps");
+    // against central differences of the gradient
+    let h = 1e-6;
+    let g = |s: f64| {
+        let x: Vec<f64> = at.iter().zip(&v).map(|(a, b)| a + s * b).collect();
+        kiln::grad(f, &Float64::from_slice(&x)).unwrap().to_vec()
+    };
+    let (gp, gm) = (g(h), g(-h));
+    for k in 0..2 {
+        let fd = (gp[k] - gm[k]) / (2.0 * h);
+        assert!(
+            (hv[k] - fd).abs() < 1e-5 * (1.0 + fd.abs()),
+            "{k}: {} vs {fd}",
+            hv[k]
+        );
+    }
+}

@@ -133,7 +133,7 @@ fn accumulate(map: &mut HashMap<AdIndex, Grad>, ad: AdIndex, g: Grad) {
     map.insert(ad, v);
 }
 
-/// How many rules a backward pass lets a cotangent pass through unevaluated. A pass through a
+/// How many rules a pass lets a cotangent (or a tangent) pass through unevaluated. A pass through a
 /// long chain of elementwise steps (a scan's thousand steps, a gradient summed over them) would
 /// otherwise build one expression as long as the chain: one kernel, quick to run but compiled
 /// for seconds, and compiled again for every other length. Cut every this many rules, the pieces
@@ -305,6 +305,8 @@ pub(crate) fn forward_with(
     for (ad, g) in seeds {
         accumulate(&mut ts, ad, g);
     }
+    // rules each tangent went through unevaluated (see LONGEST_COTANGENT)
+    let mut depth: HashMap<AdIndex, u32> = HashMap::new();
     for s in steps {
         if ts.contains_key(&s.ad) {
             continue;
@@ -314,6 +316,12 @@ pub(crate) fn forward_with(
         if inputs.iter().all(|t| t.is_none()) {
             continue;
         }
+        let d = s
+            .parents
+            .iter()
+            .filter_map(|p| depth.get(p))
+            .max()
+            .map_or(1, |d| d + 1);
         let t = match rule.try_forward(&inputs) {
             Ok(t) => t,
             Err(e) => {
@@ -322,6 +330,12 @@ pub(crate) fn forward_with(
             }
         };
         if let Some(t) = t {
+            if d >= LONGEST_COTANGENT && !kiln_core::is_evaluated(t.id()) {
+                kiln_core::eval(&[t.id()])?;
+                depth.insert(s.ad, 0);
+            } else {
+                depth.insert(s.ad, d);
+            }
             ts.insert(s.ad, t);
         }
     }

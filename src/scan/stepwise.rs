@@ -56,6 +56,15 @@ fn stack_typed<T: Scalar>(parts: &[Erased], row_shape: &[usize]) -> Erased {
     Erased::of(&rows::stack(parts.iter().map(tensor_of::<T>).collect()))
 }
 
+/// `e` through a step boundary ([`rows::step_boundary`]) when it carries a gradient.
+pub(super) fn boundary(e: &Erased) -> Erased {
+    match e.ty {
+        VarType::F32 if e.carries_grad() => Erased::of(&rows::step_boundary(tensor_of::<f32>(e))),
+        VarType::F64 if e.carries_grad() => Erased::of(&rows::step_boundary(tensor_of::<f64>(e))),
+        _ => e.clone(),
+    }
+}
+
 /// `parts` (of type `ty`, rows of `row_shape`) stacked on a new leading axis.
 pub(super) fn stack(ty: VarType, parts: &[Erased], row_shape: &[usize]) -> Erased {
     typed!(ty, stack_typed(parts, row_shape))
@@ -252,7 +261,7 @@ fn push(spec: &Spec, h: &mut History, out: StepOut, k: usize) -> Result<bool> {
     let mut ids: Vec<kiln_core::VarId> = out.outs.iter().map(Erased::id).collect();
     ids.extend(out.until.iter().map(Erased::id));
     kiln_core::eval(&ids)?;
-    for (j, e) in out.outs.into_iter().enumerate() {
+    for (j, e) in out.outs.iter().map(boundary).enumerate() {
         if spec.outs[j].init.is_some() {
             h.hist[j].push(e.clone());
         }
