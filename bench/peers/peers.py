@@ -69,8 +69,19 @@ SCAN_RNN_HOISTED = "scan rnn 200x64x256 x@U.T hoisted"
 # (bench_report's `ad gradient` row uses the same points). JAX: jit(grad(f)); Dr.Jit: enable_grad,
 # the sum, dr.backward, dr.grad; NumPy: the derivative written by hand.
 GRAD = "ad gradient 10M"
+# Reverse mode through loops, on the data of bench_report's `ad loop`, `ad rnn` and `ad heat` rows.
+# loop: x <- x * a + 0.001 for 1000 steps over 10 000 lanes from x = 1, with a_k = 0.999 +
+# (k % 7) * 1e-4, the gradient of sum(x_T) w.r.t. a; rnn: scan rnn's RNN, the gradients of
+# sum_t sum(h_t^2) w.r.t. W, U and b; heat: 100 steps of u + 0.2 * lap(u) on a 1024^2 grid (the
+# 5-point laplacian on the interior, the border held) from the stencil grid
+# ((k * 7919) % 1000) * 0.001, the gradient of sum((u_T - 0.25)^2) w.r.t. u_0. Each peer also
+# times the forward alone (the loss).
+AD_LOOP = "ad loop 1000x10000"
+AD_RNN = "ad rnn 200x64x256"
+AD_HEAT = "ad heat 1024^2 x 100 steps"
 WORKLOADS = [SAXPY, CHAIN, MONTE, LAUNCH, COMPILE, STENCIL, LAPLACIAN, BLUR, COLLATZ, LOOP,
-             SWITCH, SCAN_FINAL, SCAN_STACKED, SCAN_RNN, SCAN_RNN_HOISTED, GRAD]
+             SWITCH, SCAN_FINAL, SCAN_STACKED, SCAN_RNN, SCAN_RNN_HOISTED, GRAD, AD_LOOP, AD_RNN,
+             AD_HEAT]
 # The stencil workloads written as stencils (kiln: `kiln::stencil`; Numba: `@numba.stencil`), on
 # bench_report's grid ((k * 7919) % 1000) * 0.001, and the scans. Their check is each peer's largest
 # difference from a float64 NumPy reference: relative to the reference's largest magnitude ("rel")
@@ -84,6 +95,9 @@ REF_CHECKS = {
     SCAN_RNN: ("abs", 1e-3),
     SCAN_RNN_HOISTED: ("abs", 1e-3),
     GRAD: ("rel", 1e-4),
+    AD_LOOP: ("rel", 1e-3),
+    AD_RNN: ("rel", 1e-2),  # each gradient against its own largest magnitude
+    AD_HEAT: ("rel", 1e-3),
 }
 DEFAULT_REPS = 3
 # Workloads of a few milliseconds or less: timed at least SMALL_REPS times (noise matters more).
@@ -108,6 +122,8 @@ SCAN_STEPS = 1000  # scan final / stacked
 SCAN_LANES = 10_000
 SCAN_X0 = 0.5
 RNN_T, RNN_B, RNN_H = 200, 64, 256  # scan rnn: steps, batch, hidden
+AD_LOOP_N, AD_LOOP_STEPS = 10_000, 1000
+HEAT_N, HEAT_STEPS, HEAT_TARGET = 1024, 100, 0.25
 
 # Expected values for the checks printed after the table.
 COLLATZ_STEP_SUM = 131_435_239  # sum of steps with u32 wrap-around (109 lanes overflow u32)
@@ -128,6 +144,10 @@ def inputs():
     sgrid = (((k * 7919) % 1000).astype(np.float32) * np.float32(0.001)).reshape(SIDE, SIDE)
     del k
     wx = np.linspace(0.0, 1.0, N_SWITCH, dtype=np.float32)
+    # ad loop's a and ad heat's u_0: bench_report's, with its f32 arithmetic
+    ad_loop_a = np.float32(0.999) + (np.arange(AD_LOOP_N) % 7).astype(np.float32) * np.float32(1e-4)
+    h = np.arange(HEAT_N * HEAT_N, dtype=np.int64)
+    heat_u0 = (((h * 7919) % 1000).astype(np.float32) * np.float32(0.001)).reshape(HEAT_N, HEAT_N)
     return {
         "scan_x0": np.full(SCAN_LANES, SCAN_X0, dtype=np.float32),
         "rnn_w": rnn_data(RNN_H * RNN_H, 0.1).reshape(RNN_H, RNN_H),
@@ -139,6 +159,8 @@ def inputs():
         "saxpy_y": sy,
         "chain_x": np.linspace(-2.0, 2.0, N_BIG, dtype=np.float32),
         "grad_x": ((np.arange(N_BIG) + 0.5) * (4.0 / N_BIG) - 2.0).astype(np.float32),
+        "ad_loop_a": ad_loop_a,
+        "heat_u0": heat_u0,
         "launch_x": np.arange(N_LAUNCH, dtype=np.float32),
         "grid": grid,
         "sgrid": sgrid,
@@ -309,6 +331,85 @@ def grad_check(d):
     return to_numpy
 
 
+def ad_loop_reference(a):
+    """ad loop's gradient in closed form, in float64: x_T = a^T + 0.001 (a^T - 1) / (a - 1) from
+    x_0 = 1 (every a_k is below 1), differentiated by hand."""
+    import numpy as np
+
+    a, t = a.astype(np.float64), AD_LOOP_STEPS
+    at1 = a ** (t - 1)
+    return t * at1 + 0.001 * (t * at1 * (a - 1) - (a ** t - 1)) / (a - 1) ** 2
+
+
+def rnn_loss_grads(w, u, b, xs, grads=True):
+    """ad rnn by hand in NumPy, in the inputs' dtype: the loss sum_t sum(h_t^2), or (grads) its
+    gradients w.r.t. W, U and b, by backpropagation through time."""
+    import numpy as np
+
+    hs = np.zeros((RNN_T + 1, RNN_B, RNN_H), dtype=w.dtype)  # hs[t + 1] = h_t, hs[0] = h_0 = 0
+    for t in range(RNN_T):
+        hs[t + 1] = np.tanh(hs[t] @ w.T + xs[t] @ u.T + b)
+    if not grads:
+        return (hs[1:] * hs[1:]).sum()
+    ga = np.empty((RNN_T, RNN_B, RNN_H), dtype=w.dtype)  # d loss / d (step t's pre-activation)
+    gh = np.zeros((RNN_B, RNN_H), dtype=w.dtype)  # d loss / d h_t through the later steps
+    for t in reversed(range(RNN_T)):
+        h = hs[t + 1]
+        ga[t] = (gh + 2 * h) * (1 - h * h)
+        gh = ga[t] @ w
+    # the weights' terms summed over the steps (and the batch) at once: one matmul each
+    flat = lambda a: a.reshape(RNN_T * RNN_B, RNN_H)  # noqa: E731
+    return flat(ga).T @ flat(hs[:-1]), flat(ga).T @ flat(xs), ga.sum(axis=(0, 1))
+
+
+def heat_loss_grad(u0, grads=True):
+    """ad heat by hand in NumPy, in u0's dtype: the loss sum((u_T - 0.25)^2), or (grads) its
+    gradient w.r.t. u_0. A step is linear, so the backward pass applies its transpose: each
+    interior cell's cotangent, times 0.2, goes to its four neighbours, and times -0.8 to itself."""
+    u = u0.copy()
+    for _ in range(HEAT_STEPS):
+        # (the right-hand side is computed before it is added: every tap reads the previous u)
+        u[1:-1, 1:-1] += 0.2 * (u[1:-1, 2:] + u[1:-1, :-2] + u[2:, 1:-1] + u[:-2, 1:-1]
+                                - 4 * u[1:-1, 1:-1])
+    r = u - HEAT_TARGET
+    if not grads:
+        return (r * r).sum()
+    g = 2 * r
+    for _ in range(HEAT_STEPS):
+        c = 0.2 * g[1:-1, 1:-1]
+        g[1:-1, 2:] += c
+        g[1:-1, :-2] += c
+        g[2:, 1:-1] += c
+        g[:-2, 1:-1] += c
+        g[1:-1, 1:-1] -= 4 * c
+    return g
+
+
+def ad_check(workload, d):
+    """to_numpy for ad loop, ad rnn and ad heat: ref_diff against the float64 reference (computed
+    once); for ad rnn, the worst of its three gradients, each against its own reference."""
+    import numpy as np
+
+    ref = []
+
+    def reference():
+        if workload == AD_LOOP:
+            return ad_loop_reference(d["ad_loop_a"])
+        if workload == AD_RNN:
+            return rnn_loss_grads(*(d[k].astype(np.float64)
+                                    for k in ("rnn_w", "rnn_u", "rnn_b", "rnn_xs")))
+        return heat_loss_grad(d["heat_u0"].astype(np.float64))
+
+    def to_numpy(r):
+        if not ref:
+            ref.append(reference())
+        if workload == AD_RNN:
+            return max(ref_diff(workload, g, want) for g, want in zip(r, ref[0]))
+        return ref_diff(workload, r, ref[0])
+
+    return to_numpy
+
+
 class Timed:
     """A run's result with its own timing (seconds), for runs whose set-up is not to be timed."""
 
@@ -320,7 +421,8 @@ class Timed:
 # Peers. Each returns {workload: factory}; a factory sets up (untimed) and returns (run, to_numpy):
 # run() performs one complete call, to_numpy(result) gives a NumPy array or a float for the checks.
 # run() may return a Timed (its timed part and its result) instead of its result; a str in place of
-# a factory is the reason the peer has no such workload.
+# a factory is the reason the peer has no such workload. The AD workloads' factories return
+# (run, to_numpy, forward): forward() computes the loss alone, and is timed the same way.
 
 
 def peer_numpy(d):
@@ -490,11 +592,47 @@ def peer_numpy(d):
 
         return run, grad_check(d)
 
+    # reverse mode by hand, in f32: ad loop keeps every step's x (the tape) for its backward loop;
+    # ad rnn and ad heat run the float64 references' code on the f32 inputs
+    def ad_loop():
+        a = d["ad_loop_a"]
+
+        def run():
+            xs = np.empty((AD_LOOP_STEPS, a.size), dtype=np.float32)  # xs[t]: x before step t
+            x = np.ones_like(a)
+            for t in range(AD_LOOP_STEPS):
+                xs[t] = x
+                x = x * a + offset
+            ga, gx = np.zeros_like(a), np.ones_like(a)  # gx: d loss / d x after step t
+            for t in reversed(range(AD_LOOP_STEPS)):
+                ga += gx * xs[t]
+                gx = gx * a
+            return ga
+
+        def forward():
+            x = np.ones_like(a)
+            for _ in range(AD_LOOP_STEPS):
+                x = x * a + offset
+            return x.sum()
+
+        return run, ad_check(AD_LOOP, d), forward
+
+    def ad_rnn():
+        args = [d[k] for k in ("rnn_w", "rnn_u", "rnn_b", "rnn_xs")]
+        return ((lambda: rnn_loss_grads(*args)), ad_check(AD_RNN, d),
+                lambda: rnn_loss_grads(*args, grads=False))
+
+    def ad_heat():
+        u0 = d["heat_u0"]
+        return ((lambda: heat_loss_grad(u0)), ad_check(AD_HEAT, d),
+                lambda: heat_loss_grad(u0, grads=False))
+
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
             LAPLACIAN: laplacian, BLUR: blur, COLLATZ: collatz, LOOP: loop, SWITCH: switch,
             COMPILE: "NumPy compiles no kernels", SCAN_FINAL: scan_final,
             SCAN_STACKED: scan_stacked, SCAN_RNN: lambda: scan_rnn(False),
-            SCAN_RNN_HOISTED: lambda: scan_rnn(True), GRAD: grad}
+            SCAN_RNN_HOISTED: lambda: scan_rnn(True), GRAD: grad, AD_LOOP: ad_loop,
+            AD_RNN: ad_rnn, AD_HEAT: ad_heat}
 
 
 def peer_numba(d):
@@ -738,7 +876,8 @@ def peer_numba(d):
                                scan_check(SCAN_STACKED, d)),
         SCAN_RNN: lambda: scan_rnn(False),
         SCAN_RNN_HOISTED: lambda: scan_rnn(True),
-        GRAD: "Numba has no automatic differentiation",
+        **dict.fromkeys((GRAD, AD_LOOP, AD_RNN, AD_HEAT),
+                        "Numba has no automatic differentiation"),
     }
 
 
@@ -929,17 +1068,51 @@ def peer_jax(d):
         f = jax.jit(jax.grad(loss))
         return (lambda: f(x).block_until_ready()), grad_check(d)
 
+    # ad loop, ad rnn, ad heat: jit(grad) of the loss, written with lax.scan (the heat steps too:
+    # jit(grad) of 100 steps unrolled in Python had not finished compiling after 10 minutes), and
+    # jit of the loss for the forward
+    def ad(workload, loss, *names):
+        args = [put(n) for n in names]
+        # ad rnn: the gradients w.r.t. W, U and b (not xs)
+        f = jax.jit(jax.grad(loss, argnums=(0, 1, 2) if workload == AD_RNN else 0))
+        fwd = jax.jit(loss)
+        return ((lambda: jax.block_until_ready(f(*args))), ad_check(workload, d),
+                lambda: fwd(*args).block_until_ready())
+
+    def ad_loop_loss(a):
+        step = lambda x, _: (x * a + 0.001, None)  # noqa: E731
+        return jnp.sum(lax.scan(step, jnp.ones_like(a), None, length=AD_LOOP_STEPS)[0])
+
+    def ad_rnn_loss(w, u, b, xs):
+        def step(h, x):
+            h = jnp.tanh(h @ w.T + x @ u.T + b)
+            return h, h
+
+        hs = lax.scan(step, jnp.zeros((RNN_B, RNN_H), jnp.float32), xs)[1]
+        return jnp.sum(hs * hs)
+
+    def ad_heat_loss(u0):
+        def step(u, _):
+            lap = u[1:-1, 2:] + u[1:-1, :-2] + u[2:, 1:-1] + u[:-2, 1:-1] - 4 * u[1:-1, 1:-1]
+            return u + 0.2 * jnp.pad(lap, 1), None
+
+        r = lax.scan(step, u0, None, length=HEAT_STEPS)[0] - HEAT_TARGET
+        return jnp.sum(r * r)
+
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
             LAPLACIAN: laplacian, BLUR: blur, COLLATZ: collatz, LOOP: loop, SWITCH: switch,
             COMPILE: compile_, SCAN_FINAL: lambda: scan_steps(False),
             SCAN_STACKED: lambda: scan_steps(True), SCAN_RNN: lambda: scan_rnn(False),
-            SCAN_RNN_HOISTED: lambda: scan_rnn(True), GRAD: grad}
+            SCAN_RNN_HOISTED: lambda: scan_rnn(True), GRAD: grad,
+            AD_LOOP: lambda: ad(AD_LOOP, ad_loop_loss, "ad_loop_a"),
+            AD_RNN: lambda: ad(AD_RNN, ad_rnn_loss, "rnn_w", "rnn_u", "rnn_b", "rnn_xs"),
+            AD_HEAT: lambda: ad(AD_HEAT, ad_heat_loss, "heat_u0")}
 
 
 def peer_drjit(d):
     import drjit as dr
     import numpy as np
-    from drjit.llvm import PCG32, Float, TensorXf, UInt32
+    from drjit.llvm import PCG32, Float, TensorXf, UInt32, ad
 
     if not dr.has_backend(dr.JitBackend.LLVM):
         raise RuntimeError("Dr.Jit's LLVM backend is unavailable (no libLLVM found: install "
@@ -1155,12 +1328,10 @@ def peer_drjit(d):
         return run, scan_check(SCAN_RNN_HOISTED if hoisted else SCAN_RNN, d)
 
     def grad():
-        from drjit.llvm.ad import Float as FloatAD
-
-        x0 = arr(FloatAD, "grad_x")
+        x0 = arr(ad.Float, "grad_x")
 
         def run():
-            x = FloatAD(x0)  # a fresh handle on the same data, then a fresh AD leaf
+            x = ad.Float(x0)  # a fresh handle on the same data, then a fresh AD leaf
             dr.enable_grad(x)
             y = dr.sum(dr.tanh(x * x + 1) * dr.exp(-x) + dr.sqrt(dr.abs(x)))
             dr.backward(y)
@@ -1168,11 +1339,83 @@ def peer_drjit(d):
 
         return run, grad_check(d)
 
+    # ad loop, ad rnn, ad heat: the drjit.llvm.ad types; each call makes fresh leaves of the
+    # inputs, dr.enable_grad, the loss, dr.backward and dr.grad, and evaluates the gradients. The
+    # forward is the same loss without enable_grad.
+    def ad_loop():
+        a0 = arr(ad.Float, "ad_loop_a")
+
+        def x_final(a):
+            # a symbolic loop (one kernel); reverse mode through it needs max_iterations, the bound
+            # by which Dr.Jit sizes the loop state it keeps for the backward pass
+            x, _ = dr.while_loop(state=(dr.ones(ad.Float, AD_LOOP_N), ad.UInt32(0)),
+                                 cond=lambda x, i: i < AD_LOOP_STEPS,
+                                 body=lambda x, i: (x * a + 0.001, i + 1),
+                                 max_iterations=AD_LOOP_STEPS)
+            return x
+
+        def run():
+            a = ad.Float(a0)
+            dr.enable_grad(a)
+            dr.backward(dr.sum(x_final(a)))
+            return done(dr.grad(a))
+
+        return run, ad_check(AD_LOOP, d), lambda: done(dr.sum(x_final(a0)))
+
+    # ad rnn: scan rnn's Python loop of dr.matmul, with h_t^2 summed as it goes
+    def ad_rnn():
+        w0, u0, b0, xs = (ad.TensorXf(d[k]) for k in ("rnn_w", "rnn_u", "rnn_b", "rnn_xs"))
+        done((w0, u0, b0, xs))
+
+        def loss(w, u, b):
+            h = dr.zeros(ad.TensorXf, (RNN_B, RNN_H))
+            sq = dr.zeros(ad.TensorXf, (RNN_B, RNN_H))
+            for t in range(RNN_T):
+                h = dr.tanh(dr.matmul(h, w, Bt=True) + dr.matmul(xs[t], u, Bt=True) + b)
+                sq = sq + h * h
+            return dr.sum(sq.array)
+
+        def run():
+            w, u, b = (ad.TensorXf(p) for p in (w0, u0, b0))
+            dr.enable_grad(w, u, b)
+            dr.backward(loss(w, u, b))
+            return done((dr.grad(w), dr.grad(u), dr.grad(b)))
+
+        return run, ad_check(AD_RNN, d), lambda: done(loss(w0, u0, b0))
+
+    # ad heat: a Python loop of 100 steps, each a kernel with a masked gather per neighbour as in
+    # `gathers` (gathering from a u that is not evaluated yet evaluates it); the backward pass
+    # turns each gather into a scatter-add
+    def ad_heat():
+        u0 = arr(ad.Float, "heat_u0")
+        w = HEAT_N
+
+        def loss(u):
+            k = dr.arange(UInt32, w * w)
+            i = k // w
+            j = k - i * w
+            inner = (i > 0) & (i < w - 1) & (j > 0) & (j < w - 1)
+            idx = [k + 1, k - 1, k + w, k - w]
+            for _ in range(HEAT_STEPS):
+                lap = sum(dr.gather(ad.Float, u, x, inner) for x in idx) - 4 * u
+                u = u + 0.2 * dr.select(inner, lap, 0)
+            r = u - HEAT_TARGET
+            return dr.sum(r * r)
+
+        def run():
+            u = ad.Float(u0)
+            dr.enable_grad(u)
+            dr.backward(loss(u))
+            return done(dr.grad(u))
+
+        return run, ad_check(AD_HEAT, d), lambda: done(loss(u0))
+
     return {SAXPY: saxpy, CHAIN: chain, MONTE: monte, LAUNCH: launch, STENCIL: stencil,
             LAPLACIAN: laplacian, BLUR: blur, COLLATZ: collatz, LOOP: loop, SWITCH: switch,
             COMPILE: compile_, SCAN_FINAL: lambda: scan_steps(False),
             SCAN_STACKED: lambda: scan_steps(True), SCAN_RNN: lambda: scan_rnn(False),
-            SCAN_RNN_HOISTED: lambda: scan_rnn(True), GRAD: grad}
+            SCAN_RNN_HOISTED: lambda: scan_rnn(True), GRAD: grad, AD_LOOP: ad_loop,
+            AD_RNN: ad_rnn, AD_HEAT: ad_heat}
 
 
 def peer_pytensor(d, mode=None):
@@ -1275,7 +1518,7 @@ def checksum(workload, value):
 
 
 def run_worker(peer, out_path, reps, workloads):
-    results = {"ms": {}, "first_ms": {}, "check": {}, "skipped": {}}
+    results = {"ms": {}, "first_ms": {}, "forward_ms": {}, "check": {}, "skipped": {}}
 
     def save():
         with open(out_path, "w") as f:
@@ -1299,28 +1542,36 @@ def run_worker(peer, out_path, reps, workloads):
             save()
             continue
         try:
-            run, to_numpy = factory()
+            run, to_numpy, *forward = factory()
 
-            def call():
+            def call(fn):
                 t0 = time.perf_counter()
-                r = run()
+                r = fn()
                 t = time.perf_counter() - t0
                 return (r.value, r.seconds) if isinstance(r, Timed) else (r, t)
 
-            r, first = call()
-            times = []
-            for _ in range(timed_calls(w, reps)):
-                r, t = call()
-                times.append(t)
-            best = min(times)
-            median = sorted(times)[len(times) // 2]
+            def timed(fn):
+                """fn's warm-up call, then its timed calls: (first, best, median, last result)."""
+                r, first = call(fn)
+                times = []
+                for _ in range(timed_calls(w, reps)):
+                    r, t = call(fn)
+                    times.append(t)
+                return first, min(times), sorted(times)[len(times) // 2], r
+
+            first, best, median, r = timed(run)
             results["ms"][w] = best * 1e3
             results["first_ms"][w] = first * 1e3
+            fwd = ""
+            if forward:
+                _, fbest, fmedian, _ = timed(forward[0])
+                results["forward_ms"][w] = fbest * 1e3
+                fwd = f"; forward {fbest * 1e3:.2f} ms, median {fmedian * 1e3:.2f} ms"
             results["check"][w] = checksum(w, to_numpy(r))
             diff = (f"; {'rel' if REF_CHECKS[w][0] == 'rel' else 'abs'} diff "
                     f"{results['check'][w]:.2g}" if w in REF_CHECKS else "")
             print(f"  {peer:<6} {w:<28} {best * 1e3:10.2f} ms   (median {median * 1e3:.2f} ms; "
-                  f"first call {first * 1e3:.1f} ms{diff})", flush=True)
+                  f"first call {first * 1e3:.1f} ms{fwd}{diff})", flush=True)
             if w in REF_CHECKS and not results["check"][w] <= REF_CHECKS[w][1]:
                 print(f"warning: {peer} {w}: {ref_what(w, results['check'][w])}", flush=True)
         except Exception as e:  # noqa: BLE001
@@ -1357,6 +1608,8 @@ def ref_what(workload, c):
     """A REF_CHECKS workload's check, in words."""
     kind, tol = REF_CHECKS[workload]
     what = "max |r - ref| / max |ref|" if kind == "rel" else "max |r - ref|"
+    if workload == AD_RNN:
+        what += " (the worst of the gradients w.r.t. W, U and b)"
     return f"{what} = {c:.3g} against a float64 NumPy reference (tolerance {tol:g})"
 
 
@@ -1454,6 +1707,13 @@ def run_parent(args):
     print_table(["workload"] + shown,
                 [[w] + [fmt_ms(per_peer[p].get("first_ms", {}).get(w)) for p in shown]
                  for w in workloads])
+    fwd = [w for w in workloads if any(w in per_peer[p].get("forward_ms", {}) for p in shown)]
+    if fwd:
+        print()
+        print("the AD workloads' forward alone, the loss without gradients (ms, best run)")
+        print_table(["workload"] + shown,
+                    [[w] + [fmt_ms(per_peer[p]["forward_ms"].get(w)) for p in shown]
+                     for w in fwd])
     notes = check_notes(per_peer, workloads)
     print()
     if notes:
@@ -1464,7 +1724,8 @@ def run_parent(args):
               "cold compile: numpy's f32 result with the same constants; laplacian, box blur, "
               "the gradient and the scans: a float64 NumPy reference, element by element, within "
               "1e-4 of its "
-              "largest magnitude, scan rnn within 1e-3 absolute)")
+              "largest magnitude, scan rnn within 1e-3 absolute; ad loop and ad heat within 1e-3 "
+              "of it, ad rnn's three gradients within 1e-2 of their own)")
     if COMPILE in workloads:
         print(f"  {COMPILE}: every call compiles a kernel never seen before; best of "
               f"{timed_calls(COMPILE, args.reps)} after one (the first in its process, shown in "
@@ -1500,6 +1761,9 @@ ALIASES = {
     # the variant is timed against kiln's one rnn row
     SCAN_RNN_HOISTED: ["scan rnn 200x64x256", "scan rnn"],
     GRAD: ["ad gradient"],
+    # bench_report's row (ad rnn and ad heat are named as its rows are; its ad heat row under
+    # --quick, 256^2, is left unmatched)
+    AD_LOOP: ["ad loop 1000 steps x 10000 lanes"],
 }
 NUM = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
 
