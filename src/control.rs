@@ -272,7 +272,9 @@ pub enum LoopGrad {
     Jacobian,
     /// Every iteration runs evaluated with derivatives recorded, like straight-line code: any
     /// order, any body, one pass whatever the state's width; memory grows with the iterations
-    /// the longest lane runs (every iteration's state is kept for the backward pass).
+    /// the longest lane runs (every iteration's state is kept for the backward pass). A
+    /// `max_iterations` bound that stops lanes still running is `Error::LoopTruncated` from
+    /// `run` itself (the other modes report it at the next read).
     Recorded,
 }
 

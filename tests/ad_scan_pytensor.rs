@@ -558,3 +558,96 @@ fn frozen_step_replays_forward_and_backward() {
     }
     assert_eq!(frozen.stats().replays, 2);
 }
+
+/// Found by adversarial testing: `reverse` with `keep` keeps the same rows with and without a
+/// gradient, a zero-step scan's states carry the initial state's gradient, and a backward pass
+/// that failed midway leaves no cotangent for a later pass on another thread.
+#[test]
+fn reverse_keep_zero_steps_and_a_failed_pass() {
+    let _s = serial();
+    let run = |grad: bool| {
+        let mut x = Float64::from_slice(&[1.0, 2.0, 3.0]);
+        if grad {
+            x.enable_grad();
+        }
+        Scan::new()
+            .sequence(&t(&x, &[3]))
+            .output(&Tensor::scalar(0.0))
+            .reverse(true)
+            .keep(0, Keep::Last(1))
+            .run(|s| s.out(0, -1) + s.seq(0, 0))
+            .unwrap()
+            .output::<f64>(0)
+            .to_vec()
+    };
+    assert_eq!(run(true), run(false));
+    let mut x0 = Float64::from_slice(&[0.5, 1.5]);
+    x0.enable_grad();
+    let r = Scan::new()
+        .output(&t(&x0, &[2]))
+        .keep_states(true)
+        .n_steps(0)
+        .run(|s| s.out(0, -1) * 2.0)
+        .unwrap();
+    r.states::<f64>(0).unwrap().array().sum().backward();
+    assert_eq!(x0.grad().to_vec(), vec![1.0, 1.0]);
+    failed_pass_then_another_thread();
+}
+
+static FAIL_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `2x`, whose backward panics once when `FAIL_ONCE` is set.
+struct Flaky;
+impl kiln::ad::CustomOp for Flaky {
+    type Input = Float64;
+    type Output = Float64;
+    fn eval(&self, x: &Float64) -> Float64 {
+        x * 2.0
+    }
+    fn backward(&self, _x: &Float64, _y: &Float64, dy: &Float64) -> Float64 {
+        if FAIL_ONCE.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            panic!("this backward fails once");
+        }
+        dy * 2.0
+    }
+}
+
+fn failed_pass_then_another_thread() {
+    let mut x = Float64::from_slice(&[1.0, 2.0, 3.0, 4.0]);
+    let mut w = Float64::from_slice(&[0.5]);
+    x.enable_grad();
+    w.enable_grad();
+    let calls = std::cell::Cell::new(0);
+    let r = Scan::new()
+        .sequence(&t(&x, &[4]))
+        .output(&Tensor::scalar(0.0))
+        .run(|s| {
+            calls.set(calls.get() + 1);
+            // step 0 holds the custom op: its backward runs after rows 1..3 kept their cotangents
+            let ww = if calls.get() == 1 {
+                kiln::ad::custom(Flaky, &w)
+            } else {
+                w.clone()
+            };
+            s.out(0, -1) + s.seq(0, 0) * Tensor::from_array(ww, &[])
+        })
+        .unwrap();
+    let y = r.output::<f64>(0).array().sum();
+    let (x, y) = std::thread::spawn(move || {
+        FAIL_ONCE.store(true, std::sync::atomic::Ordering::SeqCst);
+        let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            kiln::ad::backward_with(&y, &Float64::from(1.0), true)
+        }));
+        assert!(failed.is_err());
+        (x, y)
+    })
+    .join()
+    .unwrap();
+    let g = std::thread::spawn(move || {
+        kiln::ad::backward_with(&y, &Float64::from(1.0), true).unwrap();
+        x.grad().to_vec()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(g, vec![4.0, 1.5, 1.0, 0.5]);
+}

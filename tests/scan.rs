@@ -2339,3 +2339,30 @@ fn strict_mode_names_the_captured_tensor() {
         Ok(())
     })
 }
+
+/// A known bug, found by adversarial testing (issue 26's review) and not fixed: `keep_states` on
+/// a stepped scan (the body reduces) with two recurrent outputs of different shapes panics in
+/// the LLVM backend ("registry-only ops never appear in kernels"): storing the scalar output's
+/// state row settles a lazy scalar that holds a pending reduction, inside the step's frozen
+/// recording. Without `keep_states`, with one output, or without the reduction, it runs.
+#[test]
+#[ignore = "known bug: keep_states + a reduction + two outputs in a stepped scan panics (see the doc comment)"]
+fn keep_states_of_a_stepped_scan_with_a_reduction_and_two_outputs() {
+    let xs = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], &[2, 2]);
+    let r = Scan::<f64>::new()
+        .sequence(&xs)
+        .output(&Tensor::from_vec(vec![0.5f64, 0.25], &[2]))
+        .output(&Tensor::scalar(0.3f64))
+        .keep_states(true)
+        .run(|s| {
+            let a2 = s.out(0, -1) * s.seq(0, 0);
+            let b2 = Tensor::from_array(a2.array().sum(), &[]) + s.out(1, -1);
+            (a2, b2)
+        })
+        .unwrap();
+    assert_eq!(
+        r.states::<f64>(0).unwrap().to_vec(),
+        vec![0.5, 0.25, 0.5, 0.5, 1.5, 2.0]
+    );
+    assert_eq!(r.states::<f64>(1).unwrap().to_vec(), vec![0.3, 1.3, 4.8]);
+}

@@ -819,8 +819,8 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
 
 /// [`LoopGrad::Recorded`]: the loop driven from the host, one evaluated iteration at a time,
 /// with each lane's new state `select(active, body(state), state)` recorded like any code, so
-/// that derivatives of any order go through it. Lanes that finished still run the body (their
-/// results are discarded, and so are the derivatives through them).
+/// that derivatives of any order go through it. Lanes that finished still run the body, on their
+/// state detached (their results are discarded, and no derivative reaches them through it).
 fn run_recorded<S: Traverse + Clone + 'static>(
     lp: Loop<S>,
     mut cond: impl FnMut(&S) -> crate::array::Bool,
@@ -844,7 +844,12 @@ fn run_recorded<S: Traverse + Clone + 'static>(
                 lanes: active.count(),
             });
         }
-        let next = body(&s);
+        // finished lanes run the body too, on their state without its node: the derivatives
+        // there (NaN where the body is undefined, `sqrt` of a negative) stay off the graph,
+        // as the select only passes zeros to them
+        let (ids, _) = arrays(&s);
+        let off = rebuild_with(&s, &ids, &vec![0; ids.len()]);
+        let next = body(&select_state(&active, &s, &off)?);
         s = select_state(&active, &next, &s)?;
         kiln_core::eval(&arrays(&s).0)?;
         iterations += 1;

@@ -12,34 +12,34 @@ use kiln_core::{Error, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// The number the next backward pass gets (on any thread: a pass that failed on one thread
+/// must not share its number with a later pass on another).
+static NEXT_PASS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 thread_local! {
     /// The backward passes running on this thread, innermost last (a rule may run a pass of its
-    /// own), each by a number no other pass had.
-    static PASSES: std::cell::RefCell<(u64, Vec<u64>)> = const { std::cell::RefCell::new((0, Vec::new())) };
+    /// own).
+    static PASSES: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The backward pass running now (0: none), for rules that gather their inputs' cotangents
 /// over several nodes before one of them passes them on (see `scan::rows::Unstack`).
 pub(crate) fn current_pass() -> u64 {
-    PASSES.with(|p| p.borrow().1.last().copied().unwrap_or(0))
+    PASSES.with(|p| p.borrow().last().copied().unwrap_or(0))
 }
 
 /// Marks a backward pass as running while it lives.
 struct Pass;
 impl Pass {
     fn begin() -> Pass {
-        PASSES.with(|p| {
-            let mut p = p.borrow_mut();
-            p.0 += 1;
-            let id = p.0;
-            p.1.push(id);
-        });
+        let id = NEXT_PASS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        PASSES.with(|p| p.borrow_mut().push(id));
         Pass
     }
 }
 impl Drop for Pass {
     fn drop(&mut self) {
-        PASSES.with(|p| p.borrow_mut().1.pop());
+        PASSES.with(|p| p.borrow_mut().pop());
     }
 }
 

@@ -531,8 +531,9 @@ impl<T: Scalar> Scan<T> {
     /// PyTensor's `truncate_gradient`: gradients flow back through the last `k` steps the scan
     /// runs and no further (truncated BPTT): the earlier steps run with derivatives suspended,
     /// so their sequence rows, the initial states they read and what they captured get nothing
-    /// from them. No effect without a gradient. With `until`, a first pass without derivatives
-    /// finds where the scan stops.
+    /// from them (`0`: no gradient at all). No effect without a gradient. The body is called
+    /// once more beforehand, to see whether it sets `until`; if it does, a first pass without
+    /// derivatives finds where the scan stops.
     ///
     /// ```
     /// use kiln::prelude::*;

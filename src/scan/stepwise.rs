@@ -119,8 +119,23 @@ pub(crate) fn run(
     check_inits(&spec)?;
     let n = step_count(&spec)?;
     if n == 0 {
-        // no step: nothing to differentiate, and the outputs' shapes come from the traced scan
-        return crate::ad::suspend_grad(|| super::run::run(spec, body));
+        // no step: the outputs' shapes come from the traced scan; the states and finals are the
+        // initial rows, with their gradients
+        let mut out = crate::ad::suspend_grad(|| super::run::run(spec.clone(), body))?;
+        let initial: Vec<Vec<Erased>> = spec.outs.iter().map(initial_rows).collect();
+        for (j, o) in spec.outs.iter().enumerate() {
+            let Some(init) = &o.init else { continue };
+            let row_shape = o.row_shape().unwrap_or_default();
+            if let Some(f) = out.finals.get_mut(j) {
+                *f = initial[j].last().cloned();
+            }
+            if spec.keep_states {
+                if let Some(s) = out.states.get_mut(j) {
+                    *s = Some(stack(init.ty, &initial[j], &row_shape));
+                }
+            }
+        }
+        return Ok(out);
     }
     // truncated: the last `k` steps record derivatives; with `until` the count is known only
     // after a first pass, run without derivatives
@@ -289,7 +304,8 @@ fn finish(spec: &Spec, h: History, n: usize) -> RunOut {
         .rewrites
         .unwrap_or_else(kiln_core::config::scan_rewrites);
     let keeps: Vec<_> = spec.outs.iter().map(|o| o.keep.clone()).collect();
-    let stores = if rewrites && !spec.reverse {
+    // (`keep` picks from the rows as stored, reversed ones too, as the scan without gradients)
+    let stores = if rewrites {
         plan_storage(&keeps, h.steps_run, false, false).1
     } else {
         vec![Store::Range(0, h.steps_run); keeps.len()]
