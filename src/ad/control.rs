@@ -901,7 +901,7 @@ fn select_entry<T: Float>(
         graph::inc_ref(ad);
         Array::<T>::wrap(id).with_ad(ad)
     };
-    let out = crate::select(mask, array(a), array(b));
+    let out = crate::ops::select(mask, array(a), array(b));
     kiln_core::inc_ref(out.id());
     graph::inc_ref(out.ad);
     (out.id(), out.ad)
