@@ -612,10 +612,15 @@ impl<T: Scalar> Scan<T> {
             stepwise.set(true);
             stepwise::run(spec, &mut erased_body)?
         } else {
-            let again = crate::ad::recording().then(|| spec.clone());
+            // (kept for a rerun only while some array carries a gradient the body could capture)
+            let again = crate::ad::control::involved(&()).then(|| spec.clone());
             match run::run(spec, &mut erased_body) {
                 Err(Error::Ad(m)) if m == spec::CAPTURED_GRADIENT => {
-                    let spec = again.expect("recording");
+                    let Some(spec) = again else {
+                        return Err(Error::Ad(format!(
+                            "kiln internal error: scan {label} captured a gradient while none was alive"
+                        )));
+                    };
                     if spec.strict {
                         return Err(spec::strict_captured_gradient(&spec.label));
                     }
