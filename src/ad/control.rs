@@ -210,11 +210,7 @@ pub(crate) fn guard_second_order(g: Grad, inputs: &[AdIndex], construct: &'stati
         ps,
         Some(Arc::new(SecondOrder { construct })),
     );
-    let plain = g.detached();
-    match ty {
-        VarType::F32 => Grad::of(plain.array::<f32>().detach().with_ad(ad)),
-        _ => Grad::of(plain.array::<f64>().detach().with_ad(ad)),
-    }
+    g.with_node(ad)
 }
 
 fn mul(a: &Grad, b: &Grad) -> Grad {

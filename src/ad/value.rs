@@ -53,6 +53,12 @@ impl Grad {
     pub fn ty(&self) -> VarType {
         kiln_core::var_type(self.id.id())
     }
+    /// The same values with node `ad` (whose reference the result takes over) in place of
+    /// this one's.
+    pub fn with_node(&self, ad: AdIndex) -> Grad {
+        kiln_core::inc_ref(self.id());
+        Grad::own(self.id(), ad)
+    }
     /// The same values without the AD node.
     pub fn detached(&self) -> Grad {
         Grad {

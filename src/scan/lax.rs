@@ -355,11 +355,11 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
                 got.iter().chain(&flatten(&y)).map(Erased::id).collect();
             kiln_core::eval(&ids)?;
             // each step's values behind a boundary: passes through the scan go step by step too
-            let through = |x: &dyn Fn() -> Vec<Erased>| -> Vec<Erased> {
-                x().iter().map(super::stepwise::boundary).collect()
+            let behind = |leaves: Vec<Erased>| -> Vec<Erased> {
+                leaves.iter().map(super::stepwise::boundary).collect()
             };
-            let c2 = c2.rebuild(&mut through(&|| flatten(&c2)).into_iter(), "carry")?;
-            let y = y.rebuild(&mut through(&|| flatten(&y)).into_iter(), "ys")?;
+            let c2 = c2.rebuild(&mut behind(flatten(&c2)).into_iter(), "carry")?;
+            let y = y.rebuild(&mut behind(flatten(&y)).into_iter(), "ys")?;
             if self.keep_states {
                 kept.iter_mut().zip(got).for_each(|(k, e)| k.push(e));
             }

@@ -320,11 +320,7 @@ fn boundary(g: &Grad) -> Grad {
         Some(Arc::new(Boundary)),
         g.id(),
     );
-    let plain = g.detached();
-    match g.ty() {
-        VarType::F32 => Grad::of(plain.array::<f32>().with_ad(ad)),
-        _ => Grad::of(plain.array::<f64>().with_ad(ad)),
-    }
+    g.with_node(ad)
 }
 
 struct Boundary;
