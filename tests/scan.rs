@@ -2340,13 +2340,13 @@ fn strict_mode_names_the_captured_tensor() {
     })
 }
 
-/// A known bug, found by adversarial testing (issue 26's review) and not fixed: `keep_states` on
-/// a stepped scan (the body reduces) with two recurrent outputs of different shapes panics in
-/// the LLVM backend ("registry-only ops never appear in kernels"): storing the scalar output's
-/// state row settles a lazy scalar that holds a pending reduction, inside the step's frozen
-/// recording. Without `keep_states`, with one output, or without the reduction, it runs.
+/// Found by adversarial testing (issue 26's review): `keep_states` on a stepped scan (the body
+/// reduces) with two recurrent outputs of different shapes panicked in the LLVM backend
+/// ("registry-only ops never appear in kernels"). Storing the second output's state row resolved
+/// a pending reduction, whose broadcast scalars were evaluated first — together with the pending
+/// scatter of the first output's row, which read a reduction still pending. Scalars settled before
+/// an evaluation now leave pending scatters to it.
 #[test]
-#[ignore = "known bug: keep_states + a reduction + two outputs in a stepped scan panics (see the doc comment)"]
 fn keep_states_of_a_stepped_scan_with_a_reduction_and_two_outputs() {
     let xs = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], &[2, 2]);
     let r = Scan::<f64>::new()

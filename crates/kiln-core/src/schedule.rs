@@ -150,15 +150,20 @@ thread_local! {
 /// `ids` computes can depend on a pending scatter: tracing a read of an array a scatter will write
 /// runs that scatter first (`trace::lock_clean`).
 pub fn eval_leaving_effects(ids: &[VarId]) -> Result<()> {
-    struct Reset;
-    impl Drop for Reset {
+    holding_effects(|| run(Some(ids)))
+}
+
+/// `f` with this thread's pending side effects held back (the previous setting restored after,
+/// also on a panic: these nest).
+fn holding_effects<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
         fn drop(&mut self) {
-            HOLD_EFFECTS.with(|h| h.set(false));
+            HOLD_EFFECTS.with(|h| h.set(self.0));
         }
     }
-    HOLD_EFFECTS.with(|h| h.set(true));
-    let _reset = Reset;
-    run(Some(ids))
+    let _restore = Restore(HOLD_EFFECTS.with(|h| h.replace(true)));
+    f()
 }
 
 /// Run pending side effects (scatters) only.
@@ -809,7 +814,10 @@ fn broadcast_scalars(st: &State, id: u32) -> Vec<u32> {
 fn settle(ids: &[u32], why: &str) -> Result<()> {
     tracing::debug!(target: "kiln::eval", "evaluating {} lazy scalar(s) first: {why}", ids.len());
     let ids: Vec<VarId> = ids.iter().map(|&i| VarId(i)).collect();
-    run(Some(&ids))
+    // (the scalars cannot read a pending scatter — tracing a read of a scatter's target runs it
+    // first — but a pending scatter may read a pending reduction, which an evaluation started
+    // while reductions resolve must not meet: the scatters run with the evaluation that waits)
+    holding_effects(|| run(Some(&ids)))
 }
 
 /// Evaluate the lazy scalars that the fused reduction of `id` would broadcast (see the section's
