@@ -274,8 +274,73 @@ pub enum LoopGrad {
     /// order, any body, one pass whatever the state's width; memory grows with the iterations
     /// the longest lane runs (every iteration's state is kept for the backward pass). A
     /// `max_iterations` bound that stops lanes still running is `Error::LoopTruncated` from
-    /// `run` itself (the other modes report it at the next read).
+    /// `run` itself (the other modes report it at the next read). For any body with memory that
+    /// grows only as the square root of the iterations, see [`Loop::grad_checkpoint`].
     Recorded,
+}
+
+/// How a checkpointed loop spaces the states it keeps for its reverse sweep
+/// ([`Loop::grad_checkpoint`]). For `T` iterations of a state of `B` bytes:
+///
+/// | plan | kept between the passes | extra, during `backward` |
+/// |---|---|---|
+/// | `Auto` | about `√(2T)` states | one segment: at most about `2√(2T)` iterations |
+/// | `AtMost(n)` | at most `n` states | one segment: at most `2T/n` iterations |
+/// | `Every(k)` | `T/k` states | one segment: `k` iterations |
+///
+/// Every plan recomputes the forward once during `backward`. `Auto` suits a trip count not
+/// known beforehand: memory grows with its square root.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Checkpoints {
+    /// Memory that grows as the square root of the trip count (the default).
+    #[default]
+    Auto,
+    /// At most `n` saved states (at least 1): segments double as the loop runs longer.
+    AtMost(usize),
+    /// A saved state every `k` iterations (at least 1).
+    Every(u64),
+}
+
+/// A loop differentiated by recomputation from saved states ([`Loop::grad_checkpoint`]).
+pub struct CheckpointedLoop<S> {
+    lp: Loop<S>,
+    plan: Checkpoints,
+}
+
+impl<S: Traverse + Clone + Send + Sync + 'static> CheckpointedLoop<S> {
+    /// Run the loop (as [`Loop::run`]); its reverse sweep replays segments from the saved
+    /// states, so the closures are kept until the loop's result is dropped, and must be
+    /// `'static` (capture what they use by `move`; arrays are cheap handles).
+    ///
+    /// The body may mix lanes (reductions, gathers from the state): the replay records it like
+    /// straight-line code. Arrays with gradients the body uses must come through the state; one
+    /// it captures is an error. Forward mode replays the segments too. Inside a transformation
+    /// whose derivatives are differentiated again, the loop records every iteration instead
+    /// ([`LoopGrad::Recorded`]).
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// use kiln::control::{Checkpoints, Loop};
+    /// let mut a = Float64::from_slice(&[0.5, 0.9]);
+    /// a.enable_grad();
+    /// // x ← x/2 + Σx/20 (the sum mixes lanes) for 20 iterations, at most 3 states kept
+    /// let (x, _) = Loop::new((a.clone(), UInt32::zeros(2)))
+    ///     .grad_checkpoint(Checkpoints::AtMost(3))
+    ///     .run(|(_, i)| i.lt(20u32), |(x, i)| (x * 0.5 + x.sum() * 0.05, i + 1u32))
+    ///     .unwrap();
+    /// x.sum().backward();
+    /// // Σx grows by 0.6 an iteration: d Σx / d a_j = 0.6^20
+    /// for g in a.grad().to_vec() {
+    ///     assert!((g / 0.6f64.powi(20) - 1.0).abs() < 1e-12);
+    /// }
+    /// ```
+    pub fn run(
+        self,
+        cond: impl FnMut(&S) -> Bool + Send + 'static,
+        body: impl FnMut(&S) -> S + Send + 'static,
+    ) -> Result<S> {
+        crate::ad::checkpoint::run(self.lp, self.plan, cond, body)
+    }
 }
 
 impl<S: Traverse + Clone + 'static> Loop<S> {
@@ -289,6 +354,13 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             compress: false,
             grad: LoopGrad::Auto,
         }
+    }
+    /// Differentiate the loop by recomputation: the forward keeps the state every so many
+    /// iterations (`plan`), and the reverse sweep replays the segments between them with their
+    /// derivatives recorded, last to first. Memory is bounded by the plan whatever the body
+    /// (see [`Checkpoints`]; [`CheckpointedLoop::run`] has an example).
+    pub fn grad_checkpoint(self, plan: Checkpoints) -> CheckpointedLoop<S> {
+        CheckpointedLoop { lp: self, plan }
     }
     /// How derivatives cross the loop (see [`LoopGrad`]; automatic by default).
     pub fn grad_mode(mut self, grad: LoopGrad) -> Self {

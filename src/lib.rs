@@ -40,7 +40,9 @@ pub mod vector;
 pub use ad::{grad, hvp, jvp, value_and_grad, vjp};
 pub use array::IntoSize;
 pub use array::{Array, Bool, Float32, Float64, Int32, Int64, IntoArray, UInt32, UInt64};
-pub use control::{dispatch, if_then_else, switch, while_loop, LoopGrad, Mode, Registry};
+pub use control::{
+    dispatch, if_then_else, switch, while_loop, Checkpoints, LoopGrad, Mode, Registry,
+};
 pub use freeze::{freeze, Frozen, Traverse};
 pub use kiln_core::{
     set_log_level, BackendKind, Error, Op, ReduceOp, Result, Scalar, Size, Stats, VarType, Whos,

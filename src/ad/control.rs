@@ -23,7 +23,8 @@
 //! and the entries' rule is first order. Higher orders record the loop instead
 //! ([`LoopGrad::Recorded`], chosen inside nested transformations): each iteration evaluated,
 //! `select(active, body(state), state)` recorded like straight-line code, every iteration's
-//! state kept. A reverse sweep over checkpointed states is not built. Scans and stencils have
+//! state kept. A loop whose memory must stay bounded whatever its body is recomputed from saved
+//! states instead (`super::checkpoint`, with `'static` closures). Scans and stencils have
 //! their own rules (`scan::stepwise`, `stencil::grad`).
 
 use super::graph::{self, AdIndex, Rule};
@@ -108,7 +109,7 @@ fn into_id(g: Grad) -> VarId {
 type Ids = kiln_core::Handles;
 
 /// AD node references released when dropped.
-struct Nodes(Vec<AdIndex>);
+pub(crate) struct Nodes(pub(crate) Vec<AdIndex>);
 impl Drop for Nodes {
     fn drop(&mut self) {
         self.0.iter().for_each(|&a| graph::dec_ref(a));
@@ -129,7 +130,7 @@ fn widen(id: VarId, n: Size) -> Result<VarId> {
 }
 
 /// The lane count of a construct over `ids` (the first size other than 1).
-fn lanes(ids: &[VarId]) -> Size {
+pub(crate) fn lanes(ids: &[VarId]) -> Size {
     ids.iter()
         .map(|&i| kiln_core::freeze::size_of(i))
         .find(|s| !s.is_one())
@@ -312,7 +313,7 @@ fn node(
 // Differentiating a body while it runs
 
 /// The error for a body that captured an array carrying a gradient.
-fn captured(what: &str, size: usize, ty: VarType) -> Error {
+pub(crate) fn captured(what: &str, size: usize, ty: VarType) -> Error {
     Error::Ad(format!(
         "{what}: the body uses a {size}-element {ty} array that carries a gradient without taking it as an argument (a closure captured it), so its derivatives would be lost; pass it in the arguments (a loop: in the state), or `detach()` it if no gradient should flow through it"
     ))
@@ -334,8 +335,13 @@ fn check_body(what: &str, outs: &[AdIndex], leaves: &[AdIndex], start: u64) -> R
             }
             if let Some(r) = &n.rule {
                 if !r.lane_local() {
+                    let any_body = if what.starts_with("loop ") {
+                        "; or differentiate the loop in a mode that takes any body: `grad_checkpoint(Checkpoints::Auto)` (memory ∝ √iterations) or `grad_mode(LoopGrad::Recorded)` (every iteration kept)"
+                    } else {
+                        ""
+                    };
                     return Err(Error::Ad(format!(
-                        "{what}: the body's `{}` combines values of different lanes; differentiating a loop body or branch needs each lane computed from its own lane of the arguments — compute it outside the construct and pass the result in, or `detach()` its input",
+                        "{what}: the body's `{}` combines values of different lanes; differentiating a loop body or branch needs each lane computed from its own lane of the arguments — compute it outside the construct and pass the result in, or `detach()` its input{any_body}",
                         r.name()
                     )));
                 }
@@ -456,7 +462,7 @@ fn leaves_at(ids: &[VarId], wrt: &[usize]) -> Nodes {
 /// A forward pass over the nodes a body created (from `start` on) between its seeds and its
 /// results `outs`: the tangent of every node reached. Nodes older than the body (what it
 /// captured) are only seeds here, never crossed, so the pass stays inside the body.
-fn body_forward(
+pub(crate) fn body_forward(
     outs: &[AdIndex],
     start: u64,
     seeds: Vec<(AdIndex, Grad)>,
@@ -817,7 +823,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
 /// with each lane's new state `select(active, body(state), state)` recorded like any code, so
 /// that derivatives of any order go through it. Lanes that finished still run the body, on their
 /// state detached (their results are discarded, and no derivative reaches them through it).
-fn run_recorded<S: Traverse + Clone + 'static>(
+pub(crate) fn run_recorded<S: Traverse + Clone + 'static>(
     lp: Loop<S>,
     mut cond: impl FnMut(&S) -> crate::array::Bool,
     mut body: impl FnMut(&S) -> S,
@@ -840,20 +846,34 @@ fn run_recorded<S: Traverse + Clone + 'static>(
                 lanes: active.count(),
             });
         }
-        // finished lanes run the body too, on their state without its node: the derivatives
-        // there (NaN where the body is undefined, `sqrt` of a negative) stay off the graph,
-        // as the select only passes zeros to them
-        let (ids, _) = arrays(&s);
-        let off = rebuild_with(&s, &ids, &vec![0; ids.len()]);
-        let next = body(&select_state(&active, &s, &off)?);
-        s = select_state(&active, &next, &s)?;
-        kiln_core::eval(&arrays(&s).0)?;
+        s = recorded_step(&active, &mut body, &s)?;
         iterations += 1;
     }
 }
 
+/// One iteration of a recorded loop for the lanes of `active`: `select(active, body(state),
+/// state)`, evaluated, with derivatives recorded. Lanes that finished run the body too, on their
+/// state without its node: the derivatives there (NaN where the body is undefined, `sqrt` of a
+/// negative) stay off the graph, as the select only passes zeros to them.
+pub(crate) fn recorded_step<S: Traverse + Clone>(
+    active: &crate::array::Bool,
+    body: &mut impl FnMut(&S) -> S,
+    s: &S,
+) -> Result<S> {
+    let (ids, _) = arrays(s);
+    let off = rebuild_with(s, &ids, &vec![0; ids.len()]);
+    let next = body(&select_state(active, s, &off)?);
+    let s = select_state(active, &next, s)?;
+    kiln_core::eval(&arrays(&s).0)?;
+    Ok(s)
+}
+
 /// `select(mask, a, b)` for every array of two states of one structure (derivatives recorded).
-fn select_state<S: Traverse + Clone>(mask: &crate::array::Bool, a: &S, b: &S) -> Result<S> {
+pub(crate) fn select_state<S: Traverse + Clone>(
+    mask: &crate::array::Bool,
+    a: &S,
+    b: &S,
+) -> Result<S> {
     let (a_ids, a_ads) = arrays(a);
     let (b_ids, b_ads) = arrays(b);
     if a_ids.len() != b_ids.len() {

@@ -20,6 +20,7 @@
 //! Dr.Jit and JAX); integer and mask arrays carry no gradient; a backward pass consumes the graph
 //! it crosses (a second one through it is an error) unless asked to retain it.
 
+pub(crate) mod checkpoint;
 pub(crate) mod control;
 pub mod custom;
 pub(crate) mod graph;
