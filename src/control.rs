@@ -13,9 +13,10 @@
 //! forward); a loop carries each lane's Jacobian forward, so reverse mode stores no iteration and
 //! needs no bound on the trip count. The body is differentiated lane by lane while
 //! it runs, so it must compute each lane from its own lane (no reductions or gathers over the
-//! arguments), and a loop body must take every array that carries a gradient through its state
-//! (branch and call targets may also capture them: a registry's instances may hold parameters);
-//! anything else is an error, never a wrong gradient. See `kiln::ad`.
+//! arguments); arrays with gradients that a body captures rather than takes as an argument (a
+//! registry's instances holding parameters, a weight a loop body closes over) become extra
+//! columns of the Jacobian, when they have one element or one per lane. Anything else is an
+//! error, never a wrong gradient; [`Loop::grad_checkpoint`] takes any loop body. See `kiln::ad`.
 //!
 //! ```
 //! use kiln::prelude::*;
@@ -394,8 +395,8 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
     ///
     /// Derivatives: both modes cross the loop. By default the Jacobian of the state with respect
     /// to its entries that carry a gradient travels with it (one forward pass per such entry at
-    /// each iteration), so the body must be lane-local and take every array with a gradient
-    /// through the state; reverse mode multiplies by that Jacobian and needs no stored iteration,
+    /// each iteration), so the body must be lane-local; an array with a gradient it captures
+    /// (one element, or one per lane) is one more column. Reverse mode multiplies by that Jacobian and needs no stored iteration,
     /// however many each lane runs. Higher orders record the iterations instead
     /// ([`LoopGrad::Recorded`], chosen automatically inside nested transformations).
     ///

@@ -627,26 +627,57 @@ fn registry_instances_with_gradients() {
 }
 
 #[test]
-fn captured_gradient_in_a_loop_is_an_error() {
+fn captured_gradients_in_a_loop_are_columns_of_its_jacobian() {
     let _s = serial();
     let before = nodes();
-    let mut w = Float64::from(2.0);
-    w.enable_grad();
     let x = Float64::from_slice(&[0.1, 0.9]);
     for mode in MODES {
-        let e = Loop::new(x.clone())
-            .mode(mode)
-            .run(|y| y.lt(1.0), |y| y + &w)
-            .unwrap_err();
-        assert!(e.to_string().contains("captured"), "{e}");
+        // a captured scalar: y ← y + w until y ≥ 1 (4 and 1 steps): dΣy/dw = 5, dy/dx = 1
+        let mut w = Float64::from(0.25);
+        w.enable_grad();
         let mut x2 = x.clone();
         x2.enable_grad();
-        let e = Loop::new(x2.clone())
+        let y = Loop::new(x2.clone())
             .mode(mode)
             .run(|y| y.lt(1.0), |y| y + &w)
+            .unwrap();
+        close(&y.to_vec(), &[1.1, 1.15], 1e-12, "y");
+        y.sum().backward();
+        close(&w.grad().to_vec(), &[5.0], 1e-12, "dw");
+        close(&x2.grad().to_vec(), &[1.0, 1.0], 1e-12, "dx");
+        // forward mode from the captured array (its gradient is the seed: a fresh one)
+        let mut w = Float64::from(0.25);
+        w.enable_grad();
+        let y = Loop::new(x.clone())
+            .mode(mode)
+            .run(|y| y.lt(1.0), |y| y + &w)
+            .unwrap();
+        kiln::ad::forward(&w).unwrap();
+        close(&y.grad().to_vec(), &[4.0, 1.0], 1e-12, "tangent");
+        // a captured per-lane array: y ← y·a + 0.1 three times from 1: dy/da = 3a² + 0.2a + 0.1
+        let mut a = Float64::from_slice(&[0.5, 1.5]);
+        a.enable_grad();
+        let (y, _) = Loop::new((Float64::ones(2), UInt32::zeros(2)))
+            .mode(mode)
+            .run(|(_, i)| i.lt(3u32), |(y, i)| (y * &a + 0.1, i + 1u32))
+            .unwrap();
+        y.sum().backward();
+        let want: Vec<f64> = [0.5f64, 1.5]
+            .iter()
+            .map(|a| 3.0 * a * a + 0.2 * a + 0.1)
+            .collect();
+        close(&a.grad().to_vec(), &want, 1e-12, "da");
+        // one of another size than the lanes cannot be carried per lane
+        let mut v = Float64::from_slice(&[1.0, 2.0, 3.0]);
+        v.enable_grad();
+        let e = Loop::new(x.clone())
+            .mode(mode)
+            .run(|y| y.lt(1.0), |y| y + v.sum() * 0.1)
             .unwrap_err();
         assert!(e.to_string().contains("captured"), "{e}");
     }
+    let mut w = Float64::from(2.0);
+    w.enable_grad();
     // without recording it is a constant, as asked
     let y = kiln::ad::suspend_grad(|| {
         kiln::if_then_else(

@@ -175,7 +175,7 @@ fn memory_does_not_grow_with_the_trip_count() {
 }
 
 #[test]
-fn lane_mixing_bodies_and_captured_gradients_are_errors_without_leaks() {
+fn lane_mixing_bodies_and_captured_gradients_of_other_sizes_are_errors_without_leaks() {
     let _s = serial();
     no_leak(|| {
         let mut x = Float64::from_slice(&[1.0, 2.0]);
@@ -189,11 +189,11 @@ fn lane_mixing_bodies_and_captured_gradients_are_errors_without_leaks() {
         };
         // (naming the modes that take any body)
         assert!(e.contains("lane") && e.contains("grad_checkpoint"), "{e}");
-        // an array with a gradient captured by the body
-        let mut w = Float64::from(2.0);
+        // an array with a gradient captured by the body, of another size than the lanes
+        let mut w = Float64::from_slice(&[2.0, 1.0, 3.0]);
         w.enable_grad();
         let e = Loop::new((x.detach(), UInt32::zeros(2)))
-            .run(|(_, i)| i.lt(2u32), |(x, i)| (x * &w, i + 1u32))
+            .run(|(_, i)| i.lt(2u32), |(x, i)| (x * w.sum(), i + 1u32))
             .unwrap_err()
             .to_string();
         assert!(e.contains("state"), "{e}");

@@ -265,7 +265,7 @@ fn keep_states_with_a_gradient() {
 #[test]
 fn a_long_chain_backward_is_cut_into_kernels_of_one_structure() {
     let _s = serial();
-    // x ← x·a + 0.001 over 10 000 lanes: the backward pass evaluates its cotangents every so many
+    // x ← x·a + 0.001 over 64 lanes, stepped: the backward pass evaluates its cotangents every so many
     // rules, so a thousand steps compile a few kernels, and another length compiles no new one
     // (one expression 1000 steps long was one kernel compiled for seconds, at every length)
     let run = |steps: usize| -> (Vec<f64>, u64, u64) {
@@ -274,9 +274,13 @@ fn a_long_chain_backward_is_cut_into_kernels_of_one_structure() {
             Float64::from_slice(&(0..n).map(|i| 0.99 + 1e-4 * i as f64).collect::<Vec<_>>());
         a.enable_grad();
         let ta = t(&a, &[n]);
+        // (the stacked ys keep it stepped: with only the carry, it is one loop, see below)
         let (x, _) = Lax::new(&t(&Float64::full(0.5, n), &[n]), &())
             .length(steps)
-            .run(|x, _| (&(x * &ta) + 0.001, ()))
+            .run(|x, _| {
+                let x2 = &(x * &ta) + 0.001;
+                (x2.clone(), x2)
+            })
             .unwrap();
         let before = kiln::stats();
         x.array().sum().backward();
@@ -395,4 +399,132 @@ fn a_hessian_vector_product_through_a_long_scan_compiles_few_kernels() {
             hv[k]
         );
     }
+}
+
+/// `x ← x·a + u_t + 0.001` (`a` captured per lane, a scalar `w` too) as a scan that returns only
+/// its carry: one loop carrying each lane's Jacobian.
+fn one_loop(
+    x0: &Float64,
+    a: &Float64,
+    w: &Float64,
+    us: &Tensor<f64>,
+    reverse: bool,
+) -> (Float64, ScanReport) {
+    let n = x0.len();
+    let (ta, tw) = (t(a, &[n]), t(w, &[]));
+    let mut report = ScanReport::default();
+    let ((x, k), ()) = Lax::new(&(t(x0, &[n]), Tensor::<u32>::zeros(&[n])), us)
+        .reverse(reverse)
+        .report(&mut report)
+        .run(|(x, k), u| {
+            let x2 = &(&(x * &ta) + &(u * &tw).sin()) + 0.001;
+            ((x2, k + &Tensor::<u32>::ones(&[n])), ())
+        })
+        .unwrap();
+    assert_eq!(k.array().to_vec(), vec![us.shape()[0] as u32; n]);
+    (x.array().clone(), report)
+}
+
+#[test]
+fn a_scan_of_its_carry_alone_is_one_loop_with_the_oracle_gradient() {
+    let _s = serial();
+    let us = t(&Float64::from_slice(&rand(6 * 5, 3)), &[6, 5]);
+    for reverse in [false, true] {
+        check(
+            &[
+                rand(5, 1),
+                rand(5, 2).iter().map(|v| 0.9 + 0.1 * v).collect(),
+                vec![0.7],
+            ],
+            |v| one_loop(&v[0], &v[1], &v[2], &us, reverse).0,
+            1e-6,
+        );
+        let (_, report) = one_loop(
+            &Float64::ones(5),
+            &Float64::ones(5),
+            &Float64::from(0.7),
+            &us,
+            reverse,
+        );
+        // (without a gradient it is the ordinary scan)
+        assert!(
+            !report.mode.starts_with("differentiated"),
+            "{}",
+            report.mode
+        );
+        let mut a = Float64::ones(5);
+        a.enable_grad();
+        let (_, report) = one_loop(&Float64::ones(5), &a, &Float64::from(0.7), &us, reverse);
+        assert_eq!(report.mode, "differentiated, one loop");
+        assert_eq!(report.loops_emitted, 1);
+    }
+}
+
+#[test]
+fn a_scan_of_its_carry_alone_keeps_no_step_and_runs_few_kernels() {
+    let _s = serial();
+    // the benchmark as a scan: the gradient's memory and launches do not grow with the
+    // length, and it has the closed form
+    let run = |steps: usize| -> (Vec<f64>, u64, u64) {
+        let n = 1000;
+        let a0: Vec<f64> = (0..n).map(|i| 0.99 + 1e-5 * i as f64).collect();
+        let mut a = Float64::from_slice(&a0);
+        a.enable_grad();
+        let ta = t(&a, &[n]);
+        let (x, _) = Lax::new(&t(&Float64::full(0.5, n), &[n]), &())
+            .length(steps)
+            .run(|x, _| (&(x * &ta) + 0.001, ()))
+            .unwrap();
+        let before = kiln::stats();
+        x.array().sum().backward();
+        let g = a.grad().to_vec();
+        let after = kiln::stats();
+        for (i, gi) in g.iter().enumerate().step_by(97) {
+            let a = a0[i];
+            let want = steps as f64 * a.powi(steps as i32 - 1) * 0.5
+                + 0.001
+                    * (1..steps)
+                        .map(|k| k as f64 * a.powi(k as i32 - 1))
+                        .sum::<f64>();
+            assert!(
+                (gi - want).abs() < 1e-9 * want.abs(),
+                "lane {i}: {gi} vs {want}"
+            );
+        }
+        (g, after.launches - before.launches, after.ad_grad_bytes)
+    };
+    let (_, launches_short, bytes_short) = run(10);
+    let (_, launches_long, bytes_long) = run(2000);
+    assert_eq!(bytes_short, bytes_long, "AD memory after 10 vs 2000 steps");
+    assert!(
+        launches_long <= launches_short + 2,
+        "{launches_short} → {launches_long} launches"
+    );
+}
+
+#[test]
+fn a_lane_mixing_body_of_a_carry_scan_runs_stepped() {
+    let _s = serial();
+    // a sum over the carry's lanes cannot travel as per-lane Jacobians: the stepped scan takes it
+    let us = t(&Float64::from_slice(&rand(4 * 3, 5)), &[4, 3]);
+    check(
+        &[rand(3, 6)],
+        |v| {
+            let mut report = ScanReport::default();
+            let (x, ()) = Lax::new(&t(&v[0], &[3]), &us)
+                .report(&mut report)
+                .run(|x, u| {
+                    (
+                        (x * u).tanh() + &Tensor::from_array(x.array().sum(), &[]) * 0.1,
+                        (),
+                    )
+                })
+                .unwrap();
+            if v[0].grad_enabled() {
+                assert_eq!(report.mode, "differentiated");
+            }
+            x.array().clone()
+        },
+        1e-6,
+    );
 }

@@ -15,7 +15,8 @@
 //! reduction, a gather from an argument) is refused with an error, never differentiated wrongly.
 //! Arrays with gradients that branch or call targets capture (parameters held by a registry's
 //! instances) are found by tracing the targets once beforehand in a trace that is thrown away,
-//! and become extra columns of the Jacobian; a loop body must take them through its state.
+//! and become extra columns of the Jacobian; so do those a loop body captures (found by the same
+//! kind of trace), when they have one element or one per lane.
 //!
 //! A loop's Jacobian is carried forward, so reverse mode through it needs no stored iteration:
 //! `backward` multiplies by the entries like forward mode does. The price is one forward pass per
@@ -525,35 +526,46 @@ fn probe<A: Traverse + Clone, O: Traverse>(
     let mut found = Nodes(Vec::new());
     let trace = crate::control::Trace::enter()?;
     for f in targets.iter().flatten() {
-        let _rec = RecordingGuard::set(true);
-        let (start, _, leaves, out) = on_leaves(args, wrt, f);
-        let (_, out_ads) = arrays(&out);
-        let new = graph::with(|g| {
-            let mut seen = HashSet::new();
-            let mut stack: Vec<AdIndex> = out_ads.iter().copied().filter(|&a| a != 0).collect();
-            let mut new = Vec::new();
-            while let Some(i) = stack.pop() {
-                if !seen.insert(i) || leaves.0.contains(&i) {
-                    continue;
-                }
-                let n = g.node(i);
-                if n.seq < start {
-                    if !found.0.contains(&i) && !new.contains(&i) {
-                        g.retain(i);
-                        new.push(i);
-                    }
-                    continue;
-                }
-                stack.extend(n.parents.iter().copied());
-            }
-            new
-        });
-        found.0.extend(new);
-        drop(out);
-        drop(leaves);
+        captured_by(f, args, wrt, &mut found);
     }
     drop(trace);
     Ok(found)
+}
+
+/// Add to `found` the nodes older than `f` that its result reaches on leaves at `wrt` (one
+/// reference held on each). To be called inside a symbolic trace that is thrown away.
+fn captured_by<A: Traverse + Clone, O: Traverse>(
+    f: impl FnOnce(&A) -> O,
+    args: &A,
+    wrt: &[usize],
+    found: &mut Nodes,
+) {
+    let _rec = RecordingGuard::set(true);
+    let (start, _, leaves, out) = on_leaves(args, wrt, f);
+    let (_, out_ads) = arrays(&out);
+    let new = graph::with(|g| {
+        let mut seen = HashSet::new();
+        let mut stack: Vec<AdIndex> = out_ads.iter().copied().filter(|&a| a != 0).collect();
+        let mut new = Vec::new();
+        while let Some(i) = stack.pop() {
+            if !seen.insert(i) || leaves.0.contains(&i) {
+                continue;
+            }
+            let n = g.node(i);
+            if n.seq < start {
+                if !found.0.contains(&i) && !new.contains(&i) {
+                    g.retain(i);
+                    new.push(i);
+                }
+                continue;
+            }
+            stack.extend(n.parents.iter().copied());
+        }
+        new
+    });
+    found.0.extend(new);
+    drop(out);
+    drop(leaves);
 }
 
 /// The tangent `t` as an owned id, or a zero of type `ty`.
@@ -726,22 +738,6 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
         .collect();
     let n = lanes(&ids);
     let failure: RefCell<Option<Error>> = RefCell::new(None);
-    if wrt.is_empty() || n.is_zero() {
-        // nothing to differentiate, but a body that captures an array with a gradient would
-        // silently lose it
-        let r = lp.run_plain(cond, |s| {
-            let next = body(s);
-            if let Some(&a) = arrays(&next).1.iter().find(|&&a| a != 0) {
-                let (size, ty) = graph::with(|g| (g.node(a).size, g.node(a).ty));
-                note(&failure, captured(&what, size, ty));
-            }
-            next
-        });
-        if let Some(e) = failure.borrow_mut().take() {
-            return Err(e);
-        }
-        return r;
-    }
     // the rows of the Jacobian: every float entry (the body maps them all)
     let rows: Vec<usize> = (0..ids.len())
         .filter(|&k| differentiable(kiln_core::var_type(ids[k])))
@@ -757,7 +753,30 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
     }
     let start = rebuild_with(&lp.state, inner.ids(), &vec![0; ids.len()]);
     drop(inner);
-    // J = identity: ∂state_r/∂state_c
+    // arrays with gradients the body captures (a weight it closes over) become columns too
+    let caps = if n.is_zero() {
+        Nodes(Vec::new())
+    } else {
+        captured_columns(&what, &mut body, &start, &rows, n)?
+    };
+    if (wrt.is_empty() && caps.0.is_empty()) || n.is_zero() {
+        // nothing to differentiate, but a body that captures an array with a gradient in a
+        // later iteration only would silently lose it
+        drop(start);
+        let r = lp.run_plain(cond, |s| {
+            let next = body(s);
+            if let Some(&a) = arrays(&next).1.iter().find(|&&a| a != 0) {
+                let (size, ty) = graph::with(|g| (g.node(a).size, g.node(a).ty));
+                note(&failure, captured(&what, size, ty));
+            }
+            next
+        });
+        if let Some(e) = failure.borrow_mut().take() {
+            return Err(e);
+        }
+        return r;
+    }
+    // J = identity: ∂state_r/∂state_c; 0 for the captured columns
     let mut jac = Ids::new();
     for &r in &rows {
         let ty = kiln_core::var_type(ids[r]);
@@ -768,8 +787,11 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
                 n,
             ));
         }
+        for _ in &caps.0 {
+            jac.push(kiln_core::literal(ty, 0, n));
+        }
     }
-    let cols = wrt.len();
+    let cols = wrt.len() + caps.0.len();
     let inner_loop = Loop {
         state: (start, Flat(jac)),
         label: lp.label,
@@ -778,23 +800,30 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
         compress: lp.compress,
         grad: LoopGrad::Jacobian,
     };
-    let (rows_r, wrt_r, what_r, failure_r) = (&rows, &wrt, &what, &failure);
+    let (rows_r, wrt_r, what_r, failure_r, cap_r) = (&rows, &wrt, &what, &failure, &caps);
     let result = inner_loop.run_plain(
         |(s, _)| cond(s),
         |(s, j): &(S, Flat)| {
-            // column c's seed at row r's leaf: J[r][c]
+            // column c's seed at row r's leaf: J[r][c]; a captured column's also at its array
             let seeds = |c: usize, leaves: &[AdIndex], _: &[VarId]| {
-                rows_r
+                let mut seeds: Vec<(AdIndex, Grad)> = rows_r
                     .iter()
                     .enumerate()
                     .map(|(ri, &r)| (leaves[r], grad_of(j.0.ids()[ri * cols + c])))
-                    .collect()
+                    .collect();
+                if let Some(&a) = c.checked_sub(wrt_r.len()).and_then(|k| cap_r.0.get(k)) {
+                    let (ty, size) = graph::with(|g| (g.node(a).ty, g.node(a).size));
+                    seeds.push((a, Grad::own(kiln_core::literal(ty, one_bits(ty), size), 0)));
+                }
+                seeds
             };
-            let d = differentiate(what_r, &mut body, s, rows_r, &[], cols, &seeds, failure_r);
+            let d = differentiate(
+                what_r, &mut body, s, rows_r, &cap_r.0, cols, &seeds, failure_r,
+            );
             let mut next_j = Ids::new();
             for &r in rows_r.iter() {
                 let ty = kiln_core::var_type(ids[r]);
-                for col in d.tangents.iter().take(wrt_r.len()) {
+                for col in d.tangents.iter().take(cols) {
                     next_j.push(entry(col.get(r).unwrap_or(&None), ty));
                 }
             }
@@ -807,16 +836,80 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
     }
     let (state, jac) = result?;
     let (out_ids, _) = arrays(&state);
-    let parents: Vec<(AdIndex, VarType, usize)> = wrt
+    let mut parents: Vec<(AdIndex, VarType, usize)> = wrt
         .iter()
         .map(|&k| (ads[k], kiln_core::var_type(ids[k]), kiln_core::size(ids[k])))
         .collect();
+    parents.extend(
+        caps.0
+            .iter()
+            .map(|&a| graph::with(|g| (a, g.node(a).ty, g.node(a).size))),
+    );
     let mut nodes = Nodes(vec![0; out_ids.len()]);
     for (ri, &r) in rows.iter().enumerate() {
         let ws = &jac.0.ids()[ri * cols..(ri + 1) * cols];
         nodes.0[r] = node("while_loop", out_ids[r], &parents, ws);
     }
     Ok(rebuild_with(&state, &out_ids, &nodes.0))
+}
+
+/// The arrays with gradients that a loop body uses without taking them through the state (found
+/// by one trace of the body on `state`, thrown away): each becomes a column of the carried
+/// Jacobian, seeded at the array itself. One of another size than the loop's lanes (or one)
+/// cannot be carried per lane: an error naming the fix.
+fn captured_columns<S: Traverse + Clone>(
+    what: &str,
+    body: &mut impl FnMut(&S) -> S,
+    state: &S,
+    rows: &[usize],
+    n: Size,
+) -> Result<Nodes> {
+    let mut found = Nodes(Vec::new());
+    let trace = crate::control::Trace::enter()?;
+    captured_by(|s: &S| body(s), state, rows, &mut found);
+    drop(trace);
+    for &a in &found.0 {
+        let (size, ty) = graph::with(|g| (g.node(a).size, g.node(a).ty));
+        if !differentiable(ty) || (size != 1 && Size::fixed(size) != n) {
+            return Err(captured(what, size, ty));
+        }
+    }
+    Ok(found)
+}
+
+/// Whether a loop with `body` can carry its Jacobian (the default first-order mode) from `state`
+/// over `n` lanes: traced once on leaves, in a symbolic trace thrown away, every node between its
+/// result and the leaves is lane-local, and every array with a gradient it captures has one
+/// element or one per lane. (Callers with another way to differentiate the loop ask first.)
+pub(crate) fn carries_jacobian<S: Traverse + Clone>(
+    body: &mut impl FnMut(&S) -> S,
+    state: &S,
+    n: Size,
+) -> bool {
+    let Ok(trace) = crate::control::Trace::enter() else {
+        return false;
+    };
+    let (ids, _) = arrays(state);
+    let rows: Vec<usize> = (0..ids.len())
+        .filter(|&k| differentiable(kiln_core::var_type(ids[k])))
+        .collect();
+    let mut caps = Nodes(Vec::new());
+    captured_by(|s: &S| body(s), state, &rows, &mut caps);
+    let fits = caps.0.iter().all(|&a| {
+        let (size, ty) = graph::with(|g| (g.node(a).size, g.node(a).ty));
+        differentiable(ty) && (size == 1 || Size::fixed(size) == n)
+    });
+    let local = fits && {
+        let _rec = RecordingGuard::set(true);
+        let (start, _, leaves, out) = on_leaves(state, &rows, |s| body(s));
+        let (_, out_ads) = arrays(&out);
+        let mut boundary = leaves.0.clone();
+        boundary.extend_from_slice(&caps.0);
+        check_body("loop", &out_ads, &boundary, start).is_ok()
+    };
+    drop(caps);
+    drop(trace);
+    local
 }
 
 /// [`LoopGrad::Recorded`]: the loop driven from the host, one evaluated iteration at a time,

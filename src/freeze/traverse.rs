@@ -336,6 +336,13 @@ impl Assign {
         kiln_core::inc_ref(id);
         id
     }
+    /// As [`Assign::erased`], with the position's AD node (a new reference; 0: none).
+    pub(crate) fn erased_ad(&mut self, ty: kiln_core::VarType) -> (VarId, AdIndex) {
+        let ad = self.ads.get(self.next).copied().unwrap_or(0);
+        let id = self.erased(ty);
+        crate::ad::graph::inc_ref(ad);
+        (id, ad)
+    }
     /// The next array, as a new handle of element type `T`.
     pub fn array<T: Scalar>(&mut self) -> Array<T> {
         if self.placeholders {

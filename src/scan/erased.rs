@@ -124,6 +124,27 @@ impl Traverse for Arrays {
     }
 }
 
+/// A list of erased arrays with their AD nodes: the state of a loop that carries gradients
+/// (the JAX face's one-kernel differentiated scan).
+#[derive(Clone, Default)]
+pub(crate) struct Tracked(pub Vec<Erased>);
+
+impl Traverse for Tracked {
+    fn traverse(&self, t: &mut Traversal) {
+        t.structure("ScanCarry", self.0.len());
+        for (i, e) in self.0.iter().enumerate() {
+            t.index(i, |t| t.array_ad(e.id(), e.ad));
+        }
+    }
+    fn traverse_mut(&mut self, a: &mut Assign) {
+        for e in &mut self.0 {
+            let (id, ad) = a.erased_ad(e.ty);
+            e.h = Handle::own(id);
+            crate::ad::graph::dec_ref(std::mem::replace(&mut e.ad, ad));
+        }
+    }
+}
+
 /// Values the JAX face flattens: a tensor, `()`, tuples and vectors of them.
 ///
 /// ```

@@ -1,14 +1,16 @@
 //! The JAX face: [`scan`] with a carry and per-step inputs, its options ([`Lax`]), and PyTensor's
 //! convenience views [`map`], [`foldl`] and [`foldr`].
 
-use super::erased::{flatten, Erased, Tree};
+use super::erased::{flatten, Erased, Tracked, Tree};
 use super::spec::{
     strict_captured_gradient, Keep, OutSpec, SeqSpec, Spec, StepIn, StepOut, CAPTURED_GRADIENT,
 };
 use super::stepwise::Rows;
 use super::{ScanMode, ScanReport};
+use crate::array::UInt32;
 use crate::tensor::Tensor;
-use kiln_core::{Error, Result, Scalar};
+use kiln_core::{Error, Result, Scalar, VarType};
+use std::cell::{Cell, RefCell};
 
 /// JAX's `lax.scan`: `f(carry, x) -> (carry, y)` over the rows of `xs` (a tensor, a tuple of
 /// tensors, or `()` with [`Lax::length`]); returns the final carry and the `y`s stacked on a new
@@ -315,6 +317,20 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
                 x.describe()
             )));
         }
+        if let Some((c, y)) = self.one_kernel(f, n)? {
+            if let Some(r) = self.report {
+                *r = ScanReport {
+                    label: label.clone(),
+                    steps_run: n,
+                    steps_requested: n,
+                    loops_emitted: 1,
+                    mode: "differentiated, one loop",
+                    mode_reason: "an input carries a gradient, only the final carry is used and the body is lane-local: one loop carries each lane's Jacobian (one adjoint state, nothing kept per step)".into(),
+                    ..Default::default()
+                };
+            }
+            return Ok((c, y, Vec::new()));
+        }
         let n_carry = flatten(self.init).len();
         let shapes: Vec<Vec<usize>> = flatten(self.init).iter().map(|e| e.shape.clone()).collect();
         let mut c = self.init.clone();
@@ -400,6 +416,97 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
             false => Vec::new(),
         };
         Ok((c, y, states))
+    }
+}
+
+impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
+    /// The differentiated scan as one loop that carries each lane's Jacobian (the default mode
+    /// of a differentiated `while_loop`): memory independent of the length, and one kernel where
+    /// the loop traces symbolically. It applies when the body returns no `y` (only the final
+    /// carry is used: one adjoint state, nothing per step), no input in `xs` carries a gradient,
+    /// every carry entry and every row of `xs` has one number of elements (the lanes), and the
+    /// body is lane-local, with any array with a gradient it captures of one element or one per
+    /// lane (checked by tracing it once, thrown away). `None`: it does not apply.
+    fn one_kernel<Y: Tree + Clone>(
+        &self,
+        f: &mut dyn FnMut(&C, &X) -> (C, Y),
+        n: usize,
+    ) -> Result<Option<(C, Y)>> {
+        let carry = flatten(self.init);
+        let xs = flatten(self.xs);
+        let Some(m) = carry.first().map(Erased::numel) else {
+            return Ok(None);
+        };
+        let fits = m > 0
+            && carry.iter().all(|e| e.numel() == m)
+            && xs.iter().all(|x| x.numel() == n * m)
+            && (n as u64) * (m as u64) <= u32::MAX as u64;
+        if self.keep_states || self.xs.carries_grad() || !fits {
+            return Ok(None);
+        }
+        let shapes: Vec<Vec<usize>> = carry.iter().map(|e| e.shape.clone()).collect();
+        let lane = UInt32::arange(m);
+        let (init, xs_tree, reverse) = (self.init, self.xs, self.reverse);
+        let last = n as u32 - 1;
+        // (the first y, which holds no array when this applies; a body that broke the rules)
+        let y_template: RefCell<Option<Y>> = RefCell::new(None);
+        let broke = Cell::new(false);
+        let mut body = |(c, s): &(Tracked, UInt32)| -> (Tracked, UInt32) {
+            let t = if reverse { last - s } else { s.clone() };
+            let idx = &t * m as u32 + &lane;
+            let row: Vec<Erased> = xs.iter().map(|x| row_at(x, &idx)).collect();
+            let step = init
+                .rebuild(&mut c.0.clone().into_iter(), "carry")
+                .and_then(|c| Ok((c, xs_tree.rebuild(&mut row.into_iter(), "xs")?)));
+            let Ok((c_t, x_t)) = step else {
+                broke.set(true);
+                return (c.clone(), s + 1u32);
+            };
+            let (c2, y) = f(&c_t, &x_t);
+            let got = flatten(&c2);
+            let same =
+                got.len() == shapes.len() && got.iter().zip(&shapes).all(|(e, s)| e.shape == *s);
+            if !flatten(&y).is_empty() || !same {
+                broke.set(true);
+                return (c.clone(), s + 1u32);
+            }
+            y_template.borrow_mut().get_or_insert(y);
+            (Tracked(got), s + 1u32)
+        };
+        let start = (Tracked(carry), UInt32::zeros(m));
+        let local = crate::ad::control::carries_jacobian(&mut body, &start, m.into());
+        if !local || broke.get() {
+            return Ok(None);
+        }
+        let (last_carry, _) = crate::control::Loop::new(start)
+            .label(&self.label)
+            .run(|(_, s)| s.lt(n as u32), &mut body)?;
+        let c = self.init.rebuild(&mut last_carry.0.into_iter(), "carry")?;
+        let Some(template) = y_template.into_inner() else {
+            return Ok(None);
+        };
+        let y = template.rebuild(&mut Vec::new().into_iter(), "ys")?;
+        Ok(Some((c, y)))
+    }
+}
+
+/// Row `idx / m` of `x` (`m` lanes), read by a gather at the per-lane flat positions `idx`.
+fn row_at(x: &Erased, idx: &UInt32) -> Erased {
+    fn typed<T: Scalar>(x: &Erased, idx: &UInt32) -> Erased {
+        let t = x
+            .tensor::<T>(&String::new)
+            .expect("kiln internal error: dispatched on the element type");
+        let shape = x.shape[1..].to_vec();
+        Erased::of(&Tensor::from_array(crate::gather(t.array(), idx), &shape))
+    }
+    match x.ty {
+        VarType::Bool => typed::<bool>(x, idx),
+        VarType::I32 => typed::<i32>(x, idx),
+        VarType::U32 => typed::<u32>(x, idx),
+        VarType::I64 => typed::<i64>(x, idx),
+        VarType::U64 => typed::<u64>(x, idx),
+        VarType::F32 => typed::<f32>(x, idx),
+        VarType::F64 => typed::<f64>(x, idx),
     }
 }
 
