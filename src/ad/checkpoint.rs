@@ -17,7 +17,9 @@
 //! inside a transformation whose derivatives are differentiated again the loop records itself
 //! instead.
 
-use super::control::{arrays, body_forward, captured, lanes, rebuild_with, recorded_step, Nodes};
+use super::control::{
+    arrays, body_forward, captured, captured_by, lanes, rebuild_with, recorded_step, Nodes,
+};
 use super::graph::{self, AdIndex};
 use super::propagate::{self, Backward};
 use super::value::Grad;
@@ -27,7 +29,6 @@ use crate::control::{Checkpoints, Loop, LoopGrad};
 use crate::freeze::traverse::Traverse;
 use kiln_core::{Error, Result, VarId, VarType};
 use parking_lot::Mutex;
-use std::collections::HashSet;
 
 /// The loop's condition, as the node keeps it.
 type Cond<S> = Box<dyn FnMut(&S) -> Bool + Send>;
@@ -108,12 +109,28 @@ fn differentiable(ty: VarType) -> bool {
 /// An error if the body uses an array with a gradient that it does not take through the state:
 /// the body is traced once on leaves, in a symbolic trace thrown away (no side effect happens).
 fn refuse_captured<S: Traverse + Clone>(lp: &Loop<S>, fns: &mut Fns<S>) -> Result<()> {
-    let what = format!("loop {} (checkpointed)", lp.label);
-    let trace = crate::control::Trace::enter()?;
-    let _rec = RecordingGuard::set(true);
-    let start = graph::with(|g| g.next_seq());
     let (ids, _) = arrays(&lp.state);
-    let leaves = Nodes(
+    let rows: Vec<usize> = (0..ids.len())
+        .filter(|&k| differentiable(kiln_core::var_type(ids[k])))
+        .collect();
+    let mut found = Nodes(Vec::new());
+    let trace = crate::control::Trace::enter()?;
+    captured_by(|s: &S| (fns.body)(s), &lp.state, &rows, &mut found);
+    drop(trace);
+    match found.0.first() {
+        Some(&a) => {
+            let (size, ty) = graph::with(|g| (g.node(a).size, g.node(a).ty));
+            let what = format!("loop {} (checkpointed)", lp.label);
+            Err(captured(&what, size, ty))
+        }
+        None => Ok(()),
+    }
+}
+
+/// A fresh leaf (keeping the gradients passes bring it) for each float array of `ids`, 0 for the
+/// others.
+fn float_leaves(ids: &[VarId]) -> Nodes {
+    Nodes(
         ids.iter()
             .map(|&id| {
                 if differentiable(kiln_core::var_type(id)) {
@@ -123,31 +140,7 @@ fn refuse_captured<S: Traverse + Clone>(lp: &Loop<S>, fns: &mut Fns<S>) -> Resul
                 }
             })
             .collect(),
-    );
-    let out = (fns.body)(&rebuild_with(&lp.state, &ids, &leaves.0));
-    let (_, out_ads) = arrays(&out);
-    let found = graph::with(|g| {
-        let mut seen = HashSet::new();
-        let mut stack: Vec<AdIndex> = out_ads.iter().copied().filter(|&a| a != 0).collect();
-        while let Some(i) = stack.pop() {
-            if !seen.insert(i) || leaves.0.contains(&i) {
-                continue;
-            }
-            let n = g.node(i);
-            if n.seq < start {
-                return Some((n.size, n.ty));
-            }
-            stack.extend(n.parents.iter().copied());
-        }
-        None
-    });
-    drop(out);
-    drop(leaves);
-    drop(trace);
-    match found {
-        Some((size, ty)) => Err(captured(&what, size, ty)),
-        None => Ok(()),
-    }
+    )
 }
 
 /// The forward without derivatives: the result, the saved segment starts and the end.
@@ -250,17 +243,7 @@ impl<S: Traverse + Clone + 'static> Op<S> {
         let to = self.saved.get(k + 1).map_or(self.end, |s| s.0);
         let _rec = RecordingGuard::set(true);
         let (ids, _) = arrays(s0);
-        let leaves = Nodes(
-            ids.iter()
-                .map(|&id| {
-                    if differentiable(kiln_core::var_type(id)) {
-                        super::jax::new_leaf(id)
-                    } else {
-                        0
-                    }
-                })
-                .collect(),
-        );
+        let leaves = float_leaves(&ids);
         let mut s = rebuild_with(s0, &ids, &leaves.0);
         let mut fns = self.fns.lock();
         let Fns { cond, body } = &mut *fns;

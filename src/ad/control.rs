@@ -534,7 +534,7 @@ fn probe<A: Traverse + Clone, O: Traverse>(
 
 /// Add to `found` the nodes older than `f` that its result reaches on leaves at `wrt` (one
 /// reference held on each). To be called inside a symbolic trace that is thrown away.
-fn captured_by<A: Traverse + Clone, O: Traverse>(
+pub(crate) fn captured_by<A: Traverse + Clone, O: Traverse>(
     f: impl FnOnce(&A) -> O,
     args: &A,
     wrt: &[usize],
