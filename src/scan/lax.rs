@@ -497,7 +497,7 @@ fn row_at(x: &Erased, idx: &UInt32) -> Erased {
             .tensor::<T>(&String::new)
             .expect("kiln internal error: dispatched on the element type");
         let shape = x.shape[1..].to_vec();
-        Erased::of(&Tensor::from_array(crate::gather(t.array(), idx), &shape))
+        Erased::of(&Tensor::from_array(crate::memory::gather(t.array(), idx), &shape))
     }
     match x.ty {
         VarType::Bool => typed::<bool>(x, idx),
