@@ -689,20 +689,17 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         frozen: bool,
     ) -> Result<S> {
         let what = format!("loop {}", self.label);
-        // inside a frozen function's recording the loop is recorded as a driver: its first
-        // iteration's launches, replayed until no lane is active (see `driver_finish`)
-        let recording = kiln_core::freeze::driver_mark().is_some();
         // the step is frozen: its inputs are evaluated buffers from the start (a literal input
-        // would be baked into the recording, and change at every iteration); in a recording they
-        // are copies, which the driver may rebind between iterations without touching an input
+        // would be baked into the recording, and change at every iteration), copies, which the
+        // replays (and, inside a frozen function's recording, the loop's driver: its first
+        // iteration's launches replayed until no lane is active, see `driver_finish`) update
+        // without touching an input
         let (ids, _) = positions(&self.state);
         let mut opaque = Owned::new();
         for &i in &ids {
-            opaque.push(if recording {
-                cc::copy(i)?
-            } else {
-                kiln_core::make_opaque(i)?
-            });
+            // a copy: the replays update the state's buffers in place, and the body may capture
+            // the very array the state starts from (it must keep reading the initial values)
+            opaque.push(cc::copy(i)?);
         }
         let mut state = rebuild(&self.state, opaque.ids());
         drop(opaque);

@@ -351,3 +351,30 @@ fn a_body_that_reads_on_the_host_runs_evaluated_and_traced_per_iteration() {
         .unwrap();
     assert_eq!(z.to_vec(), y.to_vec());
 }
+
+/// Found by adversarial testing (issue 26): an evaluated loop updated its state's buffers in
+/// place while the body captured the very array the state started from, so the body read the
+/// current state where it meant the initial values.
+#[test]
+fn a_body_may_capture_the_array_the_state_starts_from() {
+    let x = Float64::from_slice(&[0.5, 1.0]);
+    let mut want = vec![0.5f64, 1.0];
+    for w in &mut want {
+        let x0 = *w;
+        while *w < 2.0 {
+            *w = *w * 1.1 + x0 * 0.3 + 0.5;
+        }
+    }
+    for mode in [Mode::Evaluated, Mode::Symbolic, Mode::Auto] {
+        let xc = x.clone();
+        let y = Loop::new(x.clone())
+            .mode(mode)
+            .run(|y| y.lt(2.0), move |y| y * 1.1 + &xc * 0.3 + 0.5)
+            .unwrap();
+        let got = y.to_vec();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-12, "{mode:?}: {got:?} vs {want:?}");
+        }
+        assert_eq!(x.to_vec(), vec![0.5, 1.0], "the initial array is untouched");
+    }
+}
