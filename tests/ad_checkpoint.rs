@@ -178,15 +178,15 @@ fn memory_grows_with_the_square_root_of_the_trip_count() {
         peak_short as f64 / state as f64,
         peak_long as f64 / state as f64,
     );
-    // about √(2T) saved states of (x, i), 1.5 arrays each (`a` is shared), and the loop's own
-    // arrays; during the backward, one segment's recorded iterations besides
+    // about √(2T) saved states of (x, a, i), 2.5 arrays each, and the loop's own arrays; during
+    // the backward, one segment's recorded iterations besides
     let root = (2.0f64 * 1600.0).sqrt();
     assert!(
-        kept_long <= (3.0 * root) as u64 * state,
+        kept_long <= (4.0 * root) as u64 * state,
         "{kept_long} bytes kept for 1600 steps"
     );
     assert!(
-        peak_long <= (6.0 * root) as u64 * state,
+        peak_long <= (8.0 * root) as u64 * state,
         "{peak_long} bytes in use during the backward of 1600 steps"
     );
     assert!(
@@ -210,9 +210,9 @@ fn a_state_budget_is_kept() {
     let state = 2048 * 8;
     for n in [1usize, 4, 16] {
         let (kept, _) = memory(300, Some(Checkpoints::AtMost(n)));
-        // n saved states of (x, a, i) and the result
+        // n saved states of (x, a, i), 2.5 arrays each, and the result
         assert!(
-            kept <= (n as u64 * 3 + 4) * state,
+            kept <= (n as u64 * 3 + 6) * state,
             "AtMost({n}): {kept} bytes kept"
         );
     }
@@ -351,4 +351,68 @@ fn a_frozen_function_refuses_a_checkpointed_loop() {
         e.contains("growth") && e.contains("frozen") && e.contains("grad_checkpoint"),
         "{e}"
     );
+}
+
+#[test]
+fn finished_lanes_still_feed_a_body_that_mixes_lanes() {
+    let _s = serial();
+    // found by adversarial testing: lanes that finished were handed to the body detached, which
+    // is right for a lane-local body (their results are discarded) but dropped their part of a
+    // sum that running lanes read; lanes here stop after 1, 2 and 4 iterations
+    let limits = [1u32, 2, 4];
+    let mixing = |plan: Option<Checkpoints>, x: &Float64| -> Float64 {
+        let lp = Loop::new((x.clone(), UInt32::zeros(3)));
+        let cond = move |(_, i): &(Float64, UInt32)| i.lt(UInt32::from_slice(&limits));
+        let body = |(y, i): &(Float64, UInt32)| (y * 0.5 + y.sum() * 0.1, i + 1u32);
+        match plan {
+            Some(p) => lp.grad_checkpoint(p).run(cond, body),
+            None => lp.grad_mode(kiln::LoopGrad::Recorded).run(cond, body),
+        }
+        .unwrap()
+        .0
+    };
+    for plan in [None, Some(Checkpoints::Auto), Some(Checkpoints::Every(1))] {
+        check(&[vec![1.0, 2.0, -0.5]], |v| mixing(plan, &v[0]), 1e-6);
+    }
+}
+
+#[test]
+fn a_scalar_in_the_state_kept_or_changed() {
+    let _s = serial();
+    // found by adversarial testing: a one-element entry was widened by the replay but not by
+    // the forward, and its cotangent was counted once per lane at every segment boundary
+    for plan in [
+        Checkpoints::Auto,
+        Checkpoints::AtMost(2),
+        Checkpoints::Every(1),
+    ] {
+        check(
+            &[rand(4, 21), vec![0.9]],
+            |v| {
+                let (y, _, _) = Loop::new((v[0].clone(), v[1].clone(), UInt32::zeros(4)))
+                    .grad_checkpoint(plan)
+                    .run(
+                        |(_, _, i)| i.lt(3u32),
+                        |(x, a, i)| (x * a, a.clone(), i + 1u32),
+                    )
+                    .unwrap();
+                y
+            },
+            1e-6,
+        );
+        check(
+            &[rand(4, 22), vec![0.3]],
+            |v| {
+                let (x, s, _) = Loop::new((v[0].clone(), v[1].clone(), UInt32::zeros(1)))
+                    .grad_checkpoint(plan)
+                    .run(
+                        |(_, _, i)| i.lt(5u32),
+                        |(x, s, i)| ((x * s).sin() + 0.1, s * 0.9 + x.sum() * 0.01, i + 1u32),
+                    )
+                    .unwrap();
+                x * s
+            },
+            1e-6,
+        );
+    }
 }

@@ -528,3 +528,18 @@ fn a_lane_mixing_body_of_a_carry_scan_runs_stepped() {
         1e-6,
     );
 }
+
+#[test]
+fn a_carry_scan_of_no_step_passes_its_carry_and_gradient_through() {
+    let _s = serial();
+    // (found by adversarial testing: the one-loop path computed `length − 1` for length 0)
+    let mut a = Float64::from_slice(&[0.3, 0.4]);
+    a.enable_grad();
+    let (c, ()) = Lax::new(&t(&a, &[2]), &())
+        .length(0)
+        .run(|c, _| ((c * c).sin(), ()))
+        .unwrap();
+    assert_eq!(c.array().to_vec(), vec![0.3, 0.4]);
+    c.array().sum().backward();
+    assert_eq!(a.grad().to_vec(), vec![1.0, 1.0]);
+}

@@ -18,7 +18,8 @@
 //! instead.
 
 use super::control::{
-    arrays, body_forward, captured, captured_by, lanes, rebuild_with, recorded_step, Nodes,
+    arrays, body_forward, captured, captured_by, fit, lanes, mixes_lanes, rebuild_with,
+    recorded_step, Nodes,
 };
 use super::graph::{self, AdIndex};
 use super::propagate::{self, Backward};
@@ -51,6 +52,9 @@ struct Op<S> {
     end: u64,
     /// The loop's result (detached), handed to `custom` as the op's value.
     result: S,
+    /// The body is lane-local: finished lanes replay on their state detached (see
+    /// `recorded_step`).
+    detach_finished: bool,
 }
 
 /// `Loop::grad_checkpoint(plan).run(cond, body)`.
@@ -90,6 +94,7 @@ pub(crate) fn run<S: Traverse + Clone + Send + Sync + 'static>(
         body: Box::new(body),
     };
     refuse_captured(&lp, &mut fns)?;
+    let detach_finished = !mixes_lanes(&mut fns.body, &lp.state);
     let start = rebuild_with(&lp.state, &ids, &vec![0; ids.len()]);
     let (result, saved, end) = forward(&lp, plan, &mut fns, start)?;
     let op = Op {
@@ -98,6 +103,7 @@ pub(crate) fn run<S: Traverse + Clone + Send + Sync + 'static>(
         saved,
         end,
         result,
+        detach_finished,
     };
     Ok(super::custom(op, &lp.state))
 }
@@ -252,7 +258,7 @@ impl<S: Traverse + Clone + 'static> Op<S> {
             if !active.any() {
                 break;
             }
-            s = recorded_step(&active, body, &s)?;
+            s = recorded_step(&active, body, &s, self.detach_finished)?;
         }
         let (_, ads) = arrays(&s);
         Ok((leaves, ads, s))
@@ -261,10 +267,16 @@ impl<S: Traverse + Clone + 'static> Op<S> {
     /// The cotangent at the start of segment `k` given the one at its end (by array position).
     fn pull_back(&self, k: usize, ct: Vec<Option<Grad>>) -> Result<Vec<Option<Grad>>> {
         let (leaves, outs, end) = self.replay(k)?;
+        // (an entry of one element the forward widened, all lanes equal, and the replay kept:
+        // the lanes' cotangents sum into it)
         let seeds: Vec<(AdIndex, Grad)> = outs
             .iter()
             .zip(ct)
             .filter_map(|(&ad, c)| Some((ad, c?)).filter(|(ad, _)| *ad != 0))
+            .map(|(ad, c)| {
+                let size = graph::with(|g| g.node(ad).size);
+                (ad, fit(&c, size, kiln_core::size(c.id())))
+            })
             .collect();
         if !seeds.is_empty() {
             let how = Backward {

@@ -239,7 +239,7 @@ fn resize<F: Float>(g: &Grad, to: usize, from: usize) -> Grad {
 }
 
 /// `g` (of `from` lanes) summed to one lane or widened to `to` lanes as needed.
-fn fit(g: &Grad, to: usize, from: usize) -> Grad {
+pub(crate) fn fit(g: &Grad, to: usize, from: usize) -> Grad {
     match g.ty() {
         VarType::F32 => resize::<f32>(g, to, from),
         _ => resize::<f64>(g, to, from),
@@ -926,6 +926,7 @@ pub(crate) fn run_recorded<S: Traverse + Clone + 'static>(
         // (no lanes: the plain loop returns the state or says what is wrong with it)
         return lp.run_plain(cond, body);
     }
+    let detach_finished = !mixes_lanes(&mut body, &lp.state);
     let mut s = lp.state;
     let mut iterations = 0u64;
     loop {
@@ -939,26 +940,76 @@ pub(crate) fn run_recorded<S: Traverse + Clone + 'static>(
                 lanes: active.count(),
             });
         }
-        s = recorded_step(&active, &mut body, &s)?;
+        s = recorded_step(&active, &mut body, &s, detach_finished)?;
         iterations += 1;
     }
 }
 
 /// One iteration of a recorded loop for the lanes of `active`: `select(active, body(state),
-/// state)`, evaluated, with derivatives recorded. Lanes that finished run the body too, on their
-/// state without its node: the derivatives there (NaN where the body is undefined, `sqrt` of a
-/// negative) stay off the graph, as the select only passes zeros to them.
+/// state)`, evaluated, with derivatives recorded. Lanes that finished run the body too; with
+/// `detach_finished` (a lane-local body: their results are discarded and reach no other lane),
+/// on their state without its node, so that the derivatives there (NaN where the body is
+/// undefined, `sqrt` of a negative) stay off the graph — the select would pass them zeros, and
+/// 0·NaN is NaN. A body that mixes lanes reads the finished lanes' values into the running ones,
+/// so they keep their nodes. Entries of one element are shared by every lane: they go in as they
+/// are (a select would widen them).
 pub(crate) fn recorded_step<S: Traverse + Clone>(
     active: &crate::array::Bool,
     body: &mut impl FnMut(&S) -> S,
     s: &S,
+    detach_finished: bool,
 ) -> Result<S> {
-    let (ids, _) = arrays(s);
-    let off = rebuild_with(s, &ids, &vec![0; ids.len()]);
-    let next = body(&select_state(active, s, &off)?);
+    let next = if detach_finished {
+        let (ids, ads) = arrays(s);
+        let off_ads: Vec<AdIndex> = ids
+            .iter()
+            .zip(&ads)
+            .map(|(&id, &ad)| if kiln_core::size(id) == 1 { ad } else { 0 })
+            .collect();
+        let off = rebuild_with(s, &ids, &off_ads);
+        body(&select_state(active, s, &off)?)
+    } else {
+        body(s)
+    };
     let s = select_state(active, &next, s)?;
     kiln_core::eval(&arrays(&s).0)?;
     Ok(s)
+}
+
+/// Whether `body` combines values of different lanes: traced once on leaves (in a symbolic trace
+/// thrown away), some node between its result and the leaves is not lane-local.
+pub(crate) fn mixes_lanes<S: Traverse + Clone>(body: &mut impl FnMut(&S) -> S, state: &S) -> bool {
+    let Ok(trace) = crate::control::Trace::enter() else {
+        return true;
+    };
+    let (ids, _) = arrays(state);
+    let rows: Vec<usize> = (0..ids.len())
+        .filter(|&k| differentiable(kiln_core::var_type(ids[k])))
+        .collect();
+    let _rec = RecordingGuard::set(true);
+    let (start, _, leaves, out) = on_leaves(state, &rows, |s| body(s));
+    let (_, out_ads) = arrays(&out);
+    let mixes = graph::with(|g| {
+        let mut seen = HashSet::new();
+        let mut stack: Vec<AdIndex> = out_ads.iter().copied().filter(|&a| a != 0).collect();
+        while let Some(i) = stack.pop() {
+            if !seen.insert(i) || leaves.0.contains(&i) {
+                continue;
+            }
+            let n = g.node(i);
+            if n.seq < start {
+                continue;
+            }
+            if n.rule.as_ref().is_some_and(|r| !r.lane_local()) {
+                return true;
+            }
+            stack.extend(n.parents.iter().copied());
+        }
+        false
+    });
+    drop((out, leaves));
+    drop(trace);
+    mixes
 }
 
 /// `select(mask, a, b)` for every array of two states of one structure (derivatives recorded).

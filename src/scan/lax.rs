@@ -441,7 +441,7 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
             && carry.iter().all(|e| e.numel() == m)
             && xs.iter().all(|x| x.numel() == n * m)
             && (n as u64) * (m as u64) <= u32::MAX as u64;
-        if self.keep_states || self.xs.carries_grad() || !fits {
+        if self.keep_states || self.xs.carries_grad() || !fits || n == 0 {
             return Ok(None);
         }
         let shapes: Vec<Vec<usize>> = carry.iter().map(|e| e.shape.clone()).collect();
@@ -481,6 +481,13 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         let (last_carry, _) = crate::control::Loop::new(start)
             .label(&self.label)
             .run(|(_, s)| s.lt(n as u32), &mut body)?;
+        if broke.get() {
+            // a body that changed what it returns after the checks (it keeps state of its own)
+            return Err(Error::Scan(format!(
+                "scan {}: the body's carry or y changed structure or shape between steps; every step returns the structure and shapes of the first",
+                self.label
+            )));
+        }
         let c = self.init.rebuild(&mut last_carry.0.into_iter(), "carry")?;
         let Some(template) = y_template.into_inner() else {
             return Ok(None);
@@ -497,7 +504,10 @@ fn row_at(x: &Erased, idx: &UInt32) -> Erased {
             .tensor::<T>(&String::new)
             .expect("kiln internal error: dispatched on the element type");
         let shape = x.shape[1..].to_vec();
-        Erased::of(&Tensor::from_array(crate::memory::gather(t.array(), idx), &shape))
+        Erased::of(&Tensor::from_array(
+            crate::memory::gather(t.array(), idx),
+            &shape,
+        ))
     }
     match x.ty {
         VarType::Bool => typed::<bool>(x, idx),
