@@ -914,8 +914,9 @@ pub(crate) fn carries_jacobian<S: Traverse + Clone>(
 
 /// [`LoopGrad::Recorded`]: the loop driven from the host, one evaluated iteration at a time,
 /// with each lane's new state `select(active, body(state), state)` recorded like any code, so
-/// that derivatives of any order go through it. Lanes that finished still run the body, on their
-/// state detached (their results are discarded, and no derivative reaches them through it).
+/// that derivatives of any order go through it. Lanes that finished still run the body: on their
+/// state detached when the body is lane-local (their results are discarded), with their nodes
+/// when it mixes lanes (their values feed the running lanes); see [`recorded_step`].
 pub(crate) fn run_recorded<S: Traverse + Clone + 'static>(
     lp: Loop<S>,
     mut cond: impl FnMut(&S) -> crate::array::Bool,
