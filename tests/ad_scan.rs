@@ -543,3 +543,24 @@ fn a_carry_scan_of_no_step_passes_its_carry_and_gradient_through() {
     c.array().sum().backward();
     assert_eq!(a.grad().to_vec(), vec![1.0, 1.0]);
 }
+
+#[test]
+fn a_captured_scalar_tensor_keeps_a_carry_scan_one_loop() {
+    let _s = serial();
+    // a `[]` tensor with a gradient, broadcast against the carry's lanes (reported by adversarial
+    // testing: it sent the scan down the stepped path)
+    let us = t(&Float64::from_slice(&rand(5 * 3, 31)), &[5, 3]);
+    let run = |x0: &Float64, w: &Float64| -> (Float64, &'static str) {
+        let tw = t(w, &[]);
+        let mut report = ScanReport::default();
+        let (c, ()) = Lax::new(&t(x0, &[3]), &us)
+            .report(&mut report)
+            .run(|c, u| ((&(c * &tw) + u).sin(), ()))
+            .unwrap();
+        (c.array().clone(), report.mode)
+    };
+    check(&[rand(3, 32), vec![0.8]], |v| run(&v[0], &v[1]).0, 1e-6);
+    let mut w = Float64::from(0.8);
+    w.enable_grad();
+    assert_eq!(run(&Float64::ones(3), &w).1, "differentiated, one loop");
+}

@@ -118,7 +118,7 @@ impl Rule for Custom {
         self.name
     }
     fn lane_local(&self) -> bool {
-        matches!(self.name, "select" | "cast")
+        matches!(self.name, "select" | "cast" | "broadcast_scalar")
     }
     fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
         (self.backward)(ct)

@@ -167,8 +167,14 @@ pub(crate) fn record_broadcast<T: Scalar>(src: &Tensor<T>, out: Tensor<T>) -> Te
     let (so, ss) = (out.shape().to_vec(), src.shape().to_vec());
     let (so2, ss2) = (so.clone(), ss.clone());
     let ty = T::TYPE;
+    // (one element read by every lane: lane-local in the sense loop bodies and branches need)
+    let name = if ss.iter().product::<usize>() == 1 {
+        "broadcast_scalar"
+    } else {
+        "broadcast_to"
+    };
     view_node(
-        "broadcast_to",
+        name,
         src,
         out,
         move |ct| {
