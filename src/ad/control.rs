@@ -878,38 +878,19 @@ fn captured_columns<S: Traverse + Clone>(
 }
 
 /// Whether a loop with `body` can carry its Jacobian (the default first-order mode) from `state`
-/// over `n` lanes: traced once on leaves, in a symbolic trace thrown away, every node between its
-/// result and the leaves is lane-local, and every array with a gradient it captures has one
-/// element or one per lane. (Callers with another way to differentiate the loop ask first.)
+/// over `n` lanes: every array with a gradient it captures has one element or one per lane
+/// ([`captured_columns`]) and it does not mix lanes ([`mixes_lanes`]), each found by a trace on
+/// leaves thrown away. (Callers with another way to differentiate the loop ask first.)
 pub(crate) fn carries_jacobian<S: Traverse + Clone>(
     body: &mut impl FnMut(&S) -> S,
     state: &S,
     n: Size,
 ) -> bool {
-    let Ok(trace) = crate::control::Trace::enter() else {
-        return false;
-    };
     let (ids, _) = arrays(state);
     let rows: Vec<usize> = (0..ids.len())
         .filter(|&k| differentiable(kiln_core::var_type(ids[k])))
         .collect();
-    let mut caps = Nodes(Vec::new());
-    captured_by(|s: &S| body(s), state, &rows, &mut caps);
-    let fits = caps.0.iter().all(|&a| {
-        let (size, ty) = graph::with(|g| (g.node(a).size, g.node(a).ty));
-        differentiable(ty) && (size == 1 || Size::fixed(size) == n)
-    });
-    let local = fits && {
-        let _rec = RecordingGuard::set(true);
-        let (start, _, leaves, out) = on_leaves(state, &rows, |s| body(s));
-        let (_, out_ads) = arrays(&out);
-        let mut boundary = leaves.0.clone();
-        boundary.extend_from_slice(&caps.0);
-        check_body("loop", &out_ads, &boundary, start).is_ok()
-    };
-    drop(caps);
-    drop(trace);
-    local
+    captured_columns("loop", body, state, &rows, n).is_ok() && !mixes_lanes(body, state)
 }
 
 /// [`LoopGrad::Recorded`]: the loop driven from the host, one evaluated iteration at a time,
