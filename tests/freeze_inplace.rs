@@ -327,3 +327,34 @@ fn replays_equal_the_traced_call_on_every_backend() {
         });
     }
 }
+
+/// A step that updates `&mut` state and returns a value its kernel computes beside it, from an
+/// argument only (`acc += 2x` and `y = 3x`, one kernel with two outputs): the replay must not
+/// give the state's buffer to `y`, whose store would overwrite lanes of `acc` before they are
+/// read (found by the gradient scan, whose accumulators are such state: it read 135 for 80).
+#[test]
+fn a_second_output_never_takes_a_released_state() {
+    check(|| {
+        for &n in &[8usize, 63, 64, 65, 1000, 100_000] {
+            let mut f = kiln::freeze(|x: &Float64, acc: &mut Float64| -> Float64 {
+                *acc = &*acc + &(x * 2.0);
+                x * 3.0
+            });
+            let mut acc = Float64::zeros(n);
+            acc.eval();
+            let mut acc = Float64::from_slice(&acc.to_vec());
+            let mut x = Float64::from_slice(&vec![1.0; n]);
+            for _ in 0..4 {
+                x = f.call(&x, &mut acc).unwrap();
+            }
+            assert_eq!(f.stats().replays, 3, "n = {n}");
+            // acc = 2 (1 + 3 + 9 + 27), x = 3⁴
+            assert!(
+                acc.to_vec().iter().all(|&v| v == 80.0),
+                "n = {n}: {:?}",
+                &acc.to_vec()[..2]
+            );
+            assert!(x.to_vec().iter().all(|&v| v == 81.0), "n = {n}");
+        }
+    });
+}

@@ -650,6 +650,7 @@ impl Built {
             tile_cols: self.tile_cols,
             size_sym: self.sym,
             private: crate::privatise::Private::of(&self.kernel),
+            ir: Some(&self.kernel),
         }
     }
 }

@@ -68,6 +68,8 @@ pub enum DeviceOpKind<'a> {
         size_sym: ExprId,
         /// Reduce-scatter targets that blocks may accumulate privately (see `privatise`).
         private: crate::privatise::Private,
+        /// The kernel's IR when the launch has it (not a replay).
+        ir: Option<&'a crate::kernel::Kernel>,
     },
     /// A stencil group (see `stencil`): `interior` over the plan's interior lanes, its inputs read
     /// at `lane + shifts[i]`, `general` over the rest. Buffers: the general kernel's parameters in
@@ -265,6 +267,9 @@ pub struct LaunchSpec<'a> {
     pub size_sym: ExprId,
     /// Reduce-scatter targets that blocks may accumulate privately (see `privatise`).
     pub private: crate::privatise::Private,
+    /// The kernel's IR, for a recording (which inputs each output may take at replay); `None`
+    /// for launches that are replays already.
+    pub ir: Option<&'a crate::kernel::Kernel>,
 }
 
 impl<'a> LaunchSpec<'a> {
@@ -285,6 +290,7 @@ impl<'a> LaunchSpec<'a> {
             tile_cols: 0,
             size_sym: 0,
             private: Default::default(),
+            ir: None,
         }
     }
 }
@@ -464,6 +470,7 @@ pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64
             tile_cols: spec.tile_cols,
             size_sym: spec.size_sym,
             private: spec.private,
+            ir: spec.ir,
         },
         size,
         buffers,

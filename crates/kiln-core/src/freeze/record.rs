@@ -464,6 +464,7 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
             tile_cols,
             size_sym,
             private,
+            ir,
         } => {
             launch_size = r.expr(size_sym, rec.size);
             // outputs written over an input's buffer (update-in-place decided them)
@@ -503,6 +504,7 @@ fn record_op(r: &mut Recorder, rec: &DeviceOpRecord) {
                 tile_cols,
                 in_place: in_place.into(),
                 private,
+                takes: ir.map(|k| k.takes()).unwrap_or_default().into(),
             }
         }
         DeviceOpKind::LaunchSplit {

@@ -75,6 +75,9 @@ pub(crate) enum ReplayKind {
         in_place: Arc<[(u32, u32)]>,
         /// Reduce-scatter targets that blocks may accumulate privately, as when recorded.
         private: crate::privatise::Private,
+        /// Per parameter: the inputs an output may take the buffer of, when the caller gave
+        /// the input up (`Kernel::takes`; empty: none).
+        takes: Arc<[u64]>,
     },
     LaunchSplit {
         general: (KernelHash, Arc<dyn CompiledKernel>, Arc<[Param]>),
@@ -562,10 +565,18 @@ impl Recording {
                 tile_cols,
                 in_place,
                 private,
+                takes,
             } => {
                 let size = known(vals, op.size)?;
-                let reuse =
-                    replay_in_place(table, in_place, params, &op.bufs, size, dying, self.n_slots);
+                let reuse = replay_in_place(
+                    table,
+                    (in_place, takes),
+                    params,
+                    &op.bufs,
+                    size,
+                    dying,
+                    self.n_slots,
+                );
                 let held = kernel_buffers(table, params, &op.bufs, size, reuse)?;
                 let refs: Vec<&Buffer> = held.iter().map(|b| b.as_ref()).collect();
                 let mut spec = LaunchSpec::constant(kernel, *hash, params, modified, *block);
@@ -855,11 +866,11 @@ fn known(vals: &[Option<u64>], e: ExprId) -> Result<usize> {
 /// no output of the function uses (`dying`: dropped after this op) and nothing else holds.
 /// Then, for the outputs still without a buffer, an input slot in `dying` (below `n_slots`: one
 /// the caller released and nothing else can see, see [`Recording::replay_releasing`]) read at
-/// each lane's own index, of the output's length and type: the recording never paired those
-/// (an input of a recording is never written), so any output of the kernel may take one.
+/// each lane's own index, of the output's length and type, and read before the output's store
+/// (`takes`): the recording never paired those (an input of a recording is never written).
 fn replay_in_place(
     table: &[Option<Arc<Buffer>>],
-    pairs: &[(u32, u32)],
+    (pairs, takes): (&[(u32, u32)], &[u64]),
     params: &[Param],
     bufs: &[u32],
     size: usize,
@@ -912,8 +923,12 @@ fn replay_in_place(
         if param.kind != ParamKind::Output || reuse[p].is_some() {
             continue;
         }
-        let q = (0..params.len()).find(|&q| {
-            (bufs[q] as usize) < n_slots
+        // (an input read after the output's store, `acc` beside `y = 3x` stored first, would
+        // find its lanes overwritten: `takes` names those read before)
+        let allowed = takes.get(p).copied().unwrap_or(0);
+        let q = (0..params.len().min(64)).find(|&q| {
+            allowed & (1 << q) != 0
+                && (bufs[q] as usize) < n_slots
                 // the caller's variable and the table hold it, nothing else (checked when the
                 // replay began; no op since took a view of it)
                 && dying_input(q, params, bufs, table, dying, &taken, |buf| {

@@ -158,6 +158,35 @@ impl Kernel {
         }
     }
 
+    /// Per parameter: for an output, the input parameters (bit `q` for parameter `q`, the first
+    /// 64) every read of which precedes, in program order, the store into it — the inputs whose
+    /// buffers a replay may hand the output when the caller gave them up (a lane reads its
+    /// element before it overwrites it); 0 for every other parameter.
+    pub fn takes(&self) -> Vec<u64> {
+        let mut out = vec![0u64; self.params.len()];
+        for (o, p) in self.params.iter().enumerate() {
+            if p.kind != ParamKind::Output {
+                continue;
+            }
+            let Some(store) = self
+                .insts
+                .iter()
+                .position(|x| x.op == Op::Store && x.param() == o)
+            else {
+                continue;
+            };
+            for (q, i) in self.params.iter().enumerate().take(64) {
+                let read_late = self.insts[store..]
+                    .iter()
+                    .any(|x| x.op == Op::Load && x.param() == q);
+                if i.kind == ParamKind::Input && !read_late {
+                    out[o] |= 1 << q;
+                }
+            }
+        }
+        out
+    }
+
     /// The cache key. Stable across runs and processes (it hashes the IR, not addresses).
     pub fn hash(&self) -> KernelHash {
         let mut bytes = Vec::with_capacity(8 + self.params.len() * 2 + self.insts.len() * 24);
