@@ -413,6 +413,15 @@ pub(crate) fn bounded<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// [`bounded`], keeping whether derivatives are recorded as it is (for kiln's own loops, whose
+/// frozen steps run a forward under `suspend_grad` when a gradient scan follows).
+pub(crate) fn bounded_as_is<R>(f: impl FnOnce() -> R) -> R {
+    let on = super::recording();
+    let _b = Boundary::now();
+    let _rec = RecordingGuard::set(on);
+    f()
+}
+
 // ---------------------------------------------------------------------------------------------
 // Transformations
 

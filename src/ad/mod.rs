@@ -23,6 +23,7 @@
 pub(crate) mod checkpoint;
 pub(crate) mod control;
 pub mod custom;
+pub(crate) mod deferred;
 pub(crate) mod graph;
 pub(crate) mod jax;
 pub(crate) mod memory;

@@ -436,6 +436,8 @@ fn matmul_rule<F: Float>(
     let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
     let so = vec![sa[0], sb[1]];
     let (ab, bb, sob) = (a.clone(), b.clone(), so.clone());
+    // the right operand's node: a step of a gradient scan may defer `aᵀ·c` for it (push-out)
+    let (b_node, ka) = (if tb { parents[usize::from(ta)] } else { 0 }, sa[1]);
     let backward = move |ct: &Grad| {
         let c = tensor::<F>(ct, &sob);
         let mut v = Vec::new();
@@ -443,7 +445,12 @@ fn matmul_rule<F: Float>(
             v.push(Some(Grad::of(product_t(&c, false, &bb, true))));
         }
         if tb {
-            v.push(Some(Grad::of(product_t(&ab, true, &c, false))));
+            let (a, cd) = (Grad::of(ab.array().detach()), Grad::of(c.array().detach()));
+            if super::deferred::defer(b_node, &a, &cd, (sob[0], ka, sob[1])) {
+                v.push(None);
+            } else {
+                v.push(Some(Grad::of(product_t(&ab, true, &c, false))));
+            }
         }
         v
     };

@@ -157,6 +157,23 @@ impl<F, M: Shape> Frozen<F, M> {
         self.state.unfreeze_on_hidden = true;
         self
     }
+    /// Record with derivatives recorded or not as the caller has it (a frozen function's body
+    /// otherwise always records them): for kiln's own loops.
+    pub(crate) fn grad_mode_as_is(mut self) -> Self {
+        self.state.grad_as_is = true;
+        self
+    }
+    /// The same recordings with another function to call when none fits: for kiln's own
+    /// loops, which record a step while the user's closure is at hand and replay it after it is
+    /// gone (a scan's gradient scan); `g` then reports that a replay was impossible.
+    pub(crate) fn with_fn<G>(self, g: G) -> Frozen<G, M> {
+        Frozen {
+            f: g,
+            state_fn: self.state_fn,
+            state: self.state,
+            _m: PhantomData,
+        }
+    }
     /// Recordings, replays, re-traces and why, and the mean cost of each kind of call.
     pub fn stats(&self) -> &FreezeStats {
         &self.state.stats
@@ -189,6 +206,8 @@ pub(crate) struct FrozenState {
     enabled: bool,
     auto_opaque: bool,
     unfreeze_on_hidden: bool,
+    /// Derivatives recorded as the caller has it (see `grad_mode_as_is`).
+    grad_as_is: bool,
     warned: HashSet<String>,
     stats: FreezeStats,
     /// What each recorded layout key was made of (to say why a new key records).
@@ -232,6 +251,7 @@ impl FrozenState {
             enabled: true,
             auto_opaque: true,
             unfreeze_on_hidden: false,
+            grad_as_is: false,
             warned: HashSet::new(),
             stats: FreezeStats::default(),
             layouts: HashMap::new(),
@@ -462,14 +482,20 @@ impl FrozenState {
         let mask = releaf.unwrap_or_default();
         engine::begin(slots)?;
         let mut guard = RecordingGuard(true);
+        let as_is = self.grad_as_is;
         let body = || {
-            crate::ad::jax::bounded(|| {
+            let inner = || {
                 // fresh leaves inside the boundary, so that passes inside reach them
                 if !mask.is_empty() {
                     releaf_mutable(args, &mask);
                 }
                 run(args)
-            })
+            };
+            if as_is {
+                crate::ad::jax::bounded_as_is(inner)
+            } else {
+                crate::ad::jax::bounded(inner)
+            }
         };
         let out = match catch_unwind(AssertUnwindSafe(body)) {
             Ok(mut o) => {

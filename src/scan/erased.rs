@@ -68,6 +68,16 @@ impl Erased {
         }
         e
     }
+    /// A new reference to `id` with AD node `ad`, whose reference the value takes over.
+    pub(crate) fn with_node(id: VarId, shape: Vec<usize>, ad: crate::ad::AdIndex) -> Erased {
+        let mut e = Erased::borrow(id, shape);
+        e.ad = ad;
+        e
+    }
+    /// Its AD node (0: none).
+    pub(crate) fn ad(&self) -> crate::ad::AdIndex {
+        self.ad
+    }
     /// Whether it carries a gradient.
     pub fn carries_grad(&self) -> bool {
         self.ad != 0

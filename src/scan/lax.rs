@@ -174,8 +174,18 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
     #[allow(clippy::type_complexity)]
     fn run_inner<Y: Tree + Clone>(
         self,
-        mut f: impl FnMut(&C, &X) -> (C, Y),
+        f: impl FnMut(&C, &X) -> (C, Y),
     ) -> Result<(C, Y, Vec<Option<Erased>>)> {
+        self.run_full(f).map(|(c, y, states, _)| (c, y, states))
+    }
+
+    /// [`Lax::run_inner`], also returning the arrays the body captured (a plain run's analysis
+    /// finds them; none otherwise).
+    #[allow(clippy::type_complexity)]
+    fn run_full<Y: Tree + Clone>(
+        self,
+        mut f: impl FnMut(&C, &X) -> (C, Y),
+    ) -> Result<(C, Y, Vec<Option<Erased>>, Vec<Erased>)> {
         let label = self.label.clone();
         if self.unroll == 0 {
             return Err(Error::Scan(format!(
@@ -183,7 +193,9 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
             )));
         }
         if crate::ad::recording() && (self.init.carries_grad() || self.xs.carries_grad()) {
-            return self.run_differentiated(&mut f);
+            return self
+                .run_differentiated(&mut f)
+                .map(|(c, y, s)| (c, y, s, Vec::new()));
         }
         let carry = flatten(self.init);
         let n_carry = carry.len();
@@ -254,13 +266,16 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
             if self.strict {
                 return Err(strict_captured_gradient(&label));
             }
-            return self.run_differentiated(&mut f);
+            return self
+                .run_differentiated(&mut f)
+                .map(|(c, y, s)| (c, y, s, Vec::new()));
         }
         let super::run::RunOut {
             outputs,
             finals,
             states,
             report,
+            captured,
         } = run?;
         if let Some(r) = self.report {
             *r = report;
@@ -278,7 +293,7 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
             Error::Scan(format!("kiln internal error: scan {label} traced no body"))
         })?;
         let y = template.rebuild(&mut outputs, "ys")?;
-        Ok((c, y, states))
+        Ok((c, y, states, captured))
     }
 }
 
@@ -328,6 +343,13 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
                     mode_reason: "an input carries a gradient, only the final carry is used and the body is lane-local: one loop carries each lane's Jacobian (one adjoint state, nothing kept per step)".into(),
                     ..Default::default()
                 };
+            }
+            return Ok((c, y, Vec::new()));
+        }
+        let mut report = ScanReport::default();
+        if let Some((c, y)) = self.gradient_scan(f, n, &mut report)? {
+            if let Some(r) = self.report {
+                *r = report;
             }
             return Ok((c, y, Vec::new()));
         }
@@ -420,6 +442,71 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
 }
 
 impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
+    /// The differentiated scan as the plain scan forward and a gradient scan backward
+    /// ([`super::grad`]): when no input in `xs` carries a gradient, the states are not asked for,
+    /// the derivatives are first order and no frozen function is recording. `None`: it does not
+    /// apply (or the step's VJP could not be recorded).
+    fn gradient_scan<Y: Tree + Clone>(
+        &self,
+        f: &mut dyn FnMut(&C, &X) -> (C, Y),
+        n: usize,
+        report: &mut ScanReport,
+    ) -> Result<Option<(C, Y)>> {
+        let applies = n > 0
+            && !self.keep_states
+            && !self.xs.carries_grad()
+            && !crate::ad::higher_order()
+            && !kiln_core::freeze::record::active()
+            && !kiln_core::control::symbolic()
+            && kiln_core::config::freeze_enabled();
+        if !applies {
+            return Ok(None);
+        }
+        let (c, y, states, captured) = crate::ad::suspend_grad(|| {
+            Lax::new(self.init, self.xs)
+                .length(n)
+                .reverse(self.reverse)
+                .unroll(self.unroll)
+                .strict(self.strict)
+                .mode(self.mode)
+                .label(&self.label)
+                .keep_states(true)
+                .report(report)
+                .run_full(&mut *f)
+        })?;
+        let n_carry = flatten(self.init).len();
+        let Some(states) = states
+            .into_iter()
+            .take(n_carry)
+            .collect::<Option<Vec<Erased>>>()
+        else {
+            return Ok(None);
+        };
+        let fw = super::grad::Forward {
+            init: flatten(self.init),
+            xs: flatten(self.xs),
+            finals: flatten(&c),
+            ys: flatten(&y),
+            states,
+            captured,
+            n,
+            reverse: self.reverse,
+        };
+        let (init, xs) = (self.init, self.xs);
+        let mut step = |c: &[Erased], x: &[Erased]| -> Result<(Vec<Erased>, Vec<Erased>)> {
+            let c = init.rebuild(&mut c.to_vec().into_iter(), "carry")?;
+            let x = xs.rebuild(&mut x.to_vec().into_iter(), "xs")?;
+            let (c2, y) = f(&c, &x);
+            Ok((flatten(&c2), flatten(&y)))
+        };
+        let Some((cs, ys)) = super::grad::attach(fw, &mut step, &self.label, report)? else {
+            return Ok(None);
+        };
+        let c = self.init.rebuild(&mut cs.into_iter(), "carry")?;
+        let y = y.rebuild(&mut ys.into_iter(), "ys")?;
+        Ok(Some((c, y)))
+    }
+
     /// The differentiated scan as one loop that carries each lane's Jacobian (the default mode
     /// of a differentiated `while_loop`): memory independent of the length, and one kernel where
     /// the loop traces symbolically. It applies when the body returns no `y` (only the final

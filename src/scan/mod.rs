@@ -27,6 +27,7 @@
 
 mod analyze;
 mod erased;
+mod grad;
 mod hook;
 mod lax;
 mod rows;
@@ -91,6 +92,9 @@ pub struct ScanReport {
     pub ops_hoisted: usize,
     /// Matrix products over a sequence row computed for all steps at once (PushOutDot1).
     pub matmuls_pushed_out: usize,
+    /// Of a scan differentiated as a gradient scan: the gradients of captured matrices summed
+    /// over the steps as one product after the gradient scan (the push-out of `Σ_t aᵀ·δ_t`).
+    pub grad_matmuls_pushed_out: usize,
     /// Ops that remain inside the loop (elementwise ops, reductions, products).
     pub ops_in_loop: usize,
     /// Declared inputs no output depends on, removed.

@@ -22,6 +22,8 @@ pub(crate) struct RunOut {
     /// Per recurrent output with `keep_states`: initial rows then every step's row.
     pub states: Vec<Option<Erased>>,
     pub report: ScanReport,
+    /// The arrays the body captured from its environment (read by its kernels).
+    pub captured: Vec<Erased>,
 }
 
 /// One reference to a variable, released on drop (for the ids built here).
@@ -187,6 +189,7 @@ pub(crate) fn run(
         finals: exec.finals,
         states: exec.states,
         report,
+        captured: an.captured.clone(),
     })
 }
 
@@ -727,6 +730,7 @@ fn nested_refusal(spec: &Spec, an: &Analysis, n_req: usize, how: &str) -> Result
             ),
             ..Default::default()
         },
+        captured: Vec::new(),
     })
 }
 
@@ -1654,6 +1658,7 @@ fn stepped(
     .with_state(move |_| hidden.clone())
     .auto_opaque(false)
     .unfreeze_on_hidden_input()
+    .grad_mode_as_is()
     .enabled(!outer && !host_read);
     let mut run = 0;
     for t in 0..steps {

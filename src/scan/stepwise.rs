@@ -353,5 +353,6 @@ fn finish(spec: &Spec, h: History, n: usize) -> RunOut {
         finals,
         states,
         report,
+        captured: Vec::new(),
     }
 }

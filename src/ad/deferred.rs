@@ -1,0 +1,94 @@
+//! A backward pass over one step of a loop, for a gradient that is itself a loop (a scan's
+//! gradient scan): the pass stops at the nodes older than the step (the arrays its body
+//! captured) and hands back what reached them, and the products `aᵀ·c` that a matrix product's
+//! rule would add to a captured right operand are handed back unevaluated as `(a, c)`, so that
+//! the caller can stack every step's `a` and `c` and compute their sum as one product after the
+//! loop (PyTensor's push-out of `Σ_t x_tᵀ · δ_t`).
+
+use super::graph::AdIndex;
+use super::propagate::{self, Backward};
+use super::value::Grad;
+use super::{ISOLATE, STASH};
+use kiln_core::Result;
+use std::cell::RefCell;
+
+/// The product `aᵀ · c` a matrix product's rule deferred: `a` is `[m, k]`, `c` is `[m, n]`, and
+/// the product belongs to the captured node `node` (a `[k, n]` matrix).
+pub(crate) struct Deferred {
+    pub node: AdIndex,
+    pub a: Grad,
+    pub c: Grad,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+thread_local! {
+    /// While a step's pass runs: the first sequence number of the step, and the products
+    /// deferred so far.
+    static COLLECT: RefCell<Option<(u64, Vec<Deferred>)>> = const { RefCell::new(None) };
+}
+
+/// Called by the matrix product's rule for its right operand `node`: when a step's pass is
+/// collecting and `node` is older than the step, keep `aᵀ · c` as `(a, c)` and say so (the rule
+/// then passes nothing to `node`).
+pub(crate) fn defer(node: AdIndex, a: &Grad, c: &Grad, (m, k, n): (usize, usize, usize)) -> bool {
+    COLLECT.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let Some((start, list)) = cell.as_mut() else {
+            return false;
+        };
+        if super::graph::with(|g| g.node(node).seq) >= *start {
+            return false;
+        }
+        list.push(Deferred {
+            node,
+            a: a.clone(),
+            c: c.clone(),
+            m,
+            k,
+            n,
+        });
+        true
+    })
+}
+
+/// What a step's pass left for the nodes older than the step.
+pub(crate) struct StepPass {
+    /// Cotangents that reached older nodes, in the order the pass reached them (a node may
+    /// appear more than once).
+    pub reached: Vec<(AdIndex, Grad)>,
+    /// Products deferred for older right operands of matrix products.
+    pub deferred: Vec<Deferred>,
+}
+
+/// A first-order backward pass from `seeds` that stops at the nodes created before `start`
+/// (consuming the step's nodes); gradients of the step's own leaves are stored in them as usual.
+pub(crate) fn pass_within(start: u64, seeds: Vec<(AdIndex, Grad)>) -> Result<StepPass> {
+    struct Scope;
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            ISOLATE.with(|s| s.borrow_mut().pop());
+            STASH.with(|s| s.borrow_mut().pop());
+            COLLECT.with(|c| c.borrow_mut().take());
+        }
+    }
+    ISOLATE.with(|s| s.borrow_mut().push(start));
+    STASH.with(|s| s.borrow_mut().push(Vec::new()));
+    let outer = COLLECT.with(|c| c.borrow_mut().replace((start, Vec::new())));
+    let scope = Scope;
+    let r = if seeds.is_empty() {
+        Ok(())
+    } else {
+        propagate::backward(seeds, Backward::default(), &[]).map(drop)
+    };
+    let reached = STASH.with(|s| s.borrow_mut().last_mut().map(std::mem::take));
+    let deferred = COLLECT.with(|c| c.borrow_mut().as_mut().map(|(_, l)| std::mem::take(l)));
+    drop(scope);
+    COLLECT.with(|c| *c.borrow_mut() = outer);
+    r?;
+    Ok(StepPass {
+        reached: reached.unwrap_or_default(),
+        deferred: deferred.unwrap_or_default(),
+    })
+}

@@ -1,0 +1,801 @@
+//! The gradient of `kiln::scan` as a scan of its own (the MITMOT of PyTensor's `scan.txt`,
+//! JAX's transposed scan), with the push-out of weight gradients.
+//!
+//! The forward is the plain scan, with its rewrites (the products over sequence rows pushed
+//! out, the step frozen and replayed), keeping every carry state. While the user's body is at
+//! hand, the step's vector-Jacobian product is recorded once as a frozen function: the body on
+//! the carry of step `s` (fresh leaves) and row `t` of `xs`, then a backward pass from the
+//! cotangents of the new carry and of row `t` of the `y`s that stops at the arrays the body
+//! captured. What reaches a captured array is added to an accumulator in place; a matrix
+//! product whose right operand is captured stores its `a` and `c` in row `s` of two buffers
+//! instead of adding `aᵀ·c`. The scan's results get one node. Its backward replays the recorded
+//! step from the last step to the first (one launch group per step, nothing traced), and then
+//! computes each deferred sum `Σ_s a_sᵀ·c_s` as one product `Aᵀ·C` over all steps.
+//!
+//! It applies to first-order reverse mode outside frozen functions' recordings, with no
+//! gradient on `xs`; the caller falls back to the scan run step by step with derivatives
+//! recorded otherwise, and when the step cannot be recorded (a body that reads an array it was
+//! not given and the analysis did not see, `KILN_FREEZE=0`). Forward mode replays a recorded
+//! tangent step (recorded beside the cotangent step) from the first step to the last.
+
+use super::erased::{Arrays, Erased};
+use super::ScanReport;
+use crate::ad::control::fit;
+use crate::ad::deferred::pass_within;
+use crate::ad::graph::{self, AdIndex, Rule};
+use crate::ad::Grad;
+use kiln_core::{Error, Handle, Op, ReduceOp, Result, VarId, VarType};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+type V = Handle;
+
+/// The body as the gradient scan calls it: the carry and a row of each `xs` to the new carry
+/// and the `y`s (flattened, with their nodes).
+pub(super) type Step<'a> =
+    dyn FnMut(&[Erased], &[Erased]) -> Result<(Vec<Erased>, Vec<Erased>)> + 'a;
+
+/// What the forward scan hands the gradient scan.
+pub(super) struct Forward {
+    /// The initial carry (with nodes).
+    pub init: Vec<Erased>,
+    /// The sequences (no nodes).
+    pub xs: Vec<Erased>,
+    /// The final carry and the stacked `y`s, detached.
+    pub finals: Vec<Erased>,
+    pub ys: Vec<Erased>,
+    /// Per carry entry: its states, `[n + 1, row…]`, in the order the steps ran.
+    pub states: Vec<Erased>,
+    /// The arrays the body captured (inputs of the recorded step).
+    pub captured: Vec<Erased>,
+    pub n: usize,
+    pub reverse: bool,
+}
+
+fn float(ty: VarType) -> bool {
+    matches!(ty, VarType::F32 | VarType::F64)
+}
+
+/// `ty` zeros of `len` elements in a buffer of their own (a replay's input must not be a
+/// literal: its value would be baked in).
+fn zeros(ty: VarType, len: usize) -> Result<Erased> {
+    let z = kiln_core::literal(ty, 0, len);
+    let id = kiln_core::make_opaque(z);
+    kiln_core::dec_ref(z);
+    Ok(Erased::own(id?, vec![len]))
+}
+
+/// `e` with shape `shape` (of as many elements).
+fn shaped(mut e: Erased, shape: &[usize]) -> Erased {
+    e.shape = shape.to_vec();
+    e
+}
+
+/// `e` as an evaluated array with a buffer of its own (literals made opaque).
+fn solid(e: Erased) -> Result<Erased> {
+    if kiln_core::is_evaluated(e.id()) && kiln_core::literal_value(e.id()).is_none() {
+        return Ok(e);
+    }
+    let id = kiln_core::make_opaque(e.id())?;
+    Ok(Erased::own(id, e.shape.clone()))
+}
+
+/// The cotangents at positions `cts` of `args` made arrays of their own where one is the same
+/// array as another argument (aliasing is part of a frozen function's key; the step was recorded
+/// with placeholders of their own).
+fn distinct(args: &mut [Erased], cts: std::ops::Range<usize>) -> Result<()> {
+    for k in cts {
+        let id = args[k].id();
+        if args.iter().enumerate().any(|(j, e)| j != k && e.id() == id) {
+            let copy = kiln_core::control::copy(id)?;
+            args[k] = Erased::own(copy, args[k].shape.clone());
+        }
+    }
+    Ok(())
+}
+
+/// A `u32` scalar holding `v`, in a buffer.
+fn index(v: usize) -> Result<Erased> {
+    let id = kiln_core::from_bytes(VarType::U32, &(v as u32).to_le_bytes())?;
+    Ok(Erased::own(id, vec![]))
+}
+
+/// Positions `at·len .. (at+1)·len` (`at` a one-element u32 array).
+fn positions(at: VarId, len: usize) -> Result<V> {
+    let ity = VarType::U32;
+    let base = V::own(kiln_core::op(
+        Op::Mul,
+        &[at, V::own(kiln_core::literal(ity, len as u64, 1)).id()],
+    )?);
+    let lane = V::own(kiln_core::counter(ity, len)?);
+    Ok(V::own(kiln_core::op(Op::Add, &[base.id(), lane.id()])?))
+}
+
+/// Row `at` of `src` (rows of `shape`).
+fn row(src: VarId, at: VarId, shape: &[usize]) -> Result<Erased> {
+    let len: usize = shape.iter().product();
+    let idx = positions(at, len)?;
+    let all = V::own(kiln_core::literal(VarType::Bool, 1, 1));
+    let id = kiln_core::gather(src, idx.id(), all.id())?;
+    Ok(Erased::own(id, shape.to_vec()))
+}
+
+/// Write `value` (`len` elements, or one) into row `at` of `buf`.
+fn store(buf: &mut Erased, value: VarId, at: VarId, len: usize) -> Result<()> {
+    let idx = positions(at, len)?;
+    let all = V::own(kiln_core::literal(VarType::Bool, 1, 1));
+    kiln_core::scatter(buf.h.id_mut(), value, idx.id(), all.id(), ReduceOp::None)
+}
+
+/// What a step's pass reached outside the step, in the order it did: the captured nodes that got
+/// cotangents (accumulators) and the deferred products `(node, type, m, k, n)`.
+#[derive(Default, PartialEq)]
+struct Found {
+    reached: Vec<(AdIndex, VarType, usize)>,
+    products: Vec<(AdIndex, VarType, usize, usize, usize)>,
+}
+
+/// The shapes and types the recorded step works with.
+struct Shapes {
+    carry: Vec<(VarType, Vec<usize>)>,
+    xs: Vec<(VarType, Vec<usize>)>,
+    ys: Vec<(VarType, Vec<usize>)>,
+}
+
+impl Shapes {
+    fn float_carry(&self) -> Vec<usize> {
+        (0..self.carry.len())
+            .filter(|&j| float(self.carry[j].0))
+            .collect()
+    }
+    fn float_ys(&self) -> Vec<usize> {
+        (0..self.ys.len())
+            .filter(|&i| float(self.ys[i].0))
+            .collect()
+    }
+}
+
+/// One step's vector-Jacobian product. `args`: `[s, t, ct of each float carry entry, stacked ct
+/// of each float y, states of each carry entry, each xs, captured…]`; `bufs` (when recording):
+/// one accumulator per reached node, then `A` and `C` of each deferred product. Returns the
+/// cotangent of each float carry entry at step `s`.
+fn vjp_step(
+    sh: &Shapes,
+    step: &mut Step,
+    args: &Arrays,
+    mut bufs: Option<&mut Arrays>,
+    found: &mut Found,
+) -> Result<Arrays> {
+    let (fc, fy) = (sh.float_carry(), sh.float_ys());
+    let a = &args.0;
+    let (s, t) = (a[0].id(), a[1].id());
+    let ct_c = &a[2..2 + fc.len()];
+    let ct_y = &a[2 + fc.len()..2 + fc.len() + fy.len()];
+    let states = &a[2 + fc.len() + fy.len()..][..sh.carry.len()];
+    let xs = &a[2 + fc.len() + fy.len() + sh.carry.len()..][..sh.xs.len()];
+    let start = graph::with(|g| g.next_seq());
+    let mut carry = Vec::with_capacity(sh.carry.len());
+    let mut leaves = Vec::new();
+    for (j, (ty, shape)) in sh.carry.iter().enumerate() {
+        let r = row(states[j].id(), s, shape)?;
+        if float(*ty) {
+            let leaf = crate::ad::jax::new_leaf(r.id());
+            leaves.push(leaf);
+            carry.push(Erased::with_node(r.id(), shape.clone(), leaf));
+        } else {
+            carry.push(r);
+        }
+    }
+    let rows: Vec<Erased> = sh
+        .xs
+        .iter()
+        .zip(xs)
+        .map(|((_, shape), x)| row(x.id(), t, shape))
+        .collect::<Result<_>>()?;
+    let (c2, y) = step(&carry, &rows)?;
+    let mut seeds = Vec::new();
+    for (k, &j) in fc.iter().enumerate() {
+        if let Some(e) = c2.get(j).filter(|e| e.ad() != 0) {
+            let g = Grad::share(ct_c[k].id(), 0);
+            seeds.push((e.ad(), fit(&g, e.numel(), kiln_core::size(g.id()))));
+        }
+    }
+    for (k, &i) in fy.iter().enumerate() {
+        if let Some(e) = y.get(i).filter(|e| e.ad() != 0) {
+            let r = row(ct_y[k].id(), t, &sh.ys[i].1)?;
+            seeds.push((e.ad(), Grad::share(r.id(), 0)));
+        }
+    }
+    let pass = pass_within(start, seeds)?;
+    // (the results' handles held the nodes the pass started from)
+    drop((c2, y));
+    let mut out = Vec::with_capacity(fc.len());
+    for (&j, &leaf) in fc.iter().zip(&leaves) {
+        let g = graph::with(|g| g.node_mut(leaf).grad.take());
+        let (ty, shape) = &sh.carry[j];
+        let len: usize = shape.iter().product();
+        out.push(match g {
+            Some(g) => {
+                let g = fit(&g, len, kiln_core::size(g.id()));
+                kiln_core::inc_ref(g.id());
+                Erased::own(g.id(), shape.clone())
+            }
+            None => Erased::own(kiln_core::literal(*ty, 0, len), shape.clone()),
+        });
+    }
+    drop(carry);
+    let n_reached = |f: &Found| f.reached.len();
+    for (node, g) in pass.reached {
+        let (ty, size) = graph::with(|gr| (gr.node(node).ty, gr.node(node).size));
+        let at = match found.reached.iter().position(|r| r.0 == node) {
+            Some(i) => i,
+            None => {
+                found.reached.push((node, ty, size));
+                n_reached(found) - 1
+            }
+        };
+        if let Some(b) = bufs.as_deref_mut() {
+            let g = fit(&g, size, kiln_core::size(g.id()));
+            let sum = kiln_core::op(Op::Add, &[b.0[at].id(), g.id()])?;
+            b.0[at] = Erased::own(sum, vec![size]);
+        }
+    }
+    let first_product = found.reached.len();
+    for (p, d) in pass.deferred.into_iter().enumerate() {
+        let ty = d.a.ty();
+        found.products.push((d.node, ty, d.m, d.k, d.n));
+        if let Some(b) = bufs.as_deref_mut() {
+            let at = first_product + 2 * p;
+            store(&mut b.0[at], d.a.id(), s, d.m * d.k)?;
+            store(&mut b.0[at + 1], d.c.id(), s, d.m * d.n)?;
+        }
+    }
+    Ok(Arrays(out))
+}
+
+/// One step's tangent (forward mode). `args`: `[s, t, tangent of each float carry entry,
+/// states of each carry entry, each xs, captured…, tangent of each captured node]`; `bufs`: the
+/// stacked tangent of each float `y` (row `t` is written). Returns the tangent of each float
+/// carry entry after step `s`.
+fn jvp_step(
+    sh: &Shapes,
+    step: &mut Step,
+    args: &Arrays,
+    bufs: &mut Arrays,
+    nodes: &[AdIndex],
+) -> Result<Arrays> {
+    let (fc, fy) = (sh.float_carry(), sh.float_ys());
+    let a = &args.0;
+    let (s, t) = (a[0].id(), a[1].id());
+    let tc = &a[2..2 + fc.len()];
+    let states = &a[2 + fc.len()..][..sh.carry.len()];
+    let xs = &a[2 + fc.len() + sh.carry.len()..][..sh.xs.len()];
+    let tn = &a[a.len() - nodes.len()..];
+    let start = graph::with(|g| g.next_seq());
+    let mut carry = Vec::with_capacity(sh.carry.len());
+    let mut seeds = Vec::new();
+    for (j, (ty, shape)) in sh.carry.iter().enumerate() {
+        let r = row(states[j].id(), s, shape)?;
+        if float(*ty) {
+            let leaf = crate::ad::jax::new_leaf(r.id());
+            let k = fc.iter().position(|&x| x == j).expect("a float entry");
+            let g = Grad::share(tc[k].id(), 0);
+            seeds.push((leaf, fit(&g, r.numel(), kiln_core::size(g.id()))));
+            carry.push(Erased::with_node(r.id(), shape.clone(), leaf));
+        } else {
+            carry.push(r);
+        }
+    }
+    for (&node, tv) in nodes.iter().zip(tn) {
+        let size = graph::with(|g| g.node(node).size);
+        let g = Grad::share(tv.id(), 0);
+        seeds.push((node, fit(&g, size, kiln_core::size(g.id()))));
+    }
+    let rows: Vec<Erased> = sh
+        .xs
+        .iter()
+        .zip(xs)
+        .map(|((_, shape), x)| row(x.id(), t, shape))
+        .collect::<Result<_>>()?;
+    let (c2, y) = step(&carry, &rows)?;
+    let outs: Vec<AdIndex> = c2
+        .iter()
+        .chain(&y)
+        .map(Erased::ad)
+        .filter(|&a| a != 0)
+        .collect();
+    let ts = crate::ad::control::body_forward(&outs, start, seeds)?;
+    let tangent = |e: &Erased, shape: &[usize]| -> Erased {
+        let len: usize = shape.iter().product();
+        match ts.get(&e.ad()).filter(|_| e.ad() != 0) {
+            Some(g) => {
+                let g = fit(g, len, kiln_core::size(g.id()));
+                kiln_core::inc_ref(g.id());
+                Erased::own(g.id(), shape.to_vec())
+            }
+            None => Erased::own(kiln_core::literal(e.ty, 0, len), shape.to_vec()),
+        }
+    };
+    let out: Vec<Erased> = fc
+        .iter()
+        .map(|&j| tangent(&c2[j], &sh.carry[j].1))
+        .collect();
+    for (k, &i) in fy.iter().enumerate() {
+        let v = tangent(&y[i], &sh.ys[i].1);
+        store(&mut bufs.0[k], v.id(), t, v.numel())?;
+    }
+    drop((c2, y, carry));
+    Ok(Arrays(out))
+}
+
+/// Record `f` as a frozen function by calling it once on `args` and `bufs` (their values are
+/// changed), and keep the recording callable after `f` is gone. `None`: it did not record (the
+/// step read an array it was not given, `KILN_FREEZE=0`, an error).
+fn record<'f>(
+    label: &str,
+    mut f: impl FnMut(&Arrays, &mut Arrays) -> Result<Arrays> + 'f,
+    args: &Arrays,
+    bufs: &mut Arrays,
+) -> Option<Replay> {
+    let bad = std::cell::Cell::new(false);
+    let mut frozen = crate::freeze::freeze(|a: &Arrays, b: &mut Arrays| -> Arrays {
+        f(a, b).unwrap_or_else(|e| {
+            tracing::debug!(target: "scan", "scan {label}: recording a step of the gradient scan failed: {e}");
+            bad.set(true);
+            Arrays::default()
+        })
+    })
+    .limit(1)
+    .auto_opaque(false);
+    let r = frozen.call(args, bufs);
+    if let Err(e) = &r {
+        tracing::debug!(target: "scan", "scan {label}: a step of the gradient scan was not recorded: {e}");
+    }
+    let ok = r.is_ok() && !bad.get() && frozen.stats().recordings == 1;
+    let failed = Arc::new(AtomicBool::new(false));
+    let flag = failed.clone();
+    let mut frozen = frozen.with_fn(move |_: &Arrays, _: &mut Arrays| -> Arrays {
+        flag.store(true, Ordering::Relaxed);
+        Arrays::default()
+    });
+    let replay: Replay = Box::new(move |a: &Arrays, b: &mut Arrays| {
+        let out = frozen.call(a, b)?;
+        if failed.load(Ordering::Relaxed) {
+            return Err(Error::Invalid(
+                "kiln internal error: a recorded step of a gradient scan did not fit a later step"
+                    .into(),
+            ));
+        }
+        Ok(out)
+    });
+    ok.then_some(replay)
+}
+
+/// The recorded step, callable after the user's body is gone: a replay, or an error when the
+/// recording does not fit (it always should: every step has the same shapes).
+type Replay = Box<dyn FnMut(&Arrays, &mut Arrays) -> Result<Arrays> + Send>;
+
+/// Everything the scan's node keeps.
+struct Shared {
+    label: String,
+    sh: Shapes,
+    found: Found,
+    replay: Mutex<Replay>,
+    /// The forward's inputs and results the step reads: states, xs, captured.
+    states: Vec<Erased>,
+    xs: Vec<Erased>,
+    captured: Vec<Erased>,
+    n: usize,
+    reverse: bool,
+    /// The hub's parents: the float entries of the initial carry that carry nodes (their
+    /// positions among the float carry entries), then the captured nodes.
+    init_parents: Vec<usize>,
+    captured_parents: Vec<AdIndex>,
+    /// Cotangents parked by the outputs' nodes: float carry entries, then float `y`s.
+    cts: Mutex<Vec<Option<Grad>>>,
+    /// The recorded tangent step, and the tangents a forward pass left for the outputs.
+    tangent_step: Mutex<Replay>,
+    tangents: Mutex<Vec<Option<Grad>>>,
+}
+
+/// Record the step's VJP (two runs: one to find what its pass reaches, one recorded) and attach
+/// the gradient scan's node to the results. `None`: the step could not be recorded.
+pub(super) fn attach(
+    fw: Forward,
+    step: &mut Step,
+    label: &str,
+    report: &mut ScanReport,
+) -> Result<Option<(Vec<Erased>, Vec<Erased>)>> {
+    let n = fw.n;
+    let rows_of = |e: &Erased| (e.ty, e.shape[1..].to_vec());
+    let sh = Shapes {
+        carry: fw.init.iter().map(|e| (e.ty, e.shape.clone())).collect(),
+        xs: fw.xs.iter().map(rows_of).collect(),
+        ys: fw.ys.iter().map(rows_of).collect(),
+    };
+    let (fc, fy) = (sh.float_carry(), sh.float_ys());
+    // placeholder cotangents of the right sizes for the two runs (values do not matter)
+    let mut args = vec![index(n - 1)?, index(if fw.reverse { 0 } else { n - 1 })?];
+    for &j in &fc {
+        let len = fw.init[j].numel();
+        args.push(shaped(zeros(sh.carry[j].0, len)?, &sh.carry[j].1));
+    }
+    for &i in &fy {
+        args.push(zeros(sh.ys[i].0, fw.ys[i].numel())?);
+    }
+    args.extend(fw.states.iter().cloned());
+    args.extend(fw.xs.iter().cloned());
+    args.extend(fw.captured.iter().cloned());
+    let args = Arrays(args);
+
+    let mut found = Found::default();
+    vjp_step(&sh, step, &args, None, &mut found)?;
+    let mut bufs = buffers(&found, n)?;
+    let mut again = Found::default();
+    let replay = record(
+        label,
+        |a: &Arrays, b: &mut Arrays| vjp_step(&sh, step, a, Some(b), &mut again),
+        &args,
+        &mut bufs,
+    );
+    let Some(replay) = replay.filter(|_| again == found) else {
+        return Ok(None);
+    };
+    drop(bufs);
+
+    // the node: parents are the initial carry's float entries with nodes, then captured nodes
+    let init_parents: Vec<usize> = (0..fc.len())
+        .filter(|&k| fw.init[fc[k]].ad() != 0)
+        .collect();
+    let mut captured_parents: Vec<AdIndex> = Vec::new();
+    for node in found
+        .reached
+        .iter()
+        .map(|r| r.0)
+        .chain(found.products.iter().map(|p| p.0))
+    {
+        if !captured_parents.contains(&node) {
+            captured_parents.push(node);
+        }
+    }
+    let parents: Vec<AdIndex> = init_parents
+        .iter()
+        .map(|&k| fw.init[fc[k]].ad())
+        .chain(captured_parents.iter().copied())
+        .collect();
+    note(report, label, &found, n);
+    if parents.is_empty() {
+        // nothing with a gradient reaches the results
+        let outs: Vec<Erased> = fw.finals.into_iter().chain(fw.ys).collect();
+        return Ok(Some(split(outs, sh.carry.len())));
+    }
+    let Some(tangent_step) = record_tangent(&sh, step, &fw, &captured_parents, label)? else {
+        return Ok(None);
+    };
+    let outs: Vec<Erased> = fw.finals.into_iter().chain(fw.ys).collect();
+    let n_float = fc.len() + fy.len();
+    let shared = Arc::new(Shared {
+        label: label.to_string(),
+        sh,
+        found,
+        replay: Mutex::new(replay),
+        states: fw.states,
+        xs: fw.xs,
+        captured: fw.captured,
+        n,
+        reverse: fw.reverse,
+        init_parents,
+        captured_parents,
+        cts: Mutex::new((0..n_float).map(|_| None).collect()),
+        tangent_step: Mutex::new(tangent_step),
+        tangents: Mutex::new((0..n_float).map(|_| None).collect()),
+    });
+    let hub = graph::new_node(
+        VarType::F64,
+        1,
+        parents,
+        Some(Arc::new(Hub(shared.clone()))),
+    );
+    let n_carry = shared.sh.carry.len();
+    let mut k = 0;
+    let outs: Vec<Erased> = outs
+        .into_iter()
+        .map(|e| {
+            if !float(e.ty) {
+                return e;
+            }
+            let rule = Output {
+                shared: shared.clone(),
+                k,
+            };
+            k += 1;
+            let ad = graph::new_node(e.ty, e.numel(), vec![hub], Some(Arc::new(rule)));
+            Erased::with_node(e.id(), e.shape.clone(), ad)
+        })
+        .collect();
+    graph::dec_ref(hub);
+    Ok(Some(split(outs, n_carry)))
+}
+
+/// Record the tangent step on placeholders (`None`: it did not record).
+fn record_tangent(
+    sh: &Shapes,
+    step: &mut Step,
+    fw: &Forward,
+    nodes: &[AdIndex],
+    label: &str,
+) -> Result<Option<Replay>> {
+    let n = fw.n;
+    let mut args = vec![index(0)?, index(if fw.reverse { n - 1 } else { 0 })?];
+    for j in sh.float_carry() {
+        args.push(shaped(
+            zeros(sh.carry[j].0, fw.init[j].numel())?,
+            &sh.carry[j].1,
+        ));
+    }
+    args.extend(fw.states.iter().cloned());
+    args.extend(fw.xs.iter().cloned());
+    args.extend(fw.captured.iter().cloned());
+    for &node in nodes {
+        let (ty, size) = graph::with(|g| (g.node(node).ty, g.node(node).size));
+        args.push(zeros(ty, size)?);
+    }
+    let mut bufs = tangent_buffers(sh, n)?;
+    Ok(record(
+        label,
+        |a: &Arrays, b: &mut Arrays| jvp_step(sh, step, a, b, nodes),
+        &Arrays(args),
+        &mut bufs,
+    ))
+}
+
+/// The stacked tangent of each float `y`, zeros.
+fn tangent_buffers(sh: &Shapes, n: usize) -> Result<Arrays> {
+    sh.float_ys()
+        .into_iter()
+        .map(|i| zeros(sh.ys[i].0, n * sh.ys[i].1.iter().product::<usize>()))
+        .collect::<Result<_>>()
+        .map(Arrays)
+}
+
+fn split(mut outs: Vec<Erased>, n_carry: usize) -> (Vec<Erased>, Vec<Erased>) {
+    let ys = outs.split_off(n_carry);
+    (outs, ys)
+}
+
+/// The step's buffers: a zero accumulator per reached node, and `A`, `C` (every step's rows) per
+/// deferred product.
+fn buffers(found: &Found, n: usize) -> Result<Arrays> {
+    let mut b = Vec::new();
+    for &(_, ty, size) in &found.reached {
+        b.push(zeros(ty, size)?);
+    }
+    for &(_, ty, m, k, nn) in &found.products {
+        b.push(zeros(ty, n * m * k)?);
+        b.push(zeros(ty, n * m * nn)?);
+    }
+    Ok(Arrays(b))
+}
+
+/// The report says what the gradient scan does.
+fn note(report: &mut ScanReport, label: &str, found: &Found, n: usize) {
+    report.mode = "differentiated, gradient scan";
+    report.mode_reason = "an input carries a gradient: the forward ran as the plain scan keeping its carries, and the backward replays the step's recorded vector-Jacobian product from the last step to the first".into();
+    report.grad_matmuls_pushed_out = found.products.len();
+    for &(_, _, m, k, nn) in &found.products {
+        let msg = format!(
+            "gradient push-out: the gradient of a captured [{k}, {nn}] matrix, Σ over {n} steps of a [{m}, {k}]ᵀ·[{m}, {nn}] product, is one [{k}, {}]·[{}, {nn}] product after the gradient scan",
+            n * m,
+            n * m
+        );
+        tracing::info!(target: "scan", "scan {label}: {msg}");
+        report.rewrites.push(msg);
+    }
+}
+
+impl Shared {
+    /// The forward pass: the recorded tangent step replayed from the first step to the last,
+    /// from the tangents of the hub's parents; the outputs' tangents are left in `tangents`.
+    fn forward(&self, tangents: &[Option<Grad>]) -> Result<()> {
+        let fc = self.sh.float_carry();
+        let mut tc = Vec::with_capacity(fc.len());
+        for (k, &j) in fc.iter().enumerate() {
+            let (ty, shape) = &self.sh.carry[j];
+            let len: usize = shape.iter().product();
+            let given = self
+                .init_parents
+                .iter()
+                .position(|&p| p == k)
+                .and_then(|p| tangents.get(p).cloned().flatten());
+            tc.push(match given {
+                Some(g) => {
+                    let g = fit(&g, len, kiln_core::size(g.id()));
+                    kiln_core::inc_ref(g.id());
+                    solid(Erased::own(g.id(), shape.clone()))?
+                }
+                None => shaped(zeros(*ty, len)?, shape),
+            });
+        }
+        let mut tn = Vec::with_capacity(self.captured_parents.len());
+        for (i, &node) in self.captured_parents.iter().enumerate() {
+            let (ty, size) = graph::with(|g| (g.node(node).ty, g.node(node).size));
+            tn.push(
+                match tangents.get(self.init_parents.len() + i).cloned().flatten() {
+                    Some(g) => {
+                        let g = fit(&g, size, kiln_core::size(g.id()));
+                        kiln_core::inc_ref(g.id());
+                        solid(Erased::own(g.id(), vec![size]))?
+                    }
+                    None => zeros(ty, size)?,
+                },
+            );
+        }
+        let mut bufs = tangent_buffers(&self.sh, self.n)?;
+        let mut replay = self.tangent_step.lock();
+        for s in 0..self.n {
+            let t = if self.reverse { self.n - 1 - s } else { s };
+            let mut a = vec![index(s)?, index(t)?];
+            a.extend(tc.drain(..));
+            a.extend(self.states.iter().cloned());
+            a.extend(self.xs.iter().cloned());
+            a.extend(self.captured.iter().cloned());
+            let first_tn = a.len();
+            a.extend(tn.iter().cloned());
+            distinct(&mut a, 2..2 + fc.len())?;
+            let n_tn = tn.len();
+            distinct(&mut a, first_tn..first_tn + n_tn)?;
+            let out = replay(&Arrays(a), &mut bufs)?;
+            tc = out.0.into_iter().map(solid).collect::<Result<_>>()?;
+        }
+        drop(replay);
+        let mut ts = self.tangents.lock();
+        for (k, e) in tc.into_iter().chain(bufs.0).enumerate() {
+            ts[k] = Some(Grad::share(e.id(), 0));
+        }
+        Ok(())
+    }
+
+    /// The backward pass: the recorded step replayed from the last step to the first, then the
+    /// deferred products. Per hub parent, its cotangent.
+    fn backward(&self) -> Result<Vec<Option<Grad>>> {
+        let (fc, fy) = (self.sh.float_carry(), self.sh.float_ys());
+        let parked: Vec<Option<Grad>> = std::mem::take(&mut *self.cts.lock());
+        *self.cts.lock() = (0..fc.len() + fy.len()).map(|_| None).collect();
+        let mut ct_c = Vec::with_capacity(fc.len());
+        for (k, &j) in fc.iter().enumerate() {
+            let (ty, shape) = &self.sh.carry[j];
+            let len: usize = shape.iter().product();
+            let e = match parked.get(k).and_then(Option::as_ref) {
+                Some(g) => {
+                    let g = fit(g, len, kiln_core::size(g.id()));
+                    kiln_core::inc_ref(g.id());
+                    solid(Erased::own(g.id(), shape.clone()))?
+                }
+                None => shaped(zeros(*ty, len)?, shape),
+            };
+            ct_c.push(e);
+        }
+        let mut ct_y = Vec::with_capacity(fy.len());
+        for (k, &i) in fy.iter().enumerate() {
+            let (ty, row) = &self.sh.ys[i];
+            let len = self.n * row.iter().product::<usize>();
+            ct_y.push(match parked.get(fc.len() + k).and_then(Option::as_ref) {
+                Some(g) => {
+                    let g = fit(g, len, kiln_core::size(g.id()));
+                    kiln_core::inc_ref(g.id());
+                    solid(Erased::own(g.id(), vec![len]))?
+                }
+                None => zeros(*ty, len)?,
+            });
+        }
+        drop(parked);
+        let mut bufs = buffers(&self.found, self.n)?;
+        let mut replay = self.replay.lock();
+        for s in (0..self.n).rev() {
+            let t = if self.reverse { self.n - 1 - s } else { s };
+            let mut a = vec![index(s)?, index(t)?];
+            a.extend(ct_c.drain(..));
+            a.extend(ct_y.iter().cloned());
+            a.extend(self.states.iter().cloned());
+            a.extend(self.xs.iter().cloned());
+            a.extend(self.captured.iter().cloned());
+            distinct(&mut a, 2..2 + fc.len() + fy.len())?;
+            let out = replay(&Arrays(a), &mut bufs)?;
+            ct_c = out.0.into_iter().map(solid).collect::<Result<_>>()?;
+        }
+        drop(replay);
+        let mut grads: Vec<Option<Grad>> = self
+            .init_parents
+            .iter()
+            .map(|&k| Some(Grad::share(ct_c[k].id(), 0)))
+            .collect();
+        let nr = self.found.reached.len();
+        for &node in &self.captured_parents {
+            let mut sum: Option<VarId> = None;
+            let mut add = |id: VarId| -> Result<()> {
+                sum = Some(match sum.take() {
+                    None => id,
+                    Some(s) => {
+                        let r = kiln_core::op(Op::Add, &[s, id]);
+                        kiln_core::dec_ref(s);
+                        kiln_core::dec_ref(id);
+                        r?
+                    }
+                });
+                Ok(())
+            };
+            for (i, r) in self.found.reached.iter().enumerate() {
+                if r.0 == node {
+                    kiln_core::inc_ref(bufs.0[i].id());
+                    add(bufs.0[i].id())?;
+                }
+            }
+            for (p, &(q, _, m, k, nn)) in self.found.products.iter().enumerate() {
+                if q == node {
+                    let (a, c) = (bufs.0[nr + 2 * p].id(), bufs.0[nr + 2 * p + 1].id());
+                    let trans = kiln_core::Trans { a: true, b: false };
+                    add(kiln_core::matmul_t(a, c, k, self.n * m, nn, trans)?)?;
+                }
+            }
+            grads.push(sum.map(|id| Grad::own(id, 0)));
+        }
+        Ok(grads)
+    }
+}
+
+/// The node every result of the scan hangs from: its backward is the gradient scan.
+struct Hub(Arc<Shared>);
+
+impl Rule for Hub {
+    fn name(&self) -> &'static str {
+        "scan"
+    }
+    fn backward(&self, _token: &Grad) -> Vec<Option<Grad>> {
+        match self.0.backward() {
+            Ok(g) => g,
+            Err(e) => panic!("kiln: scan {}: its gradient scan failed: {e}", self.0.label),
+        }
+    }
+    fn forward(&self, _tangents: &[Option<Grad>]) -> Option<Grad> {
+        None
+    }
+    fn try_forward(&self, tangents: &[Option<Grad>]) -> Result<Option<Grad>> {
+        if tangents.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        self.0.forward(tangents)?;
+        Ok(Some(Grad::of(crate::array::Array::<f64>::scalar(0.0))))
+    }
+}
+
+/// One float result of the scan (final carry entry or stacked `y`): parks its cotangent for the
+/// hub.
+struct Output {
+    shared: Arc<Shared>,
+    k: usize,
+}
+
+impl Rule for Output {
+    fn name(&self) -> &'static str {
+        "scan"
+    }
+    fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
+        let mut cts = self.shared.cts.lock();
+        cts[self.k] = Some(match cts[self.k].take() {
+            Some(old) => add(old, ct),
+            None => ct.clone(),
+        });
+        vec![Some(Grad::of(crate::array::Array::<f64>::scalar(0.0)))]
+    }
+    fn forward(&self, _token: &[Option<Grad>]) -> Option<Grad> {
+        self.shared.tangents.lock()[self.k].take()
+    }
+}
+
+fn add(a: Grad, b: &Grad) -> Grad {
+    match a.ty() {
+        VarType::F32 => Grad::of(a.array::<f32>() + b.array::<f32>()),
+        _ => Grad::of(a.array::<f64>() + b.array::<f64>()),
+    }
+}
