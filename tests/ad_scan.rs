@@ -565,3 +565,218 @@ fn a_captured_scalar_tensor_keeps_a_carry_scan_one_loop() {
     w.enable_grad();
     assert_eq!(run(&Float64::ones(3), &w).1, "differentiated, one loop");
 }
+
+/// The RNN of the benchmarks, small, as `kiln::scan` with its weights captured as right
+/// operands (`h·W + x·U + b`): the gradient is a gradient scan — the plain scan forward, the
+/// step's VJP recorded once and replayed backward — and the weights' gradients `Σ_t aᵀ·δ_t` are
+/// one product each after it (push-out). Reverse mode, forward mode and central differences
+/// agree for W, U, b and h0, forwards and `reverse`.
+#[test]
+fn a_gradient_scan_pushes_the_weight_gradients_out() {
+    let _s = serial();
+    let (b_, hd, xd, steps) = (3usize, 4usize, 2usize, 5usize);
+    for reverse in [false, true] {
+        check(
+            &[
+                rand(hd * hd, 11),
+                rand(xd * hd, 12),
+                rand(hd, 13),
+                rand(b_ * hd, 14),
+            ],
+            |v| {
+                let (w, u, b) = (t(&v[0], &[hd, hd]), t(&v[1], &[xd, hd]), t(&v[2], &[hd]));
+                // (the sequence carries no gradient: with one, the scan runs step by step)
+                let xs = t(
+                    &Float64::from_slice(&rand(steps * b_ * xd, 15)),
+                    &[steps, b_, xd],
+                );
+                let mut report = ScanReport::default();
+                let (h, hs) = Lax::new(&t(&v[3], &[b_, hd]), &xs)
+                    .reverse(reverse)
+                    .report(&mut report)
+                    .run(|h, x| {
+                        let h2 = (h.matmul(&w) + x.matmul(&u) + &b).tanh();
+                        (h2.clone(), &h2 * &h2)
+                    })
+                    .unwrap();
+                if v[0].grad_enabled() {
+                    assert_eq!(report.mode, "differentiated, gradient scan");
+                    assert_eq!(report.grad_matmuls_pushed_out, 2, "{report}");
+                }
+                let all = Tensor::concat(&[h.reshape(&[1, b_, hd]), hs], 0);
+                all.array().clone()
+            },
+            1e-6,
+        );
+    }
+}
+
+/// The gradient scan's weight gradients equal those of the same recurrence written out step by
+/// step (no scan), to rounding: the push-out sums the steps' products in another order.
+#[test]
+fn a_gradient_scan_matches_the_unrolled_recurrence() {
+    let _s = serial();
+    let (b_, hd, steps) = (8usize, 16usize, 40usize);
+    let grads = |scan: bool| -> Vec<Vec<f64>> {
+        let mut w = Float64::from_slice(&rand(hd * hd, 21)) * 0.3;
+        let mut h0 = Float64::from_slice(&rand(b_ * hd, 22));
+        w.enable_grad();
+        h0.enable_grad();
+        let wt = t(&w, &[hd, hd]);
+        let xs = t(
+            &Float64::from_slice(&rand(steps * b_ * hd, 23)),
+            &[steps, b_, hd],
+        );
+        let cell = |h: &Tensor<f64>, x: &Tensor<f64>| (h.matmul(&wt) + x).tanh();
+        let loss = if scan {
+            let (h, _) = kiln::scan(&t(&h0, &[b_, hd]), &xs, |h, x| (cell(h, x), ())).unwrap();
+            (h.array() * h.array()).sum()
+        } else {
+            let mut h = t(&h0, &[b_, hd]);
+            for s in 0..steps {
+                h = cell(&h, &xs.index_axis(0, s));
+            }
+            (h.array() * h.array()).sum()
+        };
+        loss.backward();
+        vec![w.grad().to_vec(), h0.grad().to_vec()]
+    };
+    let (a, b) = (grads(true), grads(false));
+    for (ga, gb) in a.iter().zip(&b) {
+        let scale = gb.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0);
+        for (x, y) in ga.iter().zip(gb) {
+            assert!((x - y).abs() <= 1e-12 * scale, "{x} vs {y}");
+        }
+    }
+}
+
+/// A body with a side effect (a scatter into an array it captured) runs once per step, as the
+/// plain scan runs it: the gradient scan, which would replay the step, is not used.
+#[test]
+fn a_body_with_a_side_effect_is_not_replayed() {
+    let _s = serial();
+    let mut a = Float64::from_slice(&[0.9, 1.1]);
+    a.enable_grad();
+    let ta = t(&a, &[2]);
+    let mut counter = UInt32::zeros(2);
+    counter.eval();
+    let mut report = ScanReport::default();
+    let (x, ys) = Lax::new(&t(&Float64::from_slice(&[1.0, 2.0]), &[2]), &())
+        .length(6)
+        .report(&mut report)
+        .run(|x, _| {
+            kiln::scatter_reduce(ReduceOp::Add, &mut counter, 1u32, &UInt32::arange(2));
+            let x2 = x * &ta;
+            (x2.clone(), x2)
+        })
+        .unwrap();
+    (x.array().sum() + ys.array().sum() * 0.0).backward();
+    assert_eq!(counter.to_vec(), vec![6, 6], "{report}");
+    assert_eq!(report.mode, "differentiated");
+    // d/da Σ x0 a⁶ = 6 x0 a⁵
+    let g = a.grad().to_vec();
+    assert!((g[0] - 6.0 * 0.9f64.powi(5)).abs() < 1e-12);
+    assert!((g[1] - 12.0 * 1.1f64.powi(5)).abs() < 1e-12);
+}
+
+/// A gradient scan leaves nothing behind (arrays and AD nodes), called twice with
+/// `retain_graph`, and run on two threads at once gives each thread its own gradients; its
+/// backward compiles nothing new for a longer sequence.
+#[test]
+fn a_gradient_scan_leaks_nothing_and_runs_on_threads() {
+    let _s = serial();
+    let run = |steps: usize, seed: u64| -> (Vec<f64>, u64) {
+        let mut w = Float64::from_slice(&rand(9, seed)) * 0.4;
+        w.enable_grad();
+        let wt = t(&w, &[3, 3]);
+        let xs = t(
+            &Float64::from_slice(&rand(steps * 6, seed + 1)),
+            &[steps, 2, 3],
+        );
+        let (h, _) = kiln::scan(&Tensor::<f64>::zeros(&[2, 3]), &xs, |h, x| {
+            ((h.matmul(&wt) + x).sin(), ())
+        })
+        .unwrap();
+        let loss = h.array().sum();
+        let before = kiln::stats().kernels_compiled;
+        kiln::ad::backward_with(&loss, &Float64::from(1.0), true).unwrap();
+        let compiled = kiln::stats().kernels_compiled - before;
+        let g1 = w.grad().to_vec();
+        w.clear_grad();
+        kiln::ad::backward_with(&loss, &Float64::from(1.0), false).unwrap();
+        assert_eq!(
+            w.grad().to_vec(),
+            g1,
+            "a second pass over the retained graph"
+        );
+        (g1, compiled)
+    };
+    no_leak(|| {
+        let alive = kiln::stats().vars_alive;
+        let _ = run(30, 3);
+        let (_, more) = run(90, 3);
+        assert_eq!(more, 0, "a longer gradient scan compiled new kernels");
+        assert_eq!(kiln::stats().vars_alive, alive);
+    });
+    let want: Vec<Vec<f64>> = (0..2).map(|k| run(50, 40 + k).0).collect();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2).map(|k| s.spawn(move || run(50, 40 + k).0)).collect();
+        for (h, w) in hs.into_iter().zip(&want) {
+            assert_eq!(&h.join().unwrap(), w);
+        }
+    });
+}
+
+/// Second derivatives through `kiln::scan` by nesting `kiln::grad`: the inner scan records its
+/// steps (a gradient scan's replayed steps carry no rules to differentiate again), and the result
+/// matches a central difference of the first derivative.
+#[test]
+fn grad_of_grad_through_a_scan_with_a_captured_weight() {
+    let _s = serial();
+    let a = Float64::from_slice(&[0.7]);
+    let xs = t(&Float64::from_slice(&[1.0, 2.0, 3.0]), &[3, 1]);
+    // second order by nesting: d²/da² of Σ ys² through the scan
+    let second = kiln::grad(
+        |a: &Float64| {
+            kiln::grad(
+                |a: &Float64| {
+                    let ta = t(a, &[1]);
+                    let (_, ys) =
+                        kiln::scan(&t(&Float64::from_slice(&[1.0]), &[1]), &xs, |c, x| {
+                            let c2 = c * &ta + x;
+                            (c2.clone(), c2)
+                        })
+                        .unwrap();
+                    (ys.array() * ys.array()).sum()
+                },
+                a,
+            )
+            .unwrap()
+            .sum()
+        },
+        &a,
+    )
+    .unwrap()
+    .to_vec()[0];
+    // central difference of the first derivative
+    let d1 = |a0: f64| {
+        let x = Float64::from_slice(&[a0]);
+        kiln::grad(
+            |a: &Float64| {
+                let ta = t(a, &[1]);
+                let (_, ys) = kiln::scan(&t(&Float64::from_slice(&[1.0]), &[1]), &xs, |c, x| {
+                    let c2 = c * &ta + x;
+                    (c2.clone(), c2)
+                })
+                .unwrap();
+                (ys.array() * ys.array()).sum()
+            },
+            &x,
+        )
+        .unwrap()
+        .to_vec()[0]
+    };
+    let fd = (d1(0.7 + 1e-5) - d1(0.7 - 1e-5)) / 2e-5;
+    assert!((second - fd).abs() < 1e-5 * fd.abs(), "{second} vs {fd}");
+}

@@ -41,6 +41,8 @@ pub(crate) struct Analysis {
     pub products: Vec<Product>,
     /// Outputs that are the very same traced value as an earlier output: (later, earlier).
     pub same_outputs: Vec<(usize, usize)>,
+    /// The body has side effects (a scatter into an array it captured).
+    pub effects: bool,
 }
 
 /// A matrix product of the body, as the analysis saw it.
@@ -58,6 +60,8 @@ pub(crate) struct Product {
     pub m: usize,
     pub k: usize,
     pub n: usize,
+    /// The element type of its result.
+    pub ty: VarType,
 }
 
 /// Trace `body` once symbolically and analyse what it traced.
@@ -160,6 +164,7 @@ pub(crate) fn analyze(
     if let Some(u) = &out.until {
         roots.push(u.id());
     }
+    let has_effects = !effects.ids().is_empty();
     roots.extend(effects.ids().iter().map(|&e| VarId(e)));
     for s in &seen {
         roots.push(s.b.id());
@@ -299,6 +304,7 @@ pub(crate) fn analyze(
                 m: s.m,
                 k: s.k,
                 n: s.n,
+                ty: kiln_core::var_type(s.result.id()),
             }
         })
         .collect();
@@ -323,6 +329,7 @@ pub(crate) fn analyze(
         unused,
         products,
         same_outputs,
+        effects: has_effects,
     };
     if let Some(u) = &out.until {
         if u.numel() != 1 || u.ty != VarType::Bool {

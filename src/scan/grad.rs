@@ -19,8 +19,10 @@
 //! tangent step (recorded beside the cotangent step) from the first step to the last.
 
 use super::erased::{Arrays, Erased};
+use super::hook::{Hook, Installed, Subst};
+use super::run::PushedRow;
 use super::ScanReport;
-use crate::ad::control::fit;
+use crate::ad::control::{fit, guard_second_order};
 use crate::ad::deferred::pass_within;
 use crate::ad::graph::{self, AdIndex, Rule};
 use crate::ad::Grad;
@@ -49,6 +51,12 @@ pub(super) struct Forward {
     pub states: Vec<Erased>,
     /// The arrays the body captured (inputs of the recorded step).
     pub captured: Vec<Erased>,
+    /// Per product of the body: the forward's product over every row of `xs` that replaced it;
+    /// the recorded step reads its row too rather than multiplying again.
+    pub pushed: Vec<Option<PushedRow>>,
+    /// Per product of the body: every step's result, when the forward kept them (row `s` for
+    /// step `s`); the recorded step reads its row rather than multiplying again.
+    pub saved: Vec<Option<Erased>>,
     pub n: usize,
     pub reverse: bool,
 }
@@ -141,9 +149,39 @@ struct Shapes {
     carry: Vec<(VarType, Vec<usize>)>,
     xs: Vec<(VarType, Vec<usize>)>,
     ys: Vec<(VarType, Vec<usize>)>,
+    /// Per product of the body: `(elements, by step)` when the step reads it from the forward,
+    /// pushed out over the rows of `xs` (row `t`) or saved at every step (row `s`, `by step`);
+    /// those arrays are the last arguments, in product order.
+    pushed: Vec<Option<(usize, bool)>>,
 }
 
 impl Shapes {
+    /// The hook that makes the body read row `t` of the forward's pushed-out products (the last
+    /// arguments of `args`) instead of multiplying again.
+    fn hook(&self, args: &[Erased], s: VarId, t: VarId) -> Hook {
+        let n_all = self.pushed.iter().flatten().count();
+        let mut alls = args[args.len() - n_all..].iter();
+        let subst = self
+            .pushed
+            .iter()
+            .map(|p| match *p {
+                // (the hook reads m·n elements; the product keeps the shape it was called with)
+                Some((len, by_step)) => Subst::Row {
+                    all: alls.next().expect("one array per product read").id(),
+                    row: if by_step { s } else { t },
+                    m: len,
+                    n: 1,
+                },
+                None => Subst::Keep,
+            })
+            .collect();
+        Hook::Step {
+            subst,
+            next: 0,
+            saved: Vec::new(),
+        }
+    }
+
     fn float_carry(&self) -> Vec<usize> {
         (0..self.carry.len())
             .filter(|&j| float(self.carry[j].0))
@@ -193,7 +231,10 @@ fn vjp_step(
         .zip(xs)
         .map(|((_, shape), x)| row(x.id(), t, shape))
         .collect::<Result<_>>()?;
-    let (c2, y) = step(&carry, &rows)?;
+    let hook = Installed::new(sh.hook(a, s, t));
+    let stepped = step(&carry, &rows);
+    drop(hook.take());
+    let (c2, y) = stepped?;
     let mut seeds = Vec::new();
     for (k, &j) in fc.iter().enumerate() {
         if let Some(e) = c2.get(j).filter(|e| e.ad() != 0) {
@@ -392,6 +433,8 @@ struct Shared {
     /// positions among the float carry entries), then the captured nodes.
     init_parents: Vec<usize>,
     captured_parents: Vec<AdIndex>,
+    /// All of the hub's parents, in order.
+    parent_nodes: Vec<AdIndex>,
     /// Cotangents parked by the outputs' nodes: float carry entries, then float `y`s.
     cts: Mutex<Vec<Option<Grad>>>,
     /// The recorded tangent step, and the tangents a forward pass left for the outputs.
@@ -413,7 +456,41 @@ pub(super) fn attach(
         carry: fw.init.iter().map(|e| (e.ty, e.shape.clone())).collect(),
         xs: fw.xs.iter().map(rows_of).collect(),
         ys: fw.ys.iter().map(rows_of).collect(),
+        pushed: fw
+            .pushed
+            .iter()
+            .zip(fw.saved.iter().chain(std::iter::repeat(&None)))
+            .map(|(p, v)| match (p, v) {
+                (Some(p), _) => Some((p.m * p.n, false)),
+                (None, Some(v)) => Some((kiln_core::size(v.id()) / n, true)),
+                (None, None) => None,
+            })
+            .collect(),
     };
+    // (rows are read at u32 positions)
+    let too_long = |len: usize| len as u64 >= u32::MAX as u64;
+    if fw.pushed.iter().flatten().any(|p| too_long(n * p.m * p.n))
+        || fw
+            .saved
+            .iter()
+            .flatten()
+            .any(|v| too_long(kiln_core::size(v.id())))
+    {
+        return Ok(None);
+    }
+    // (the products the step reads from the forward are its last inputs)
+    let mut fw = fw;
+    let alls: Vec<Erased> = fw
+        .pushed
+        .iter()
+        .zip(fw.saved.iter().chain(std::iter::repeat(&None)))
+        .filter_map(|(p, v)| match (p, v) {
+            (Some(p), _) => Some(p.all.clone()),
+            (None, Some(v)) => Some(v.clone()),
+            (None, None) => None,
+        })
+        .collect();
+    fw.captured.extend(alls);
     let (fc, fy) = (sh.float_carry(), sh.float_ys());
     // placeholder cotangents of the right sizes for the two runs (values do not matter)
     let mut args = vec![index(n - 1)?, index(if fw.reverse { 0 } else { n - 1 })?];
@@ -487,6 +564,7 @@ pub(super) fn attach(
         reverse: fw.reverse,
         init_parents,
         captured_parents,
+        parent_nodes: parents.clone(),
         cts: Mutex::new((0..n_float).map(|_| None).collect()),
         tangent_step: Mutex::new(tangent_step),
         tangents: Mutex::new((0..n_float).map(|_| None).collect()),
@@ -595,6 +673,11 @@ fn note(report: &mut ScanReport, label: &str, found: &Found, n: usize) {
 }
 
 impl Shared {
+    /// The hub's parents' nodes (for the second-order guard).
+    fn parents(&self) -> Vec<AdIndex> {
+        self.parent_nodes.clone()
+    }
+
     /// The forward pass: the recorded tangent step replayed from the first step to the last,
     /// from the tangents of the hub's parents; the outputs' tangents are left in `tangents`.
     fn forward(&self, tangents: &[Option<Grad>]) -> Result<()> {
@@ -752,10 +835,18 @@ impl Rule for Hub {
         "scan"
     }
     fn backward(&self, _token: &Grad) -> Vec<Option<Grad>> {
-        match self.0.backward() {
+        let grads = match self.0.backward() {
             Ok(g) => g,
             Err(e) => panic!("kiln: scan {}: its gradient scan failed: {e}", self.0.label),
-        }
+        };
+        // a pass that records itself gets gradients that refuse to be differentiated again
+        // (the replayed steps recorded no rule; a scan inside `kiln::grad` or `hvp` records its
+        // steps instead)
+        let parents = self.0.parents();
+        grads
+            .into_iter()
+            .map(|g| g.map(|g| guard_second_order(g, &parents, "a gradient scan")))
+            .collect()
     }
     fn forward(&self, _tangents: &[Option<Grad>]) -> Option<Grad> {
         None

@@ -37,11 +37,19 @@ pub(crate) enum Subst {
     Operand { b: VarId },
     /// Not computed in the loop (it is computed after it, for all steps at once): zeros.
     Skip,
+    /// Compute it as written and keep its result in the hook's `saved` (the stepped run stores
+    /// it: a gradient scan reads it back).
+    Save,
 }
 
 pub(crate) enum Hook {
     Analyze(Vec<Seen>),
-    Step { subst: Vec<Subst>, next: usize },
+    Step {
+        subst: Vec<Subst>,
+        next: usize,
+        /// The products kept by [`Subst::Save`]: (product index, result).
+        saved: Vec<(usize, Handle)>,
+    },
 }
 
 thread_local! {
@@ -88,18 +96,20 @@ pub(crate) fn matmul_hook<T: Scalar>(
         Row(VarId, VarId, usize, usize),
         Operand(VarId),
         Skip,
+        Save(usize),
     }
     let act = HOOKS.with(|s| {
         let mut s = s.borrow_mut();
         match s.last_mut() {
             Some(Hook::Analyze(_)) => Act::Analyze,
-            Some(Hook::Step { subst, next }) => {
+            Some(Hook::Step { subst, next, .. }) => {
                 let i = *next;
                 *next += 1;
                 match subst.get(i) {
                     Some(Subst::Row { all, row, m, n }) => Act::Row(*all, *row, *m, *n),
                     Some(Subst::Operand { b }) => Act::Operand(*b),
                     Some(Subst::Skip) => Act::Skip,
+                    Some(Subst::Save) => Act::Save(i),
                     _ => Act::None,
                 }
             }
@@ -133,6 +143,17 @@ pub(crate) fn matmul_hook<T: Scalar>(
         // the hoisted operand replaces what the step traced (which is dropped unevaluated)
         Act::Operand(bid) => Some(kiln_core::matmul(a.array().id(), bid, m, k, n).map(wrap)),
         Act::Skip => Some(Ok(wrap(kiln_core::literal(T::TYPE, 0, m * n)))),
+        Act::Save(i) => {
+            let r = kiln_core::matmul(a.array().id(), b.array().id(), m, k, n);
+            if let Ok(result) = r {
+                HOOKS.with(|s| {
+                    if let Some(Hook::Step { saved, .. }) = s.borrow_mut().last_mut() {
+                        saved.push((i, Handle::borrow(result)));
+                    }
+                });
+            }
+            Some(r.map(wrap))
+        }
     }
 }
 

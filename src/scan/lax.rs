@@ -78,6 +78,8 @@ pub struct Lax<'a, C, X> {
     unroll: usize,
     strict: bool,
     keep_states: bool,
+    /// Keep every step's matrix products (the forward of a gradient scan).
+    save_products: bool,
     mode: ScanMode,
     label: String,
     report: Option<&'a mut ScanReport>,
@@ -94,6 +96,7 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
             unroll: 1,
             strict: false,
             keep_states: false,
+            save_products: false,
             mode: ScanMode::Auto,
             label: "scan".into(),
             report: None,
@@ -134,6 +137,11 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
     /// A name for messages, logs and the report.
     pub fn label(mut self, label: &str) -> Self {
         self.label = label.into();
+        self
+    }
+    /// Keep every step's matrix products (for a gradient scan's recorded step).
+    fn saving_products(mut self) -> Self {
+        self.save_products = true;
         self
     }
     /// Where to write the run's [`ScanReport`].
@@ -179,13 +187,14 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
         self.run_full(f).map(|(c, y, states, _)| (c, y, states))
     }
 
-    /// [`Lax::run_inner`], also returning the arrays the body captured (a plain run's analysis
-    /// finds them; none otherwise).
+    /// [`Lax::run_inner`], also returning what a gradient scan needs to replay the body: the
+    /// arrays it captured and the products pushed out over the rows of `xs` (a plain run's
+    /// analysis finds them; `None` otherwise, or when the body has side effects).
     #[allow(clippy::type_complexity)]
     fn run_full<Y: Tree + Clone>(
         self,
         mut f: impl FnMut(&C, &X) -> (C, Y),
-    ) -> Result<(C, Y, Vec<Option<Erased>>, Vec<Erased>)> {
+    ) -> Result<(C, Y, Vec<Option<Erased>>, Option<Replayable>)> {
         let label = self.label.clone();
         if self.unroll == 0 {
             return Err(Error::Scan(format!(
@@ -195,7 +204,7 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
         if crate::ad::recording() && (self.init.carries_grad() || self.xs.carries_grad()) {
             return self
                 .run_differentiated(&mut f)
-                .map(|(c, y, s)| (c, y, s, Vec::new()));
+                .map(|(c, y, s)| (c, y, s, None));
         }
         let carry = flatten(self.init);
         let n_carry = carry.len();
@@ -205,6 +214,7 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
         spec.reverse = self.reverse;
         spec.strict = self.strict;
         spec.keep_states = self.keep_states;
+        spec.save_products = self.save_products;
         spec.mode = self.mode;
         spec.carry_names = Some((0..n_carry).map(|i| carry_path(self.init, i)).collect());
         for c in carry {
@@ -268,7 +278,7 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
             }
             return self
                 .run_differentiated(&mut f)
-                .map(|(c, y, s)| (c, y, s, Vec::new()));
+                .map(|(c, y, s)| (c, y, s, None));
         }
         let super::run::RunOut {
             outputs,
@@ -276,6 +286,8 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
             states,
             report,
             captured,
+            pushed,
+            saved,
         } = run?;
         if let Some(r) = self.report {
             *r = report;
@@ -293,7 +305,7 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
             Error::Scan(format!("kiln internal error: scan {label} traced no body"))
         })?;
         let y = template.rebuild(&mut outputs, "ys")?;
-        Ok((c, y, states, captured))
+        Ok((c, y, states, captured.map(|c| (c, pushed, saved))))
     }
 }
 
@@ -459,7 +471,7 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
             && !kiln_core::freeze::record::active()
             && !kiln_core::control::symbolic()
             && kiln_core::config::freeze_enabled();
-        if !applies {
+        if !applies || self.has_effects(f) {
             return Ok(None);
         }
         let (c, y, states, captured) = crate::ad::suspend_grad(|| {
@@ -471,15 +483,17 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
                 .mode(self.mode)
                 .label(&self.label)
                 .keep_states(true)
+                .saving_products()
                 .report(report)
                 .run_full(&mut *f)
         })?;
         let n_carry = flatten(self.init).len();
-        let Some(states) = states
+        let states = states
             .into_iter()
             .take(n_carry)
-            .collect::<Option<Vec<Erased>>>()
-        else {
+            .collect::<Option<Vec<Erased>>>();
+        // (a body with side effects runs once per step, as the plain scan ran it)
+        let (Some(states), Some((captured, pushed, saved))) = (states, captured) else {
             return Ok(None);
         };
         let fw = super::grad::Forward {
@@ -489,6 +503,8 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
             ys: flatten(&y),
             states,
             captured,
+            pushed,
+            saved,
             n,
             reverse: self.reverse,
         };
@@ -505,6 +521,31 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         let c = self.init.rebuild(&mut cs.into_iter(), "carry")?;
         let y = y.rebuild(&mut ys.into_iter(), "ys")?;
         Ok(Some((c, y)))
+    }
+
+    /// Whether the body has side effects (a scatter into an array it captured), found by tracing
+    /// it once on the initial carry and the first row of `xs`, thrown away: such a body must run
+    /// once per step, as the scan run step by step runs it, not again in a gradient scan.
+    fn has_effects<Y: Tree + Clone>(&self, f: &mut dyn FnMut(&C, &X) -> (C, Y)) -> bool {
+        let Ok(trace) = crate::control::Trace::enter() else {
+            return true;
+        };
+        let rows: Vec<Erased> = flatten(self.xs)
+            .iter()
+            .map(|x| row_at(x, &UInt32::arange(x.shape[1..].iter().product::<usize>())))
+            .collect();
+        let Ok(x) = self.xs.rebuild(&mut rows.into_iter(), "xs") else {
+            return true;
+        };
+        let out = crate::ad::suspend_grad(|| f(self.init, &x));
+        let effects = trace.finish();
+        let any = !effects.ids().is_empty();
+        drop((out, effects));
+        // (what the trace refused, a product on placeholders, is nobody's business after it)
+        if !kiln_core::control::symbolic() {
+            drop(kiln_core::control::take_refusal());
+        }
+        any
     }
 
     /// The differentiated scan as one loop that carries each lane's Jacobian (the default mode
@@ -583,6 +624,14 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         Ok(Some((c, y)))
     }
 }
+
+/// The arrays a plain run's body captured, its products pushed out over a sequence, and the
+/// products it saved at every step.
+type Replayable = (
+    Vec<Erased>,
+    Vec<Option<super::run::PushedRow>>,
+    Vec<Option<Erased>>,
+);
 
 /// Row `idx / m` of `x` (`m` lanes), read by a gather at the per-lane flat positions `idx`.
 fn row_at(x: &Erased, idx: &UInt32) -> Erased {

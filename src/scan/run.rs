@@ -22,8 +22,13 @@ pub(crate) struct RunOut {
     /// Per recurrent output with `keep_states`: initial rows then every step's row.
     pub states: Vec<Option<Erased>>,
     pub report: ScanReport,
-    /// The arrays the body captured from its environment (read by its kernels).
-    pub captured: Vec<Erased>,
+    /// The arrays the body captured from its environment (read by its kernels); `None` when
+    /// the body has side effects (a gradient scan would repeat them).
+    pub captured: Option<Vec<Erased>>,
+    /// Per product of the body: its push-out over a sequence's rows, when a stepped run made one.
+    pub pushed: Vec<Option<PushedRow>>,
+    /// Per product of the body, with `Spec::save_products`: every step's result.
+    pub saved: Vec<Option<Erased>>,
 }
 
 /// One reference to a variable, released on drop (for the ids built here).
@@ -189,7 +194,9 @@ pub(crate) fn run(
         finals: exec.finals,
         states: exec.states,
         report,
-        captured: an.captured.clone(),
+        captured: (!an.effects).then(|| an.captured.clone()),
+        pushed: exec.pushed,
+        saved: exec.saved,
     })
 }
 
@@ -730,7 +737,9 @@ fn nested_refusal(spec: &Spec, an: &Analysis, n_req: usize, how: &str) -> Result
             ),
             ..Default::default()
         },
-        captured: Vec::new(),
+        captured: None,
+        pushed: Vec::new(),
+        saved: Vec::new(),
     })
 }
 
@@ -872,6 +881,20 @@ struct Exec {
     states: Vec<Option<Erased>>,
     /// Outputs computed over their initial state's buffer.
     in_place: Vec<usize>,
+    /// Per product of the body (stepped runs): the product over every row of a sequence that
+    /// replaced it (PushOutDot1), see [`PushedRow`].
+    pushed: Vec<Option<PushedRow>>,
+    /// Per product of the body, with `save_products`: every step's result, row `t` for step `t`.
+    saved: Vec<Option<Erased>>,
+}
+
+/// A product `x_t · B` of the body computed for every row of a sequence at once: row `r` of
+/// `all` (`m × n` elements) is row `r` of the sequence times `B`.
+#[derive(Clone)]
+pub(crate) struct PushedRow {
+    pub all: Erased,
+    pub m: usize,
+    pub n: usize,
 }
 
 /// The initial rows of output `o` (`window` of them, oldest first), flat `w` elements each.
@@ -986,6 +1009,8 @@ fn empty(spec: &Spec, an: &Analysis) -> Result<Exec> {
         finals,
         states,
         in_place: Vec::new(),
+        pushed: Vec::new(),
+        saved: Vec::new(),
     })
 }
 
@@ -1212,6 +1237,8 @@ fn invariant(
         finals,
         states,
         in_place: Vec::new(),
+        pushed: Vec::new(),
+        saved: Vec::new(),
     })
 }
 
@@ -1426,6 +1453,8 @@ fn fused(
         finals,
         states,
         in_place,
+        pushed: Vec::new(),
+        saved: Vec::new(),
     })
 }
 
@@ -1521,6 +1550,19 @@ fn stepped(
         };
         plans.push(plan);
     }
+    let pushed: Vec<Option<PushedRow>> = plans
+        .iter()
+        .map(|p| match *p {
+            Plan::Row {
+                all, tap: 0, m, n, ..
+            } => Some(PushedRow {
+                all: Erased::borrow(all, vec![]),
+                m,
+                n,
+            }),
+            _ => None,
+        })
+        .collect();
     // a step recomputes its loop-invariant values unless they were hoisted
     report.ops_in_loop = an.ops_in_loop + an.ops_invariant.saturating_sub(report.ops_hoisted);
 
@@ -1538,6 +1580,20 @@ fn stepped(
     let has_states: Vec<bool> = sb.iter().map(Option::is_some).collect();
     bufs.0
         .extend(sb.into_iter().flatten().map(|v| v.erased(vec![])));
+    // every step's result of the products the step computes as written, when asked (after the
+    // states: `bufs` ends with them, one per saved product)
+    let saves: Vec<bool> = plans
+        .iter()
+        .map(|p| spec.save_products && matches!(p, Plan::Keep))
+        .collect();
+    let first_save = bufs.0.len();
+    for (k, p) in an.products.iter().enumerate() {
+        if saves[k] {
+            bufs.0
+                .push(output_buffer(p.ty, steps * p.m * p.n)?.erased(vec![]));
+        }
+    }
+    let save_widths: Vec<usize> = an.products.iter().map(|p| p.m * p.n).collect();
 
     // the windows of the recurrent outputs, carried by the host
     let mut windows: Vec<Vec<Erased>> = spec
@@ -1587,7 +1643,9 @@ fn stepped(
                 .collect();
             let subst = plans
                 .iter()
-                .map(|p| match *p {
+                .zip(&saves)
+                .map(|(p, &save)| match *p {
+                    Plan::Keep if save => Subst::Save,
                     Plan::Keep => Subst::Keep,
                     Plan::Skip => Subst::Skip,
                     Plan::Operand(b) => Subst::Operand { b },
@@ -1598,10 +1656,19 @@ fn stepped(
                 })
                 .collect();
             let input = step_input(spec, &t, rows, &wins)?;
-            let installed = Installed::new(Hook::Step { subst, next: 0 });
+            let installed = Installed::new(Hook::Step { subst, next: 0, saved: Vec::new() });
             let out = body(&input);
-            drop(installed);
+            let saved = match installed.take() {
+                Hook::Step { saved, .. } => saved,
+                Hook::Analyze(_) => Vec::new(),
+            };
             let out = out?;
+            for (k, r) in saved {
+                if saves.get(k).copied().unwrap_or(false) {
+                    let at = first_save + saves[..k].iter().filter(|&&x| x).count();
+                    store_row(bufs.0[at].h.id_mut(), r.id(), &t, None, save_widths[k], None)?;
+                }
+            }
             if out.outs.len() != n_out {
                 return Err(Error::Scan(format!(
                     "scan {label}: the body returned {} output(s) this time and {n_out} before; it must return the same outputs at every step",
@@ -1626,7 +1693,7 @@ fn stepped(
                     b += 1;
                 }
             }
-            let mut sbuf = bufs.0.len() - has_states.iter().filter(|&&x| x).count();
+            let mut sbuf = first_save - has_states.iter().filter(|&&x| x).count();
             for (j, y) in out.outs.iter().enumerate() {
                 if has_states[j] {
                     let winv = V::lit(ity, win_counts[j] as u64);
@@ -1705,6 +1772,10 @@ fn stepped(
         .iter()
         .map(|&h| h.then(|| it.next().expect("a states buffer").h.clone()))
         .collect();
+    let saved: Vec<Option<Erased>> = saves
+        .iter()
+        .map(|&k| k.then(|| it.next().expect("a saved product's buffer")))
+        .collect();
     let finals = windows.into_iter().map(|mut w| w.pop()).collect();
     let states = states_out(sbufs, spec, an, steps, run)?;
     Ok(Exec {
@@ -1713,5 +1784,7 @@ fn stepped(
         finals,
         states,
         in_place: Vec::new(),
+        pushed,
+        saved,
     })
 }

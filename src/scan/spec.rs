@@ -81,6 +81,9 @@ pub(crate) struct Spec {
     pub reverse: bool,
     pub strict: bool,
     pub keep_states: bool,
+    /// Keep every step's result of each matrix product the step computes (a stepped run; for
+    /// a gradient scan, whose recorded step then reads them instead of multiplying again).
+    pub save_products: bool,
     pub mode: super::ScanMode,
     pub rewrites: Option<bool>,
     /// `keep` calls for outputs the body will reveal (no outputs declared).
@@ -104,6 +107,7 @@ impl Spec {
             reverse: false,
             strict: false,
             keep_states: false,
+            save_products: false,
             mode: super::ScanMode::Auto,
             rewrites: None,
             pending_keep: Vec::new(),

@@ -353,6 +353,8 @@ fn finish(spec: &Spec, h: History, n: usize) -> RunOut {
         finals,
         states,
         report,
-        captured: Vec::new(),
+        captured: None,
+        pushed: Vec::new(),
+        saved: Vec::new(),
     }
 }
