@@ -629,7 +629,14 @@ fn a_gradient_scan_matches_the_unrolled_recurrence() {
         );
         let cell = |h: &Tensor<f64>, x: &Tensor<f64>| (h.matmul(&wt) + x).tanh();
         let loss = if scan {
-            let (h, _) = kiln::scan(&t(&h0, &[b_, hd]), &xs, |h, x| (cell(h, x), ())).unwrap();
+            // (`w` is a lazy expression given a gradient: the step reads it evaluated)
+            let mut report = ScanReport::default();
+            let (h, _) = Lax::new(&t(&h0, &[b_, hd]), &xs)
+                .report(&mut report)
+                .run(|h, x| (cell(h, x), ()))
+                .unwrap();
+            assert_eq!(report.mode, "differentiated, gradient scan");
+            assert_eq!(report.grad_matmuls_pushed_out, 1);
             (h.array() * h.array()).sum()
         } else {
             let mut h = t(&h0, &[b_, hd]);
@@ -779,4 +786,54 @@ fn grad_of_grad_through_a_scan_with_a_captured_weight() {
     };
     let fd = (d1(0.7 + 1e-5) - d1(0.7 - 1e-5)) / 2e-5;
     assert!((second - fd).abs() < 1e-5 * fd.abs(), "{second} vs {fd}");
+}
+
+/// A scan inside a gradient scan's body whose products take the outer body's captured weight as
+/// right operand: the inner scan runs differently inside the recording than when the step is
+/// first run, so the outer scan runs step by step instead (it panicked on an index); the
+/// gradient matches the unrolled loops.
+#[test]
+fn a_scan_nested_in_a_gradient_scan_body() {
+    let _s = serial();
+    let go = |scan: bool| -> Vec<f64> {
+        let mut w = Float64::from_slice(&rand(9, 31));
+        w.enable_grad();
+        let wt = t(&w, &[3, 3]);
+        let xs = t(&Float64::from_slice(&rand(4 * 2 * 3, 32)), &[4, 2, 3]);
+        let inner = t(&Float64::from_slice(&rand(3 * 3, 33)), &[3, 3]);
+        let cell = |h: &Tensor<f64>, x: &Tensor<f64>| -> Tensor<f64> {
+            let g = if scan {
+                kiln::scan(h, &inner, |g, u| ((g.matmul(&wt) + u).sin(), ()))
+                    .unwrap()
+                    .0
+            } else {
+                let mut g = h.clone();
+                for r in 0..3 {
+                    g = (g.matmul(&wt) + inner.index_axis(0, r)).sin();
+                }
+                g
+            };
+            (&g * 0.5 + x).tanh()
+        };
+        let h = if scan {
+            kiln::scan(&Tensor::<f64>::zeros(&[2, 3]), &xs, |h, x| {
+                let h2 = cell(h, x);
+                (h2.clone(), h2)
+            })
+            .unwrap()
+            .0
+        } else {
+            let mut h = Tensor::<f64>::zeros(&[2, 3]);
+            for s in 0..4 {
+                h = cell(&h, &xs.index_axis(0, s));
+            }
+            h
+        };
+        h.array().sum().backward();
+        w.grad().to_vec()
+    };
+    let (a, b) = (go(true), go(false));
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-12 * (1.0 + y.abs()), "{x} vs {y}");
+    }
 }

@@ -2366,3 +2366,33 @@ fn keep_states_of_a_stepped_scan_with_a_reduction_and_two_outputs() {
     );
     assert_eq!(r.states::<f64>(1).unwrap().to_vec(), vec![0.3, 1.3, 4.8]);
 }
+
+/// A carry that starts from the very matrix the body also multiplies by (`a·W` with `a₀ = W`):
+/// the stepped scan's frozen step must keep the two apart (it took them for one input, and its
+/// replays read the new carry where the body reads `W`: steps 1.. were wrong).
+#[test]
+fn a_carry_that_starts_from_a_captured_matrix() {
+    check(|| {
+        let vals = |n: usize, seed: u64| -> Vec<f64> {
+            (0..n)
+                .map(|i| ((i as u64 * 7919 + seed * 104_729) % 1000) as f64 / 1000.0 - 0.5)
+                .collect()
+        };
+        let xs = Tensor::from_vec(vals(4 * 9, 2), &[4, 3, 3]);
+        let w = Tensor::from_vec(vals(9, 1), &[3, 3]);
+        let (c, ys) = kiln::scan(&w, &xs, |a, x| {
+            let h = (a.matmul(&w) + x).sin();
+            (h.clone(), h)
+        })?;
+        let mut want = w.clone();
+        let mut rows = Vec::new();
+        for s in 0..4 {
+            want = (want.matmul(&w) + xs.index_axis(0, s)).sin();
+            rows.extend(want.to_vec());
+        }
+        assert_eq!(c.to_vec(), want.to_vec());
+        assert_eq!(ys.to_vec(), rows);
+        assert_eq!(w.to_vec(), vals(9, 1), "the captured matrix is unchanged");
+        Ok(())
+    });
+}

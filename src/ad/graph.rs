@@ -323,6 +323,13 @@ impl Graph {
             .unwrap_or_else(|| panic!("kiln: AD node {ad} used after it was freed"))
     }
 
+    /// The engine variable node `ad` was made for, while an array handle to it lives (so the
+    /// variable is that array, not a later one with its id).
+    pub fn live_var(&self, ad: AdIndex) -> Option<u32> {
+        let n = self.node(ad);
+        (n.handles > 0 && n.var != 0).then_some(n.var)
+    }
+
     /// The sequence number the next node will get.
     pub fn next_seq(&self) -> u64 {
         self.seq + 1

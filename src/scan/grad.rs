@@ -144,6 +144,24 @@ struct Found {
     products: Vec<(AdIndex, VarType, usize, usize, usize)>,
 }
 
+impl Found {
+    /// The nodes reached, then those of the deferred products, each once.
+    fn nodes(&self) -> Vec<AdIndex> {
+        let mut v: Vec<AdIndex> = Vec::new();
+        for node in self
+            .reached
+            .iter()
+            .map(|r| r.0)
+            .chain(self.products.iter().map(|p| p.0))
+        {
+            if !v.contains(&node) {
+                v.push(node);
+            }
+        }
+        v
+    }
+}
+
 /// The shapes and types the recorded step works with.
 struct Shapes {
     carry: Vec<(VarType, Vec<usize>)>,
@@ -202,7 +220,7 @@ fn vjp_step(
     sh: &Shapes,
     step: &mut Step,
     args: &Arrays,
-    mut bufs: Option<&mut Arrays>,
+    mut bufs: Option<(&mut Arrays, &Found)>,
     found: &mut Found,
 ) -> Result<Arrays> {
     let (fc, fy) = (sh.float_carry(), sh.float_ys());
@@ -266,28 +284,38 @@ fn vjp_step(
         });
     }
     drop(carry);
-    let n_reached = |f: &Found| f.reached.len();
+    // (recording: the buffers were laid out by a first run, which this one must repeat — a scan
+    // nested in the body runs differently inside a recording, say)
+    let differs = || {
+        Error::Scan(
+            "kiln internal error: a gradient scan's step reached other arrays when recorded than when first run"
+                .into(),
+        )
+    };
     for (node, g) in pass.reached {
         let (ty, size) = graph::with(|gr| (gr.node(node).ty, gr.node(node).size));
-        let at = match found.reached.iter().position(|r| r.0 == node) {
-            Some(i) => i,
-            None => {
-                found.reached.push((node, ty, size));
-                n_reached(found) - 1
-            }
-        };
-        if let Some(b) = bufs.as_deref_mut() {
+        if !found.reached.iter().any(|r| r.0 == node) {
+            found.reached.push((node, ty, size));
+        }
+        if let Some((b, expected)) = bufs.as_mut() {
+            let at = expected
+                .reached
+                .iter()
+                .position(|r| r.0 == node)
+                .ok_or_else(differs)?;
             let g = fit(&g, size, kiln_core::size(g.id()));
             let sum = kiln_core::op(Op::Add, &[b.0[at].id(), g.id()])?;
             b.0[at] = Erased::own(sum, vec![size]);
         }
     }
-    let first_product = found.reached.len();
     for (p, d) in pass.deferred.into_iter().enumerate() {
-        let ty = d.a.ty();
-        found.products.push((d.node, ty, d.m, d.k, d.n));
-        if let Some(b) = bufs.as_deref_mut() {
-            let at = first_product + 2 * p;
+        let shape = (d.node, d.a.ty(), d.m, d.k, d.n);
+        found.products.push(shape);
+        if let Some((b, expected)) = bufs.as_mut() {
+            if expected.products.get(p) != Some(&shape) {
+                return Err(differs());
+            }
+            let at = expected.reached.len() + 2 * p;
             store(&mut b.0[at], d.a.id(), s, d.m * d.k)?;
             store(&mut b.0[at + 1], d.c.id(), s, d.m * d.n)?;
         }
@@ -508,11 +536,25 @@ pub(super) fn attach(
 
     let mut found = Found::default();
     vjp_step(&sh, step, &args, None, &mut found)?;
+    // captured arrays with gradients that are lazy expressions (`w * 0.5` given a gradient, a
+    // transpose taken outside the body) are evaluated and become inputs of the recorded step: a
+    // recording reads only its inputs' buffers
+    let mut args = args;
+    for node in found.nodes() {
+        if let Some(var) = graph::with(|g| g.live_var(node)) {
+            let id = VarId(var);
+            if !args.0.iter().any(|e| e.id() == id) && kiln_core::literal_value(id).is_none() {
+                kiln_core::eval(&[id])?;
+                args.0.push(Erased::borrow(id, vec![]));
+                fw.captured.push(Erased::borrow(id, vec![]));
+            }
+        }
+    }
     let mut bufs = buffers(&found, n)?;
     let mut again = Found::default();
     let replay = record(
         label,
-        |a: &Arrays, b: &mut Arrays| vjp_step(&sh, step, a, Some(b), &mut again),
+        |a: &Arrays, b: &mut Arrays| vjp_step(&sh, step, a, Some((b, &found)), &mut again),
         &args,
         &mut bufs,
     );
@@ -525,17 +567,7 @@ pub(super) fn attach(
     let init_parents: Vec<usize> = (0..fc.len())
         .filter(|&k| fw.init[fc[k]].ad() != 0)
         .collect();
-    let mut captured_parents: Vec<AdIndex> = Vec::new();
-    for node in found
-        .reached
-        .iter()
-        .map(|r| r.0)
-        .chain(found.products.iter().map(|p| p.0))
-    {
-        if !captured_parents.contains(&node) {
-            captured_parents.push(node);
-        }
-    }
+    let captured_parents = found.nodes();
     let parents: Vec<AdIndex> = init_parents
         .iter()
         .map(|&k| fw.init[fc[k]].ad())
