@@ -340,9 +340,7 @@ fn a_second_output_never_takes_a_released_state() {
                 *acc = &*acc + &(x * 2.0);
                 x * 3.0
             });
-            let mut acc = Float64::zeros(n);
-            acc.eval();
-            let mut acc = Float64::from_slice(&acc.to_vec());
+            let mut acc = Float64::from_slice(&vec![0.0; n]);
             let mut x = Float64::from_slice(&vec![1.0; n]);
             for _ in 0..4 {
                 x = f.call(&x, &mut acc).unwrap();

@@ -751,7 +751,7 @@ impl Shared {
         for s in 0..self.n {
             let t = if self.reverse { self.n - 1 - s } else { s };
             let mut a = vec![index(s)?, index(t)?];
-            a.extend(tc.drain(..));
+            a.append(&mut tc);
             a.extend(self.states.iter().cloned());
             a.extend(self.xs.iter().cloned());
             a.extend(self.captured.iter().cloned());
@@ -810,7 +810,7 @@ impl Shared {
         for s in (0..self.n).rev() {
             let t = if self.reverse { self.n - 1 - s } else { s };
             let mut a = vec![index(s)?, index(t)?];
-            a.extend(ct_c.drain(..));
+            a.append(&mut ct_c);
             a.extend(ct_y.iter().cloned());
             a.extend(self.states.iter().cloned());
             a.extend(self.xs.iter().cloned());

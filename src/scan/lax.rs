@@ -510,8 +510,10 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         };
         let (init, xs) = (self.init, self.xs);
         let mut step = |c: &[Erased], x: &[Erased]| -> Result<(Vec<Erased>, Vec<Erased>)> {
-            let c = init.rebuild(&mut c.to_vec().into_iter(), "carry")?;
-            let x = xs.rebuild(&mut x.to_vec().into_iter(), "xs")?;
+            // (`rebuild` takes a `vec::IntoIter`: the slices are copied into vectors)
+            #[allow(clippy::unnecessary_to_owned)]
+            let (mut c, mut x) = (c.to_vec().into_iter(), x.to_vec().into_iter());
+            let (c, x) = (init.rebuild(&mut c, "carry")?, xs.rebuild(&mut x, "xs")?);
             let (c2, y) = f(&c, &x);
             Ok((flatten(&c2), flatten(&y)))
         };
