@@ -837,3 +837,54 @@ fn a_scan_nested_in_a_gradient_scan_body() {
         assert!((x - y).abs() < 1e-12 * (1.0 + y.abs()), "{x} vs {y}");
     }
 }
+
+/// A body that reads the forward's saved products and also captures a lazy array with a gradient
+/// (`b * 0.5` given one): the step's inputs keep the products last, where it reads them (it read a
+/// weight as a product). Checked against the unrolled recurrence.
+#[test]
+fn saved_products_beside_a_lazy_captured_weight() {
+    let _s = serial();
+    let (b_, hd, steps) = (2usize, 3usize, 5usize);
+    let go = |scan: bool| -> (String, Vec<Vec<f64>>) {
+        let mut w = Float64::from_slice(&rand(hd * hd, 51));
+        let mut b = Float64::from_slice(&rand(hd, 52)) * 0.5;
+        w.enable_grad();
+        b.enable_grad();
+        let (wt, bt) = (t(&w, &[hd, hd]), t(&b, &[hd]));
+        let xs = t(
+            &Float64::from_slice(&rand(steps * b_ * hd, 53)),
+            &[steps, b_, hd],
+        );
+        let cell = |h: &Tensor<f64>, x: &Tensor<f64>| (h.matmul(&wt) + &bt + x).tanh();
+        let mut mode = String::new();
+        let loss = if scan {
+            let mut report = ScanReport::default();
+            let (_, hs) = Lax::new(&Tensor::<f64>::zeros(&[b_, hd]), &xs)
+                .report(&mut report)
+                .run(|h, x| {
+                    let h2 = cell(h, x);
+                    (h2.clone(), h2)
+                })
+                .unwrap();
+            mode = report.mode.to_string();
+            (hs.array() * hs.array()).sum()
+        } else {
+            let mut h = Tensor::<f64>::zeros(&[b_, hd]);
+            let mut l = Float64::from(0.0);
+            for s in 0..steps {
+                h = cell(&h, &xs.index_axis(0, s));
+                l = l + (h.array() * h.array()).sum();
+            }
+            l
+        };
+        loss.backward();
+        (mode, vec![w.grad().to_vec(), b.grad().to_vec()])
+    };
+    let ((mode, a), (_, b)) = (go(true), go(false));
+    assert_eq!(mode, "differentiated, gradient scan");
+    for (ga, gb) in a.iter().zip(&b) {
+        for (x, y) in ga.iter().zip(gb) {
+            assert!((x - y).abs() < 1e-12 * (1.0 + y.abs()), "{x} vs {y}");
+        }
+    }
+}

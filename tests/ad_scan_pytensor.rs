@@ -651,3 +651,46 @@ fn failed_pass_then_another_thread() {
     .unwrap();
     assert_eq!(g, vec![4.0, 1.5, 1.0, 0.5]);
 }
+
+/// PyTensor's face with a sequence that carries no gradient, a SITSOT output, a NITSOT output, a
+/// non-sequence and captured weights with gradients: the gradient is a gradient scan (the plain
+/// scan forward, its step's VJP replayed backward, the weights' `Σ aᵀ·δ` pushed out). Reverse,
+/// forward and central differences agree.
+#[test]
+fn grad_of_a_pytensor_rnn_is_a_gradient_scan() {
+    let _s = serial();
+    let (b_, hd, xd, steps) = (3usize, 4usize, 2usize, 6usize);
+    let xs = t(
+        &Float64::from_slice(&rand(steps * b_ * xd, 41)),
+        &[steps, b_, xd],
+    );
+    check(
+        &[
+            rand(hd * hd, 42),
+            rand(xd * hd, 43),
+            rand(hd, 44),
+            rand(b_ * hd, 45),
+        ],
+        |v| {
+            let (u, b) = (t(&v[1], &[xd, hd]), t(&v[2], &[hd]));
+            let r = Scan::new()
+                .sequence(&xs)
+                .output(&t(&v[3], &[b_, hd]))
+                .output_none()
+                .non_sequence(&t(&v[0], &[hd, hd]))
+                .run(|s| {
+                    let h =
+                        (s.out(0, -1).matmul(&s.non_seq(0)) + s.seq(0, 0).matmul(&u) + &b).tanh();
+                    let y = &h * &h;
+                    (h, y)
+                })
+                .unwrap();
+            if v[0].grad_enabled() {
+                assert_eq!(r.report().mode, "differentiated, gradient scan");
+                assert_eq!(r.report().grad_matmuls_pushed_out, 2, "{}", r.report());
+            }
+            joined(&[r.output(0), r.output(1)])
+        },
+        1e-6,
+    );
+}

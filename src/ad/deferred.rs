@@ -29,6 +29,12 @@ thread_local! {
     static COLLECT: RefCell<Option<(u64, Vec<Deferred>)>> = const { RefCell::new(None) };
 }
 
+/// Whether a step's pass is collecting deferred products (what [`defer`] needs is built only
+/// then).
+pub(crate) fn collecting() -> bool {
+    COLLECT.with(|c| c.borrow().is_some())
+}
+
 /// Called by the matrix product's rule for its right operand `node`: when a step's pass is
 /// collecting and `node` is older than the step, keep `aᵀ · c` as `(a, c)` and say so (the rule
 /// then passes nothing to `node`).
@@ -65,18 +71,19 @@ pub(crate) struct StepPass {
 /// A first-order backward pass from `seeds` that stops at the nodes created before `start`
 /// (consuming the step's nodes); gradients of the step's own leaves are stored in them as usual.
 pub(crate) fn pass_within(start: u64, seeds: Vec<(AdIndex, Grad)>) -> Result<StepPass> {
-    struct Scope;
+    /// Pops the scope and puts back an enclosing step's collection, also on a panic in a rule.
+    struct Scope(Option<(u64, Vec<Deferred>)>);
     impl Drop for Scope {
         fn drop(&mut self) {
             ISOLATE.with(|s| s.borrow_mut().pop());
             STASH.with(|s| s.borrow_mut().pop());
-            COLLECT.with(|c| c.borrow_mut().take());
+            let outer = self.0.take();
+            COLLECT.with(|c| *c.borrow_mut() = outer);
         }
     }
     ISOLATE.with(|s| s.borrow_mut().push(start));
     STASH.with(|s| s.borrow_mut().push(Vec::new()));
-    let outer = COLLECT.with(|c| c.borrow_mut().replace((start, Vec::new())));
-    let scope = Scope;
+    let scope = Scope(COLLECT.with(|c| c.borrow_mut().replace((start, Vec::new()))));
     let r = if seeds.is_empty() {
         Ok(())
     } else {
@@ -85,7 +92,6 @@ pub(crate) fn pass_within(start: u64, seeds: Vec<(AdIndex, Grad)>) -> Result<Ste
     let reached = STASH.with(|s| s.borrow_mut().last_mut().map(std::mem::take));
     let deferred = COLLECT.with(|c| c.borrow_mut().as_mut().map(|(_, l)| std::mem::take(l)));
     drop(scope);
-    COLLECT.with(|c| *c.borrow_mut() = outer);
     r?;
     Ok(StepPass {
         reached: reached.unwrap_or_default(),

@@ -445,8 +445,11 @@ fn matmul_rule<F: Float>(
             v.push(Some(Grad::of(product_t(&c, false, &bb, true))));
         }
         if tb {
-            let (a, cd) = (Grad::of(ab.array().detach()), Grad::of(c.array().detach()));
-            if super::deferred::defer(b_node, &a, &cd, (sob[0], ka, sob[1])) {
+            let deferred = super::deferred::collecting() && {
+                let (a, cd) = (Grad::of(ab.array().detach()), Grad::of(c.array().detach()));
+                super::deferred::defer(b_node, &a, &cd, (sob[0], ka, sob[1]))
+            };
+            if deferred {
                 v.push(None);
             } else {
                 v.push(Some(Grad::of(product_t(&ab, true, &c, false))));

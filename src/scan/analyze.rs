@@ -43,6 +43,9 @@ pub(crate) struct Analysis {
     pub same_outputs: Vec<(usize, usize)>,
     /// The body has side effects (a scatter into an array it captured).
     pub effects: bool,
+    /// Declared inputs the body reads as arrays of their own (variable ids), beside what its
+    /// step inputs give it.
+    pub reads_inputs: Vec<u32>,
 }
 
 /// A matrix product of the body, as the analysis saw it.
@@ -182,6 +185,7 @@ pub(crate) fn analyze(
     let mut deps: HashMap<u32, Deps> = HashMap::new();
     let mut captured = Vec::new();
     let mut captured_names = Vec::new();
+    let mut reads_inputs = Vec::new();
     let (mut ops_invariant, mut ops_in_loop) = (0usize, 0usize);
     let is_op = |op: Op| !matches!(op, Op::Literal | Op::Data | Op::Phi | Op::Counter);
     for n in &nodes {
@@ -200,6 +204,10 @@ pub(crate) fn analyze(
             captured_names.push(name);
             captured.push(Erased::borrow(n.id, vec![n.size]));
             d |= bit(b);
+        } else if n.op == Op::Data && declared.contains(&n.id.0) {
+            // a declared input the body reads as an array of its own (not through its step
+            // input): an initial state it also captured
+            reads_inputs.push(n.id.0);
         }
         for x in &n.deps {
             d |= deps.get(&x.0).copied().unwrap_or(0);
@@ -330,6 +338,7 @@ pub(crate) fn analyze(
         products,
         same_outputs,
         effects: has_effects,
+        reads_inputs,
     };
     if let Some(u) = &out.until {
         if u.numel() != 1 || u.ty != VarType::Bool {

@@ -33,10 +33,10 @@ use std::sync::Arc;
 
 type V = Handle;
 
-/// The body as the gradient scan calls it: the carry and a row of each `xs` to the new carry
-/// and the `y`s (flattened, with their nodes).
+/// The body as the gradient scan calls it: the step number (a `u32` scalar), the carry and a row
+/// of each `xs` to the new carry and the `y`s (flattened, with their nodes).
 pub(super) type Step<'a> =
-    dyn FnMut(&[Erased], &[Erased]) -> Result<(Vec<Erased>, Vec<Erased>)> + 'a;
+    dyn FnMut(&Erased, &[Erased], &[Erased]) -> Result<(Vec<Erased>, Vec<Erased>)> + 'a;
 
 /// What the forward scan hands the gradient scan.
 pub(super) struct Forward {
@@ -57,6 +57,9 @@ pub(super) struct Forward {
     /// Per product of the body: every step's result, when the forward kept them (row `s` for
     /// step `s`); the recorded step reads its row rather than multiplying again.
     pub saved: Vec<Option<Erased>>,
+    /// The arrays of `pushed` and `saved`, in product order (filled by `attach`): the step's last
+    /// inputs.
+    pub reads: Vec<Erased>,
     pub n: usize,
     pub reverse: bool,
 }
@@ -250,7 +253,7 @@ fn vjp_step(
         .map(|((_, shape), x)| row(x.id(), t, shape))
         .collect::<Result<_>>()?;
     let hook = Installed::new(sh.hook(a, s, t));
-    let stepped = step(&carry, &rows);
+    let stepped = step(&a[0], &carry, &rows);
     drop(hook.take());
     let (c2, y) = stepped?;
     let mut seeds = Vec::new();
@@ -288,7 +291,7 @@ fn vjp_step(
     // nested in the body runs differently inside a recording, say)
     let differs = || {
         Error::Scan(
-            "kiln internal error: a gradient scan's step reached other arrays when recorded than when first run"
+            "a gradient scan's step reached other arrays when recorded than when first run (the scan runs step by step)"
                 .into(),
         )
     };
@@ -367,7 +370,7 @@ fn jvp_step(
         .zip(xs)
         .map(|((_, shape), x)| row(x.id(), t, shape))
         .collect::<Result<_>>()?;
-    let (c2, y) = step(&carry, &rows)?;
+    let (c2, y) = step(&a[0], &carry, &rows)?;
     let outs: Vec<AdIndex> = c2
         .iter()
         .chain(&y)
@@ -432,7 +435,7 @@ fn record<'f>(
         let out = frozen.call(a, b)?;
         if failed.load(Ordering::Relaxed) {
             return Err(Error::Invalid(
-                "kiln internal error: a recorded step of a gradient scan did not fit a later step"
+                "kiln internal error: a recorded step of a gradient scan did not fit a later step; set KILN_FREEZE=0 to differentiate scans step by step, and please report it"
                     .into(),
             ));
         }
@@ -470,45 +473,37 @@ struct Shared {
     tangents: Mutex<Vec<Option<Grad>>>,
 }
 
+/// Whether `step` has side effects (a scatter into an array it captured), found by tracing it
+/// once on `carry` and `rows`, thrown away: such a body must run once per step, not again in a
+/// gradient scan's recorded step.
+pub(super) fn has_effects(step: &mut Step, carry: &[Erased], rows: &[Erased]) -> bool {
+    let Ok(trace) = crate::control::Trace::enter() else {
+        return true;
+    };
+    let s = Erased::own(kiln_core::literal(VarType::U32, 0, 1), vec![]);
+    let out = crate::ad::suspend_grad(|| step(&s, carry, rows));
+    let effects = trace.finish();
+    let any = out.is_err() || !effects.ids().is_empty();
+    drop((out, effects));
+    // (what the trace refused, a product on placeholders, is nobody's business after it)
+    if !kiln_core::control::symbolic() {
+        drop(kiln_core::control::take_refusal());
+    }
+    any
+}
+
 /// Record the step's VJP (two runs: one to find what its pass reaches, one recorded) and attach
-/// the gradient scan's node to the results. `None`: the step could not be recorded.
+/// the gradient scan's node to the results. `None`: it does not apply after all (positions past
+/// `u32`, a step that cannot be recorded or runs differently when recorded, a first backward
+/// that fails): the caller runs the scan step by step.
 pub(super) fn attach(
-    fw: Forward,
+    mut fw: Forward,
     step: &mut Step,
     label: &str,
     report: &mut ScanReport,
 ) -> Result<Option<(Vec<Erased>, Vec<Erased>)>> {
-    let n = fw.n;
-    let rows_of = |e: &Erased| (e.ty, e.shape[1..].to_vec());
-    let sh = Shapes {
-        carry: fw.init.iter().map(|e| (e.ty, e.shape.clone())).collect(),
-        xs: fw.xs.iter().map(rows_of).collect(),
-        ys: fw.ys.iter().map(rows_of).collect(),
-        pushed: fw
-            .pushed
-            .iter()
-            .zip(fw.saved.iter().chain(std::iter::repeat(&None)))
-            .map(|(p, v)| match (p, v) {
-                (Some(p), _) => Some((p.m * p.n, false)),
-                (None, Some(v)) => Some((kiln_core::size(v.id()) / n, true)),
-                (None, None) => None,
-            })
-            .collect(),
-    };
-    // (rows are read at u32 positions)
-    let too_long = |len: usize| len as u64 >= u32::MAX as u64;
-    if fw.pushed.iter().flatten().any(|p| too_long(n * p.m * p.n))
-        || fw
-            .saved
-            .iter()
-            .flatten()
-            .any(|v| too_long(kiln_core::size(v.id())))
-    {
-        return Ok(None);
-    }
-    // (the products the step reads from the forward are its last inputs)
-    let mut fw = fw;
-    let alls: Vec<Erased> = fw
+    let sh = shapes(&fw);
+    fw.reads = fw
         .pushed
         .iter()
         .zip(fw.saved.iter().chain(std::iter::repeat(&None)))
@@ -518,39 +513,37 @@ pub(super) fn attach(
             (None, None) => None,
         })
         .collect();
-    fw.captured.extend(alls);
-    let (fc, fy) = (sh.float_carry(), sh.float_ys());
-    // placeholder cotangents of the right sizes for the two runs (values do not matter)
-    let mut args = vec![index(n - 1)?, index(if fw.reverse { 0 } else { n - 1 })?];
-    for &j in &fc {
-        let len = fw.init[j].numel();
-        args.push(shaped(zeros(sh.carry[j].0, len)?, &sh.carry[j].1));
+    if too_long(&fw) {
+        return Ok(None);
     }
-    for &i in &fy {
-        args.push(zeros(sh.ys[i].0, fw.ys[i].numel())?);
-    }
-    args.extend(fw.states.iter().cloned());
-    args.extend(fw.xs.iter().cloned());
-    args.extend(fw.captured.iter().cloned());
-    let args = Arrays(args);
-
+    let mut args = vjp_args(&sh, &fw)?;
     let mut found = Found::default();
-    vjp_step(&sh, step, &args, None, &mut found)?;
+    if let Err(e) = vjp_step(&sh, step, &args, None, &mut found) {
+        tracing::debug!(target: "scan", "scan {label}: the gradient step's first run failed ({e}): the scan runs step by step");
+        return Ok(None);
+    }
+    if found
+        .products
+        .iter()
+        .any(|p| long(fw.n * p.2 * p.3.max(p.4)))
+    {
+        return Ok(None);
+    }
     // captured arrays with gradients that are lazy expressions (`w * 0.5` given a gradient, a
     // transpose taken outside the body) are evaluated and become inputs of the recorded step: a
     // recording reads only its inputs' buffers
-    let mut args = args;
     for node in found.nodes() {
         if let Some(var) = graph::with(|g| g.live_var(node)) {
             let id = VarId(var);
-            if !args.0.iter().any(|e| e.id() == id) && kiln_core::literal_value(id).is_none() {
+            let known = fw.captured.iter().chain(&fw.reads).any(|e| e.id() == id);
+            if !known && kiln_core::literal_value(id).is_none() {
                 kiln_core::eval(&[id])?;
-                args.0.push(Erased::borrow(id, vec![]));
                 fw.captured.push(Erased::borrow(id, vec![]));
+                args = vjp_args(&sh, &fw)?;
             }
         }
     }
-    let mut bufs = buffers(&found, n)?;
+    let mut bufs = buffers(&found, fw.n)?;
     let mut again = Found::default();
     let replay = record(
         label,
@@ -562,8 +555,8 @@ pub(super) fn attach(
         return Ok(None);
     };
     drop(bufs);
-
-    // the node: parents are the initial carry's float entries with nodes, then captured nodes
+    let fc = sh.float_carry();
+    // the node's parents: the initial carry's float entries with nodes, then the captured nodes
     let init_parents: Vec<usize> = (0..fc.len())
         .filter(|&k| fw.init[fc[k]].ad() != 0)
         .collect();
@@ -573,17 +566,20 @@ pub(super) fn attach(
         .map(|&k| fw.init[fc[k]].ad())
         .chain(captured_parents.iter().copied())
         .collect();
-    note(report, label, &found, n);
     if parents.is_empty() {
         // nothing with a gradient reaches the results
+        note(report, label, &found, fw.n);
         let outs: Vec<Erased> = fw.finals.into_iter().chain(fw.ys).collect();
         return Ok(Some(split(outs, sh.carry.len())));
     }
     let Some(tangent_step) = record_tangent(&sh, step, &fw, &captured_parents, label)? else {
         return Ok(None);
     };
+    note(report, label, &found, fw.n);
+    let n_float = fc.len() + sh.float_ys().len();
     let outs: Vec<Erased> = fw.finals.into_iter().chain(fw.ys).collect();
-    let n_float = fc.len() + fy.len();
+    let mut captured = fw.captured;
+    captured.extend(fw.reads);
     let shared = Arc::new(Shared {
         label: label.to_string(),
         sh,
@@ -591,20 +587,84 @@ pub(super) fn attach(
         replay: Mutex::new(replay),
         states: fw.states,
         xs: fw.xs,
-        captured: fw.captured,
-        n,
+        captured,
+        n: fw.n,
         reverse: fw.reverse,
         init_parents,
         captured_parents,
-        parent_nodes: parents.clone(),
+        parent_nodes: parents,
         cts: Mutex::new((0..n_float).map(|_| None).collect()),
         tangent_step: Mutex::new(tangent_step),
         tangents: Mutex::new((0..n_float).map(|_| None).collect()),
     });
+    Ok(Some(hang(shared, outs)))
+}
+
+/// The shapes the recorded step works with, and where the forward's products come from.
+fn shapes(fw: &Forward) -> Shapes {
+    let rows_of = |e: &Erased| (e.ty, e.shape[1..].to_vec());
+    Shapes {
+        carry: fw.init.iter().map(|e| (e.ty, e.shape.clone())).collect(),
+        xs: fw.xs.iter().map(rows_of).collect(),
+        ys: fw.ys.iter().map(rows_of).collect(),
+        pushed: fw
+            .pushed
+            .iter()
+            .zip(fw.saved.iter().chain(std::iter::repeat(&None)))
+            .map(|(p, v)| match (p, v) {
+                (Some(p), _) => Some((p.m * p.n, false)),
+                (None, Some(v)) => Some((kiln_core::size(v.id()) / fw.n, true)),
+                (None, None) => None,
+            })
+            .collect(),
+    }
+}
+
+/// Whether a position in an array the step reads or writes could pass `u32` (rows are read and
+/// written at `u32` positions).
+fn long(len: usize) -> bool {
+    len as u64 >= u32::MAX as u64
+}
+
+fn too_long(fw: &Forward) -> bool {
+    let size = |e: &Erased| kiln_core::size(e.id());
+    fw.states
+        .iter()
+        .chain(&fw.xs)
+        .chain(&fw.ys)
+        .chain(&fw.reads)
+        .any(|e| long(size(e)))
+}
+
+/// The recorded step's inputs on placeholder cotangents (their values do not matter):
+/// `[s, t, ct of each float carry entry, stacked ct of each float y, states, xs, captured…, the
+/// forward's products…]`.
+fn vjp_args(sh: &Shapes, fw: &Forward) -> Result<Arrays> {
+    let n = fw.n;
+    let mut args = vec![index(n - 1)?, index(if fw.reverse { 0 } else { n - 1 })?];
+    for j in sh.float_carry() {
+        args.push(shaped(
+            zeros(sh.carry[j].0, fw.init[j].numel())?,
+            &sh.carry[j].1,
+        ));
+    }
+    for i in sh.float_ys() {
+        args.push(zeros(sh.ys[i].0, fw.ys[i].numel())?);
+    }
+    args.extend(fw.states.iter().cloned());
+    args.extend(fw.xs.iter().cloned());
+    args.extend(fw.captured.iter().cloned());
+    args.extend(fw.reads.iter().cloned());
+    Ok(Arrays(args))
+}
+
+/// The hub node over `shared`'s parents and a node per float result (`outs`: the final carry,
+/// then the stacked `y`s) under it: the results, split into carry and `y`s.
+fn hang(shared: Arc<Shared>, outs: Vec<Erased>) -> (Vec<Erased>, Vec<Erased>) {
     let hub = graph::new_node(
         VarType::F64,
         1,
-        parents,
+        shared.parent_nodes.clone(),
         Some(Arc::new(Hub(shared.clone()))),
     );
     let n_carry = shared.sh.carry.len();
@@ -625,7 +685,7 @@ pub(super) fn attach(
         })
         .collect();
     graph::dec_ref(hub);
-    Ok(Some(split(outs, n_carry)))
+    split(outs, n_carry)
 }
 
 /// Record the tangent step on placeholders (`None`: it did not record).
@@ -647,6 +707,7 @@ fn record_tangent(
     args.extend(fw.states.iter().cloned());
     args.extend(fw.xs.iter().cloned());
     args.extend(fw.captured.iter().cloned());
+    args.extend(fw.reads.iter().cloned());
     for &node in nodes {
         let (ty, size) = graph::with(|g| (g.node(node).ty, g.node(node).size));
         args.push(zeros(ty, size)?);
@@ -705,14 +766,11 @@ fn note(report: &mut ScanReport, label: &str, found: &Found, n: usize) {
 }
 
 impl Shared {
-    /// The hub's parents' nodes (for the second-order guard).
-    fn parents(&self) -> Vec<AdIndex> {
-        self.parent_nodes.clone()
-    }
-
     /// The forward pass: the recorded tangent step replayed from the first step to the last,
     /// from the tangents of the hub's parents; the outputs' tangents are left in `tangents`.
     fn forward(&self, tangents: &[Option<Grad>]) -> Result<()> {
+        // (what an earlier pass left and no output took)
+        self.tangents.lock().iter_mut().for_each(|t| *t = None);
         let fc = self.sh.float_carry();
         let mut tc = Vec::with_capacity(fc.len());
         for (k, &j) in fc.iter().enumerate() {
@@ -827,33 +885,35 @@ impl Shared {
             .collect();
         let nr = self.found.reached.len();
         for &node in &self.captured_parents {
-            let mut sum: Option<VarId> = None;
-            let mut add = |id: VarId| -> Result<()> {
+            // (handles: every partial sum is released on every path out, errors included)
+            let mut sum: Option<Handle> = None;
+            let mut add = |h: Handle| -> Result<()> {
                 sum = Some(match sum.take() {
-                    None => id,
-                    Some(s) => {
-                        let r = kiln_core::op(Op::Add, &[s, id]);
-                        kiln_core::dec_ref(s);
-                        kiln_core::dec_ref(id);
-                        r?
-                    }
+                    None => h,
+                    Some(s) => Handle::own(kiln_core::op(Op::Add, &[s.id(), h.id()])?),
                 });
                 Ok(())
             };
             for (i, r) in self.found.reached.iter().enumerate() {
                 if r.0 == node {
-                    kiln_core::inc_ref(bufs.0[i].id());
-                    add(bufs.0[i].id())?;
+                    add(Handle::borrow(bufs.0[i].id()))?;
                 }
             }
             for (p, &(q, _, m, k, nn)) in self.found.products.iter().enumerate() {
                 if q == node {
                     let (a, c) = (bufs.0[nr + 2 * p].id(), bufs.0[nr + 2 * p + 1].id());
                     let trans = kiln_core::Trans { a: true, b: false };
-                    add(kiln_core::matmul_t(a, c, k, self.n * m, nn, trans)?)?;
+                    add(Handle::own(kiln_core::matmul_t(
+                        a,
+                        c,
+                        k,
+                        self.n * m,
+                        nn,
+                        trans,
+                    )?))?;
                 }
             }
-            grads.push(sum.map(|id| Grad::own(id, 0)));
+            grads.push(sum.map(|h| Grad::own(h.into_id(), 0)));
         }
         Ok(grads)
     }
@@ -869,15 +929,18 @@ impl Rule for Hub {
     fn backward(&self, _token: &Grad) -> Vec<Option<Grad>> {
         let grads = match self.0.backward() {
             Ok(g) => g,
-            Err(e) => panic!("kiln: scan {}: its gradient scan failed: {e}", self.0.label),
+            Err(e) => panic!(
+                "kiln: scan {}: its gradient scan failed: {e} (set KILN_FREEZE=0 to differentiate scans step by step)",
+                self.0.label
+            ),
         };
         // a pass that records itself gets gradients that refuse to be differentiated again
         // (the replayed steps recorded no rule; a scan inside `kiln::grad` or `hvp` records its
         // steps instead)
-        let parents = self.0.parents();
+        let parents = &self.0.parent_nodes;
         grads
             .into_iter()
-            .map(|g| g.map(|g| guard_second_order(g, &parents, "a gradient scan")))
+            .map(|g| g.map(|g| guard_second_order(g, parents, "a gradient scan")))
             .collect()
     }
     fn forward(&self, _tangents: &[Option<Grad>]) -> Option<Grad> {

@@ -471,7 +471,15 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
             && !kiln_core::freeze::record::active()
             && !kiln_core::control::symbolic()
             && kiln_core::config::freeze_enabled();
-        if !applies || self.has_effects(f) {
+        if !applies {
+            return Ok(None);
+        }
+        // (a body with side effects runs once per step, as the scan run step by step runs it)
+        let rows: Vec<Erased> = flatten(self.xs)
+            .iter()
+            .map(|x| row_at(x, &UInt32::arange(x.shape[1..].iter().product::<usize>())))
+            .collect();
+        if super::grad::has_effects(&mut self.step_of(f), &flatten(self.init), &rows) {
             return Ok(None);
         }
         let (c, y, states, captured) = crate::ad::suspend_grad(|| {
@@ -505,19 +513,12 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
             captured,
             pushed,
             saved,
+            reads: Vec::new(),
             n,
             reverse: self.reverse,
         };
-        let (init, xs) = (self.init, self.xs);
-        let mut step = |c: &[Erased], x: &[Erased]| -> Result<(Vec<Erased>, Vec<Erased>)> {
-            // (`rebuild` takes a `vec::IntoIter`: the slices are copied into vectors)
-            #[allow(clippy::unnecessary_to_owned)]
-            let (mut c, mut x) = (c.to_vec().into_iter(), x.to_vec().into_iter());
-            let (c, x) = (init.rebuild(&mut c, "carry")?, xs.rebuild(&mut x, "xs")?);
-            let (c2, y) = f(&c, &x);
-            Ok((flatten(&c2), flatten(&y)))
-        };
-        let Some((cs, ys)) = super::grad::attach(fw, &mut step, &self.label, report)? else {
+        let Some((cs, ys)) = super::grad::attach(fw, &mut self.step_of(f), &self.label, report)?
+        else {
             return Ok(None);
         };
         let c = self.init.rebuild(&mut cs.into_iter(), "carry")?;
@@ -525,29 +526,22 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         Ok(Some((c, y)))
     }
 
-    /// Whether the body has side effects (a scatter into an array it captured), found by tracing
-    /// it once on the initial carry and the first row of `xs`, thrown away: such a body must run
-    /// once per step, as the scan run step by step runs it, not again in a gradient scan.
-    fn has_effects<Y: Tree + Clone>(&self, f: &mut dyn FnMut(&C, &X) -> (C, Y)) -> bool {
-        let Ok(trace) = crate::control::Trace::enter() else {
-            return true;
-        };
-        let rows: Vec<Erased> = flatten(self.xs)
-            .iter()
-            .map(|x| row_at(x, &UInt32::arange(x.shape[1..].iter().product::<usize>())))
-            .collect();
-        let Ok(x) = self.xs.rebuild(&mut rows.into_iter(), "xs") else {
-            return true;
-        };
-        let out = crate::ad::suspend_grad(|| f(self.init, &x));
-        let effects = trace.finish();
-        let any = !effects.ids().is_empty();
-        drop((out, effects));
-        // (what the trace refused, a product on placeholders, is nobody's business after it)
-        if !kiln_core::control::symbolic() {
-            drop(kiln_core::control::take_refusal());
+    /// The body as the gradient scan calls it (flattened carry and rows in, flattened carry and
+    /// `y`s out; the step number is not the JAX face's business).
+    #[allow(clippy::type_complexity)]
+    fn step_of<'b, Y: Tree + Clone>(
+        &'b self,
+        f: &'b mut dyn FnMut(&C, &X) -> (C, Y),
+    ) -> impl FnMut(&Erased, &[Erased], &[Erased]) -> Result<(Vec<Erased>, Vec<Erased>)> + 'b {
+        let (init, xs) = (self.init, self.xs);
+        move |_, c, x| {
+            // (`rebuild` takes a `vec::IntoIter`: the slices are copied into vectors)
+            #[allow(clippy::unnecessary_to_owned)]
+            let (mut c, mut x) = (c.to_vec().into_iter(), x.to_vec().into_iter());
+            let (c, x) = (init.rebuild(&mut c, "carry")?, xs.rebuild(&mut x, "xs")?);
+            let (c2, y) = f(&c, &x);
+            Ok((flatten(&c2), flatten(&y)))
         }
-        any
     }
 
     /// The differentiated scan as one loop that carries each lane's Jacobian (the default mode

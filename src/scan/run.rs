@@ -1612,10 +1612,15 @@ fn stepped(
     let failure: std::cell::RefCell<Option<Error>> = Default::default();
     let captured = an.captured.clone();
     // The body may read an initial state as an array of its own (it captured the matrix the carry
-    // starts from): the step's first window row gets a buffer of its own, or the frozen step would
-    // take both for one input and its replays would read the new row where the body reads the
-    // captured array; the initial states are inputs of the step for such reads.
-    let inits: Vec<Erased> = spec.outs.iter().filter_map(|o| o.init.clone()).collect();
+    // starts from): that state's first window row gets a buffer of its own, or the frozen step
+    // would take both for one input and its replays would read the new row where the body reads
+    // the captured array; the state is an input of the step for such reads.
+    let inits: Vec<Erased> = spec
+        .outs
+        .iter()
+        .filter_map(|o| o.init.clone())
+        .filter(|i| an.reads_inputs.contains(&i.id().0))
+        .collect();
     for w in windows.iter_mut().flatten() {
         if inits.iter().any(|i| i.id() == w.id()) {
             *w = Erased::own(cc::copy(w.id())?, w.shape.clone());

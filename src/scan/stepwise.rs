@@ -118,6 +118,9 @@ pub(crate) fn run(
     check_direction(&spec)?;
     check_inits(&spec)?;
     let n = step_count(&spec)?;
+    if let Some(out) = gradient_scan(&spec, body, n)? {
+        return Ok(out);
+    }
     if n == 0 {
         // no step: the outputs' shapes come from the traced scan; the states and finals are the
         // initial rows, with their gradients
@@ -148,6 +151,150 @@ pub(crate) fn run(
     };
     let h = steps(&mut spec, body, n, recorded_from, false)?;
     Ok(finish(&spec, h, n))
+}
+
+/// The scan as a gradient scan ([`super::grad`]) when it has the simple pattern: every sequence
+/// read at tap 0 and carrying no gradient, every output a SITSOT (taps `[-1]`) or a NITSOT with
+/// every row kept, forward order, no `truncate_gradient`, `keep_states` or `until`, first order,
+/// outside a frozen recording, and a body without side effects. `None`: it does not apply.
+fn gradient_scan(
+    spec: &Spec,
+    body: &mut dyn FnMut(&StepIn) -> Result<StepOut>,
+    n: usize,
+) -> Result<Option<RunOut>> {
+    use super::spec::Keep;
+    let sitsot = |o: &super::spec::OutSpec| o.init.is_some() && o.taps == [-1];
+    let applies = n > 0
+        && spec
+            .seqs
+            .iter()
+            .all(|q| q.taps == [0] && !q.data.carries_grad())
+        && spec
+            .outs
+            .iter()
+            .all(|o| (sitsot(o) || o.init.is_none()) && matches!(o.keep, Keep::All))
+        && spec
+            .pending_keep
+            .iter()
+            .all(|(_, k)| matches!(k, Keep::All))
+        && !(spec.go_backwards || spec.reverse || spec.keep_states)
+        && spec.truncate.is_none()
+        && !crate::ad::higher_order()
+        && !kiln_core::freeze::record::active()
+        && !kiln_core::control::symbolic()
+        && kiln_core::config::freeze_enabled();
+    if !applies {
+        return Ok(None);
+    }
+    let carried: Vec<usize> = (0..spec.outs.len())
+        .filter(|&j| sitsot(&spec.outs[j]))
+        .collect();
+    let init: Vec<Erased> = carried
+        .iter()
+        .map(|&j| spec.outs[j].init.clone().expect("a SITSOT"))
+        .collect();
+    let until = std::cell::Cell::new(false);
+    let row0: Vec<Erased> = spec
+        .seqs
+        .iter()
+        .map(|q| first_row(&q.data))
+        .collect::<Result<_>>()?;
+    let probe = super::grad::has_effects(&mut step_of(spec, &carried, body, &until), &init, &row0);
+    if probe || until.get() {
+        return Ok(None);
+    }
+    // the plain scan forward, keeping every carry state and every step's products
+    let mut plain = spec.clone();
+    plain.keep_states = true;
+    plain.save_products = true;
+    let mut fwd = crate::ad::suspend_grad(|| super::run::run(plain, body))?;
+    let (Some(mut captured), Some(states)) = (
+        fwd.captured.take(),
+        carried
+            .iter()
+            .map(|&j| fwd.states.get(j).cloned().flatten())
+            .collect::<Option<Vec<Erased>>>(),
+    ) else {
+        return Ok(None);
+    };
+    if fwd.report.steps_run != n {
+        return Ok(None);
+    }
+    captured.extend(spec.non_seqs.iter().cloned());
+    let fw = super::grad::Forward {
+        init,
+        xs: spec.seqs.iter().map(|q| q.data.clone()).collect(),
+        finals: carried
+            .iter()
+            .map(|&j| fwd.finals.get(j).cloned().flatten())
+            .collect::<Option<Vec<Erased>>>()
+            .unwrap_or_default(),
+        ys: fwd.outputs.clone(),
+        states,
+        captured,
+        pushed: std::mem::take(&mut fwd.pushed),
+        saved: std::mem::take(&mut fwd.saved),
+        reads: Vec::new(),
+        n,
+        reverse: false,
+    };
+    if fw.finals.len() != carried.len() {
+        return Ok(None);
+    }
+    let mut report = fwd.report.clone();
+    let mut step = step_of(spec, &carried, body, &until);
+    let Some((_, ys)) = super::grad::attach(fw, &mut step, &spec.label, &mut report)? else {
+        return Ok(None);
+    };
+    Ok(Some(RunOut {
+        outputs: ys,
+        finals: fwd.finals,
+        states: fwd.states.iter().map(|_| None).collect(),
+        report,
+        captured: None,
+        pushed: Vec::new(),
+        saved: Vec::new(),
+    }))
+}
+
+/// The body as the gradient scan calls it: the carry (the SITSOT outputs `carried`, in order)
+/// and a row of each sequence to the new carry and every output. `until` notes a body that set
+/// one (the gradient scan does not apply).
+fn step_of<'a>(
+    spec: &'a Spec,
+    carried: &'a [usize],
+    body: &'a mut dyn FnMut(&StepIn) -> Result<StepOut>,
+    until: &'a std::cell::Cell<bool>,
+) -> impl FnMut(&Erased, &[Erased], &[Erased]) -> Result<(Vec<Erased>, Vec<Erased>)> + 'a {
+    move |s, c, x| {
+        let mut out_rows: Vec<Vec<Erased>> = vec![Vec::new(); spec.outs.len()];
+        for (&j, e) in carried.iter().zip(c) {
+            out_rows[j] = vec![e.clone()];
+        }
+        let input = StepIn {
+            t: s.clone(),
+            seq_rows: x.iter().map(|r| vec![r.clone()]).collect(),
+            out_rows,
+            non_seqs: spec.non_seqs.clone(),
+        };
+        let out = body(&input)?;
+        until.set(until.get() || out.until.is_some());
+        let carry = carried
+            .iter()
+            .filter_map(|&j| out.outs.get(j).cloned())
+            .collect();
+        Ok((carry, out.outs))
+    }
+}
+
+/// Row 0 of `x` along its leading axis (for a probe trace).
+fn first_row(x: &Erased) -> Result<Erased> {
+    let shape = x.shape[1..].to_vec();
+    let len: usize = shape.iter().product();
+    let idx = kiln_core::Handle::own(kiln_core::counter(VarType::U32, len)?);
+    let all = kiln_core::Handle::own(kiln_core::literal(VarType::Bool, 1, 1));
+    let id = kiln_core::gather(x.id(), idx.id(), all.id())?;
+    Ok(Erased::own(id, shape))
 }
 
 /// Run up to `n` steps, those before `recorded_from` with derivatives suspended. `probe`: stop

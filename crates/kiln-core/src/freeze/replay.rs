@@ -926,8 +926,12 @@ fn replay_in_place(
         // (an input read after the output's store, `acc` beside `y = 3x` stored first, would
         // find its lanes overwritten: `takes` names those read before)
         let allowed = takes.get(p).copied().unwrap_or(0);
+        // (every parameter bound to the buffer, when it is bound to several)
+        let read_before = |q: usize| {
+            (0..params.len()).all(|r| bufs[r] != bufs[q] || (r < 64 && allowed & (1 << r) != 0))
+        };
         let q = (0..params.len().min(64)).find(|&q| {
-            allowed & (1 << q) != 0
+            read_before(q)
                 && (bufs[q] as usize) < n_slots
                 // the caller's variable and the table hold it, nothing else (checked when the
                 // replay began; no op since took a view of it)

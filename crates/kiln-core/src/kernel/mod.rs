@@ -163,23 +163,21 @@ impl Kernel {
     /// buffers a replay may hand the output when the caller gave them up (a lane reads its
     /// element before it overwrites it); 0 for every other parameter.
     pub fn takes(&self) -> Vec<u64> {
-        let mut out = vec![0u64; self.params.len()];
-        for (o, p) in self.params.iter().enumerate() {
-            if p.kind != ParamKind::Output {
-                continue;
+        // each parameter's last load and first store, in one walk
+        let mut last_load = vec![None; self.params.len()];
+        let mut first_store = vec![None; self.params.len()];
+        for (i, x) in self.insts.iter().enumerate() {
+            match x.op {
+                Op::Load => last_load[x.param()] = Some(i),
+                Op::Store if first_store[x.param()].is_none() => first_store[x.param()] = Some(i),
+                _ => {}
             }
-            let Some(store) = self
-                .insts
-                .iter()
-                .position(|x| x.op == Op::Store && x.param() == o)
-            else {
-                continue;
-            };
-            for (q, i) in self.params.iter().enumerate().take(64) {
-                let read_late = self.insts[store..]
-                    .iter()
-                    .any(|x| x.op == Op::Load && x.param() == q);
-                if i.kind == ParamKind::Input && !read_late {
+        }
+        let mut out = vec![0u64; self.params.len()];
+        for (o, store) in first_store.iter().enumerate() {
+            let Some(store) = *store else { continue };
+            for (q, p) in self.params.iter().enumerate().take(64) {
+                if p.kind == ParamKind::Input && last_load[q].is_none_or(|l| l < store) {
                     out[o] |= 1 << q;
                 }
             }
