@@ -873,7 +873,7 @@ fn saved_products_beside_a_lazy_captured_weight() {
             let mut l = Float64::from(0.0);
             for s in 0..steps {
                 h = cell(&h, &xs.index_axis(0, s));
-                l = l + (h.array() * h.array()).sum();
+                l += (h.array() * h.array()).sum();
             }
             l
         };

@@ -35,8 +35,10 @@ type V = Handle;
 
 /// The body as the gradient scan calls it: the step number (a `u32` scalar), the carry and a row
 /// of each `xs` to the new carry and the `y`s (flattened, with their nodes).
-pub(super) type Step<'a> =
-    dyn FnMut(&Erased, &[Erased], &[Erased]) -> Result<(Vec<Erased>, Vec<Erased>)> + 'a;
+pub(super) type Step<'a> = dyn FnMut(&Erased, &[Erased], &[Erased]) -> Stepped + 'a;
+
+/// A step's new carry and `y`s (flattened, with their nodes).
+pub(super) type Stepped = Result<(Vec<Erased>, Vec<Erased>)>;
 
 /// What the forward scan hands the gradient scan.
 pub(super) struct Forward {

@@ -528,11 +528,10 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
 
     /// The body as the gradient scan calls it (flattened carry and rows in, flattened carry and
     /// `y`s out; the step number is not the JAX face's business).
-    #[allow(clippy::type_complexity)]
     fn step_of<'b, Y: Tree + Clone>(
         &'b self,
         f: &'b mut dyn FnMut(&C, &X) -> (C, Y),
-    ) -> impl FnMut(&Erased, &[Erased], &[Erased]) -> Result<(Vec<Erased>, Vec<Erased>)> + 'b {
+    ) -> impl FnMut(&Erased, &[Erased], &[Erased]) -> super::grad::Stepped + 'b {
         let (init, xs) = (self.init, self.xs);
         move |_, c, x| {
             // (`rebuild` takes a `vec::IntoIter`: the slices are copied into vectors)

@@ -265,7 +265,7 @@ fn step_of<'a>(
     carried: &'a [usize],
     body: &'a mut dyn FnMut(&StepIn) -> Result<StepOut>,
     until: &'a std::cell::Cell<bool>,
-) -> impl FnMut(&Erased, &[Erased], &[Erased]) -> Result<(Vec<Erased>, Vec<Erased>)> + 'a {
+) -> impl FnMut(&Erased, &[Erased], &[Erased]) -> super::grad::Stepped + 'a {
     move |s, c, x| {
         let mut out_rows: Vec<Vec<Erased>> = vec![Vec::new(); spec.outs.len()];
         for (&j, e) in carried.iter().zip(c) {
