@@ -179,6 +179,15 @@ struct Shapes {
 }
 
 impl Shapes {
+    /// Row `t` of each of `xs`.
+    fn rows_at(&self, xs: &[Erased], t: VarId) -> Result<Vec<Erased>> {
+        self.xs
+            .iter()
+            .zip(xs)
+            .map(|((_, shape), x)| row(x.id(), t, shape))
+            .collect()
+    }
+
     /// The hook that makes the body read row `t` of the forward's pushed-out products (the last
     /// arguments of `args`) instead of multiplying again.
     fn hook(&self, args: &[Erased], s: VarId, t: VarId) -> Hook {
@@ -217,6 +226,33 @@ impl Shapes {
     }
 }
 
+/// Row `s` of every carry entry's states, the float ones on fresh leaves (returned too, one per
+/// float entry).
+fn carry_at(sh: &Shapes, states: &[Erased], s: VarId) -> Result<(Vec<Erased>, Vec<AdIndex>)> {
+    let mut carry = Vec::with_capacity(sh.carry.len());
+    let mut leaves = Vec::new();
+    for (j, (ty, shape)) in sh.carry.iter().enumerate() {
+        let r = row(states[j].id(), s, shape)?;
+        if float(*ty) {
+            let leaf = crate::ad::jax::new_leaf(r.id());
+            leaves.push(leaf);
+            carry.push(Erased::with_node(r.id(), shape.clone(), leaf));
+        } else {
+            carry.push(r);
+        }
+    }
+    Ok((carry, leaves))
+}
+
+/// Whether a gradient scan may run now: first-order derivatives, no frozen function recording,
+/// no enclosing symbolic trace, freezing on (the step is a recording).
+pub(super) fn possible() -> bool {
+    !crate::ad::higher_order()
+        && !kiln_core::freeze::record::active()
+        && !kiln_core::control::symbolic()
+        && kiln_core::config::freeze_enabled()
+}
+
 /// One step's vector-Jacobian product. `args`: `[s, t, ct of each float carry entry, stacked ct
 /// of each float y, states of each carry entry, each xs, captured…]`; `bufs` (when recording):
 /// one accumulator per reached node, then `A` and `C` of each deferred product. Returns the
@@ -236,24 +272,8 @@ fn vjp_step(
     let states = &a[2 + fc.len() + fy.len()..][..sh.carry.len()];
     let xs = &a[2 + fc.len() + fy.len() + sh.carry.len()..][..sh.xs.len()];
     let start = graph::with(|g| g.next_seq());
-    let mut carry = Vec::with_capacity(sh.carry.len());
-    let mut leaves = Vec::new();
-    for (j, (ty, shape)) in sh.carry.iter().enumerate() {
-        let r = row(states[j].id(), s, shape)?;
-        if float(*ty) {
-            let leaf = crate::ad::jax::new_leaf(r.id());
-            leaves.push(leaf);
-            carry.push(Erased::with_node(r.id(), shape.clone(), leaf));
-        } else {
-            carry.push(r);
-        }
-    }
-    let rows: Vec<Erased> = sh
-        .xs
-        .iter()
-        .zip(xs)
-        .map(|((_, shape), x)| row(x.id(), t, shape))
-        .collect::<Result<_>>()?;
+    let (carry, leaves) = carry_at(sh, states, s)?;
+    let rows = sh.rows_at(xs, t)?;
     let hook = Installed::new(sh.hook(a, s, t));
     let stepped = step(&a[0], &carry, &rows);
     drop(hook.take());
@@ -347,31 +367,18 @@ fn jvp_step(
     let xs = &a[2 + fc.len() + sh.carry.len()..][..sh.xs.len()];
     let tn = &a[a.len() - nodes.len()..];
     let start = graph::with(|g| g.next_seq());
-    let mut carry = Vec::with_capacity(sh.carry.len());
+    let (carry, leaves) = carry_at(sh, states, s)?;
     let mut seeds = Vec::new();
-    for (j, (ty, shape)) in sh.carry.iter().enumerate() {
-        let r = row(states[j].id(), s, shape)?;
-        if float(*ty) {
-            let leaf = crate::ad::jax::new_leaf(r.id());
-            let k = fc.iter().position(|&x| x == j).expect("a float entry");
-            let g = Grad::share(tc[k].id(), 0);
-            seeds.push((leaf, fit(&g, r.numel(), kiln_core::size(g.id()))));
-            carry.push(Erased::with_node(r.id(), shape.clone(), leaf));
-        } else {
-            carry.push(r);
-        }
+    for (k, (&j, &leaf)) in fc.iter().zip(&leaves).enumerate() {
+        let g = Grad::share(tc[k].id(), 0);
+        seeds.push((leaf, fit(&g, carry[j].numel(), kiln_core::size(g.id()))));
     }
     for (&node, tv) in nodes.iter().zip(tn) {
         let size = graph::with(|g| g.node(node).size);
         let g = Grad::share(tv.id(), 0);
         seeds.push((node, fit(&g, size, kiln_core::size(g.id()))));
     }
-    let rows: Vec<Erased> = sh
-        .xs
-        .iter()
-        .zip(xs)
-        .map(|((_, shape), x)| row(x.id(), t, shape))
-        .collect::<Result<_>>()?;
+    let rows = sh.rows_at(xs, t)?;
     let (c2, y) = step(&a[0], &carry, &rows)?;
     let outs: Vec<AdIndex> = c2
         .iter()

@@ -464,13 +464,8 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         n: usize,
         report: &mut ScanReport,
     ) -> Result<Option<(C, Y)>> {
-        let applies = n > 0
-            && !self.keep_states
-            && !self.xs.carries_grad()
-            && !crate::ad::higher_order()
-            && !kiln_core::freeze::record::active()
-            && !kiln_core::control::symbolic()
-            && kiln_core::config::freeze_enabled();
+        let applies =
+            n > 0 && !self.keep_states && !self.xs.carries_grad() && super::grad::possible();
         if !applies {
             return Ok(None);
         }

@@ -179,10 +179,7 @@ fn gradient_scan(
             .all(|(_, k)| matches!(k, Keep::All))
         && !(spec.go_backwards || spec.reverse || spec.keep_states)
         && spec.truncate.is_none()
-        && !crate::ad::higher_order()
-        && !kiln_core::freeze::record::active()
-        && !kiln_core::control::symbolic()
-        && kiln_core::config::freeze_enabled();
+        && super::grad::possible();
     if !applies {
         return Ok(None);
     }
