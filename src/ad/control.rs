@@ -222,13 +222,6 @@ fn mul(a: &Grad, b: &Grad) -> Grad {
     }
 }
 
-fn add(a: Grad, b: &Grad) -> Grad {
-    match a.ty() {
-        VarType::F32 => Grad::of(a.array::<f32>() + b.array::<f32>()),
-        _ => Grad::of(a.array::<f64>() + b.array::<f64>()),
-    }
-}
-
 fn resize<F: Float>(g: &Grad, to: usize, from: usize) -> Grad {
     let a = g.array::<F>();
     Grad::of(if to == 1 {
@@ -268,7 +261,7 @@ impl Rule for LaneJacobian {
                 let term = mul(w, &cast_grad(t, self.out_ty));
                 acc = Some(match acc {
                     None => term,
-                    Some(a) => add(a, &term),
+                    Some(a) => a.plus(&term),
                 });
             }
         }

@@ -117,17 +117,9 @@ impl Drop for Held {
     }
 }
 
-/// `a + b` for two gradients of one type.
-fn add(a: Grad, b: &Grad) -> Grad {
-    match a.ty() {
-        kiln_core::VarType::F32 => Grad::of(a.array::<f32>() + b.array::<f32>()),
-        _ => Grad::of(a.array::<f64>() + b.array::<f64>()),
-    }
-}
-
 fn accumulate(map: &mut HashMap<AdIndex, Grad>, ad: AdIndex, g: Grad) {
     let v = match map.remove(&ad) {
-        Some(old) => add(old, &g),
+        Some(old) => old.plus(&g),
         None => g,
     };
     map.insert(ad, v);
@@ -150,7 +142,7 @@ impl Cotangents {
     /// [`LONGEST_COTANGENT`] deep.
     fn add(&mut self, ad: AdIndex, g: Grad, depth: u32) -> Result<()> {
         let (v, d) = match self.0.remove(&ad) {
-            Some((old, d)) => (add(old, &g), d.max(depth) + 1),
+            Some((old, d)) => (old.plus(&g), d.max(depth) + 1),
             None => (g, depth),
         };
         let d = if d >= LONGEST_COTANGENT && !kiln_core::is_evaluated(v.id()) {
@@ -168,7 +160,7 @@ impl Cotangents {
 fn store(ad: AdIndex, g: Grad) {
     let old = graph::with(|gr| gr.node_mut(ad).grad.take());
     let new = match old {
-        Some(o) => add(o, &g),
+        Some(o) => o.plus(&g),
         None => g,
     };
     let prev = graph::with(|gr| gr.node_mut(ad).grad.replace(new));

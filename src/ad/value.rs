@@ -53,6 +53,13 @@ impl Grad {
     pub fn ty(&self) -> VarType {
         kiln_core::var_type(self.id.id())
     }
+    /// `self + b`, two gradients of one float type.
+    pub fn plus(self, b: &Grad) -> Grad {
+        match self.ty() {
+            VarType::F32 => Grad::of(self.array::<f32>() + b.array::<f32>()),
+            _ => Grad::of(self.array::<f64>() + b.array::<f64>()),
+        }
+    }
     /// The same values with node `ad` (whose reference the result takes over) in place of
     /// this one's.
     pub fn with_node(&self, ad: AdIndex) -> Grad {

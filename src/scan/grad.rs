@@ -26,7 +26,7 @@ use crate::ad::control::{fit, guard_second_order};
 use crate::ad::deferred::pass_within;
 use crate::ad::graph::{self, AdIndex, Rule};
 use crate::ad::Grad;
-use kiln_core::{Error, Handle, Op, ReduceOp, Result, VarId, VarType};
+use kiln_core::{Error, Handle, Op, Result, VarId, VarType};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -114,31 +114,18 @@ fn index(v: usize) -> Result<Erased> {
     Ok(Erased::own(id, vec![]))
 }
 
-/// Positions `at·len .. (at+1)·len` (`at` a one-element u32 array).
-fn positions(at: VarId, len: usize) -> Result<V> {
-    let ity = VarType::U32;
-    let base = V::own(kiln_core::op(
-        Op::Mul,
-        &[at, V::own(kiln_core::literal(ity, len as u64, 1)).id()],
-    )?);
-    let lane = V::own(kiln_core::counter(ity, len)?);
-    Ok(V::own(kiln_core::op(Op::Add, &[base.id(), lane.id()])?))
-}
-
-/// Row `at` of `src` (rows of `shape`).
+/// Row `at` of `src` (rows of `shape`), as a stepped scan reads a pushed-out product's row.
 fn row(src: VarId, at: VarId, shape: &[usize]) -> Result<Erased> {
     let len: usize = shape.iter().product();
-    let idx = positions(at, len)?;
-    let all = V::own(kiln_core::literal(VarType::Bool, 1, 1));
-    let id = kiln_core::gather(src, idx.id(), all.id())?;
-    Ok(Erased::own(id, shape.to_vec()))
+    Ok(Erased::own(
+        super::hook::row_of(src, at, len)?,
+        shape.to_vec(),
+    ))
 }
 
-/// Write `value` (`len` elements, or one) into row `at` of `buf`.
+/// Write `value` (`len` elements, or one) into row `at` of `buf`, as a stepped scan stores a row.
 fn store(buf: &mut Erased, value: VarId, at: VarId, len: usize) -> Result<()> {
-    let idx = positions(at, len)?;
-    let all = V::own(kiln_core::literal(VarType::Bool, 1, 1));
-    kiln_core::scatter(buf.h.id_mut(), value, idx.id(), all.id(), ReduceOp::None)
+    super::run::store_row(buf.h.id_mut(), value, &V::borrow(at), None, len, None)
 }
 
 /// What a step's pass reached outside the step, in the order it did: the captured nodes that got
@@ -978,19 +965,12 @@ impl Rule for Output {
     fn backward(&self, ct: &Grad) -> Vec<Option<Grad>> {
         let mut cts = self.shared.cts.lock();
         cts[self.k] = Some(match cts[self.k].take() {
-            Some(old) => add(old, ct),
+            Some(old) => old.plus(ct),
             None => ct.clone(),
         });
         vec![Some(Grad::of(crate::array::Array::<f64>::scalar(0.0)))]
     }
     fn forward(&self, _token: &[Option<Grad>]) -> Option<Grad> {
         self.shared.tangents.lock()[self.k].take()
-    }
-}
-
-fn add(a: Grad, b: &Grad) -> Grad {
-    match a.ty() {
-        VarType::F32 => Grad::of(a.array::<f32>() + b.array::<f32>()),
-        _ => Grad::of(a.array::<f64>() + b.array::<f64>()),
     }
 }

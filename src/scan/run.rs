@@ -1138,7 +1138,7 @@ fn store_position(
 }
 
 /// Scatter `value` (a row of `w`) into `buf` at row `pos` (masked).
-fn store_row(
+pub(super) fn store_row(
     buf: &mut VarId,
     value: VarId,
     pos: &V,
