@@ -790,7 +790,7 @@ fn scans_with_a_gradient() {
             .run(|s| s.seq(0, 0) + s.out(0, -1))
             .unwrap();
         assert_eq!(r.output::<f64>(0).to_vec(), vec![1.0, 3.0, 6.0]);
-        assert_eq!(r.report().mode, "differentiated");
+        assert_eq!(r.report().mode, "differentiated, gradient scan");
         r.output::<f64>(0).array().sum().backward();
         assert_eq!(xs.array().grad().to_vec(), vec![3.0, 2.0, 1.0]);
     }

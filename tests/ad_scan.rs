@@ -116,7 +116,8 @@ fn the_report_says_how_it_ran_and_nothing_leaks() {
             })
             .unwrap();
         c.array().sum().backward();
-        assert_eq!(report.mode, "differentiated");
+        // (a sequence with a gradient: its rows' cotangents are stacked by the gradient scan)
+        assert_eq!(report.mode, "differentiated, gradient scan");
         assert_eq!(report.steps_run, 8);
         let g = x.grad().to_vec();
         // d c_T / d x_t = 0.9^(T-1-t) cos(x_t)
@@ -228,7 +229,14 @@ fn outputs_that_change_shape_and_strict_captures_are_errors() {
             (c + x, y)
         })
         .unwrap_err();
-        assert!(e.to_string().contains("earlier step"), "{e}");
+        // (the step that differs is named by the plain scan forward of a gradient scan, or by
+        // the scan run step by step)
+        let m = e.to_string();
+        assert!(
+            m.contains("earlier step") || m.contains("at the first"),
+            "{e}"
+        );
+        assert!(m.contains("[1]") && m.contains("[2]"), "{e}");
         // strict: a captured tensor with a gradient is refused, not silently taken
         let plain = Tensor::<f64>::from_vec(vec![1.0, 2.0], &[2]);
         let e = Lax::new(&Tensor::<f64>::scalar(0.0), &plain)
@@ -585,7 +593,7 @@ fn a_gradient_scan_pushes_the_weight_gradients_out() {
             ],
             |v| {
                 let (w, u, b) = (t(&v[0], &[hd, hd]), t(&v[1], &[xd, hd]), t(&v[2], &[hd]));
-                // (the sequence carries no gradient: with one, the scan runs step by step)
+                // (the sequence carries no gradient here; see the next tests for one that does)
                 let xs = t(
                     &Float64::from_slice(&rand(steps * b_ * xd, 15)),
                     &[steps, b_, xd],
@@ -885,6 +893,126 @@ fn saved_products_beside_a_lazy_captured_weight() {
     for (ga, gb) in a.iter().zip(&b) {
         for (x, y) in ga.iter().zip(gb) {
             assert!((x - y).abs() < 1e-12 * (1.0 + y.abs()), "{x} vs {y}");
+        }
+    }
+}
+
+#[test]
+fn a_gradient_scan_gives_a_sequence_its_rows_cotangents() {
+    let _s = serial();
+    let (b_, hd, xd, steps) = (3usize, 4usize, 2usize, 5usize);
+    // an integer sequence beside them carries none (its rows pick a bias per step)
+    let picks = Int32::from_slice(&[0, 2, 1, 3, 0]);
+    let picks = Tensor::from_array(picks, &[steps]);
+    for reverse in [false, true] {
+        check(
+            &[
+                rand(hd * hd, 51),
+                rand(xd * hd, 52),
+                rand(b_ * hd, 53),
+                rand(steps * b_ * xd, 54),
+                rand(steps * hd, 55),
+            ],
+            |v| {
+                let (w, u) = (t(&v[0], &[hd, hd]), t(&v[1], &[xd, hd]));
+                // (a second product of the same row, with a lazy weight)
+                let u2 = &u * 0.5;
+                // two sequences with gradients: one through products, one elementwise
+                let xs = t(&v[3], &[steps, b_, xd]);
+                let zs = t(&v[4], &[steps, hd]);
+                let mut report = ScanReport::default();
+                let (h, hs) = Lax::new(&t(&v[2], &[b_, hd]), &(xs, zs, picks.clone()))
+                    .reverse(reverse)
+                    .report(&mut report)
+                    .run(|h, (x, z, p)| {
+                        let bias = p.array().cast::<f64>().sum() * 0.1;
+                        let pre =
+                            h.matmul(&w) + x.matmul(&u) + x.matmul(&u2).sin() + &(z * z) * 0.5;
+                        let h2 = (pre + &Tensor::from_array(bias, &[])).tanh();
+                        (h2.clone(), &h2 * z)
+                    })
+                    .unwrap();
+                if v[0].grad_enabled() {
+                    assert_eq!(report.mode, "differentiated, gradient scan", "{report}");
+                    assert_eq!(report.grad_matmuls_pushed_out, 3, "{report}");
+                    // forwards, the rows' gradients through both products come after the loop
+                    let rows = report
+                        .rewrites
+                        .iter()
+                        .filter(|r| r.contains("rows' gradient of a sequence"))
+                        .count();
+                    assert_eq!(rows, if reverse { 0 } else { 2 }, "{report}");
+                }
+                let all = Tensor::concat(&[h.reshape(&[1, b_, hd]), hs], 0);
+                all.array().clone()
+            },
+            1e-6,
+        );
+    }
+}
+
+#[test]
+fn two_stacked_rnn_layers_are_two_gradient_scans() {
+    let _s = serial();
+    let (b_, hd, xd, steps) = (4usize, 8usize, 3usize, 30usize);
+    let grads = |scan: bool| -> Vec<Vec<f64>> {
+        let mut w1 = Float64::from_slice(&rand(hd * hd, 61)) * 0.4;
+        let mut u1 = Float64::from_slice(&rand(xd * hd, 62));
+        let mut w2 = Float64::from_slice(&rand(hd * hd, 63)) * 0.4;
+        let mut u2 = Float64::from_slice(&rand(hd * hd, 64));
+        let mut x = Float64::from_slice(&rand(steps * b_ * xd, 65));
+        for a in [&mut w1, &mut u1, &mut w2, &mut u2, &mut x] {
+            a.enable_grad();
+        }
+        let (w1t, u1t, w2t, u2t) = (
+            t(&w1, &[hd, hd]),
+            t(&u1, &[xd, hd]),
+            t(&w2, &[hd, hd]),
+            t(&u2, &[hd, hd]),
+        );
+        let xs = t(&x, &[steps, b_, xd]);
+        let h0 = Tensor::<f64>::zeros(&[b_, hd]);
+        let cell = |h: &Tensor<f64>, x: &Tensor<f64>, w: &Tensor<f64>, u: &Tensor<f64>| {
+            (h.matmul(w) + x.matmul(u)).tanh()
+        };
+        let loss = if scan {
+            let layer = |xs: &Tensor<f64>, w: &Tensor<f64>, u: &Tensor<f64>| {
+                let mut report = ScanReport::default();
+                let (_, hs) = Lax::new(&h0, xs)
+                    .report(&mut report)
+                    .run(|h, x| {
+                        let h2 = cell(h, x, w, u);
+                        (h2.clone(), h2)
+                    })
+                    .unwrap();
+                assert_eq!(report.mode, "differentiated, gradient scan", "{report}");
+                hs
+            };
+            let hs1 = layer(&xs, &w1t, &u1t);
+            let hs2 = layer(&hs1, &w2t, &u2t);
+            (hs2.array() * hs2.array()).sum()
+        } else {
+            let (mut h1, mut h2) = (h0.clone(), h0.clone());
+            let mut total = Float64::scalar(0.0);
+            for s in 0..steps {
+                h1 = cell(&h1, &xs.index_axis(0, s), &w1t, &u1t);
+                h2 = cell(&h2, &h1, &w2t, &u2t);
+                total += (h2.array() * h2.array()).sum();
+            }
+            total
+        };
+        loss.backward();
+        [&w1, &u1, &w2, &u2, &x]
+            .iter()
+            .map(|a| a.grad().to_vec())
+            .collect()
+    };
+    let (a, b) = (grads(true), grads(false));
+    for (ga, gb) in a.iter().zip(&b) {
+        let scale = gb.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0);
+        for (x, y) in ga.iter().zip(gb) {
+            assert!((x - y).abs() <= 1e-12 * scale, "{x} vs {y}");
         }
     }
 }

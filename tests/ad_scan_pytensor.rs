@@ -46,9 +46,10 @@ fn grad_one_output() {
                 .non_sequence(&t(&v[3], &[]))
                 .run(|s| &(s.seq(0, 0) * s.non_seq(0)) + &(s.out(0, -1) * s.non_seq(1)))
                 .unwrap();
-            // (the oracle also runs it without gradients: then the scan runs as usual)
+            // (the oracle also runs it without gradients: then the scan runs as usual; with them,
+            // the sequence's gradient is a `y` of the gradient scan)
             let tracked = v.iter().any(|a| a.grad_enabled());
-            assert_eq!(r.report().mode == "differentiated", tracked);
+            assert_eq!(r.report().mode == "differentiated, gradient scan", tracked);
             r.output::<f64>(0).array().clone()
         },
         1e-6,
@@ -618,9 +619,12 @@ fn failed_pass_then_another_thread() {
     x.enable_grad();
     w.enable_grad();
     let calls = std::cell::Cell::new(0);
+    // (kept states: the body runs once per step with derivatives recorded, so that the custom
+    // op's backward is called in the pass — a gradient scan would replay a recording instead)
     let r = Scan::new()
         .sequence(&t(&x, &[4]))
         .output(&Tensor::scalar(0.0))
+        .keep_states(true)
         .run(|s| {
             calls.set(calls.get() + 1);
             // step 0 holds the custom op: its backward runs after rows 1..3 kept their cotangents
@@ -688,6 +692,40 @@ fn grad_of_a_pytensor_rnn_is_a_gradient_scan() {
             if v[0].grad_enabled() {
                 assert_eq!(r.report().mode, "differentiated, gradient scan");
                 assert_eq!(r.report().grad_matmuls_pushed_out, 2, "{}", r.report());
+            }
+            joined(&[r.output(0), r.output(1)])
+        },
+        1e-6,
+    );
+}
+
+#[test]
+fn a_sequence_with_a_gradient_keeps_the_gradient_scan() {
+    let _s = serial();
+    let (b_, hd, xd, steps) = (3usize, 4usize, 2usize, 6usize);
+    check(
+        &[
+            rand(hd * hd, 46),
+            rand(xd * hd, 47),
+            rand(b_ * hd, 48),
+            rand(steps * b_ * xd, 49),
+        ],
+        |v| {
+            let u = t(&v[1], &[xd, hd]);
+            let r = Scan::new()
+                .sequence(&t(&v[3], &[steps, b_, xd]))
+                .output(&t(&v[2], &[b_, hd]))
+                .output_none()
+                .non_sequence(&t(&v[0], &[hd, hd]))
+                .run(|s| {
+                    let x = s.seq(0, 0);
+                    let h = (s.out(0, -1).matmul(&s.non_seq(0)) + x.matmul(&u)).tanh();
+                    let y = &h.sum_axis(1) * &x.sum_axis(1);
+                    (h, y)
+                })
+                .unwrap();
+            if v[0].grad_enabled() {
+                assert_eq!(r.report().mode, "differentiated, gradient scan");
             }
             joined(&[r.output(0), r.output(1)])
         },

@@ -3,7 +3,9 @@
 //! captured) and hands back what reached them, and the products `aᵀ·c` that a matrix product's
 //! rule would add to a captured right operand are handed back unevaluated as `(a, c)`, so that
 //! the caller can stack every step's `a` and `c` and compute their sum as one product after the
-//! loop (PyTensor's push-out of `Σ_t x_tᵀ · δ_t`).
+//! loop (PyTensor's push-out of `Σ_t x_tᵀ · δ_t`). When the product's left operand is a row of
+//! a sequence (a leaf the caller names), its gradient `c · bᵀ` is deferred with it: the caller
+//! computes every row's as one product `C · bᵀ` after the loop.
 
 use super::graph::AdIndex;
 use super::propagate::{self, Backward};
@@ -21,13 +23,17 @@ pub(crate) struct Deferred {
     pub m: usize,
     pub k: usize,
     pub n: usize,
+    /// The left operand's gradient `c · bᵀ`, deferred too: (the row leaf `a` is, `b`'s value).
+    pub left: Option<(AdIndex, Grad)>,
 }
 
 thread_local! {
-    /// While a step's pass runs: the first sequence number of the step, and the products
-    /// deferred so far.
-    static COLLECT: RefCell<Option<(u64, Vec<Deferred>)>> = const { RefCell::new(None) };
+    /// While a step's pass runs: the first sequence number of the step, the products deferred
+    /// so far, and the row leaves whose gradients through a deferred product may be deferred.
+    static COLLECT: RefCell<Option<Collect>> = const { RefCell::new(None) };
 }
+
+type Collect = (u64, Vec<Deferred>, Vec<AdIndex>);
 
 /// Whether a step's pass is collecting deferred products (what [`defer`] needs is built only
 /// then).
@@ -41,7 +47,7 @@ pub(crate) fn collecting() -> bool {
 pub(crate) fn defer(node: AdIndex, a: &Grad, c: &Grad, (m, k, n): (usize, usize, usize)) -> bool {
     COLLECT.with(|cell| {
         let mut cell = cell.borrow_mut();
-        let Some((start, list)) = cell.as_mut() else {
+        let Some((start, list, _)) = cell.as_mut() else {
             return false;
         };
         if super::graph::with(|g| g.node(node).seq) >= *start {
@@ -54,8 +60,28 @@ pub(crate) fn defer(node: AdIndex, a: &Grad, c: &Grad, (m, k, n): (usize, usize,
             m,
             k,
             n,
+            left: None,
         });
         true
+    })
+}
+
+/// Called by the matrix product's rule right after [`defer`] deferred its right operand `b`:
+/// when the left operand's node `a` is one of the row leaves the pass was given, defer its
+/// gradient `c · bᵀ` too and say so (the rule then passes nothing to `a`).
+pub(crate) fn defer_left(a: AdIndex, b: &Grad) -> bool {
+    COLLECT.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let Some((_, list, rows)) = cell.as_mut() else {
+            return false;
+        };
+        match list.last_mut() {
+            Some(d) if rows.contains(&a) && d.left.is_none() => {
+                d.left = Some((a, b.clone()));
+                true
+            }
+            _ => false,
+        }
     })
 }
 
@@ -69,10 +95,15 @@ pub(crate) struct StepPass {
 }
 
 /// A first-order backward pass from `seeds` that stops at the nodes created before `start`
-/// (consuming the step's nodes); gradients of the step's own leaves are stored in them as usual.
-pub(crate) fn pass_within(start: u64, seeds: Vec<(AdIndex, Grad)>) -> Result<StepPass> {
+/// (consuming the step's nodes); gradients of the step's own leaves are stored in them as usual,
+/// except what reaches one of `rows` through a deferred product (see [`defer_left`]).
+pub(crate) fn pass_within(
+    start: u64,
+    seeds: Vec<(AdIndex, Grad)>,
+    rows: Vec<AdIndex>,
+) -> Result<StepPass> {
     /// Pops the scope and puts back an enclosing step's collection, also on a panic in a rule.
-    struct Scope(Option<(u64, Vec<Deferred>)>);
+    struct Scope(Option<Collect>);
     impl Drop for Scope {
         fn drop(&mut self) {
             ISOLATE.with(|s| s.borrow_mut().pop());
@@ -83,14 +114,14 @@ pub(crate) fn pass_within(start: u64, seeds: Vec<(AdIndex, Grad)>) -> Result<Ste
     }
     ISOLATE.with(|s| s.borrow_mut().push(start));
     STASH.with(|s| s.borrow_mut().push(Vec::new()));
-    let scope = Scope(COLLECT.with(|c| c.borrow_mut().replace((start, Vec::new()))));
+    let scope = Scope(COLLECT.with(|c| c.borrow_mut().replace((start, Vec::new(), rows))));
     let r = if seeds.is_empty() {
         Ok(())
     } else {
         propagate::backward(seeds, Backward::default(), &[]).map(drop)
     };
     let reached = STASH.with(|s| s.borrow_mut().last_mut().map(std::mem::take));
-    let deferred = COLLECT.with(|c| c.borrow_mut().as_mut().map(|(_, l)| std::mem::take(l)));
+    let deferred = COLLECT.with(|c| c.borrow_mut().as_mut().map(|(_, l, _)| std::mem::take(l)));
     drop(scope);
     r?;
     Ok(StepPass {

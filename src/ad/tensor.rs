@@ -437,24 +437,30 @@ fn matmul_rule<F: Float>(
     let so = vec![sa[0], sb[1]];
     let (ab, bb, sob) = (a.clone(), b.clone(), so.clone());
     // the right operand's node: a step of a gradient scan may defer `aᵀ·c` for it (push-out)
+    // (and the left one's, when it is a row of a sequence: `c·bᵀ` for every row at once)
     let (b_node, ka) = (if tb { parents[usize::from(ta)] } else { 0 }, sa[1]);
+    let a_node = if ta { parents[0] } else { 0 };
     let backward = move |ct: &Grad| {
         let c = tensor::<F>(ct, &sob);
-        let mut v = Vec::new();
-        if ta {
-            v.push(Some(Grad::of(product_t(&c, false, &bb, true))));
-        }
+        let (mut right, mut left_deferred) = (None, false);
         if tb {
             let deferred = super::deferred::collecting() && {
                 let (a, cd) = (Grad::of(ab.array().detach()), Grad::of(c.array().detach()));
                 super::deferred::defer(b_node, &a, &cd, (sob[0], ka, sob[1]))
             };
-            if deferred {
-                v.push(None);
+            right = Some(if deferred {
+                left_deferred =
+                    ta && super::deferred::defer_left(a_node, &Grad::of(bb.array().detach()));
+                None
             } else {
-                v.push(Some(Grad::of(product_t(&ab, true, &c, false))));
-            }
+                Some(Grad::of(product_t(&ab, true, &c, false)))
+            });
         }
+        let mut v = Vec::new();
+        if ta {
+            v.push((!left_deferred).then(|| Grad::of(product_t(&c, false, &bb, true))));
+        }
+        v.extend(right);
         v
     };
     let forward = move |t: &[Option<Grad>]| {

@@ -12,8 +12,10 @@
 //! step from the last step to the first (one launch group per step, nothing traced), and then
 //! computes each deferred sum `Σ_s a_sᵀ·c_s` as one product `Aᵀ·C` over all steps.
 //!
-//! It applies to first-order reverse mode outside frozen functions' recordings, with no
-//! gradient on `xs`; the caller falls back to the scan run step by step with derivatives
+//! A sequence with a gradient has its rows made leaves of the step too: each step stores its
+//! row's cotangent in row `t` of the sequence's stacked cotangent (the gradient scan's `y`).
+//!
+//! It applies to first-order reverse mode outside frozen functions' recordings; the caller falls back to the scan run step by step with derivatives
 //! recorded otherwise, and when the step cannot be recorded (a body that reads an array it was
 //! not given and the analysis did not see, `KILN_FREEZE=0`). Forward mode replays a recorded
 //! tangent step (recorded beside the cotangent step) from the first step to the last.
@@ -44,7 +46,8 @@ pub(super) type Stepped = Result<(Vec<Erased>, Vec<Erased>)>;
 pub(super) struct Forward {
     /// The initial carry (with nodes).
     pub init: Vec<Erased>,
-    /// The sequences (no nodes).
+    /// The sequences (with nodes: a float sequence that carries a gradient gets the cotangents
+    /// of its rows, a `y` of the gradient scan).
     pub xs: Vec<Erased>,
     /// The final carry and the stacked `y`s, detached.
     pub finals: Vec<Erased>,
@@ -129,11 +132,14 @@ fn store(buf: &mut Erased, value: VarId, at: VarId, len: usize) -> Result<()> {
 }
 
 /// What a step's pass reached outside the step, in the order it did: the captured nodes that got
-/// cotangents (accumulators) and the deferred products `(node, type, m, k, n)`.
+/// cotangents (accumulators) and the deferred products `(node, type, m, k, n)`, each with the
+/// sequence (its position among those with gradients) whose row was its left operand and the
+/// right operand, when that row's gradient `c·bᵀ` was deferred too.
 #[derive(Default, PartialEq)]
 struct Found {
     reached: Vec<(AdIndex, VarType, usize)>,
     products: Vec<(AdIndex, VarType, usize, usize, usize)>,
+    lefts: Vec<Option<(usize, VarId)>>,
 }
 
 impl Found {
@@ -159,6 +165,11 @@ struct Shapes {
     carry: Vec<(VarType, Vec<usize>)>,
     xs: Vec<(VarType, Vec<usize>)>,
     ys: Vec<(VarType, Vec<usize>)>,
+    /// Per sequence: whether its rows are leaves of the step (a float sequence with a gradient).
+    xs_grad: Vec<bool>,
+    /// The steps run from the last row to the first (a row's deferred gradient `c·bᵀ` would
+    /// come out in step order: it is computed in the step instead).
+    reverse: bool,
     /// Per product of the body: `(elements, by step)` when the step reads it from the forward,
     /// pushed out over the rows of `xs` (row `t`) or saved at every step (row `s`, `by step`);
     /// those arrays are the last arguments, in product order.
@@ -166,13 +177,27 @@ struct Shapes {
 }
 
 impl Shapes {
-    /// Row `t` of each of `xs`.
-    fn rows_at(&self, xs: &[Erased], t: VarId) -> Result<Vec<Erased>> {
-        self.xs
-            .iter()
-            .zip(xs)
-            .map(|((_, shape), x)| row(x.id(), t, shape))
-            .collect()
+    /// Row `t` of each of `xs`, those of sequences with gradients on fresh leaves (returned too,
+    /// one per such sequence).
+    fn rows_at(&self, xs: &[Erased], t: VarId) -> Result<(Vec<Erased>, Vec<AdIndex>)> {
+        let mut rows = Vec::with_capacity(xs.len());
+        let mut leaves = Vec::new();
+        for (((_, shape), x), &grad) in self.xs.iter().zip(xs).zip(&self.xs_grad) {
+            let r = row(x.id(), t, shape)?;
+            if grad {
+                let leaf = crate::ad::jax::new_leaf(r.id());
+                leaves.push(leaf);
+                rows.push(Erased::with_node(r.id(), shape.clone(), leaf));
+            } else {
+                rows.push(r);
+            }
+        }
+        Ok((rows, leaves))
+    }
+
+    /// The sequences with gradients (their positions in `xs`).
+    fn grad_xs(&self) -> Vec<usize> {
+        (0..self.xs.len()).filter(|&i| self.xs_grad[i]).collect()
     }
 
     /// The hook that makes the body read row `t` of the forward's pushed-out products (the last
@@ -242,8 +267,9 @@ pub(super) fn possible() -> bool {
 
 /// One step's vector-Jacobian product. `args`: `[s, t, ct of each float carry entry, stacked ct
 /// of each float y, states of each carry entry, each xs, captured…]`; `bufs` (when recording):
-/// one accumulator per reached node, then `A` and `C` of each deferred product. Returns the
-/// cotangent of each float carry entry at step `s`.
+/// one accumulator per reached node, then `A` and `C` of each deferred product, then the stacked
+/// cotangent of each sequence with a gradient (row `t` is written). Returns the cotangent of each
+/// float carry entry at step `s`.
 fn vjp_step(
     sh: &Shapes,
     step: &mut Step,
@@ -260,7 +286,7 @@ fn vjp_step(
     let xs = &a[2 + fc.len() + fy.len() + sh.carry.len()..][..sh.xs.len()];
     let start = graph::with(|g| g.next_seq());
     let (carry, leaves) = carry_at(sh, states, s)?;
-    let rows = sh.rows_at(xs, t)?;
+    let (rows, x_leaves) = sh.rows_at(xs, t)?;
     let hook = Installed::new(sh.hook(a, s, t));
     let stepped = step(&a[0], &carry, &rows);
     drop(hook.take());
@@ -278,7 +304,12 @@ fn vjp_step(
             seeds.push((e.ad(), Grad::share(r.id(), 0)));
         }
     }
-    let pass = pass_within(start, seeds)?;
+    let rows_deferred = if sh.reverse {
+        Vec::new()
+    } else {
+        x_leaves.clone()
+    };
+    let pass = pass_within(start, seeds, rows_deferred)?;
     // (the results' handles held the nodes the pass started from)
     drop((c2, y));
     let mut out = Vec::with_capacity(fc.len());
@@ -296,6 +327,22 @@ fn vjp_step(
         });
     }
     drop(carry);
+    // each sequence row's cotangent goes to row `t` of its stacked cotangent
+    let x_grads: Vec<Option<Grad>> = x_leaves
+        .iter()
+        .map(|&leaf| graph::with(|g| g.node_mut(leaf).grad.take()))
+        .collect();
+    drop(rows);
+    if let Some((b, expected)) = bufs.as_mut() {
+        let first = expected.reached.len() + 2 * expected.products.len();
+        for ((k, g), i) in x_grads.into_iter().enumerate().zip(sh.grad_xs()) {
+            let len: usize = sh.xs[i].1.iter().product();
+            if let Some(g) = g {
+                let g = fit(&g, len, kiln_core::size(g.id()));
+                store(&mut b.0[first + k], g.id(), t, len)?;
+            }
+        }
+    }
     // (recording: the buffers were laid out by a first run, which this one must repeat — a scan
     // nested in the body runs differently inside a recording, say)
     let differs = || {
@@ -323,6 +370,11 @@ fn vjp_step(
     for (p, d) in pass.deferred.into_iter().enumerate() {
         let shape = (d.node, d.a.ty(), d.m, d.k, d.n);
         found.products.push(shape);
+        let left = d.left.as_ref().and_then(|(leaf, b)| {
+            let k = x_leaves.iter().position(|l| l == leaf)?;
+            Some((k, b.id()))
+        });
+        found.lefts.push(left);
         if let Some((b, expected)) = bufs.as_mut() {
             if expected.products.get(p) != Some(&shape) {
                 return Err(differs());
@@ -336,7 +388,8 @@ fn vjp_step(
 }
 
 /// One step's tangent (forward mode). `args`: `[s, t, tangent of each float carry entry,
-/// states of each carry entry, each xs, captured…, tangent of each captured node]`; `bufs`: the
+/// states of each carry entry, each xs, captured…, tangent of each captured node, stacked tangent
+/// of each sequence with a gradient]`; `bufs`: the
 /// stacked tangent of each float `y` (row `t` is written). Returns the tangent of each float
 /// carry entry after step `s`.
 fn jvp_step(
@@ -352,7 +405,9 @@ fn jvp_step(
     let tc = &a[2..2 + fc.len()];
     let states = &a[2 + fc.len()..][..sh.carry.len()];
     let xs = &a[2 + fc.len() + sh.carry.len()..][..sh.xs.len()];
-    let tn = &a[a.len() - nodes.len()..];
+    let nx = sh.grad_xs().len();
+    let tn = &a[a.len() - nodes.len() - nx..a.len() - nx];
+    let tx = &a[a.len() - nx..];
     let start = graph::with(|g| g.next_seq());
     let (carry, leaves) = carry_at(sh, states, s)?;
     let mut seeds = Vec::new();
@@ -365,7 +420,11 @@ fn jvp_step(
         let g = Grad::share(tv.id(), 0);
         seeds.push((node, fit(&g, size, kiln_core::size(g.id()))));
     }
-    let rows = sh.rows_at(xs, t)?;
+    let (rows, x_leaves) = sh.rows_at(xs, t)?;
+    for ((&leaf, tv), i) in x_leaves.iter().zip(tx).zip(sh.grad_xs()) {
+        let r = row(tv.id(), t, &sh.xs[i].1)?;
+        seeds.push((leaf, Grad::share(r.id(), 0)));
+    }
     let (c2, y) = step(&a[0], &carry, &rows)?;
     let outs: Vec<AdIndex> = c2
         .iter()
@@ -393,7 +452,7 @@ fn jvp_step(
         let v = tangent(&y[i], &sh.ys[i].1);
         store(&mut bufs.0[k], v.id(), t, v.numel())?;
     }
-    drop((c2, y, carry));
+    drop((c2, y, carry, rows));
     Ok(Arrays(out))
 }
 
@@ -457,9 +516,14 @@ struct Shared {
     n: usize,
     reverse: bool,
     /// The hub's parents: the float entries of the initial carry that carry nodes (their
-    /// positions among the float carry entries), then the captured nodes.
+    /// positions among the float carry entries), then the captured nodes, then the sequences
+    /// with gradients (`Shapes::grad_xs`).
     init_parents: Vec<usize>,
     captured_parents: Vec<AdIndex>,
+    n_xs_parents: usize,
+    /// Per deferred product whose left operand was a sequence's row: that sequence (among those
+    /// with gradients) and the right operand `b` (every row's gradient is `C·bᵀ`).
+    lefts: Vec<Option<(usize, Handle)>>,
     /// All of the hub's parents, in order.
     parent_nodes: Vec<AdIndex>,
     /// Cotangents parked by the outputs' nodes: float carry entries, then float `y`s.
@@ -499,6 +563,17 @@ pub(super) fn attach(
     report: &mut ScanReport,
 ) -> Result<Option<(Vec<Erased>, Vec<Erased>)>> {
     let sh = shapes(&fw);
+    // the sequences' nodes become the hub's last parents; the step reads their values only
+    let xs_parents: Vec<AdIndex> = sh.grad_xs().iter().map(|&i| fw.xs[i].ad()).collect();
+    for &node in &xs_parents {
+        graph::inc_ref(node);
+    }
+    let _xs_refs = NodeRefs(xs_parents.clone());
+    fw.xs = fw
+        .xs
+        .iter()
+        .map(|x| Erased::borrow(x.id(), x.shape.clone()))
+        .collect();
     fw.reads = fw
         .pushed
         .iter()
@@ -539,7 +614,7 @@ pub(super) fn attach(
             }
         }
     }
-    let mut bufs = buffers(&found, fw.n)?;
+    let mut bufs = buffers(&found, &sh, fw.n)?;
     let mut again = Found::default();
     let replay = record(
         label,
@@ -561,6 +636,7 @@ pub(super) fn attach(
         .iter()
         .map(|&k| fw.init[fc[k]].ad())
         .chain(captured_parents.iter().copied())
+        .chain(xs_parents.iter().copied())
         .collect();
     if parents.is_empty() {
         // nothing with a gradient reaches the results
@@ -573,6 +649,11 @@ pub(super) fn attach(
     };
     note(report, label, &found, fw.n);
     let n_float = fc.len() + sh.float_ys().len();
+    let lefts = found
+        .lefts
+        .iter()
+        .map(|l| l.map(|(k, b)| (k, Handle::borrow(b))))
+        .collect();
     let outs: Vec<Erased> = fw.finals.into_iter().chain(fw.ys).collect();
     let mut captured = fw.captured;
     captured.extend(fw.reads);
@@ -588,6 +669,8 @@ pub(super) fn attach(
         reverse: fw.reverse,
         init_parents,
         captured_parents,
+        n_xs_parents: xs_parents.len(),
+        lefts,
         parent_nodes: parents,
         cts: Mutex::new((0..n_float).map(|_| None).collect()),
         tangent_step: Mutex::new(tangent_step),
@@ -603,6 +686,8 @@ fn shapes(fw: &Forward) -> Shapes {
         carry: fw.init.iter().map(|e| (e.ty, e.shape.clone())).collect(),
         xs: fw.xs.iter().map(rows_of).collect(),
         ys: fw.ys.iter().map(rows_of).collect(),
+        xs_grad: fw.xs.iter().map(|x| float(x.ty) && x.ad() != 0).collect(),
+        reverse: fw.reverse,
         pushed: fw
             .pushed
             .iter()
@@ -708,6 +793,9 @@ fn record_tangent(
         let (ty, size) = graph::with(|g| (g.node(node).ty, g.node(node).size));
         args.push(zeros(ty, size)?);
     }
+    for i in sh.grad_xs() {
+        args.push(zeros(fw.xs[i].ty, fw.xs[i].numel())?);
+    }
     let mut bufs = tangent_buffers(sh, n)?;
     Ok(record(
         label,
@@ -731,9 +819,9 @@ fn split(mut outs: Vec<Erased>, n_carry: usize) -> (Vec<Erased>, Vec<Erased>) {
     (outs, ys)
 }
 
-/// The step's buffers: a zero accumulator per reached node, and `A`, `C` (every step's rows) per
-/// deferred product.
-fn buffers(found: &Found, n: usize) -> Result<Arrays> {
+/// The step's buffers: a zero accumulator per reached node, `A`, `C` (every step's rows) per
+/// deferred product, and the stacked cotangent of each sequence with a gradient.
+fn buffers(found: &Found, sh: &Shapes, n: usize) -> Result<Arrays> {
     let mut b = Vec::new();
     for &(_, ty, size) in &found.reached {
         b.push(zeros(ty, size)?);
@@ -741,6 +829,10 @@ fn buffers(found: &Found, n: usize) -> Result<Arrays> {
     for &(_, ty, m, k, nn) in &found.products {
         b.push(zeros(ty, n * m * k)?);
         b.push(zeros(ty, n * m * nn)?);
+    }
+    for i in sh.grad_xs() {
+        let (ty, row) = &sh.xs[i];
+        b.push(zeros(*ty, n * row.iter().product::<usize>())?);
     }
     Ok(Arrays(b))
 }
@@ -754,6 +846,19 @@ fn note(report: &mut ScanReport, label: &str, found: &Found, n: usize) {
         let msg = format!(
             "gradient push-out: the gradient of a captured [{k}, {nn}] matrix, Σ over {n} steps of a [{m}, {k}]ᵀ·[{m}, {nn}] product, is one [{k}, {}]·[{}, {nn}] product after the gradient scan",
             n * m,
+            n * m
+        );
+        tracing::info!(target: "scan", "scan {label}: {msg}");
+        report.rewrites.push(msg);
+    }
+    for (&(_, _, m, k, nn), _) in found
+        .products
+        .iter()
+        .zip(&found.lefts)
+        .filter(|p| p.1.is_some())
+    {
+        let msg = format!(
+            "gradient push-out: the rows' gradient of a sequence read as the [{m}, {k}] left operand of a product with a captured [{k}, {nn}] matrix is one [{}, {nn}]·[{nn}, {k}] product after the gradient scan",
             n * m
         );
         tracing::info!(target: "scan", "scan {label}: {msg}");
@@ -800,6 +905,20 @@ impl Shared {
                 },
             );
         }
+        let first_x = self.init_parents.len() + self.captured_parents.len();
+        let mut tx = Vec::with_capacity(self.n_xs_parents);
+        for (k, i) in self.sh.grad_xs().into_iter().enumerate() {
+            let (ty, row) = &self.sh.xs[i];
+            let len = self.n * row.iter().product::<usize>();
+            tx.push(match tangents.get(first_x + k).cloned().flatten() {
+                Some(g) => {
+                    let g = fit(&g, len, kiln_core::size(g.id()));
+                    kiln_core::inc_ref(g.id());
+                    solid(Erased::own(g.id(), vec![len]))?
+                }
+                None => zeros(*ty, len)?,
+            });
+        }
         let mut bufs = tangent_buffers(&self.sh, self.n)?;
         let mut replay = self.tangent_step.lock();
         for s in 0..self.n {
@@ -811,8 +930,9 @@ impl Shared {
             a.extend(self.captured.iter().cloned());
             let first_tn = a.len();
             a.extend(tn.iter().cloned());
+            a.extend(tx.iter().cloned());
             distinct(&mut a, 2..2 + fc.len())?;
-            let n_tn = tn.len();
+            let n_tn = tn.len() + tx.len();
             distinct(&mut a, first_tn..first_tn + n_tn)?;
             let out = replay(&Arrays(a), &mut bufs)?;
             tc = out.0.into_iter().map(solid).collect::<Result<_>>()?;
@@ -859,7 +979,7 @@ impl Shared {
             });
         }
         drop(parked);
-        let mut bufs = buffers(&self.found, self.n)?;
+        let mut bufs = buffers(&self.found, &self.sh, self.n)?;
         let mut replay = self.replay.lock();
         for s in (0..self.n).rev() {
             let t = if self.reverse { self.n - 1 - s } else { s };
@@ -910,6 +1030,22 @@ impl Shared {
                 }
             }
             grads.push(sum.map(|h| Grad::own(h.into_id(), 0)));
+        }
+        // a sequence's gradient: the rows each step stored, plus `C·bᵀ` for every product whose
+        // left operand was its row (deferred), each one product over all steps
+        let first = nr + 2 * self.found.products.len();
+        for k in 0..self.n_xs_parents {
+            let mut sum = Handle::borrow(bufs.0[first + k].id());
+            for (p, &(_, _, m, kk, nn)) in self.found.products.iter().enumerate() {
+                let Some((_, b)) = self.lefts[p].as_ref().filter(|l| l.0 == k) else {
+                    continue;
+                };
+                let c = bufs.0[nr + 2 * p + 1].id();
+                let trans = kiln_core::Trans { a: false, b: true };
+                let prod = Handle::own(kiln_core::matmul_t(c, b.id(), self.n * m, nn, kk, trans)?);
+                sum = Handle::own(kiln_core::op(Op::Add, &[sum.id(), prod.id()])?);
+            }
+            grads.push(Some(Grad::own(sum.into_id(), 0)));
         }
         Ok(grads)
     }
@@ -972,5 +1108,16 @@ impl Rule for Output {
     }
     fn forward(&self, _token: &[Option<Grad>]) -> Option<Grad> {
         self.shared.tangents.lock()[self.k].take()
+    }
+}
+
+/// References to AD nodes, released when dropped (also on an early return).
+struct NodeRefs(Vec<AdIndex>);
+
+impl Drop for NodeRefs {
+    fn drop(&mut self) {
+        for &node in &self.0 {
+            graph::dec_ref(node);
+        }
     }
 }

@@ -455,8 +455,9 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
 
 impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
     /// The differentiated scan as the plain scan forward and a gradient scan backward
-    /// ([`super::grad`]): when no input in `xs` carries a gradient, the states are not asked for,
-    /// the derivatives are first order and no frozen function is recording. `None`: it does not
+    /// ([`super::grad`]): when the states are not asked for, the derivatives are first order and
+    /// no frozen function is recording (inputs in `xs` may carry gradients: their rows'
+    /// cotangents are stacked by the gradient scan). `None`: it does not
     /// apply (or the step's VJP could not be recorded).
     fn gradient_scan<Y: Tree + Clone>(
         &self,
@@ -464,8 +465,7 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         n: usize,
         report: &mut ScanReport,
     ) -> Result<Option<(C, Y)>> {
-        let applies =
-            n > 0 && !self.keep_states && !self.xs.carries_grad() && super::grad::possible();
+        let applies = n > 0 && !self.keep_states && super::grad::possible();
         if !applies {
             return Ok(None);
         }

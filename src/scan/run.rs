@@ -1695,9 +1695,10 @@ fn stepped(
             for (j, y) in out.outs.iter().enumerate() {
                 if y.ty != an.out_types[j] || y.shape != an.out_rows[j] {
                     return Err(Error::Scan(format!(
-                        "scan {label}: {} is {} at this step but was {} {:?} at the first",
+                        "scan {label}: {} is {} at {} but was {} {:?} at the first",
                         spec.out_name(j),
                         y.describe(),
+                        step_name(&t),
                         an.out_types[j],
                         an.out_rows[j]
                     )));
@@ -1803,4 +1804,24 @@ fn stepped(
         pushed,
         saved,
     })
+}
+
+/// "step k" when the step number `t` is known on the host (a body that read it), else "this
+/// step" (the step is traced once for all steps; inside a recording nothing is read).
+fn step_name(t: &V) -> String {
+    let known = !kiln_core::freeze::record::active()
+        && kiln_core::is_evaluated(t.id())
+        && kiln_core::size(t.id()) == 1;
+    let bytes = if known {
+        kiln_core::read_bytes(t.id()).ok()
+    } else {
+        None
+    };
+    match bytes.as_deref() {
+        Some(&[a, b, c, d]) => format!("step {}", u32::from_le_bytes([a, b, c, d])),
+        Some(&[a, b, c, d, e, f, g, h]) => {
+            format!("step {}", u64::from_le_bytes([a, b, c, d, e, f, g, h]))
+        }
+        _ => "this step".into(),
+    }
 }

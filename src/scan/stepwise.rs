@@ -154,7 +154,7 @@ pub(crate) fn run(
 }
 
 /// The scan as a gradient scan ([`super::grad`]) when it has the simple pattern: every sequence
-/// read at tap 0 and carrying no gradient, every output a SITSOT (taps `[-1]`) or a NITSOT with
+/// read at tap 0 (with a gradient or not), every output a SITSOT (taps `[-1]`) or a NITSOT with
 /// every row kept, forward order, no `truncate_gradient`, `keep_states` or `until`, first order,
 /// outside a frozen recording, and a body without side effects. `None`: it does not apply.
 fn gradient_scan(
@@ -165,10 +165,7 @@ fn gradient_scan(
     use super::spec::Keep;
     let sitsot = |o: &super::spec::OutSpec| o.init.is_some() && o.taps == [-1];
     let applies = n > 0
-        && spec
-            .seqs
-            .iter()
-            .all(|q| q.taps == [0] && !q.data.carries_grad())
+        && spec.seqs.iter().all(|q| q.taps == [0])
         && spec
             .outs
             .iter()
