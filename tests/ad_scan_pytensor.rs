@@ -732,3 +732,173 @@ fn a_sequence_with_a_gradient_keeps_the_gradient_scan() {
         1e-6,
     );
 }
+
+/// What [`rnn_variant`] gives: the outputs, the reverse-mode gradient per input, the forward-mode
+/// tangent of the outputs per input, the scan's mode.
+type Ran = (Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>, String);
+
+/// One variant of the scan below: `go_backwards`, `reverse`, `until` (stop after step 3),
+/// `truncate_gradient` and `n_steps`.
+#[derive(Clone, Copy, Debug)]
+struct Variant {
+    go_backwards: bool,
+    reverse: bool,
+    until: bool,
+    truncate: Option<usize>,
+    n_steps: Option<usize>,
+}
+
+/// An RNN over `[7, 2, 3]` rows in PyTensor's face with every input carrying a gradient, run as
+/// `v` says: the outputs, the reverse-mode gradient of `Σ w ⊙ outputs` for each input, and the
+/// forward-mode tangent of the outputs along each input (a fixed direction). `stepwise` keeps the
+/// states, so that the body runs once per step with derivatives recorded (the oracle).
+fn rnn_variant(v: Variant, stepwise: bool) -> Ran {
+    let (len, b_, xd, hd) = (7usize, 2usize, 3usize, 4usize);
+    let data = [
+        rand(hd * hd, 81),
+        rand(xd * hd, 82),
+        rand(b_ * hd, 83),
+        rand(len * b_ * xd, 84),
+    ];
+    let run = |args: &[Float64]| -> (Float64, String) {
+        let u = t(&args[1], &[xd, hd]);
+        let mut sc = Scan::new()
+            .sequence(&t(&args[3], &[len, b_, xd]))
+            .output(&t(&args[2], &[b_, hd]))
+            .output_none()
+            .non_sequence(&t(&args[0], &[hd, hd]))
+            .go_backwards(v.go_backwards)
+            .reverse(v.reverse)
+            .keep_states(stepwise);
+        if let Some(k) = v.truncate {
+            sc = sc.truncate_gradient(k);
+        }
+        if let Some(n) = v.n_steps {
+            sc = sc.n_steps(n);
+        }
+        let until = v.until;
+        let r = sc
+            .run(|s| {
+                let x = s.seq(0, 0);
+                let h = (s.out(0, -1).matmul(&s.non_seq(0)) + x.matmul(&u)).tanh();
+                if until {
+                    s.until(&s.t().ge(&Tensor::scalar(3u32)));
+                }
+                let y = &h.sum_axis(1) * &x.sum_axis(1);
+                (h, y)
+            })
+            .unwrap();
+        (
+            joined(&[r.output(0), r.output(1)]),
+            r.report().mode.to_string(),
+        )
+    };
+    let fresh = || -> Vec<Float64> {
+        data.iter()
+            .map(|d| {
+                let mut a = Float64::from_slice(d);
+                a.enable_grad();
+                a
+            })
+            .collect()
+    };
+    let args = fresh();
+    let (y, mode) = run(&args);
+    let w = Float64::from_slice(&rand(y.len(), 85));
+    kiln::ad::backward_from(&y, &w).unwrap();
+    let rev = args.iter().map(|a| a.grad().to_vec()).collect();
+    let values = y.detach().to_vec();
+    let mut fwd = Vec::new();
+    for k in 0..data.len() {
+        let args = fresh();
+        args[k].set_grad(&Float64::from_slice(&rand(data[k].len(), 86 + k as u64)));
+        let (y, _) = run(&args);
+        kiln::ad::forward(&args[k]).unwrap();
+        fwd.push(y.grad().to_vec());
+    }
+    (values, rev, fwd, mode)
+}
+
+/// `go_backwards`, `reverse`, `until`, `truncate_gradient` and `n_steps` (alone and together),
+/// with a sequence, a captured weight, a non-sequence and the initial state carrying gradients:
+/// the gradient scan gives what the scan run step by step gives, in both modes, to 1e-12.
+#[test]
+fn backwards_until_and_truncated_scans_are_gradient_scans() {
+    let _s = serial();
+    let plain = Variant {
+        go_backwards: false,
+        reverse: false,
+        until: false,
+        truncate: None,
+        n_steps: None,
+    };
+    let variants = [
+        plain,
+        Variant {
+            go_backwards: true,
+            ..plain
+        },
+        Variant {
+            reverse: true,
+            ..plain
+        },
+        Variant {
+            until: true,
+            ..plain
+        },
+        Variant {
+            truncate: Some(3),
+            ..plain
+        },
+        Variant {
+            truncate: Some(9),
+            ..plain
+        },
+        Variant {
+            n_steps: Some(5),
+            ..plain
+        },
+        Variant {
+            go_backwards: true,
+            n_steps: Some(5),
+            ..plain
+        },
+        Variant {
+            go_backwards: true,
+            until: true,
+            truncate: Some(2),
+            ..plain
+        },
+        Variant {
+            reverse: true,
+            truncate: Some(3),
+            ..plain
+        },
+        Variant {
+            until: true,
+            truncate: Some(2),
+            n_steps: Some(6),
+            ..plain
+        },
+    ];
+    no_leak(|| {
+        for v in variants {
+            let (ya, ra, fa, mode) = rnn_variant(v, false);
+            let (yb, rb, fb, oracle) = rnn_variant(v, true);
+            assert_eq!(mode, "differentiated, gradient scan", "{v:?}");
+            assert_eq!(oracle, "differentiated", "{v:?}");
+            assert_eq!(ya, yb, "{v:?}: values");
+            for (what, a, b) in [("reverse", &ra, &rb), ("forward", &fa, &fb)] {
+                for (k, (ga, gb)) in a.iter().zip(b).enumerate() {
+                    let scale = gb.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
+                    for (x, y) in ga.iter().zip(gb) {
+                        assert!(
+                            (x - y).abs() <= 1e-12 * scale,
+                            "{v:?}: {what} mode, input {k}: {ga:?} vs {gb:?}"
+                        );
+                    }
+                }
+            }
+        }
+    });
+}

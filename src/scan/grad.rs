@@ -65,8 +65,36 @@ pub(super) struct Forward {
     /// The arrays of `pushed` and `saved`, in product order (filled by `attach`): the step's last
     /// inputs.
     pub reads: Vec<Erased>,
+    /// The steps run (fewer than the sequences' rows after `until` or with `n_steps`).
     pub n: usize,
+    /// The sequences are read from their last row (row `len − 1 − s` at step `s`; all of one
+    /// length `len`).
     pub reverse: bool,
+    /// The `y`s are stored from the last row (row `n − 1 − s` for step `s`): JAX's `reverse`.
+    pub ys_reversed: bool,
+    /// Gradients flow back through the last this many steps only (PyTensor's
+    /// `truncate_gradient`).
+    pub truncate: Option<usize>,
+}
+
+impl Forward {
+    /// The sequences' row read at step `s`.
+    fn t_of(&self, s: usize) -> usize {
+        t_of(
+            self.reverse,
+            self.xs.first().map_or(self.n, |x| x.shape[0]),
+            s,
+        )
+    }
+}
+
+/// The sequences' row read at step `s` (of `len` rows; from the last when `reverse`).
+fn t_of(reverse: bool, len: usize, s: usize) -> usize {
+    if reverse {
+        len - 1 - s
+    } else {
+        s
+    }
 }
 
 fn float(ty: VarType) -> bool {
@@ -167,9 +195,14 @@ struct Shapes {
     ys: Vec<(VarType, Vec<usize>)>,
     /// Per sequence: whether its rows are leaves of the step (a float sequence with a gradient).
     xs_grad: Vec<bool>,
-    /// The steps run from the last row to the first (a row's deferred gradient `c·bᵀ` would
-    /// come out in step order: it is computed in the step instead).
-    reverse: bool,
+    /// Per sequence: its rows.
+    x_rows: Vec<usize>,
+    /// A row's gradient through a deferred product may be deferred too: the sequences are read
+    /// in step order and have as many rows as steps (`C·bᵀ` comes out in step order).
+    defer_rows: bool,
+    /// The `y`s are stored from the last row: row `n − 1 − s` for step `s`.
+    ys_reversed: bool,
+    n: usize,
     /// Per product of the body: `(elements, by step)` when the step reads it from the forward,
     /// pushed out over the rows of `xs` (row `t`) or saved at every step (row `s`, `by step`);
     /// those arrays are the last arguments, in product order.
@@ -224,6 +257,15 @@ impl Shapes {
             next: 0,
             saved: Vec::new(),
         }
+    }
+
+    /// The `y`s' row of step `s` (`s`, or `n − 1 − s` computed in the step).
+    fn y_at(&self, s: VarId) -> Result<Handle> {
+        if !self.ys_reversed {
+            return Ok(Handle::borrow(s));
+        }
+        let last = Handle::own(kiln_core::literal(VarType::U32, self.n as u64 - 1, 1));
+        Ok(Handle::own(kiln_core::op(Op::Sub, &[last.id(), s])?))
     }
 
     fn float_carry(&self) -> Vec<usize> {
@@ -300,14 +342,14 @@ fn vjp_step(
     }
     for (k, &i) in fy.iter().enumerate() {
         if let Some(e) = y.get(i).filter(|e| e.ad() != 0) {
-            let r = row(ct_y[k].id(), t, &sh.ys[i].1)?;
+            let r = row(ct_y[k].id(), sh.y_at(s)?.id(), &sh.ys[i].1)?;
             seeds.push((e.ad(), Grad::share(r.id(), 0)));
         }
     }
-    let rows_deferred = if sh.reverse {
-        Vec::new()
-    } else {
+    let rows_deferred = if sh.defer_rows {
         x_leaves.clone()
+    } else {
+        Vec::new()
     };
     let pass = pass_within(start, seeds, rows_deferred)?;
     // (the results' handles held the nodes the pass started from)
@@ -450,7 +492,7 @@ fn jvp_step(
         .collect();
     for (k, &i) in fy.iter().enumerate() {
         let v = tangent(&y[i], &sh.ys[i].1);
-        store(&mut bufs.0[k], v.id(), t, v.numel())?;
+        store(&mut bufs.0[k], v.id(), sh.y_at(s)?.id(), v.numel())?;
     }
     drop((c2, y, carry, rows));
     Ok(Arrays(out))
@@ -515,6 +557,10 @@ struct Shared {
     captured: Vec<Erased>,
     n: usize,
     reverse: bool,
+    /// The sequences' rows (all of one length when `reverse`).
+    x_len: usize,
+    /// The first step that is differentiated (after `truncate_gradient`; 0: every step).
+    first: usize,
     /// The hub's parents: the float entries of the initial carry that carry nodes (their
     /// positions among the float carry entries), then the captured nodes, then the sequences
     /// with gradients (`Shapes::grad_xs`).
@@ -640,14 +686,14 @@ pub(super) fn attach(
         .collect();
     if parents.is_empty() {
         // nothing with a gradient reaches the results
-        note(report, label, &found, fw.n);
+        note(report, label, &found, &fw);
         let outs: Vec<Erased> = fw.finals.into_iter().chain(fw.ys).collect();
         return Ok(Some(split(outs, sh.carry.len())));
     }
     let Some(tangent_step) = record_tangent(&sh, step, &fw, &captured_parents, label)? else {
         return Ok(None);
     };
-    note(report, label, &found, fw.n);
+    note(report, label, &found, &fw);
     let n_float = fc.len() + sh.float_ys().len();
     let lefts = found
         .lefts
@@ -655,6 +701,7 @@ pub(super) fn attach(
         .map(|l| l.map(|(k, b)| (k, Handle::borrow(b))))
         .collect();
     let outs: Vec<Erased> = fw.finals.into_iter().chain(fw.ys).collect();
+    let x_len = fw.xs.first().map_or(fw.n, |x| x.shape[0]);
     let mut captured = fw.captured;
     captured.extend(fw.reads);
     let shared = Arc::new(Shared {
@@ -667,6 +714,8 @@ pub(super) fn attach(
         captured,
         n: fw.n,
         reverse: fw.reverse,
+        x_len,
+        first: fw.n - fw.truncate.unwrap_or(fw.n).min(fw.n),
         init_parents,
         captured_parents,
         n_xs_parents: xs_parents.len(),
@@ -687,14 +736,17 @@ fn shapes(fw: &Forward) -> Shapes {
         xs: fw.xs.iter().map(rows_of).collect(),
         ys: fw.ys.iter().map(rows_of).collect(),
         xs_grad: fw.xs.iter().map(|x| float(x.ty) && x.ad() != 0).collect(),
-        reverse: fw.reverse,
+        x_rows: fw.xs.iter().map(|x| x.shape[0]).collect(),
+        defer_rows: !fw.reverse && fw.xs.iter().all(|x| x.shape[0] == fw.n),
+        ys_reversed: fw.ys_reversed,
+        n: fw.n,
         pushed: fw
             .pushed
             .iter()
             .zip(fw.saved.iter().chain(std::iter::repeat(&None)))
             .map(|(p, v)| match (p, v) {
                 (Some(p), _) => Some((p.m * p.n, false)),
-                (None, Some(v)) => Some((kiln_core::size(v.id()) / fw.n, true)),
+                (None, Some(v)) => Some((v.shape[1..].iter().product(), true)),
                 (None, None) => None,
             })
             .collect(),
@@ -722,7 +774,7 @@ fn too_long(fw: &Forward) -> bool {
 /// forward's products…]`.
 fn vjp_args(sh: &Shapes, fw: &Forward) -> Result<Arrays> {
     let n = fw.n;
-    let mut args = vec![index(n - 1)?, index(if fw.reverse { 0 } else { n - 1 })?];
+    let mut args = vec![index(n - 1)?, index(fw.t_of(n - 1))?];
     for j in sh.float_carry() {
         args.push(shaped(
             zeros(sh.carry[j].0, fw.init[j].numel())?,
@@ -778,7 +830,7 @@ fn record_tangent(
     label: &str,
 ) -> Result<Option<Replay>> {
     let n = fw.n;
-    let mut args = vec![index(0)?, index(if fw.reverse { n - 1 } else { 0 })?];
+    let mut args = vec![index(0)?, index(fw.t_of(0))?];
     for j in sh.float_carry() {
         args.push(shaped(
             zeros(sh.carry[j].0, fw.init[j].numel())?,
@@ -832,15 +884,20 @@ fn buffers(found: &Found, sh: &Shapes, n: usize) -> Result<Arrays> {
     }
     for i in sh.grad_xs() {
         let (ty, row) = &sh.xs[i];
-        b.push(zeros(*ty, n * row.iter().product::<usize>())?);
+        b.push(zeros(*ty, sh.x_rows[i] * row.iter().product::<usize>())?);
     }
     Ok(Arrays(b))
 }
 
 /// The report says what the gradient scan does.
-fn note(report: &mut ScanReport, label: &str, found: &Found, n: usize) {
+fn note(report: &mut ScanReport, label: &str, found: &Found, fw: &Forward) {
+    let n = fw.n;
     report.mode = "differentiated, gradient scan";
-    report.mode_reason = "an input carries a gradient: the forward ran as the plain scan keeping its carries, and the backward replays the step's recorded vector-Jacobian product from the last step to the first".into();
+    let to = match fw.truncate.filter(|&k| k < n) {
+        Some(k) => format!("back through the last {k} step(s) only (truncate_gradient)"),
+        None => "to the first".into(),
+    };
+    report.mode_reason = format!("an input carries a gradient: the forward ran as the plain scan keeping its carries, and the backward replays the step's recorded vector-Jacobian product from the last step {to}");
     report.grad_matmuls_pushed_out = found.products.len();
     for &(_, _, m, k, nn) in &found.products {
         let msg = format!(
@@ -909,7 +966,7 @@ impl Shared {
         let mut tx = Vec::with_capacity(self.n_xs_parents);
         for (k, i) in self.sh.grad_xs().into_iter().enumerate() {
             let (ty, row) = &self.sh.xs[i];
-            let len = self.n * row.iter().product::<usize>();
+            let len = self.sh.x_rows[i] * row.iter().product::<usize>();
             tx.push(match tangents.get(first_x + k).cloned().flatten() {
                 Some(g) => {
                     let g = fit(&g, len, kiln_core::size(g.id()));
@@ -919,10 +976,18 @@ impl Shared {
                 None => zeros(*ty, len)?,
             });
         }
+        if self.first > 0 {
+            // (truncated: the steps before `first` pass no tangent on, the initial carry's
+            // included, as when they run with derivatives suspended)
+            for (e, &j) in tc.iter_mut().zip(&fc) {
+                let (ty, shape) = &self.sh.carry[j];
+                *e = shaped(zeros(*ty, shape.iter().product())?, shape);
+            }
+        }
         let mut bufs = tangent_buffers(&self.sh, self.n)?;
         let mut replay = self.tangent_step.lock();
-        for s in 0..self.n {
-            let t = if self.reverse { self.n - 1 - s } else { s };
+        for s in self.first..self.n {
+            let t = t_of(self.reverse, self.x_len, s);
             let mut a = vec![index(s)?, index(t)?];
             a.append(&mut tc);
             a.extend(self.states.iter().cloned());
@@ -981,8 +1046,8 @@ impl Shared {
         drop(parked);
         let mut bufs = buffers(&self.found, &self.sh, self.n)?;
         let mut replay = self.replay.lock();
-        for s in (0..self.n).rev() {
-            let t = if self.reverse { self.n - 1 - s } else { s };
+        for s in (self.first..self.n).rev() {
+            let t = t_of(self.reverse, self.x_len, s);
             let mut a = vec![index(s)?, index(t)?];
             a.append(&mut ct_c);
             a.extend(ct_y.iter().cloned());
@@ -994,10 +1059,11 @@ impl Shared {
             ct_c = out.0.into_iter().map(solid).collect::<Result<_>>()?;
         }
         drop(replay);
+        // (truncated: nothing reaches the initial carry)
         let mut grads: Vec<Option<Grad>> = self
             .init_parents
             .iter()
-            .map(|&k| Some(Grad::share(ct_c[k].id(), 0)))
+            .map(|&k| (self.first == 0).then(|| Grad::share(ct_c[k].id(), 0)))
             .collect();
         let nr = self.found.reached.len();
         for &node in &self.captured_parents {

@@ -511,6 +511,8 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
             reads: Vec::new(),
             n,
             reverse: self.reverse,
+            ys_reversed: self.reverse,
+            truncate: None,
         };
         let Some((cs, ys)) = super::grad::attach(fw, &mut self.step_of(f), &self.label, report)?
         else {

@@ -1789,9 +1789,17 @@ fn stepped(
         .iter()
         .map(|&h| h.then(|| it.next().expect("a states buffer").h.clone()))
         .collect();
+    // (shaped [rows, per step]: after `until` fewer steps ran than it has rows)
     let saved: Vec<Option<Erased>> = saves
         .iter()
-        .map(|&k| k.then(|| it.next().expect("a saved product's buffer")))
+        .zip(&save_widths)
+        .map(|(&k, &w)| {
+            k.then(|| {
+                let e = it.next().expect("a saved product's buffer");
+                let rows = kiln_core::size(e.id()) / w.max(1);
+                Erased::borrow(e.id(), vec![rows, w])
+            })
+        })
         .collect();
     let finals = windows.into_iter().map(|mut w| w.pop()).collect();
     let states = states_out(sbufs, spec, an, steps, run)?;

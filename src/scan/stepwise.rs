@@ -154,9 +154,11 @@ pub(crate) fn run(
 }
 
 /// The scan as a gradient scan ([`super::grad`]) when it has the simple pattern: every sequence
-/// read at tap 0 (with a gradient or not), every output a SITSOT (taps `[-1]`) or a NITSOT with
-/// every row kept, forward order, no `truncate_gradient`, `keep_states` or `until`, first order,
-/// outside a frozen recording, and a body without side effects. `None`: it does not apply.
+/// read at tap 0 (with a gradient or not; all of one length when read backwards), every output a
+/// SITSOT (taps `[-1]`) or a NITSOT with every row kept, no `keep_states`, first order, outside a
+/// frozen recording, and a body without side effects. `go_backwards`, `reverse`, `until` (the
+/// gradient scan runs over the steps the scan ran) and `truncate_gradient` (over the last `k`
+/// of them) are the gradient scan's too. `None`: it does not apply.
 fn gradient_scan(
     spec: &Spec,
     body: &mut dyn FnMut(&StepIn) -> Result<StepOut>,
@@ -164,8 +166,11 @@ fn gradient_scan(
 ) -> Result<Option<RunOut>> {
     use super::spec::Keep;
     let sitsot = |o: &super::spec::OutSpec| o.init.is_some() && o.taps == [-1];
+    let backwards = spec.go_backwards || spec.reverse;
+    let len = spec.seqs.first().map_or(n, |q| q.data.shape[0]);
     let applies = n > 0
         && spec.seqs.iter().all(|q| q.taps == [0])
+        && (!backwards || spec.seqs.iter().all(|q| q.data.shape[0] == len))
         && spec
             .outs
             .iter()
@@ -174,8 +179,7 @@ fn gradient_scan(
             .pending_keep
             .iter()
             .all(|(_, k)| matches!(k, Keep::All))
-        && !(spec.go_backwards || spec.reverse || spec.keep_states)
-        && spec.truncate.is_none()
+        && !spec.keep_states
         && super::grad::possible();
     if !applies {
         return Ok(None);
@@ -193,8 +197,7 @@ fn gradient_scan(
         .iter()
         .map(|q| first_row(&q.data))
         .collect::<Result<_>>()?;
-    let probe = super::grad::has_effects(&mut step_of(spec, &carried, body, &until), &init, &row0);
-    if probe || until.get() {
+    if super::grad::has_effects(&mut step_of(spec, &carried, body, &until), &init, &row0) {
         return Ok(None);
     }
     // the plain scan forward, keeping every carry state and every step's products
@@ -211,7 +214,9 @@ fn gradient_scan(
     ) else {
         return Ok(None);
     };
-    if fwd.report.steps_run != n {
+    // (after `until`, the steps the scan ran)
+    let n = fwd.report.steps_run;
+    if n == 0 {
         return Ok(None);
     }
     captured.extend(spec.non_seqs.iter().cloned());
@@ -230,7 +235,9 @@ fn gradient_scan(
         saved: std::mem::take(&mut fwd.saved),
         reads: Vec::new(),
         n,
-        reverse: false,
+        reverse: backwards,
+        ys_reversed: spec.reverse,
+        truncate: spec.truncate,
     };
     if fw.finals.len() != carried.len() {
         return Ok(None);
