@@ -12,6 +12,17 @@ fn t(a: &Float64, shape: &[usize]) -> Tensor<f64> {
     Tensor::from_array(a.clone(), shape)
 }
 
+/// Each gradient of `a` equals the one of `b` (the oracle's) to 1e-12 of the largest (nonzero).
+fn same_gradients(a: &[Vec<f64>], b: &[Vec<f64>]) {
+    for (ga, gb) in a.iter().zip(b) {
+        let scale = gb.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0);
+        for (x, y) in ga.iter().zip(gb) {
+            assert!((x - y).abs() <= 1e-12 * scale, "{x} vs {y}");
+        }
+    }
+}
+
 #[test]
 fn a_nonlinear_carry_and_stacked_outputs() {
     let _s = serial();
@@ -656,14 +667,7 @@ fn a_gradient_scan_matches_the_unrolled_recurrence() {
         loss.backward();
         vec![w.grad().to_vec(), h0.grad().to_vec()]
     };
-    let (a, b) = (grads(true), grads(false));
-    for (ga, gb) in a.iter().zip(&b) {
-        let scale = gb.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        assert!(scale > 0.0);
-        for (x, y) in ga.iter().zip(gb) {
-            assert!((x - y).abs() <= 1e-12 * scale, "{x} vs {y}");
-        }
-    }
+    same_gradients(&grads(true), &grads(false));
 }
 
 /// A body with a side effect (a scatter into an array it captured) runs once per step, as the
@@ -1007,12 +1011,5 @@ fn two_stacked_rnn_layers_are_two_gradient_scans() {
             .map(|a| a.grad().to_vec())
             .collect()
     };
-    let (a, b) = (grads(true), grads(false));
-    for (ga, gb) in a.iter().zip(&b) {
-        let scale = gb.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        assert!(scale > 0.0);
-        for (x, y) in ga.iter().zip(gb) {
-            assert!((x - y).abs() <= 1e-12 * scale, "{x} vs {y}");
-        }
-    }
+    same_gradients(&grads(true), &grads(false));
 }

@@ -213,19 +213,8 @@ impl Shapes {
     /// Row `t` of each of `xs`, those of sequences with gradients on fresh leaves (returned too,
     /// one per such sequence).
     fn rows_at(&self, xs: &[Erased], t: VarId) -> Result<(Vec<Erased>, Vec<AdIndex>)> {
-        let mut rows = Vec::with_capacity(xs.len());
-        let mut leaves = Vec::new();
-        for (((_, shape), x), &grad) in self.xs.iter().zip(xs).zip(&self.xs_grad) {
-            let r = row(x.id(), t, shape)?;
-            if grad {
-                let leaf = crate::ad::jax::new_leaf(r.id());
-                leaves.push(leaf);
-                rows.push(Erased::with_node(r.id(), shape.clone(), leaf));
-            } else {
-                rows.push(r);
-            }
-        }
-        Ok((rows, leaves))
+        let kinds = self.xs.iter().zip(&self.xs_grad);
+        leafy_rows(xs, t, kinds.map(|((_, shape), &g)| (shape.as_slice(), g)))
     }
 
     /// The sequences with gradients (their positions in `xs`).
@@ -283,19 +272,32 @@ impl Shapes {
 /// Row `s` of every carry entry's states, the float ones on fresh leaves (returned too, one per
 /// float entry).
 fn carry_at(sh: &Shapes, states: &[Erased], s: VarId) -> Result<(Vec<Erased>, Vec<AdIndex>)> {
-    let mut carry = Vec::with_capacity(sh.carry.len());
-    let mut leaves = Vec::new();
-    for (j, (ty, shape)) in sh.carry.iter().enumerate() {
-        let r = row(states[j].id(), s, shape)?;
-        if float(*ty) {
+    let kinds = sh
+        .carry
+        .iter()
+        .map(|(ty, shape)| (shape.as_slice(), float(*ty)));
+    leafy_rows(states, s, kinds)
+}
+
+/// Row `at` of each of `srcs` (rows of the given shape), those marked on fresh leaves (returned
+/// too, in order).
+fn leafy_rows<'a>(
+    srcs: &[Erased],
+    at: VarId,
+    kinds: impl Iterator<Item = (&'a [usize], bool)>,
+) -> Result<(Vec<Erased>, Vec<AdIndex>)> {
+    let (mut rows, mut leaves) = (Vec::with_capacity(srcs.len()), Vec::new());
+    for (src, (shape, leafy)) in srcs.iter().zip(kinds) {
+        let r = row(src.id(), at, shape)?;
+        if leafy {
             let leaf = crate::ad::jax::new_leaf(r.id());
             leaves.push(leaf);
-            carry.push(Erased::with_node(r.id(), shape.clone(), leaf));
+            rows.push(Erased::with_node(r.id(), shape.to_vec(), leaf));
         } else {
-            carry.push(r);
+            rows.push(r);
         }
     }
-    Ok((carry, leaves))
+    Ok((rows, leaves))
 }
 
 /// Whether a gradient scan may run now: first-order derivatives, no frozen function recording,
