@@ -1013,3 +1013,70 @@ fn two_stacked_rnn_layers_are_two_gradient_scans() {
     };
     same_gradients(&grads(true), &grads(false));
 }
+
+/// A scan nested in the body of a scan whose sequence carries a gradient, both with products of
+/// the row by a captured weight: the inner scan's products never take the outer step's pushed-out
+/// rows (each scan sees its own substitutions only), and the gradients are those of the loops
+/// written out by hand.
+#[test]
+fn a_nested_scan_over_the_row_keeps_its_own_products() {
+    let _s = serial();
+    let (n, b_, xd, hd) = (4usize, 3usize, 2usize, 2usize);
+    let grads = |scan: bool| -> Vec<Vec<f64>> {
+        let mut x = Float64::from_slice(&rand(n * b_ * xd, 2));
+        let mut u = Float64::from_slice(&rand(xd * hd, 1));
+        x.enable_grad();
+        u.enable_grad();
+        let ut = t(&u, &[xd, hd]);
+        let xs = t(&x, &[n, b_, xd]);
+        let inner_step = |g: &Tensor<f64>, r: &Tensor<f64>| {
+            (g + &r.reshape(&[1, xd]).matmul(&ut).reshape(&[hd])).sin()
+        };
+        let outer_step = |x: &Tensor<f64>, inner: Tensor<f64>| {
+            (&inner * 0.5 + x.matmul(&ut).sum_axis(0)).tanh()
+        };
+        let c = if scan {
+            let (c, _) = kiln::scan(&Tensor::<f64>::zeros(&[hd]), &xs, |h, x| {
+                let inner = kiln::scan(h, x, |g, r| (inner_step(g, r), ())).unwrap().0;
+                (outer_step(x, inner), ())
+            })
+            .unwrap();
+            c
+        } else {
+            let mut h = Tensor::<f64>::zeros(&[hd]);
+            for s in 0..n {
+                let x = xs.index_axis(0, s);
+                let mut g = h.clone();
+                for r in 0..b_ {
+                    g = inner_step(&g, &x.index_axis(0, r));
+                }
+                h = outer_step(&x, g);
+            }
+            h
+        };
+        c.array().sum().backward();
+        vec![x.grad().to_vec(), u.grad().to_vec()]
+    };
+    same_gradients(&grads(true), &grads(false));
+}
+
+/// `Fused` mode asked of a differentiated scan whose body has a product (which one kernel cannot
+/// run) runs step by step, as it did before the gradient scan took sequences with gradients.
+#[test]
+fn fused_mode_with_a_product_and_a_gradient_runs_step_by_step() {
+    let _s = serial();
+    let mut x = Float64::from_slice(&rand(5 * 2 * 3, 1));
+    let mut u = Float64::from_slice(&rand(3 * 4, 2));
+    x.enable_grad();
+    u.enable_grad();
+    let ut = t(&u, &[3, 4]);
+    let mut report = ScanReport::default();
+    let (c, _) = Lax::new(&Tensor::<f64>::zeros(&[2, 4]), &t(&x, &[5, 2, 3]))
+        .mode(kiln::scan::ScanMode::Fused)
+        .report(&mut report)
+        .run(|h, x| ((h * 0.5 + x.matmul(&ut)).tanh(), ()))
+        .unwrap();
+    c.array().sum().backward();
+    assert_eq!(report.mode, "differentiated", "{report}");
+    assert!(x.grad().to_vec().iter().all(|g| g.is_finite() && *g != 0.0));
+}

@@ -324,3 +324,19 @@ fn matmul_gradients_replay_frozen_and_differentiate_again() {
         );
     }
 }
+
+/// A tangent of one value (`set_grad(&Float64::from(1.0))`) stands for every element through
+/// tensor views too, as it does through elementwise code.
+#[test]
+fn a_one_value_tangent_passes_through_views() {
+    let _s = serial();
+    let mut x = Float64::from_slice(&[1.0, 2.0, 3.0, 4.0]);
+    x.enable_grad();
+    x.set_grad(&Float64::from(1.0));
+    let xs = Tensor::from_array(x.clone(), &[2, 2]);
+    let y = (xs.index_axis(0, 1) * 2.0).array().clone();
+    let z = xs.transpose().reshape(&[4]).array().clone();
+    kiln::ad::forward(&x).unwrap();
+    assert_eq!(y.grad().to_vec(), vec![2.0, 2.0]);
+    assert_eq!(z.grad().to_vec(), vec![1.0; 4]);
+}

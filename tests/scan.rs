@@ -2396,3 +2396,41 @@ fn a_carry_that_starts_from_a_captured_matrix() {
         Ok(())
     });
 }
+
+/// A row reshaped before its product (`[2, 3]` read as `[3, 2]`, `[1, 6]`) is still pushed out
+/// (the sequence read as `[rows · m, k]`), with the values of the loop written out by hand.
+#[test]
+fn a_reshaped_row_is_pushed_out_with_its_own_shape() {
+    let (n, hd) = (5usize, 4usize);
+    let v = |len: usize, s: usize| -> Vec<f64> {
+        (0..len)
+            .map(|i| ((i * 7 + s * 13) % 17) as f64 / 17.0 - 0.4)
+            .collect()
+    };
+    let u = Tensor::from_vec(v(2 * hd, 1), &[2, hd]);
+    let u6 = Tensor::from_vec(v(6 * hd, 2), &[6, hd]);
+    let xs = Tensor::from_vec(v(n * 6, 3), &[n, 2, 3]);
+    let h0 = Tensor::from_vec(v(3 * hd, 4), &[3, hd]);
+    let body = |h: &Tensor<f64>, x: &Tensor<f64>| {
+        let p = x.reshape(&[3, 2]).matmul(&u);
+        let q = x.reshape(&[1, 6]).matmul(&u6);
+        let h2 = (h * 0.5 + p + q.broadcast_to(&[3, hd])).tanh();
+        (h2.clone(), q)
+    };
+    let mut report = ScanReport::default();
+    let (h, qs) = Lax::new(&h0, &xs).report(&mut report).run(body).unwrap();
+    assert_eq!(report.matmuls_pushed_out, 2, "{report}");
+    let mut hh = h0.clone();
+    let mut q_rows = Vec::new();
+    for s in 0..n {
+        let (h2, q) = body(&hh, &xs.index_axis(0, s));
+        hh = h2;
+        q_rows.extend(q.to_vec());
+    }
+    for (a, b) in h.to_vec().iter().zip(hh.to_vec()) {
+        assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    }
+    for (a, b) in qs.to_vec().iter().zip(&q_rows) {
+        assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    }
+}

@@ -21,8 +21,13 @@ use crate::types::Float;
 use kiln_core::{ReduceOp, Scalar, VarType};
 use std::sync::Arc;
 
-/// `g` as a tensor of shape `shape`.
+/// `g` as a tensor of shape `shape` (a tangent or cotangent of one value, as `set_grad` takes
+/// one, stands for every element).
 fn tensor<F: Float>(g: &Grad, shape: &[usize]) -> Tensor<F> {
+    let len: usize = shape.iter().product();
+    if len != 1 && kiln_core::size(g.id()) == 1 {
+        return Tensor::from_array(super::control::fit(g, len, 1).array::<F>(), shape);
+    }
     Tensor::from_array(g.array::<F>(), shape)
 }
 

@@ -57,6 +57,18 @@ thread_local! {
     static HOOKS: RefCell<Vec<Hook>> = const { RefCell::new(Vec::new()) };
 }
 
+impl Hook {
+    /// A hook that substitutes nothing: installed for the whole of a scan, so that the products
+    /// of a scan nested in another's body never take the outer step's substitutions.
+    pub(crate) fn neutral() -> Hook {
+        Hook::Step {
+            subst: Vec::new(),
+            next: 0,
+            saved: Vec::new(),
+        }
+    }
+}
+
 /// Holds a hook installed for as long as it lives.
 pub(crate) struct Installed;
 

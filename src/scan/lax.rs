@@ -201,6 +201,8 @@ impl<'a, C: Tree + Clone, X: Tree> Lax<'a, C, X> {
                 "scan {label}: unroll must be at least 1 (got 0); 1 runs one step per iteration"
             )));
         }
+        // (an enclosing scan's step substitutions are not this scan's)
+        let _isolated = super::hook::Installed::new(super::hook::Hook::neutral());
         if crate::ad::recording() && (self.init.carries_grad() || self.xs.carries_grad()) {
             return self
                 .run_differentiated(&mut f)
@@ -477,7 +479,7 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         if super::grad::has_effects(&mut self.step_of(f), &flatten(self.init), &rows) {
             return Ok(None);
         }
-        let (c, y, states, captured) = crate::ad::suspend_grad(|| {
+        let plain = crate::ad::suspend_grad(|| {
             Lax::new(self.init, self.xs)
                 .length(n)
                 .reverse(self.reverse)
@@ -489,7 +491,17 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
                 .saving_products()
                 .report(report)
                 .run_full(&mut *f)
-        })?;
+        });
+        // (`Fused` asked of a body one kernel cannot run, a product say, is the plain scan's
+        // refusal: a differentiated scan runs step by step then, as before the gradient scan)
+        let (c, y, states, captured) = match plain {
+            Ok(r) => r,
+            Err(e) if self.mode == ScanMode::Fused => {
+                tracing::debug!(target: "scan", "scan {}: the gradient scan's plain forward refused `Fused` ({e}): the scan runs step by step", self.label);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
         let n_carry = flatten(self.init).len();
         let states = states
             .into_iter()

@@ -578,6 +578,8 @@ impl<T: Scalar> Scan<T> {
         if let Some(e) = self.error {
             return Err(e);
         }
+        // (an enclosing scan's step substitutions are not this scan's)
+        let _isolated = hook::Installed::new(hook::Hook::neutral());
         let spec = self.spec;
         let seq_taps: Vec<Vec<i64>> = spec.seqs.iter().map(|s| s.taps.clone()).collect();
         let out_taps: Vec<Vec<i64>> = spec.outs.iter().map(|o| o.taps.clone()).collect();

@@ -1511,9 +1511,14 @@ fn stepped(
             continue;
         }
         let plan = match (&p.row_of, &p.invariant_b, rewrites) {
-            (Some((i, tap)), Some(b), true) if spec.seqs[*i].data.shape.len() == 3 => {
+            // (the left operand is the row itself, maybe reshaped: its elements are row-major
+            // `[m, k]`, so the sequence is `[rows · m, k]`)
+            (Some((i, tap)), Some(b), true)
+                if spec.seqs[*i].data.shape.len() >= 2
+                    && spec.seqs[*i].data.shape[1..].iter().product::<usize>() == p.m * p.k =>
+            {
                 let s = &spec.seqs[*i];
-                let rows = s.data.shape[0] * s.data.shape[1];
+                let rows = s.data.shape[0] * p.m;
                 let all = kiln_core::matmul(s.data.id(), b.id(), rows, p.k, p.n)?;
                 pre.push(Erased::own(all, vec![rows * p.n]));
                 report.matmuls_pushed_out += 1;

@@ -204,7 +204,16 @@ fn gradient_scan(
     let mut plain = spec.clone();
     plain.keep_states = true;
     plain.save_products = true;
-    let mut fwd = crate::ad::suspend_grad(|| super::run::run(plain, body))?;
+    // (`Fused` asked of a body one kernel cannot run, a product say, is the plain scan's
+    // refusal: a differentiated scan runs step by step then, as before the gradient scan)
+    let mut fwd = match crate::ad::suspend_grad(|| super::run::run(plain, body)) {
+        Ok(f) => f,
+        Err(e) if spec.mode == super::ScanMode::Fused => {
+            tracing::debug!(target: "scan", "scan {}: the gradient scan's plain forward refused `Fused` ({e}): the scan runs step by step", spec.label);
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
     let (Some(mut captured), Some(states)) = (
         fwd.captured.take(),
         carried
