@@ -95,6 +95,11 @@ pub trait CompiledKernel: Send + Sync {
     fn launch_block(&self, _n: usize, _threads: usize) -> Option<usize> {
         None
     }
+    /// Whether a run of `[start, end)` writes no output lane outside it (a masked last vector):
+    /// the launcher then runs a range's ragged end in place instead of through scratch.
+    fn writes_exactly(&self) -> bool {
+        false
+    }
 }
 
 /// A code generator.

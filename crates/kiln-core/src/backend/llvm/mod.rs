@@ -520,6 +520,10 @@ impl CompiledKernel for LlvmKernel {
     fn loaded_from_disk(&self) -> bool {
         self.from_disk
     }
+    /// (the last vector's lanes at or past `end` are loaded and stored masked: `ir::function`)
+    fn writes_exactly(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
@@ -563,6 +567,41 @@ mod tests {
         out.0.to_vec()
     }
 
+    /// Every width's kernel writes exactly the lanes `[start, end)` it is given (what
+    /// `writes_exactly` promises the launcher: ragged range ends run in place).
+    #[test]
+    fn kernels_write_exactly_their_range() {
+        for width in [4, 8, 16, 32, 64] {
+            let Ok(be) = LlvmBackend::create_with(false, width) else {
+                eprintln!("SKIPPED: no usable libLLVM on this machine");
+                return;
+            };
+            let k = be.compile(&fill_kernel()).expect("LLVM compiles a fill");
+            assert!(k.writes_exactly());
+            for (start, end) in [(3u64, 37u64), (16, 32), (5, 6), (0, 1), (1, 64), (63, 64)] {
+                let mut out = Aligned([0.0; 64]);
+                let ptrs = [out.0.as_mut_ptr() as *mut u8];
+                let lens = [64u64];
+                let status: [AtomicU64; STATUS_LEN] = Default::default();
+                let args = LaunchArgs {
+                    ptrs: ptrs.as_ptr(),
+                    lens: lens.as_ptr(),
+                    status: status.as_ptr(),
+                };
+                // SAFETY: one f32 output of 64 elements, the range inside it.
+                unsafe { k.run(&args, start, end) };
+                for (i, &v) in out.0.iter().enumerate() {
+                    let inside = (start..end).contains(&(i as u64));
+                    assert_eq!(
+                        v,
+                        if inside { 2.5 } else { 0.0 },
+                        "width {width}, [{start}, {end}), lane {i}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn rejected_ir_falls_back_to_cranelift_or_is_an_error_when_strict() {
         let Ok(mut be) = LlvmBackend::create_with(false, 8) else {
@@ -583,6 +622,8 @@ mod tests {
         be.compiled.lock().clear();
         let fallback = be.compile(&k).expect("falls back to Cranelift");
         assert_eq!(be.fallbacks(), 1);
+        // (Cranelift's kernel may write a whole last vector: the launcher runs ends in scratch)
+        assert!(!fallback.writes_exactly());
         let out = run_fill(&*fallback, 45);
         // (Cranelift may write whole vectors into the slack past the end, which the ABI allows)
         assert!(out[..45].iter().all(|&x| x == 2.5), "{out:?}");

@@ -93,6 +93,11 @@ unsafe fn run_exact(
     if base == e {
         return;
     }
+    if kernel.writes_exactly() {
+        // SAFETY: forwarded; this kernel writes exactly [base, e).
+        unsafe { kernel.run(args, base as u64, e as u64) };
+        return;
+    }
     // 64 × 8 bytes per output: the remainder (< 16 lanes) plus the widest vector written past it
     const SCRATCH: usize = 64;
     let mut scratch_stack = [[0u64; SCRATCH]; 4];
