@@ -1032,9 +1032,8 @@ fn a_nested_scan_over_the_row_keeps_its_own_products() {
         let inner_step = |g: &Tensor<f64>, r: &Tensor<f64>| {
             (g + &r.reshape(&[1, xd]).matmul(&ut).reshape(&[hd])).sin()
         };
-        let outer_step = |x: &Tensor<f64>, inner: Tensor<f64>| {
-            (&inner * 0.5 + x.matmul(&ut).sum_axis(0)).tanh()
-        };
+        let outer_step =
+            |x: &Tensor<f64>, inner: Tensor<f64>| (&inner * 0.5 + x.matmul(&ut).sum_axis(0)).tanh();
         let c = if scan {
             let (c, _) = kiln::scan(&Tensor::<f64>::zeros(&[hd]), &xs, |h, x| {
                 let inner = kiln::scan(h, x, |g, r| (inner_step(g, r), ())).unwrap().0;

@@ -553,17 +553,23 @@ mod tests {
     struct Aligned([f32; 64]);
 
     fn run_fill(k: &dyn CompiledKernel, n: u64) -> Vec<f32> {
+        run_fill_range(k, n, 0, n)
+    }
+
+    /// The fill kernel run over lanes `[start, end)` of an output of `len` elements (zeros).
+    fn run_fill_range(k: &dyn CompiledKernel, len: u64, start: u64, end: u64) -> Vec<f32> {
         let mut out = Aligned([0.0; 64]);
         let ptrs = [out.0.as_mut_ptr() as *mut u8];
-        let lens = [n];
+        let lens = [len];
         let status: [AtomicU64; STATUS_LEN] = Default::default();
         let args = LaunchArgs {
             ptrs: ptrs.as_ptr(),
             lens: lens.as_ptr(),
             status: status.as_ptr(),
         };
-        // SAFETY: one f32 output of `n` ≤ 48 elements plus 64 bytes of slack, as the kernel expects.
-        unsafe { k.run(&args, 0, n) };
+        // SAFETY: one f32 output of `len` ≤ 64 elements in a 64-element buffer (slack past 48
+        // for the callers that run 48 or fewer), `end` ≤ `len`, as the kernel expects.
+        unsafe { k.run(&args, start, end) };
         out.0.to_vec()
     }
 
@@ -579,18 +585,8 @@ mod tests {
             let k = be.compile(&fill_kernel()).expect("LLVM compiles a fill");
             assert!(k.writes_exactly());
             for (start, end) in [(3u64, 37u64), (16, 32), (5, 6), (0, 1), (1, 64), (63, 64)] {
-                let mut out = Aligned([0.0; 64]);
-                let ptrs = [out.0.as_mut_ptr() as *mut u8];
-                let lens = [64u64];
-                let status: [AtomicU64; STATUS_LEN] = Default::default();
-                let args = LaunchArgs {
-                    ptrs: ptrs.as_ptr(),
-                    lens: lens.as_ptr(),
-                    status: status.as_ptr(),
-                };
-                // SAFETY: one f32 output of 64 elements, the range inside it.
-                unsafe { k.run(&args, start, end) };
-                for (i, &v) in out.0.iter().enumerate() {
+                let out = run_fill_range(&*k, 64, start, end);
+                for (i, &v) in out.iter().enumerate() {
                     let inside = (start..end).contains(&(i as u64));
                     assert_eq!(
                         v,
