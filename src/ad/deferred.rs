@@ -23,7 +23,7 @@ pub(crate) struct Deferred {
     pub m: usize,
     pub k: usize,
     pub n: usize,
-    /// The left operand's gradient `c · bᵀ`, deferred too: (the row leaf `a` is, `b`'s value).
+    /// The left operand's gradient `c · bᵀ`, deferred too: the row leaf that `a` is, and `b`.
     pub left: Option<(AdIndex, Grad)>,
 }
 

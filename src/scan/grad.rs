@@ -4,21 +4,23 @@
 //! The forward is the plain scan, with its rewrites (the products over sequence rows pushed
 //! out, the step frozen and replayed), keeping every carry state. While the user's body is at
 //! hand, the step's vector-Jacobian product is recorded once as a frozen function: the body on
-//! the carry of step `s` (fresh leaves) and row `t` of `xs`, then a backward pass from the
-//! cotangents of the new carry and of row `t` of the `y`s that stops at the arrays the body
-//! captured. What reaches a captured array is added to an accumulator in place; a matrix
+//! the carry of step `s` (fresh leaves) and row `t` of `xs` (`s`, or `len − 1 − s` read
+//! backwards), then a backward pass from the cotangents of the new carry and of the `y`s' row of
+//! step `s` (`s`, or `n − 1 − s` stored reversed) that stops at the arrays the body captured. What reaches a captured array is added to an accumulator in place; a matrix
 //! product whose right operand is captured stores its `a` and `c` in row `s` of two buffers
 //! instead of adding `aᵀ·c`. The scan's results get one node. Its backward replays the recorded
-//! step from the last step to the first (one launch group per step, nothing traced), and then
-//! computes each deferred sum `Σ_s a_sᵀ·c_s` as one product `Aᵀ·C` over all steps.
+//! step from the last step to the first (to step `n − k` with `truncate_gradient(k)`; one launch
+//! group per step, nothing traced), and then computes each deferred sum `Σ_s a_sᵀ·c_s` as one
+//! product `Aᵀ·C` over all steps.
 //!
 //! A sequence with a gradient has its rows made leaves of the step too: each step stores its
 //! row's cotangent in row `t` of the sequence's stacked cotangent (the gradient scan's `y`).
 //!
-//! It applies to first-order reverse mode outside frozen functions' recordings; the caller falls back to the scan run step by step with derivatives
-//! recorded otherwise, and when the step cannot be recorded (a body that reads an array it was
-//! not given and the analysis did not see, `KILN_FREEZE=0`). Forward mode replays a recorded
-//! tangent step (recorded beside the cotangent step) from the first step to the last.
+//! It applies to first-order derivatives outside frozen functions' recordings; the caller falls
+//! back to the scan run step by step with derivatives recorded otherwise, and when the step
+//! cannot be recorded (a body that reads an array it was not given and the analysis did not see,
+//! `KILN_FREEZE=0`). Forward mode replays a recorded tangent step (recorded beside the cotangent
+//! step) from the first step to the last.
 
 use super::erased::{Arrays, Erased};
 use super::hook::{Hook, Installed, Subst};
@@ -52,7 +54,8 @@ pub(super) struct Forward {
     /// The final carry and the stacked `y`s, detached.
     pub finals: Vec<Erased>,
     pub ys: Vec<Erased>,
-    /// Per carry entry: its states, `[n + 1, row…]`, in the order the steps ran.
+    /// Per carry entry: its states, at least `n + 1` rows (more after `until`), in the order the
+    /// steps ran.
     pub states: Vec<Erased>,
     /// The arrays the body captured (inputs of the recorded step).
     pub captured: Vec<Erased>,
@@ -167,6 +170,7 @@ fn store(buf: &mut Erased, value: VarId, at: VarId, len: usize) -> Result<()> {
 struct Found {
     reached: Vec<(AdIndex, VarType, usize)>,
     products: Vec<(AdIndex, VarType, usize, usize, usize)>,
+    /// (`b` is a captured array older than the step, alive while the scan's node is built)
     lefts: Vec<Option<(usize, VarId)>>,
 }
 
@@ -434,7 +438,7 @@ fn vjp_step(
 /// One step's tangent (forward mode). `args`: `[s, t, tangent of each float carry entry,
 /// states of each carry entry, each xs, captured…, tangent of each captured node, stacked tangent
 /// of each sequence with a gradient]`; `bufs`: the
-/// stacked tangent of each float `y` (row `t` is written). Returns the tangent of each float
+/// stacked tangent of each float `y` (the row of step `s` is written, `Shapes::y_at`). Returns the tangent of each float
 /// carry entry after step `s`.
 fn jvp_step(
     sh: &Shapes,
@@ -675,7 +679,8 @@ pub(super) fn attach(
     };
     drop(bufs);
     let fc = sh.float_carry();
-    // the node's parents: the initial carry's float entries with nodes, then the captured nodes
+    // the node's parents: the initial carry's float entries with nodes, then the captured nodes,
+    // then the sequences with gradients
     let init_parents: Vec<usize> = (0..fc.len())
         .filter(|&k| fw.init[fc[k]].ad() != 0)
         .collect();

@@ -496,7 +496,7 @@ impl<C: Tree + Clone, X: Tree> Lax<'_, C, X> {
         // refusal: a differentiated scan runs step by step then, as before the gradient scan)
         let (c, y, states, captured) = match plain {
             Ok(r) => r,
-            Err(e) if self.mode == ScanMode::Fused => {
+            Err(e) if self.mode == ScanMode::Fused && super::run::is_fused_refusal(&e) => {
                 tracing::debug!(target: "scan", "scan {}: the gradient scan's plain forward refused `Fused` ({e}): the scan runs step by step", self.label);
                 return Ok(None);
             }

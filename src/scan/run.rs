@@ -531,7 +531,7 @@ fn execute(
         match (spec.mode, fusable) {
             (ScanMode::Fused, Err(why)) => {
                 return Err(Error::Scan(format!(
-                    "scan {label}: cannot run as one kernel: {why}; use ScanMode::Auto (or Stepped) to run it one step at a time"
+                    "scan {label}: {FUSED_REFUSAL}: {why}; use ScanMode::Auto (or Stepped) to run it one step at a time"
                 )))
             }
             (ScanMode::Auto | ScanMode::Fused, Ok(w)) => {
@@ -1838,3 +1838,12 @@ fn step_name(t: &V) -> String {
         _ => "this step".into(),
     }
 }
+
+/// Whether `e` is a plain scan's refusal of `ScanMode::Fused` for a body one kernel cannot run
+/// (a differentiated scan then runs step by step instead).
+pub(super) fn is_fused_refusal(e: &Error) -> bool {
+    matches!(e, Error::Scan(m) if m.contains(FUSED_REFUSAL))
+}
+
+/// The words of that refusal.
+const FUSED_REFUSAL: &str = "cannot run as one kernel";

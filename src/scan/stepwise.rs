@@ -191,13 +191,12 @@ fn gradient_scan(
         .iter()
         .map(|&j| spec.outs[j].init.clone().expect("a SITSOT"))
         .collect();
-    let until = std::cell::Cell::new(false);
     let row0: Vec<Erased> = spec
         .seqs
         .iter()
         .map(|q| first_row(&q.data))
         .collect::<Result<_>>()?;
-    if super::grad::has_effects(&mut step_of(spec, &carried, body, &until), &init, &row0) {
+    if super::grad::has_effects(&mut step_of(spec, &carried, body), &init, &row0) {
         return Ok(None);
     }
     // the plain scan forward, keeping every carry state and every step's products
@@ -208,7 +207,7 @@ fn gradient_scan(
     // refusal: a differentiated scan runs step by step then, as before the gradient scan)
     let mut fwd = match crate::ad::suspend_grad(|| super::run::run(plain, body)) {
         Ok(f) => f,
-        Err(e) if spec.mode == super::ScanMode::Fused => {
+        Err(e) if spec.mode == super::ScanMode::Fused && super::run::is_fused_refusal(&e) => {
             tracing::debug!(target: "scan", "scan {}: the gradient scan's plain forward refused `Fused` ({e}): the scan runs step by step", spec.label);
             return Ok(None);
         }
@@ -252,7 +251,7 @@ fn gradient_scan(
         return Ok(None);
     }
     let mut report = fwd.report.clone();
-    let mut step = step_of(spec, &carried, body, &until);
+    let mut step = step_of(spec, &carried, body);
     let Some((_, ys)) = super::grad::attach(fw, &mut step, &spec.label, &mut report)? else {
         return Ok(None);
     };
@@ -268,13 +267,12 @@ fn gradient_scan(
 }
 
 /// The body as the gradient scan calls it: the carry (the SITSOT outputs `carried`, in order)
-/// and a row of each sequence to the new carry and every output. `until` notes a body that set
-/// one (the gradient scan does not apply).
+/// and a row of each sequence to the new carry and every output (an `until` it sets is the
+/// plain forward's business: the gradient scan runs over the steps that ran).
 fn step_of<'a>(
     spec: &'a Spec,
     carried: &'a [usize],
     body: &'a mut dyn FnMut(&StepIn) -> Result<StepOut>,
-    until: &'a std::cell::Cell<bool>,
 ) -> impl FnMut(&Erased, &[Erased], &[Erased]) -> super::grad::Stepped + 'a {
     move |s, c, x| {
         let mut out_rows: Vec<Vec<Erased>> = vec![Vec::new(); spec.outs.len()];
@@ -288,7 +286,6 @@ fn step_of<'a>(
             non_seqs: spec.non_seqs.clone(),
         };
         let out = body(&input)?;
-        until.set(until.get() || out.until.is_some());
         let carry = carried
             .iter()
             .filter_map(|&j| out.outs.get(j).cloned())

@@ -54,14 +54,16 @@ pub unsafe fn launch_tiled(kernel: &dyn CompiledKernel, args: &LaunchArgs, n: us
     pool().install(|| (0..bands).into_par_iter().for_each(band));
 }
 
-/// Lanes a stencil launch runs straight into its outputs at a time: a multiple of every backend's
-/// widest step (16 lanes), so a run of this many lanes writes nothing past its end.
+/// Lanes a stencil launch runs straight into its outputs at a time: a multiple of the widest step
+/// of a kernel that may write past a range's end (Cranelift's, 16 lanes at most), so a run of this
+/// many lanes writes nothing past its end (LLVM's kernels, up to 64 lanes wide, never do).
 const EXACT_STEP: usize = 16;
 
 /// Run `kernel` over exactly `[s, e)`: whole steps of [`EXACT_STEP`] lanes straight into the
-/// outputs (in parallel blocks when long), the remainder into stack scratch that is then copied
-/// out, so that not one lane outside the range is written (vector code otherwise writes whole
-/// vectors past the end of a range). `outputs`: (parameter, element bytes) of each output.
+/// outputs (in parallel blocks when long), the remainder in place for a kernel that
+/// [`CompiledKernel::writes_exactly`], else into stack scratch that is then copied out, so that
+/// not one lane outside the range is written (vector code otherwise writes whole vectors past the
+/// end of a range). `outputs`: (parameter, element bytes) of each output.
 ///
 /// # Safety
 /// As [`launch`] for the lanes `[s, e)`; `args.ptrs` has one entry per parameter of the kernel and
