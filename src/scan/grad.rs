@@ -80,26 +80,6 @@ pub(super) struct Forward {
     pub truncate: Option<usize>,
 }
 
-impl Forward {
-    /// The sequences' row read at step `s`.
-    fn t_of(&self, s: usize) -> usize {
-        t_of(
-            self.reverse,
-            self.xs.first().map_or(self.n, |x| x.shape[0]),
-            s,
-        )
-    }
-}
-
-/// The sequences' row read at step `s` (of `len` rows; from the last when `reverse`).
-fn t_of(reverse: bool, len: usize, s: usize) -> usize {
-    if reverse {
-        len - 1 - s
-    } else {
-        s
-    }
-}
-
 fn float(ty: VarType) -> bool {
     matches!(ty, VarType::F32 | VarType::F64)
 }
@@ -206,6 +186,8 @@ struct Shapes {
     defer_rows: bool,
     /// The `y`s are stored from the last row: row `n − 1 − s` for step `s`.
     ys_reversed: bool,
+    /// The sequences are read from their last row (all of one length then).
+    reverse: bool,
     n: usize,
     /// Per product of the body: `(elements, by step)` when the step reads it from the forward,
     /// pushed out over the rows of `xs` (row `t`) or saved at every step (row `s`, `by step`);
@@ -249,6 +231,14 @@ impl Shapes {
             subst,
             next: 0,
             saved: Vec::new(),
+        }
+    }
+
+    /// The sequences' row read at step `s` (`len − 1 − s` when read from the last).
+    fn t_of(&self, s: usize) -> usize {
+        match self.x_rows.first() {
+            Some(&len) if self.reverse => len - 1 - s,
+            _ => s,
         }
     }
 
@@ -562,9 +552,6 @@ struct Shared {
     xs: Vec<Erased>,
     captured: Vec<Erased>,
     n: usize,
-    reverse: bool,
-    /// The sequences' rows (all of one length when `reverse`).
-    x_len: usize,
     /// The first step that is differentiated (after `truncate_gradient`; 0: every step).
     first: usize,
     /// The hub's parents: the float entries of the initial carry that carry nodes (their
@@ -572,7 +559,6 @@ struct Shared {
     /// with gradients (`Shapes::grad_xs`).
     init_parents: Vec<usize>,
     captured_parents: Vec<AdIndex>,
-    n_xs_parents: usize,
     /// Per deferred product whose left operand was a sequence's row: that sequence (among those
     /// with gradients) and the right operand `b` (every row's gradient is `C·bᵀ`).
     lefts: Vec<Option<(usize, Handle)>>,
@@ -708,7 +694,6 @@ pub(super) fn attach(
         .map(|l| l.map(|(k, b)| (k, Handle::borrow(b))))
         .collect();
     let outs: Vec<Erased> = fw.finals.into_iter().chain(fw.ys).collect();
-    let x_len = fw.xs.first().map_or(fw.n, |x| x.shape[0]);
     let mut captured = fw.captured;
     captured.extend(fw.reads);
     let shared = Arc::new(Shared {
@@ -720,12 +705,9 @@ pub(super) fn attach(
         xs: fw.xs,
         captured,
         n: fw.n,
-        reverse: fw.reverse,
-        x_len,
         first: fw.n - fw.truncate.unwrap_or(fw.n).min(fw.n),
         init_parents,
         captured_parents,
-        n_xs_parents: xs_parents.len(),
         lefts,
         parent_nodes: parents,
         cts: Mutex::new((0..n_float).map(|_| None).collect()),
@@ -746,6 +728,7 @@ fn shapes(fw: &Forward) -> Shapes {
         x_rows: fw.xs.iter().map(|x| x.shape[0]).collect(),
         defer_rows: !fw.reverse && fw.xs.iter().all(|x| x.shape[0] == fw.n),
         ys_reversed: fw.ys_reversed,
+        reverse: fw.reverse,
         n: fw.n,
         pushed: fw
             .pushed
@@ -781,7 +764,7 @@ fn too_long(fw: &Forward) -> bool {
 /// forward's products…]`.
 fn vjp_args(sh: &Shapes, fw: &Forward) -> Result<Arrays> {
     let n = fw.n;
-    let mut args = vec![index(n - 1)?, index(fw.t_of(n - 1))?];
+    let mut args = vec![index(n - 1)?, index(sh.t_of(n - 1))?];
     for j in sh.float_carry() {
         args.push(shaped(
             zeros(sh.carry[j].0, fw.init[j].numel())?,
@@ -837,7 +820,7 @@ fn record_tangent(
     label: &str,
 ) -> Result<Option<Replay>> {
     let n = fw.n;
-    let mut args = vec![index(0)?, index(fw.t_of(0))?];
+    let mut args = vec![index(0)?, index(sh.t_of(0))?];
     for j in sh.float_carry() {
         args.push(shaped(
             zeros(sh.carry[j].0, fw.init[j].numel())?,
@@ -970,7 +953,7 @@ impl Shared {
             );
         }
         let first_x = self.init_parents.len() + self.captured_parents.len();
-        let mut tx = Vec::with_capacity(self.n_xs_parents);
+        let mut tx = Vec::new();
         for (k, i) in self.sh.grad_xs().into_iter().enumerate() {
             let (ty, row) = &self.sh.xs[i];
             let len = self.sh.x_rows[i] * row.iter().product::<usize>();
@@ -994,7 +977,7 @@ impl Shared {
         let mut bufs = tangent_buffers(&self.sh, self.n)?;
         let mut replay = self.tangent_step.lock();
         for s in self.first..self.n {
-            let t = t_of(self.reverse, self.x_len, s);
+            let t = self.sh.t_of(s);
             let mut a = vec![index(s)?, index(t)?];
             a.append(&mut tc);
             a.extend(self.states.iter().cloned());
@@ -1054,7 +1037,7 @@ impl Shared {
         let mut bufs = buffers(&self.found, &self.sh, self.n)?;
         let mut replay = self.replay.lock();
         for s in (self.first..self.n).rev() {
-            let t = t_of(self.reverse, self.x_len, s);
+            let t = self.sh.t_of(s);
             let mut a = vec![index(s)?, index(t)?];
             a.append(&mut ct_c);
             a.extend(ct_y.iter().cloned());
@@ -1107,7 +1090,7 @@ impl Shared {
         // a sequence's gradient: the rows each step stored, plus `C·bᵀ` for every product whose
         // left operand was its row (deferred), each one product over all steps
         let first = nr + 2 * self.found.products.len();
-        for k in 0..self.n_xs_parents {
+        for k in 0..self.sh.grad_xs().len() {
             let mut sum = Handle::borrow(bufs.0[first + k].id());
             for (p, &(_, _, m, kk, nn)) in self.found.products.iter().enumerate() {
                 let Some((_, b)) = self.lefts[p].as_ref().filter(|l| l.0 == k) else {
