@@ -2401,6 +2401,10 @@ fn a_carry_that_starts_from_a_captured_matrix() {
 /// (the sequence read as `[rows · m, k]`), with the values of the loop written out by hand.
 #[test]
 fn a_reshaped_row_is_pushed_out_with_its_own_shape() {
+    leak_checked(a_reshaped_row_pushed_out);
+}
+
+fn a_reshaped_row_pushed_out() {
     let (n, hd) = (5usize, 4usize);
     let v = |len: usize, s: usize| -> Vec<f64> {
         (0..len)
