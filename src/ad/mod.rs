@@ -126,6 +126,24 @@ pub fn suspend_grad<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Turn derivative recording on this thread on or off and return what it was: for scopes that
+/// cannot be a closure (a Python `with kiln.suspend_grad():` block enters and leaves in two
+/// calls). Restore the returned value when the scope ends; [`suspend_grad`] and [`resume_grad`]
+/// do both for a closure.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut x = Float32::from_slice(&[1.0]);
+/// x.enable_grad();
+/// let was = kiln::ad::set_grad_recording(false);
+/// let y = &x * 2.0;
+/// kiln::ad::set_grad_recording(was);
+/// assert!(!y.grad_enabled() && (&x * 2.0).grad_enabled());
+/// ```
+pub fn set_grad_recording(on: bool) -> bool {
+    RECORDING.with(|r| r.replace(on))
+}
+
 /// Run `f` recording derivatives again (inside a [`suspend_grad`] scope).
 ///
 /// ```

@@ -1,0 +1,286 @@
+//! Automatic differentiation with Dr.Jit's calls: `enable_grad(x)`, `backward(y)`, `grad(x)`,
+//! `forward(x)`, `set_grad`, `detach`, `suspend_grad()` as a `with` block. Only `Float32` and
+//! `Float64` arrays carry gradients (integers and masks carry none, as in Dr.Jit and JAX).
+
+use crate::array::{wrap, ArrayBase};
+use crate::convert::to_dyn;
+use crate::dynarray::{Dyn, IntoDyn};
+use crate::errors::{try_guard, type_error, value_error};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+fn not_float(what: &str, d: &Dyn) -> PyErr {
+    type_error(format!(
+        "{what}: only Float32 and Float64 arrays carry gradients, this is a {}",
+        d.ty().class_name()
+    ))
+}
+
+/// Every array in `args` (arrays, or lists and tuples of them).
+fn arrays<'py>(args: &Bound<'py, PyAny>, out: &mut Vec<Bound<'py, ArrayBase>>) -> PyResult<()> {
+    if let Ok(a) = args.cast::<ArrayBase>() {
+        out.push(a.clone());
+    } else if args.cast::<pyo3::types::PyList>().is_ok() || args.cast::<PyTuple>().is_ok() {
+        for v in args.try_iter()? {
+            arrays(&v?, out)?;
+        }
+    } else if let Ok(d) = args.cast::<pyo3::types::PyDict>() {
+        for v in d.values() {
+            arrays(&v, out)?;
+        }
+    } else {
+        return Err(type_error(format!(
+            "expected kiln arrays (or lists, tuples, dicts of them), got a `{}`",
+            args.get_type().name()?
+        )));
+    }
+    Ok(())
+}
+
+/// Track derivatives of these arrays from now on (in place; Dr.Jit's `dr.enable_grad`).
+#[pyfunction]
+#[pyo3(signature = (*args))]
+fn enable_grad(args: &Bound<PyTuple>) -> PyResult<()> {
+    let mut found = Vec::new();
+    arrays(args.as_any(), &mut found)?;
+    for a in found {
+        let mut b = a.borrow_mut();
+        match &mut b.a {
+            Dyn::F32(x) => {
+                x.enable_grad();
+            }
+            Dyn::F64(x) => {
+                x.enable_grad();
+            }
+            d => return Err(not_float("enable_grad", d)),
+        }
+    }
+    Ok(())
+}
+
+/// Stop tracking derivatives of these arrays (in place).
+#[pyfunction]
+#[pyo3(signature = (*args))]
+fn disable_grad(args: &Bound<PyTuple>) -> PyResult<()> {
+    let mut found = Vec::new();
+    arrays(args.as_any(), &mut found)?;
+    for a in found {
+        let mut b = a.borrow_mut();
+        b.a = float!(&b.a, x => x.detach().into_dyn(), else b.a.clone());
+    }
+    Ok(())
+}
+
+/// Whether any of these arrays tracks derivatives.
+#[pyfunction]
+#[pyo3(signature = (*args))]
+fn grad_enabled(args: &Bound<PyTuple>) -> PyResult<bool> {
+    let mut found = Vec::new();
+    arrays(args.as_any(), &mut found)?;
+    Ok(found
+        .iter()
+        .any(|a| float!(&a.borrow().a, x => x.grad_enabled(), else false)))
+}
+
+/// The array without derivative tracking (the same values).
+#[pyfunction]
+fn detach(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+    let d = to_dyn(x, None)?;
+    wrap(py, float!(&d, v => v.detach().into_dyn(), else d.clone()))
+}
+
+/// The gradient of `a` (zeros where none arrived; an integer array's is zeros).
+pub fn grad_of(py: Python<'_>, a: &Dyn) -> PyResult<Py<PyAny>> {
+    let g = float!(a, x => x.grad().into_dyn(), else a.cast(crate::dynarray::Ty::F32).cast(a.ty()));
+    wrap(py, g)
+}
+
+/// Set (or add to, with `accum`) the gradient of `a`.
+pub fn set_grad_of(a: &Dyn, g: &Bound<PyAny>, accum: bool) -> PyResult<()> {
+    let gd = to_dyn(g, Some(a.ty()))?.cast(a.ty());
+    match (a, &gd) {
+        (Dyn::F32(x), Dyn::F32(v)) => try_guard(|| {
+            if accum {
+                x.accum_grad(v)
+            } else {
+                x.set_grad(v)
+            };
+            Ok(())
+        }),
+        (Dyn::F64(x), Dyn::F64(v)) => try_guard(|| {
+            if accum {
+                x.accum_grad(v)
+            } else {
+                x.set_grad(v)
+            };
+            Ok(())
+        }),
+        _ => Err(not_float("set_grad", a)),
+    }
+}
+
+fn one_array(x: &Bound<PyAny>, what: &str) -> PyResult<Dyn> {
+    let a = x
+        .cast::<ArrayBase>()
+        .map_err(|_| type_error(format!("{what} takes a kiln array")))?;
+    let d = a.borrow().a.clone();
+    Ok(d)
+}
+
+/// The gradient of `x` (Dr.Jit's `dr.grad`).
+#[pyfunction]
+fn grad(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+    grad_of(py, &one_array(x, "grad")?)
+}
+
+/// Set the gradient of `x` to `g` (a seed for `forward`, or a cotangent).
+#[pyfunction]
+fn set_grad(x: &Bound<PyAny>, g: &Bound<PyAny>) -> PyResult<()> {
+    set_grad_of(&one_array(x, "set_grad")?, g, false)
+}
+
+/// Add `g` to the gradient of `x`.
+#[pyfunction]
+fn accum_grad(x: &Bound<PyAny>, g: &Bound<PyAny>) -> PyResult<()> {
+    set_grad_of(&one_array(x, "accum_grad")?, g, true)
+}
+
+/// Forget the gradient of each array.
+#[pyfunction]
+#[pyo3(signature = (*args))]
+fn clear_grad(args: &Bound<PyTuple>) -> PyResult<()> {
+    let mut found = Vec::new();
+    arrays(args.as_any(), &mut found)?;
+    for a in found {
+        float!(&a.borrow().a, x => x.clear_grad(), else ());
+    }
+    Ok(())
+}
+
+/// Reverse mode from `y`, seeded with `seed` (default: 1 for every element, Dr.Jit's rule): the
+/// gradients reach every array with `enable_grad` that `y` depends on. A graph is consumed by the
+/// pass unless `retain_graph=True`. The GIL is released while the pass runs.
+#[pyfunction]
+#[pyo3(signature = (y, seed = None, retain_graph = false))]
+fn backward_from(
+    py: Python<'_>,
+    y: &Bound<PyAny>,
+    seed: Option<&Bound<PyAny>>,
+    retain_graph: bool,
+) -> PyResult<()> {
+    let d = one_array(y, "backward")?;
+    let s = match seed {
+        Some(s) => to_dyn(s, Some(d.ty()))?.cast(d.ty()),
+        None => crate::convert::lit_f64(1.0, d.ty()),
+    };
+    match (d, s) {
+        (Dyn::F32(y), Dyn::F32(s)) => {
+            py.detach(|| try_guard(|| kiln::ad::backward_with(&y, &s, retain_graph)))
+        }
+        (Dyn::F64(y), Dyn::F64(s)) => {
+            py.detach(|| try_guard(|| kiln::ad::backward_with(&y, &s, retain_graph)))
+        }
+        (d, _) => Err(not_float("backward", &d)),
+    }
+}
+
+/// Reverse mode from `y` (Dr.Jit's `dr.backward`): as `backward_from` with a seed of ones.
+#[pyfunction]
+#[pyo3(signature = (y, retain_graph = false))]
+fn backward(py: Python<'_>, y: &Bound<PyAny>, retain_graph: bool) -> PyResult<()> {
+    backward_from(py, y, None, retain_graph)
+}
+
+/// Forward mode from `x` (Dr.Jit's `dr.forward`): its gradient (1 unless set) is pushed to every
+/// array computed from it; read them with `grad`.
+#[pyfunction]
+fn forward(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<()> {
+    match one_array(x, "forward")? {
+        Dyn::F32(v) => py.detach(|| try_guard(|| kiln::ad::forward(&v))),
+        Dyn::F64(v) => py.detach(|| try_guard(|| kiln::ad::forward(&v))),
+        d => Err(not_float("forward", &d)),
+    }
+}
+
+/// Forward mode from every array whose gradient is set, towards `y` only (Dr.Jit's `dr.forward_to`).
+#[pyfunction]
+fn forward_to(py: Python<'_>, y: &Bound<PyAny>) -> PyResult<()> {
+    match one_array(y, "forward_to")? {
+        Dyn::F32(v) => py.detach(|| try_guard(|| kiln::ad::forward_to(&v))),
+        Dyn::F64(v) => py.detach(|| try_guard(|| kiln::ad::forward_to(&v))),
+        d => Err(not_float("forward_to", &d)),
+    }
+}
+
+/// A `with` block with derivative recording off (`suspend_grad()`) or on (`resume_grad()`) on
+/// this thread. Unlike Dr.Jit's, it applies to every array, so it takes no arguments.
+#[pyclass(module = "kiln", unsendable)]
+struct GradScope {
+    on: bool,
+    previous: Option<bool>,
+}
+
+#[pymethods]
+impl GradScope {
+    fn __enter__(mut slf: PyRefMut<Self>) -> PyRefMut<Self> {
+        slf.previous = Some(kiln::ad::set_grad_recording(slf.on));
+        slf
+    }
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&mut self, _exc: &Bound<PyTuple>) -> bool {
+        if let Some(p) = self.previous.take() {
+            kiln::ad::set_grad_recording(p);
+        }
+        false
+    }
+}
+
+fn scope(args: &Bound<PyTuple>, on: bool, name: &str) -> PyResult<GradScope> {
+    if !args.is_empty() {
+        return Err(value_error(format!(
+            "kiln's {name}() applies to every array and takes no arguments: detach the arrays that should not carry gradients instead"
+        )));
+    }
+    Ok(GradScope { on, previous: None })
+}
+
+/// `with kiln.suspend_grad():` computes without recording derivatives.
+#[pyfunction]
+#[pyo3(signature = (*args))]
+fn suspend_grad(args: &Bound<PyTuple>) -> PyResult<GradScope> {
+    scope(args, false, "suspend_grad")
+}
+
+/// `with kiln.resume_grad():` records derivatives again inside a `suspend_grad` block.
+#[pyfunction]
+#[pyo3(signature = (*args))]
+fn resume_grad(args: &Bound<PyTuple>) -> PyResult<GradScope> {
+    scope(args, true, "resume_grad")
+}
+
+/// Put the functions on the module.
+pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
+    m.add_class::<GradScope>()?;
+    macro_rules! add {
+        ($($f:ident),*) => { $(m.add_function(wrap_pyfunction!($f, m)?)?;)* };
+    }
+    add!(
+        enable_grad,
+        disable_grad,
+        grad_enabled,
+        detach,
+        grad,
+        set_grad,
+        accum_grad,
+        clear_grad
+    );
+    add!(
+        backward,
+        backward_from,
+        forward,
+        forward_to,
+        suspend_grad,
+        resume_grad
+    );
+    Ok(())
+}

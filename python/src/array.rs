@@ -1,0 +1,559 @@
+//! The array classes: `kiln.ArrayBase` holds one kiln array of any element type, and `Float32`,
+//! `Float64`, `Int32`, `UInt32`, `Int64`, `UInt64`, `Bool` are its subclasses (Dr.Jit's names), so
+//! `isinstance` tells the type and every operator is written once. Values are immutable from
+//! Python's side except through Dr.Jit's mutating calls (`scatter`, `x[i] = v`, `enable_grad`).
+//!
+//! NumPy sees an evaluated array without a copy (`numpy()`, `np.asarray(x)`): a read-only view of
+//! kiln's buffer that holds its own reference to the array, so kiln never writes that buffer in
+//! place or frees it while the view lives.
+
+use crate::convert::to_dyn;
+use crate::dynarray::{Dyn, Ty};
+use crate::errors::{guard, index_error, try_guard, type_error, value_error};
+use crate::ops::{binary, compare, Bin, Cmp};
+use kiln::{Array, Scalar};
+use pyo3::basic::CompareOp;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PySlice, PyTuple};
+use pyo3::PyClassInitializer;
+
+/// A one-dimensional kiln array: lazy (traced, fused, compiled on first use) until a value is
+/// needed. Construct one of the subclasses (`Float32([1, 2, 3])`).
+#[pyclass(name = "ArrayBase", module = "kiln", subclass)]
+pub struct ArrayBase {
+    pub a: Dyn,
+}
+
+macro_rules! subclasses {
+    ($($name:ident $ty:ident $doc:literal),*) => {$(
+        #[doc = $doc]
+        #[pyclass(extends = ArrayBase, module = "kiln")]
+        pub struct $name;
+
+        #[pymethods]
+        impl $name {
+            #[new]
+            #[pyo3(signature = (*args))]
+            fn new(args: &Bound<PyTuple>) -> PyResult<(Self, ArrayBase)> {
+                Ok(($name, ArrayBase { a: construct(args, Ty::$ty)? }))
+            }
+        }
+    )*
+
+    /// `a` as an instance of the class of its element type.
+    pub fn wrap(py: Python<'_>, a: Dyn) -> PyResult<Py<PyAny>> {
+        let ty = a.ty();
+        let base = PyClassInitializer::from(ArrayBase { a });
+        Ok(match ty {
+            $(Ty::$ty => Py::new(py, base.add_subclass($name))?.into_any(),)*
+        })
+    }
+
+    /// The class of an element type.
+    pub fn class_of(py: Python<'_>, ty: Ty) -> Bound<'_, pyo3::types::PyType> {
+        match ty {
+            $(Ty::$ty => py.get_type::<$name>(),)*
+        }
+    }
+
+    /// Put the classes on the module.
+    pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
+        m.add_class::<ArrayBase>()?;
+        $(m.add_class::<$name>()?;)*
+        m.add_class::<Exported>()?;
+        Ok(())
+    }
+    };
+}
+
+subclasses!(
+    Float32 F32 "Array of 32-bit floats (Dr.Jit's `Float`/`Float32`). `Float32(1, 2)`, `Float32([1.0, 2.0])`, `Float32(numpy_array)`, `Float32(other_array)` (a cast).",
+    Float64 F64 "Array of 64-bit floats. Constructed like `Float32`.",
+    Int32 I32 "Array of 32-bit signed integers. Constructed like `Float32`.",
+    UInt32 U32 "Array of 32-bit unsigned integers. Constructed like `Float32`.",
+    Int64 I64 "Array of 64-bit signed integers. Constructed like `Float32`.",
+    UInt64 U64 "Array of 64-bit unsigned integers. Constructed like `Float32`.",
+    Bool Bool "Array of masks (`x < 1`). Constructed like `Float32`."
+);
+
+/// The element type a class names (`kiln.Float32` → `F32`), for functions such as `arange(Float32, n)`.
+pub fn ty_of_class(cls: &Bound<PyAny>) -> PyResult<Ty> {
+    let py = cls.py();
+    for ty in [
+        Ty::Bool,
+        Ty::I32,
+        Ty::U32,
+        Ty::I64,
+        Ty::U64,
+        Ty::F32,
+        Ty::F64,
+    ] {
+        if cls.is(class_of(py, ty)) {
+            return Ok(ty);
+        }
+    }
+    Err(type_error(format!(
+        "expected an array class (kiln.Float32, kiln.Int32, …), got {}",
+        cls.repr()?
+    )))
+}
+
+/// A new array of `ty` from constructor arguments: none (an empty array), one value (a number,
+/// a list, a NumPy array, another kiln array, which is cast), or several numbers.
+fn construct(args: &Bound<PyTuple>, ty: Ty) -> PyResult<Dyn> {
+    match args.len() {
+        0 => Ok(crate::convert::from_bytes(&[], ty)?),
+        1 => Ok(to_dyn(&args.get_item(0)?, Some(ty))?.cast(ty)),
+        _ => Ok(to_dyn(args.as_any(), Some(ty))?.cast(ty)),
+    }
+}
+
+/// Element `i` (counted from the end when negative) as a Python number.
+pub fn item(py: Python<'_>, a: &Dyn, i: isize) -> PyResult<Py<PyAny>> {
+    let n = a.len() as isize;
+    let j = if i < 0 { i + n } else { i };
+    if j < 0 || j >= n {
+        return Err(index_error(format!(
+            "index {i} is out of range for an array of {n} element{}",
+            if n == 1 { "" } else { "s" }
+        )));
+    }
+    let a = a.clone();
+    macro_rules! get {
+        ($x:expr) => {{
+            let x = $x.clone();
+            let v = py.detach(|| try_guard(|| x.try_at(j)?.try_item()))?;
+            v.into_pyobject(py)?.into_any().unbind()
+        }};
+    }
+    Ok(match &a {
+        Dyn::Bool(x) => {
+            let x = x.clone();
+            let v = py.detach(|| try_guard(|| x.try_at(j)?.try_item()))?;
+            pyo3::types::PyBool::new(py, v)
+                .to_owned()
+                .into_any()
+                .unbind()
+        }
+        Dyn::I32(x) => get!(x),
+        Dyn::U32(x) => get!(x),
+        Dyn::I64(x) => get!(x),
+        Dyn::U64(x) => get!(x),
+        Dyn::F32(x) => get!(x),
+        Dyn::F64(x) => get!(x),
+    })
+}
+
+/// Evaluate `a` with the GIL released (other Python threads run while kernels compile and run).
+pub fn eval_released(py: Python<'_>, a: &Dyn) -> PyResult<()> {
+    let a = a.clone();
+    py.detach(|| try_guard(|| each!(&a, x => x.try_eval().map(|_| ()))))
+}
+
+fn values_of<T: Scalar>(py: Python<'_>, x: &Array<T>) -> PyResult<Vec<T>> {
+    let x = x.clone();
+    py.detach(|| try_guard(|| x.try_to_vec()))
+}
+
+#[pymethods]
+impl ArrayBase {
+    // ---- arithmetic -------------------------------------------------------------------------
+
+    fn __add__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Add, false)
+    }
+    fn __radd__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Add, true)
+    }
+    fn __sub__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Sub, false)
+    }
+    fn __rsub__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Sub, true)
+    }
+    fn __mul__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Mul, false)
+    }
+    fn __rmul__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Mul, true)
+    }
+    fn __truediv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::TrueDiv, false)
+    }
+    fn __rtruediv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::TrueDiv, true)
+    }
+    fn __floordiv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::FloorDiv, false)
+    }
+    fn __rfloordiv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::FloorDiv, true)
+    }
+    fn __mod__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Mod, false)
+    }
+    fn __rmod__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Mod, true)
+    }
+    fn __pow__(
+        slf: &Bound<Self>,
+        o: &Bound<PyAny>,
+        m: Option<&Bound<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        if m.is_some_and(|m| !m.is_none()) {
+            return Err(type_error(
+                "pow() with a modulus is not supported for kiln arrays",
+            ));
+        }
+        bin(slf, o, Bin::Pow, false)
+    }
+    fn __rpow__(
+        slf: &Bound<Self>,
+        o: &Bound<PyAny>,
+        _m: Option<&Bound<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Pow, true)
+    }
+    fn __and__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::And, false)
+    }
+    fn __rand__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::And, true)
+    }
+    fn __or__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Or, false)
+    }
+    fn __ror__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Or, true)
+    }
+    fn __xor__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Xor, false)
+    }
+    fn __rxor__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Xor, true)
+    }
+    fn __lshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Shl, false)
+    }
+    fn __rlshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Shl, true)
+    }
+    fn __rshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Shr, false)
+    }
+    fn __rrshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        bin(slf, o, Bin::Shr, true)
+    }
+    fn __richcmp__(slf: &Bound<Self>, o: &Bound<PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let a = slf.borrow().a.clone();
+        let Some(b) = operand(o, a.ty())? else {
+            return Ok(py.NotImplemented());
+        };
+        let cmp = match op {
+            CompareOp::Lt => Cmp::Lt,
+            CompareOp::Le => Cmp::Le,
+            CompareOp::Gt => Cmp::Gt,
+            CompareOp::Ge => Cmp::Ge,
+            CompareOp::Eq => Cmp::Eq,
+            CompareOp::Ne => Cmp::Ne,
+        };
+        wrap(py, Dyn::Bool(compare(cmp, &a, &b)?))
+    }
+    fn __neg__(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let a = slf.borrow().a.clone();
+        let r = match &a {
+            Dyn::Bool(_) => return Err(type_error("`-` is not defined for masks: use `~mask`")),
+            Dyn::I32(x) => guard(|| Dyn::I32(-x))?,
+            Dyn::I64(x) => guard(|| Dyn::I64(-x))?,
+            Dyn::F32(x) => guard(|| Dyn::F32(-x))?,
+            Dyn::F64(x) => guard(|| Dyn::F64(-x))?,
+            // unsigned: wraps around, as in Dr.Jit and C
+            Dyn::U32(x) => guard(|| Dyn::U32(Array::scalar(0u32) - x))?,
+            Dyn::U64(x) => guard(|| Dyn::U64(Array::scalar(0u64) - x))?,
+        };
+        wrap(py, r)
+    }
+    fn __pos__(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
+        Ok(slf.clone().into_any().unbind())
+    }
+    fn __abs__(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
+        crate::funcs::unary(slf.py(), crate::funcs::Un::Abs, &slf.borrow().a)
+    }
+    fn __invert__(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let a = slf.borrow().a.clone();
+        let r = bitwise!(&a, x => guard(|| crate::dynarray::IntoDyn::into_dyn(!x))?, else {
+            return Err(type_error("`~` takes integers or masks, not floats"))
+        });
+        wrap(py, r)
+    }
+
+    // ---- size, values, conversion ----------------------------------------------------------
+
+    fn __len__(&self) -> usize {
+        self.a.len()
+    }
+    /// `x[i]` is element `i` as a Python number; `x[a:b:s]` a lazy slice; `x[index_array]` a gather.
+    fn __getitem__(slf: &Bound<Self>, i: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let a = slf.borrow().a.clone();
+        if let Ok(s) = i.cast::<PySlice>() {
+            let ind = s.indices(a.len() as isize)?;
+            let idx = crate::funcs::arange_dyn(
+                Ty::I64,
+                ind.start as i64,
+                ind.step as i64,
+                ind.slicelength,
+            )?;
+            return wrap(py, crate::funcs::gather_dyn(&a, &idx, None)?);
+        }
+        if let Ok(idx) = i.cast::<ArrayBase>() {
+            return wrap(py, crate::funcs::gather_dyn(&a, &idx.borrow().a, None)?);
+        }
+        let j: isize = i.extract().map_err(|_| {
+            type_error(format!(
+                "arrays are indexed by an integer, a slice or an integer array, not a `{}`",
+                i.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        item(py, &a, j)
+    }
+    /// `x[i] = v` writes element `i` (a scatter, as in Dr.Jit); `x[index_array] = values` too.
+    fn __setitem__(mut slf: PyRefMut<Self>, i: &Bound<PyAny>, v: &Bound<PyAny>) -> PyResult<()> {
+        let n = slf.a.len() as i64;
+        let idx = if let Ok(ia) = i.cast::<ArrayBase>() {
+            ia.borrow().a.clone()
+        } else {
+            let j: i64 = i
+                .extract()
+                .map_err(|_| type_error("x[i] = v takes an integer or an integer array as i"))?;
+            let k = if j < 0 { j + n } else { j };
+            if k < 0 || k >= n {
+                return Err(index_error(format!(
+                    "index {j} is out of range for an array of {n} elements"
+                )));
+            }
+            Dyn::I64(Array::scalar(k))
+        };
+        let value = to_dyn(v, Some(slf.a.ty()))?;
+        crate::funcs::scatter_into(&mut slf.a, &value, &idx, None, kiln::ReduceOp::None)
+    }
+    fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+        if self.a.len() != 1 {
+            return Err(value_error(format!(
+                "the truth value of an array of {} elements is ambiguous: use kiln.all(x) or kiln.any(x)",
+                self.a.len()
+            )));
+        }
+        item(py, &self.a.cast(Ty::Bool), 0)?.bind(py).is_truthy()
+    }
+    fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
+        self.one(py)?.bind(py).extract::<f64>()
+    }
+    fn __int__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let v = self.one(py)?;
+        Ok(py.import("builtins")?.getattr("int")?.call1((v,))?.unbind())
+    }
+    fn __index__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if !self.a.ty().is_int() {
+            return Err(type_error(
+                "only integer arrays of one element can be used as an index",
+            ));
+        }
+        self.one(py)
+    }
+    fn __hash__(&self) -> PyResult<isize> {
+        Err(PyTypeError::new_err(
+            "kiln arrays are unhashable (== compares lane by lane)",
+        ))
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        self.__str__(py)
+    }
+    fn __str__(&self, py: Python<'_>) -> PyResult<String> {
+        let a = self.a.clone();
+        py.detach(|| guard(|| each!(&a, x => x.to_string())))
+    }
+    /// The values as a Python list.
+    fn tolist(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match &self.a {
+            Dyn::Bool(x) => values_of(py, x)?.into_pyobject(py)?.into_any().unbind(),
+            Dyn::I32(x) => values_of(py, x)?.into_pyobject(py)?.into_any().unbind(),
+            Dyn::U32(x) => values_of(py, x)?.into_pyobject(py)?.into_any().unbind(),
+            Dyn::I64(x) => values_of(py, x)?.into_pyobject(py)?.into_any().unbind(),
+            Dyn::U64(x) => values_of(py, x)?.into_pyobject(py)?.into_any().unbind(),
+            Dyn::F32(x) => values_of(py, x)?.into_pyobject(py)?.into_any().unbind(),
+            Dyn::F64(x) => values_of(py, x)?.into_pyobject(py)?.into_any().unbind(),
+        })
+    }
+    /// The values as a NumPy array: a read-only view of kiln's buffer (no copy) once evaluated.
+    fn numpy(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        to_numpy(py, &self.a)
+    }
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__(
+        &self,
+        py: Python<'_>,
+        dtype: Option<&Bound<PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut out = to_numpy(py, &self.a)?.into_bound(py);
+        if let Some(d) = dtype.filter(|d| !d.is_none()) {
+            out = out.call_method1("astype", (d,))?;
+        }
+        if copy == Some(true) {
+            out = out.call_method0("copy")?;
+        }
+        Ok(out.unbind())
+    }
+    /// NumPy defers to kiln's operators when a NumPy array meets a kiln array.
+    #[classattr]
+    fn __array_ufunc__(py: Python<'_>) -> Py<PyAny> {
+        py.None()
+    }
+
+    // ---- properties ------------------------------------------------------------------------
+
+    /// `(len,)`, as NumPy.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, [self.a.len()])
+    }
+    #[getter]
+    fn ndim(&self) -> usize {
+        1
+    }
+    /// The engine's variable id (Dr.Jit's `x.index`).
+    #[getter]
+    fn index(&self) -> u64 {
+        each!(&self.a, x => x.id().0 as u64)
+    }
+    /// Whether the array has a buffer (Dr.Jit's `x.state == Evaluated`).
+    #[getter]
+    fn is_evaluated(&self) -> bool {
+        each!(&self.a, x => x.is_evaluated())
+    }
+    /// The name kiln's messages and `whos()` give the array.
+    #[getter]
+    fn get_label(&self) -> Option<String> {
+        each!(&self.a, x => x.get_label())
+    }
+    #[setter]
+    fn set_label(&mut self, name: &str) {
+        self.a = each!(&self.a, x => crate::dynarray::IntoDyn::into_dyn(x.clone().label(name)));
+    }
+    /// The gradient (Dr.Jit's `x.grad`).
+    #[getter]
+    fn get_grad(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        crate::ad::grad_of(py, &self.a)
+    }
+    #[setter]
+    fn set_grad(&self, g: &Bound<PyAny>) -> PyResult<()> {
+        crate::ad::set_grad_of(&self.a, g, false)
+    }
+    /// Evaluate now (Dr.Jit's `dr.eval(x)`); returns the array.
+    fn eval(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
+        eval_released(slf.py(), &slf.borrow().a)?;
+        Ok(slf.clone().into_any().unbind())
+    }
+}
+
+impl ArrayBase {
+    fn one(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if self.a.len() != 1 {
+            return Err(value_error(format!(
+                "only an array of one element converts to a Python number; this one has {}",
+                self.a.len()
+            )));
+        }
+        item(py, &self.a, 0)
+    }
+}
+
+/// `o` as an operand beside an array of type `like`, or `None` when it is not something kiln
+/// takes (Python then tries the other operand's operator).
+fn operand(o: &Bound<PyAny>, like: Ty) -> PyResult<Option<Dyn>> {
+    let py = o.py();
+    match to_dyn(o, Some(like)) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.is_instance_of::<PyTypeError>(py) && !o.is_instance_of::<ArrayBase>() => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn bin(slf: &Bound<ArrayBase>, o: &Bound<PyAny>, op: Bin, reflected: bool) -> PyResult<Py<PyAny>> {
+    let py = slf.py();
+    let a = slf.borrow().a.clone();
+    let Some(b) = operand(o, a.ty())? else {
+        return Ok(py.NotImplemented());
+    };
+    // a Python scalar takes the array's type (Dr.Jit's rule); a float beside integers is Float32
+    let r = if reflected {
+        binary(op, &b, &a)?
+    } else {
+        binary(op, &a, &b)?
+    };
+    wrap(py, r)
+}
+
+/// What NumPy reads to view a buffer (the array interface, version 3); it holds its own handle
+/// of the array, so the buffer stays and stays unchanged while NumPy's view lives.
+#[pyclass(module = "kiln", frozen)]
+pub struct Exported {
+    _keep: Dyn,
+    interface: Py<PyDict>,
+}
+
+#[pymethods]
+impl Exported {
+    #[getter]
+    fn __array_interface__(&self, py: Python<'_>) -> Py<PyDict> {
+        self.interface.clone_ref(py)
+    }
+}
+
+/// `a`'s values as a NumPy array: a read-only view of its buffer after evaluating it, or a copy
+/// for an array with no buffer of its own (a literal, an empty array).
+pub fn to_numpy(py: Python<'_>, a: &Dyn) -> PyResult<Py<PyAny>> {
+    let np = py
+        .import("numpy")
+        .map_err(|_| type_error("`numpy()` needs NumPy installed (`pip install numpy`)"))?;
+    eval_released(py, a)?;
+    let n = a.len();
+    let keep = a.clone();
+    let addr = each!(&keep, x => x.buffer_addr());
+    let ty = a.ty();
+    let Some(addr) = addr.filter(|_| n > 0) else {
+        // a literal or an empty array: a copy of its values
+        let bytes = each!(a, x => { let x = x.clone(); py.detach(|| try_guard(|| kiln_core::read_bytes(x.id())))? });
+        let buf = pyo3::types::PyBytes::new(py, &bytes);
+        let arr = np.call_method1("frombuffer", (buf, ty.typestr()))?;
+        let arr = if arr.len()? != n {
+            np.call_method1("full", (n, arr.get_item(0)?))?
+        } else {
+            arr.call_method0("copy")?
+        };
+        return Ok(arr.unbind());
+    };
+    let d = PyDict::new(py);
+    d.set_item("shape", (n,))?;
+    d.set_item("typestr", ty.typestr())?;
+    d.set_item("data", (addr, true))?;
+    d.set_item("version", 3)?;
+    let holder = Py::new(
+        py,
+        Exported {
+            _keep: keep,
+            interface: d.unbind(),
+        },
+    )?;
+    Ok(np.call_method1("asarray", (holder,))?.unbind())
+}
