@@ -91,7 +91,10 @@ fn detach(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
 
 /// The gradient of `a` (zeros where none arrived; an integer array's is zeros).
 pub fn grad_of(py: Python<'_>, a: &Dyn) -> PyResult<Py<PyAny>> {
-    let g = float!(a, x => x.grad().into_dyn(), else a.cast(crate::dynarray::Ty::F32).cast(a.ty()));
+    let g = float!(a, x => x.grad().into_dyn(), else {
+        let n = a.len();
+        crate::errors::guard(|| kiln::Int64::zeros(n))?.into_dyn().cast(a.ty())
+    });
     wrap(py, g)
 }
 

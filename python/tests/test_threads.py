@@ -1,0 +1,89 @@
+"""Several Python threads using kiln at once: each gets the answers it gets alone, and the GIL is
+released while kernels compile and run (another Python thread makes progress meanwhile)."""
+
+import threading
+import time
+
+import numpy as np
+
+import kiln
+
+
+def program(seed, n):
+    """A mixed program: arithmetic, math, a gather, a scatter, a reduction and a gradient."""
+    rng = kiln.PCG32(n, seed)
+    x = rng.next_float64() * 4.0 - 2.0
+    y = kiln.sin(x) * kiln.exp(-x * x) + kiln.sqrt(kiln.abs(x))
+    idx = kiln.arange(kiln.UInt32, n)[::-1]
+    g = kiln.gather(kiln.Float64, y, idx)
+    h = kiln.zeros(kiln.Float64, 8)
+    kiln.scatter_reduce(kiln.ReduceOp.Add, h, g, idx % 8)
+    w = kiln.Float64(x)
+    kiln.enable_grad(w)
+    kiln.backward(kiln.sum(kiln.tanh(w) * w))
+    return [float(kiln.sum(g)[0]), h.tolist(), w.grad.numpy().copy()]
+
+
+def same(a, b):
+    assert a[0] == b[0]
+    assert a[1] == b[1]
+    np.testing.assert_array_equal(a[2], b[2])
+
+
+def test_threads_get_the_answers_they_get_alone():
+    sizes = [1, 17, 1000, 4097, 50_000, 3, 256, 9999]
+    alone = [program(s, n) for s, n in enumerate(sizes)]
+    results = [None] * len(sizes)
+    errors = []
+    barrier = threading.Barrier(len(sizes))
+
+    def run(i):
+        try:
+            barrier.wait()
+            for _ in range(3):
+                results[i] = program(i, sizes[i])
+                same(results[i], alone[i])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(sizes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for r, a in zip(results, alone):
+        same(r, a)
+
+
+def test_the_gil_is_released_while_kernels_run():
+    n = 1 << 22
+    x = kiln.PCG32(n).next_float32()
+    kiln.eval(x)
+    y = x
+    for _ in range(60):
+        y = kiln.sin(y) * 1.0001 + kiln.cos(y) * 0.5
+    stamps = []
+    started, done = threading.Event(), threading.Event()
+
+    def spin():
+        started.set()
+        i = 0
+        while not done.is_set():
+            i += 1
+            if i % 256 == 0:
+                stamps.append(time.perf_counter())
+
+    t = threading.Thread(target=spin)
+    t.start()
+    started.wait()
+    t0 = time.perf_counter()
+    kiln.eval(y)  # compiles and runs a 60-step chain over 4M lanes in one call
+    t1 = time.perf_counter()
+    done.set()
+    t.join()
+    # Python hands the GIL over every 5 ms at bytecode boundaries, so the other thread may run
+    # just before and after the call; in its middle it can run only if kiln released the GIL
+    lo, hi = t0 + 0.3 * (t1 - t0), t0 + 0.7 * (t1 - t0)
+    assert t1 - t0 > 0.03, "the call was too short to tell"
+    assert any(lo <= s <= hi for s in stamps), (t1 - t0, len(stamps))
