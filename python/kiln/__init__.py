@@ -22,8 +22,37 @@ Float = _kiln.Float32
 UInt = _kiln.UInt32
 Int = _kiln.Int32
 
+def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, auto_opaque=True, enabled=True):
+    """Freeze a function (Dr.Jit's ``@dr.freeze``): the first call with a new layout of arguments
+    runs it and records its kernels; later calls with the same layout replay them without running
+    Python. Usable as ``@kiln.freeze`` or ``@kiln.freeze(limit=...)``.
+
+    ``state_fn(*args, **kwargs)`` returns extra values (captured arrays) that are part of the
+    layout; ``limit`` bounds the recordings kept; ``warn_after`` warns when a function keeps being
+    re-recorded; ``auto_opaque`` makes literals that change between calls opaque instead of
+    recording again; ``enabled=False`` runs the function plainly (evaluating what a frozen call
+    evaluates). ``backend`` is accepted for Dr.Jit compatibility and must be None (kiln picks its
+    backend once per process).
+
+    Where kiln differs: lists, tuples and dicts among the arguments are rebuilt for the call (the
+    function may change the arrays and struct fields they hold, not the containers); a frozen
+    function may not call itself.
+    """
+    if backend is not None:
+        raise InvalidArgument("kiln.freeze(backend=...): kiln picks its backend once per process (KILN_BACKEND)")
+    if f is None:
+        return lambda g: freeze(g, state_fn=state_fn, limit=limit, warn_after=warn_after,
+                                auto_opaque=auto_opaque, enabled=enabled)
+    frozen = _kiln.FrozenFunction(f, state_fn, limit, warn_after, auto_opaque, enabled)
+    try:
+        frozen.__doc__ = f.__doc__
+    except AttributeError:
+        pass
+    return frozen
+
+
 # Dr.Jit's aliases
 sync = _kiln.sync_thread
 pow = _kiln.power
 
-__all__ = [n for n in dir(_kiln) if not n.startswith("_")] + ["Float", "UInt", "Int", "sync", "pow"]
+__all__ = [n for n in dir(_kiln) if not n.startswith("_")] + ["Float", "UInt", "Int", "sync", "pow", "freeze"]

@@ -28,6 +28,19 @@ static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
 thread_local! {
     /// How many [`guard`]s this thread is inside: the panic hook stays quiet while it is not 0.
     static GUARDED: Cell<u32> = const { Cell::new(0) };
+    /// A Python exception raised inside a function kiln was recording (see [`fail`]).
+    static PENDING: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The payload of an unwind that carries a Python exception out of a recorded function.
+struct PyFailure;
+
+/// Leave a function kiln is recording (a loop body, a frozen function) because Python raised
+/// `e`: the unwind makes kiln abandon the recording, and the [`guard`] around the kiln call
+/// raises `e` again. (`resume_unwind` runs no panic hook: nothing is printed.)
+pub fn fail(e: PyErr) -> ! {
+    PENDING.with(|p| *p.borrow_mut() = Some(e));
+    std::panic::resume_unwind(Box::new(PyFailure))
 }
 
 /// Make the classes and put them on the module (at import).
@@ -143,11 +156,20 @@ pub fn guard<R>(f: impl FnOnce() -> R) -> PyResult<R> {
     let r = catch_unwind(AssertUnwindSafe(f));
     GUARDED.with(|g| g.set(g.get() - 1));
     r.map_err(|payload| {
+        if payload.is::<PyFailure>() {
+            if let Some(e) = PENDING.with(|p| p.borrow_mut().take()) {
+                return e;
+            }
+        }
         let msg = payload
             .downcast_ref::<String>()
             .cloned()
             .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "kiln: an internal error (please report it)".into());
+            .unwrap_or_else(|| {
+                "kiln: a value was read where kiln cannot read one (inside a frozen function's \
+                 recording or a symbolic loop body): read it after the call, or pass it in"
+                    .into()
+            });
         from_message(&msg)
     })
 }

@@ -9,11 +9,14 @@
 mod dynarray;
 mod ad;
 mod array;
+mod control;
 mod convert;
 mod errors;
+mod freeze;
 mod funcs;
 mod ops;
 mod random;
+mod tree;
 
 use pyo3::prelude::*;
 
@@ -23,6 +26,8 @@ fn _kiln(m: &Bound<PyModule>) -> PyResult<()> {
     array::register(m)?;
     funcs::register(m)?;
     ad::register(m)?;
+    control::register(m)?;
+    freeze::register(m)?;
     m.add_class::<random::PyPcg32>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

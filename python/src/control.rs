@@ -1,0 +1,253 @@
+//! Control flow in kernels with Dr.Jit's calls: `while_loop(state, cond, body)`,
+//! `if_stmt(args, cond, true_fn, false_fn)` and `switch(index, targets, *args)`. The Python
+//! functions are traced (called once with placeholder arrays, symbolic mode) into one kernel, or
+//! run from the host per iteration (evaluated mode), exactly as kiln's Rust calls do; a Python
+//! exception inside them abandons the trace and is raised again from the call.
+
+use crate::array::ArrayBase;
+use crate::convert::to_dyn;
+use crate::dynarray::{Dyn, Ty};
+use crate::errors::{fail, guard, to_py, type_error, value_error};
+use crate::tree::Tree;
+use kiln::control::{Branch, Loop, Mode, Switch};
+use kiln::Bool;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+fn mode_of(mode: Option<&str>) -> PyResult<Mode> {
+    match mode {
+        None | Some("auto") => Ok(Mode::Auto),
+        Some("symbolic") => Ok(Mode::Symbolic),
+        Some("evaluated") => Ok(Mode::Evaluated),
+        Some(m) => Err(value_error(format!(
+            "mode={m:?}: kiln's modes are 'symbolic', 'evaluated' and None (symbolic, falling back to evaluated when a body reads other lanes)"
+        ))),
+    }
+}
+
+/// A state tuple's items as positional arguments (fresh objects: inside a trace they are
+/// placeholders, not the caller's arrays).
+fn spread<'py>(py: Python<'py>, t: &Tree) -> PyResult<Bound<'py, PyTuple>> {
+    let v = t.to_py(py, false)?;
+    let b = v.into_bound(py);
+    match b.cast_into::<PyTuple>() {
+        Ok(t) => Ok(t),
+        Err(e) => PyTuple::new(py, [e.into_inner()]),
+    }
+}
+
+/// A mask from what `cond` returned (a `Bool` array, or a Python bool).
+fn mask(x: &Bound<PyAny>, what: &str) -> PyResult<Bool> {
+    if !x.is_instance_of::<ArrayBase>() && !x.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(type_error(format!(
+            "{what} returned a `{}`; it must return a kiln.Bool (a comparison such as `i < n`)",
+            x.get_type().name()?
+        )));
+    }
+    match to_dyn(x, Some(Ty::Bool))?.cast(Ty::Bool) {
+        Dyn::Bool(b) => Ok(b),
+        _ => unreachable!("cast to Bool gives a Bool"),
+    }
+}
+
+/// Call `f(*state)` while kiln traces; a Python exception leaves the trace (see [`fail`]).
+fn call_traced<'py>(py: Python<'py>, f: &Py<PyAny>, state: &Tree) -> Bound<'py, PyAny> {
+    let r = spread(py, state).and_then(|args| f.bind(py).call1(args));
+    r.unwrap_or_else(|e| fail(e))
+}
+
+/// Run a loop: `while cond(*state): state = body(*state)` in every lane (Dr.Jit's
+/// `dr.while_loop`). `state` is a tuple of arrays (or of lists, dicts, dataclasses of them, and
+/// plain values that do not change); `body` returns a tuple of the same layout. Returns the
+/// final state. `max_iterations` bounds the trip count (`LoopTruncated` past it); `compress`
+/// packs the live lanes between iterations in evaluated mode.
+#[pyfunction]
+#[pyo3(signature = (state, cond, body, labels = None, label = None, mode = None, max_iterations = None, compress = None, strict = true))]
+#[allow(clippy::too_many_arguments)]
+fn while_loop(
+    py: Python<'_>,
+    state: &Bound<PyAny>,
+    cond: Py<PyAny>,
+    body: Py<PyAny>,
+    labels: Option<&Bound<PyAny>>,
+    label: Option<&str>,
+    mode: Option<&str>,
+    max_iterations: Option<i64>,
+    compress: Option<bool>,
+    strict: bool,
+) -> PyResult<Py<PyAny>> {
+    let _ = (labels, strict);
+    let state = if state.is_instance_of::<PyTuple>() {
+        state.clone()
+    } else {
+        PyTuple::new(py, [state])?.into_any()
+    };
+    let tree = Tree::from_py(&state)?;
+    let mut lp = Loop::new(tree).mode(mode_of(mode)?);
+    if let Some(l) = label {
+        lp = lp.label(l);
+    }
+    if let Some(n) = max_iterations.filter(|&n| n >= 0) {
+        lp = lp.max_iterations(n as u64);
+    }
+    if let Some(c) = compress {
+        lp = lp.compress(c);
+    }
+    let layout = Tree::from_py(&state)?;
+    let out = guard(|| {
+        lp.run(
+            |s| {
+                Python::attach(|py| {
+                    let m = call_traced(py, &cond, s);
+                    mask(&m, "the loop's cond").unwrap_or_else(|e| fail(e))
+                })
+            },
+            |s| {
+                Python::attach(|py| {
+                    let r = call_traced(py, &body, s);
+                    let r = if r.is_instance_of::<PyTuple>() {
+                        r
+                    } else {
+                        PyTuple::new(py, [r])
+                            .map(|t| t.into_any())
+                            .unwrap_or_else(|e| fail(e))
+                    };
+                    let t = Tree::from_py(&r).unwrap_or_else(|e| fail(e));
+                    same_layout(&layout, &t, "the loop's body").unwrap_or_else(|e| fail(e));
+                    t
+                })
+            },
+        )
+    })?
+    .map_err(to_py)?;
+    let result = out.to_py(py, false)?;
+    // one state value comes back bare, as Dr.Jit gives it when the state is not a tuple
+    Ok(result)
+}
+
+/// `b` has the layout of `a` (the same nesting, and arrays where `a` has arrays, of its types).
+fn same_layout(a: &Tree, b: &Tree, what: &str) -> PyResult<()> {
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    a.arrays(&mut x);
+    b.arrays(&mut y);
+    let tx: Vec<_> = x.iter().map(|d| d.ty().class_name()).collect();
+    let ty: Vec<_> = y.iter().map(|d| d.ty().class_name()).collect();
+    if tx != ty {
+        return Err(value_error(format!(
+            "{what} returned arrays of types {ty:?}, but the state holds {tx:?}: return the state in the same order, with the same types"
+        )));
+    }
+    Ok(())
+}
+
+/// `true_fn(*args)` in the lanes where `cond` holds and `false_fn(*args)` elsewhere (Dr.Jit's
+/// `dr.if_stmt`). A Python `bool` condition just calls one of them.
+#[pyfunction]
+#[pyo3(signature = (args, cond, true_fn, false_fn, arg_labels = None, rv_labels = None, label = None, mode = None, strict = true))]
+#[allow(clippy::too_many_arguments)]
+fn if_stmt(
+    py: Python<'_>,
+    args: &Bound<PyAny>,
+    cond: &Bound<PyAny>,
+    true_fn: Py<PyAny>,
+    false_fn: Py<PyAny>,
+    arg_labels: Option<&Bound<PyAny>>,
+    rv_labels: Option<&Bound<PyAny>>,
+    label: Option<&str>,
+    mode: Option<&str>,
+    strict: bool,
+) -> PyResult<Py<PyAny>> {
+    let _ = (arg_labels, rv_labels, label, strict);
+    let args = if args.is_instance_of::<PyTuple>() {
+        args.clone()
+    } else {
+        PyTuple::new(py, [args])?.into_any()
+    };
+    if let Ok(b) = cond.extract::<bool>() {
+        if !cond.is_instance_of::<ArrayBase>() {
+            let f = if b { &true_fn } else { &false_fn };
+            return Ok(f.bind(py).call1(args.cast::<PyTuple>()?)?.unbind());
+        }
+    }
+    let m = mask(cond, "if_stmt's cond")?;
+    let tree = Tree::from_py(&args)?;
+    let branch = |f: &Py<PyAny>, s: &Tree| -> Tree {
+        Python::attach(|py| {
+            let r = call_traced(py, f, s);
+            Tree::from_py(&r).unwrap_or_else(|e| fail(e))
+        })
+    };
+    let out = guard(|| {
+        Branch::new().mode(mode_of(mode).unwrap_or_default()).run(
+            &m,
+            |s| branch(&true_fn, s),
+            |s| branch(&false_fn, s),
+            &tree,
+        )
+    })?
+    .map_err(to_py)?;
+    out.to_py(py, false)
+}
+
+/// `targets[index](*args)` lane by lane (Dr.Jit's `dr.switch`): an index out of range gives
+/// zeros. A Python `int` index just calls that target.
+#[pyfunction]
+#[pyo3(signature = (index, targets, *args, mode = None, label = None, **kwargs))]
+fn switch(
+    py: Python<'_>,
+    index: &Bound<PyAny>,
+    targets: Vec<Py<PyAny>>,
+    args: &Bound<PyTuple>,
+    mode: Option<&str>,
+    label: Option<&str>,
+    kwargs: Option<&Bound<PyDict>>,
+) -> PyResult<Py<PyAny>> {
+    let _ = label;
+    if kwargs.is_some_and(|k| !k.is_empty()) {
+        return Err(value_error(
+            "kiln's switch passes positional arguments to the targets; pass keyword values positionally",
+        ));
+    }
+    if !index.is_instance_of::<ArrayBase>() {
+        let i: usize = index.extract()?;
+        let f = targets.get(i).ok_or_else(|| {
+            value_error(format!(
+                "switch: index {i} but only {} targets",
+                targets.len()
+            ))
+        })?;
+        return Ok(f.bind(py).call1(args)?.unbind());
+    }
+    let idx = match to_dyn(index, Some(Ty::U32))?.cast(Ty::U32) {
+        Dyn::U32(u) => u,
+        _ => unreachable!("cast to UInt32 gives a UInt32"),
+    };
+    let tree = Tree::from_py(args.as_any())?;
+    let calls: Vec<Box<dyn Fn(&Tree) -> Tree + '_>> = targets
+        .iter()
+        .map(|f| {
+            Box::new(move |s: &Tree| {
+                Python::attach(|py| {
+                    let r = call_traced(py, f, s);
+                    Tree::from_py(&r).unwrap_or_else(|e| fail(e))
+                })
+            }) as Box<dyn Fn(&Tree) -> Tree>
+        })
+        .collect();
+    let refs: Vec<Option<&dyn Fn(&Tree) -> Tree>> = calls.iter().map(|b| Some(&**b)).collect();
+    let out = guard(|| {
+        Switch::new()
+            .mode(mode_of(mode).unwrap_or_default())
+            .run(&idx, &refs, &tree)
+    })?
+    .map_err(to_py)?;
+    out.to_py(py, false)
+}
+
+/// Put the functions on the module.
+pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(while_loop, m)?)?;
+    m.add_function(wrap_pyfunction!(if_stmt, m)?)?;
+    m.add_function(wrap_pyfunction!(switch, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,212 @@
+//! Frozen functions from Python (Dr.Jit's `@dr.freeze`): the first call with a new layout of
+//! arguments runs the Python function and records the kernels it launches; later calls with the
+//! same layout replay the recording without running any Python. Arrays passed in may be changed
+//! by the function (`scatter` into one, a struct's field given a new array): the change reaches
+//! the caller's objects on replays too.
+
+use crate::errors::{fail, guard, to_py, value_error};
+use crate::tree::Tree;
+use kiln::freeze::{Frozen, Mut};
+use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
+use pyo3::types::{PyDict, PyTuple};
+use std::sync::{Mutex, MutexGuard};
+
+thread_local! {
+    /// The frozen functions this thread is inside (a recursive call would wait on itself).
+    static ACTIVE: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+type Body = Box<dyn FnMut(&mut Tree) -> Tree + Send>;
+
+/// A function frozen by `kiln.freeze`: call it like the function.
+#[pyclass(module = "kiln", name = "FrozenFunction")]
+pub struct FrozenFunction {
+    /// Locked with the GIL released while waiting (a thread recording runs Python and may hand
+    /// the GIL to the waiting one).
+    inner: Mutex<Frozen<Body, fn(Mut<Tree>) -> Tree>>,
+    func: Py<PyAny>,
+}
+
+/// `(args, kwargs)` of a call as one tree.
+fn call_tree(args: &Bound<PyTuple>, kwargs: Option<&Bound<PyDict>>) -> PyResult<Tree> {
+    let py = args.py();
+    let kw = match kwargs {
+        Some(k) => k.clone(),
+        None => PyDict::new(py),
+    };
+    Ok(Tree::Seq {
+        tuple: true,
+        items: vec![Tree::from_py(args.as_any())?, Tree::from_py(kw.as_any())?],
+    })
+}
+
+/// The positional and keyword arguments a call tree holds, as Python values.
+fn split<'py>(
+    py: Python<'py>,
+    t: &Tree,
+    reuse: bool,
+) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+    let v = t.to_py(py, reuse)?.into_bound(py);
+    let pair = v.cast::<PyTuple>()?;
+    Ok((
+        pair.get_item(0)?.cast_into()?,
+        pair.get_item(1)?.cast_into()?,
+    ))
+}
+
+#[pymethods]
+impl FrozenFunction {
+    #[new]
+    #[pyo3(signature = (func, state_fn = None, limit = None, warn_after = 10, auto_opaque = true, enabled = true))]
+    fn new(
+        py: Python<'_>,
+        func: Py<PyAny>,
+        state_fn: Option<Py<PyAny>>,
+        limit: Option<usize>,
+        warn_after: usize,
+        auto_opaque: bool,
+        enabled: bool,
+    ) -> PyResult<Self> {
+        if !func.bind(py).is_callable() {
+            return Err(value_error("freeze takes a function"));
+        }
+        let f = func.clone_ref(py);
+        let body: Body = Box::new(move |t: &mut Tree| {
+            Python::attach(|py| {
+                let (args, kwargs) = split(py, t, true).unwrap_or_else(|e| fail(e));
+                let r = f
+                    .bind(py)
+                    .call(args, Some(&kwargs))
+                    .unwrap_or_else(|e| fail(e));
+                // what the function did to its arguments is part of what it computed
+                t.refresh(py).unwrap_or_else(|e| fail(e));
+                Tree::from_py(&r).unwrap_or_else(|e| fail(e))
+            })
+        });
+        let mut inner = kiln::freeze(body)
+            .warn_after(warn_after)
+            .auto_opaque(auto_opaque)
+            .enabled(enabled);
+        if let Some(n) = limit {
+            inner = inner.limit(n);
+        }
+        if let Some(sf) = state_fn {
+            inner = inner.with_state(move |(t,): (&Tree,)| {
+                Python::attach(|py| {
+                    let (args, kwargs) = split(py, t, false).unwrap_or_else(|e| fail(e));
+                    let r = sf
+                        .bind(py)
+                        .call(args, Some(&kwargs))
+                        .unwrap_or_else(|e| fail(e));
+                    Tree::from_py(&r).unwrap_or_else(|e| fail(e))
+                })
+            });
+        }
+        Ok(FrozenFunction {
+            inner: Mutex::new(inner),
+            func,
+        })
+    }
+
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        args: &Bound<PyTuple>,
+        kwargs: Option<&Bound<PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut tree = call_tree(args, kwargs)?;
+        let me = self as *const Self as usize;
+        if ACTIVE.with(|a| a.borrow().contains(&me)) {
+            return Err(value_error(
+                "a frozen function called itself (directly or through another): kiln cannot record a call inside its own recording; call the plain function (`f.__wrapped__`) inside",
+            ));
+        }
+        ACTIVE.with(|a| a.borrow_mut().push(me));
+        struct Leave(usize);
+        impl Drop for Leave {
+            fn drop(&mut self) {
+                ACTIVE.with(|a| a.borrow_mut().retain(|&x| x != self.0));
+            }
+        }
+        let _leave = Leave(me);
+        let mut inner = self.lock(py);
+        let out = guard(|| inner.call(&mut tree))?.map_err(|e| to_py(pythonic(e)))?;
+        drop(inner);
+        tree.write_back(py)?;
+        out.to_py(py, false)
+    }
+
+    /// A frozen method: `obj.method(...)` calls the frozen function with `obj` first.
+    fn __get__(
+        slf: Py<Self>,
+        py: Python<'_>,
+        obj: Option<Py<PyAny>>,
+        _cls: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        match obj {
+            None => Ok(slf.into_any()),
+            Some(o) => Ok(py
+                .import("functools")?
+                .getattr("partial")?
+                .call1((slf, o))?
+                .unbind()),
+        }
+    }
+
+    /// How many times the function was run and recorded.
+    #[getter]
+    fn n_recordings(&self, py: Python<'_>) -> usize {
+        self.lock(py).stats().recordings
+    }
+    /// How many calls replayed a recording.
+    #[getter]
+    fn n_replays(&self, py: Python<'_>) -> usize {
+        self.lock(py).stats().replays
+    }
+    /// Why each recording after the first was made (what changed in the arguments).
+    #[getter]
+    fn retraces(&self, py: Python<'_>) -> Vec<String> {
+        self.lock(py).stats().retraces.clone()
+    }
+    /// Mean time of a replay, in microseconds.
+    #[getter]
+    fn mean_replay_us(&self, py: Python<'_>) -> f64 {
+        self.lock(py).stats().mean_replay_us()
+    }
+    /// Forget every recording.
+    fn clear(&self, py: Python<'_>) {
+        self.lock(py).clear();
+    }
+    /// The function that was frozen.
+    #[getter]
+    fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
+        self.func.clone_ref(py)
+    }
+}
+
+/// kiln's freeze errors name the Rust call; a Python user passes `state_fn=` instead.
+fn pythonic(e: kiln::Error) -> kiln::Error {
+    match e {
+        kiln::Error::HiddenInput { label, during } => kiln::Error::Invalid(format!(
+            "{label} is used inside a frozen function ({during}) but is neither one of its arguments nor created inside it, so a replay could not bind it; pass it as an argument, or return it from `state_fn=` (`kiln.freeze(state_fn=lambda *args: captured)`) so that it becomes part of the frozen state"
+        )),
+        e => e,
+    }
+}
+
+impl FrozenFunction {
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Frozen<Body, fn(Mut<Tree>) -> Tree>> {
+        // a call that failed inside Python left nothing half-done in kiln (the recording was
+        // abandoned): the state behind a poisoned lock is sound
+        self.inner
+            .lock_py_attached(py)
+            .unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Put the class on the module.
+pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
+    m.add_class::<FrozenFunction>()
+}

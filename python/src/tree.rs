@@ -1,0 +1,320 @@
+//! Python values as kiln sees them when it records a function (`freeze`, `while_loop`, `if_stmt`,
+//! `switch`): a tree whose leaves are arrays (traversed as arrays), numbers and strings (part of
+//! the recording's key, like Dr.Jit's), and objects kiln cannot look into (keyed by identity).
+//! Tuples, lists, dicts, dataclasses and classes with Dr.Jit's `DRJIT_STRUCT` are looked into.
+//!
+//! Arrays and structs remember the Python object they came from, so a frozen function's changes
+//! to its arguments (`scatter` into one, `state.x = …`) reach the caller's objects on every replay.
+
+use crate::array::{wrap, ArrayBase};
+use crate::dynarray::Dyn;
+use kiln::freeze::{Assign, Traversal, Traverse};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+/// One node of a Python value.
+pub enum Tree {
+    /// An array, and the object it was read from (inputs only).
+    Array(Dyn, Option<Py<ArrayBase>>),
+    /// A Python number or `None`: its type and bits key the recording; the object goes back as is.
+    Scalar(&'static str, u64, Py<PyAny>),
+    Str(String),
+    Seq {
+        tuple: bool,
+        items: Vec<Tree>,
+    },
+    Dict(Vec<(Py<PyAny>, String, Tree)>),
+    /// A dataclass or a `DRJIT_STRUCT` class: its fields, and the object.
+    Struct(Py<PyAny>, Vec<(String, Tree)>),
+    /// Anything else: passed through; its type and identity key the recording.
+    Opaque(Py<PyAny>),
+}
+
+impl Clone for Tree {
+    fn clone(&self) -> Tree {
+        Python::attach(|py| self.clone_in(py))
+    }
+}
+
+impl Tree {
+    fn clone_in(&self, py: Python<'_>) -> Tree {
+        match self {
+            Tree::Array(d, o) => Tree::Array(d.clone(), o.as_ref().map(|o| o.clone_ref(py))),
+            Tree::Scalar(t, b, o) => Tree::Scalar(t, *b, o.clone_ref(py)),
+            Tree::Str(s) => Tree::Str(s.clone()),
+            Tree::Seq { tuple, items } => Tree::Seq {
+                tuple: *tuple,
+                items: items.iter().map(|i| i.clone_in(py)).collect(),
+            },
+            Tree::Dict(e) => Tree::Dict(
+                e.iter()
+                    .map(|(k, s, v)| (k.clone_ref(py), s.clone(), v.clone_in(py)))
+                    .collect(),
+            ),
+            Tree::Struct(o, f) => Tree::Struct(
+                o.clone_ref(py),
+                f.iter().map(|(n, v)| (n.clone(), v.clone_in(py))).collect(),
+            ),
+            Tree::Opaque(o) => Tree::Opaque(o.clone_ref(py)),
+        }
+    }
+
+    /// Read a Python value.
+    pub fn from_py(x: &Bound<PyAny>) -> PyResult<Tree> {
+        let py = x.py();
+        if let Ok(a) = x.cast::<ArrayBase>() {
+            return Ok(Tree::Array(a.borrow().a.clone(), Some(a.clone().unbind())));
+        }
+        if x.is_none() {
+            return Ok(Tree::Scalar("None", 0, x.clone().unbind()));
+        }
+        if let Ok(b) = x.cast::<PyBool>() {
+            return Ok(Tree::Scalar("bool", b.is_true() as u64, x.clone().unbind()));
+        }
+        if x.cast::<PyInt>().is_ok() {
+            let bits = match x.extract::<i64>() {
+                Ok(v) => v as u64,
+                Err(_) => x.hash()? as u64,
+            };
+            return Ok(Tree::Scalar("int", bits, x.clone().unbind()));
+        }
+        if let Ok(f) = x.cast::<PyFloat>() {
+            return Ok(Tree::Scalar(
+                "float",
+                f.value().to_bits(),
+                x.clone().unbind(),
+            ));
+        }
+        if let Ok(s) = x.cast::<PyString>() {
+            return Ok(Tree::Str(s.to_string()));
+        }
+        if let Ok(t) = x.cast::<PyTuple>() {
+            let items = t
+                .iter()
+                .map(|i| Tree::from_py(&i))
+                .collect::<PyResult<_>>()?;
+            return Ok(Tree::Seq { tuple: true, items });
+        }
+        if let Ok(l) = x.cast::<PyList>() {
+            let items = l
+                .iter()
+                .map(|i| Tree::from_py(&i))
+                .collect::<PyResult<_>>()?;
+            return Ok(Tree::Seq {
+                tuple: false,
+                items,
+            });
+        }
+        if let Ok(d) = x.cast::<PyDict>() {
+            let mut e = Vec::with_capacity(d.len());
+            for (k, v) in d.iter() {
+                e.push((k.clone().unbind(), k.str()?.to_string(), Tree::from_py(&v)?));
+            }
+            return Ok(Tree::Dict(e));
+        }
+        if let Some(names) = struct_fields(x)? {
+            let mut f = Vec::with_capacity(names.len());
+            for n in names {
+                let v = x.getattr(n.as_str())?;
+                f.push((n, Tree::from_py(&v)?));
+            }
+            return Ok(Tree::Struct(x.clone().unbind(), f));
+        }
+        let _ = py;
+        Ok(Tree::Opaque(x.clone().unbind()))
+    }
+
+    /// The Python value. `reuse`: arrays go back into the objects they came from (a function's
+    /// own arguments); otherwise every array is a new object and structs are copies.
+    pub fn to_py(&self, py: Python<'_>, reuse: bool) -> PyResult<Py<PyAny>> {
+        Ok(match self {
+            Tree::Array(d, Some(o)) if reuse => {
+                o.borrow_mut(py).a = d.clone();
+                o.clone_ref(py).into_any()
+            }
+            Tree::Array(d, _) => wrap(py, d.clone())?,
+            Tree::Scalar(_, _, o) | Tree::Opaque(o) => o.clone_ref(py),
+            Tree::Str(s) => PyString::new(py, s).into_any().unbind(),
+            Tree::Seq { tuple, items } => {
+                let v = items
+                    .iter()
+                    .map(|i| i.to_py(py, reuse))
+                    .collect::<PyResult<Vec<_>>>()?;
+                if *tuple {
+                    PyTuple::new(py, v)?.into_any().unbind()
+                } else {
+                    PyList::new(py, v)?.into_any().unbind()
+                }
+            }
+            Tree::Dict(e) => {
+                let d = PyDict::new(py);
+                for (k, _, v) in e {
+                    d.set_item(k.bind(py), v.to_py(py, reuse)?)?;
+                }
+                d.into_any().unbind()
+            }
+            Tree::Struct(o, f) => {
+                let obj = if reuse {
+                    o.bind(py).clone()
+                } else {
+                    py.import("copy")?.call_method1("copy", (o.bind(py),))?
+                };
+                for (n, v) in f {
+                    obj.setattr(n.as_str(), v.to_py(py, reuse)?)?;
+                }
+                obj.unbind()
+            }
+        })
+    }
+
+    /// Read the arrays again from the objects they came from (after a function changed them).
+    pub fn refresh(&mut self, py: Python<'_>) -> PyResult<()> {
+        match self {
+            Tree::Array(d, Some(o)) => *d = o.borrow(py).a.clone(),
+            Tree::Seq { items, .. } => {
+                for i in items {
+                    i.refresh(py)?;
+                }
+            }
+            Tree::Dict(e) => {
+                for (_, _, v) in e {
+                    v.refresh(py)?;
+                }
+            }
+            Tree::Struct(o, f) => {
+                for (n, v) in f {
+                    let now = o.bind(py).getattr(n.as_str())?;
+                    match (&*v, now.cast::<ArrayBase>()) {
+                        // a field given a new array: read it (and keep writing back into the struct)
+                        (Tree::Array(..), Ok(a)) => *v = Tree::Array(a.borrow().a.clone(), None),
+                        _ => v.refresh(py)?,
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Write the arrays back into the objects they came from (the caller's arguments after a
+    /// frozen call).
+    pub fn write_back(&self, py: Python<'_>) -> PyResult<()> {
+        match self {
+            Tree::Array(d, Some(o)) => o.borrow_mut(py).a = d.clone(),
+            Tree::Seq { items, .. } => {
+                for i in items {
+                    i.write_back(py)?;
+                }
+            }
+            Tree::Dict(e) => {
+                for (_, _, v) in e {
+                    v.write_back(py)?;
+                }
+            }
+            Tree::Struct(o, f) => {
+                for (n, v) in f {
+                    match v {
+                        Tree::Array(d, None) => {
+                            o.bind(py).setattr(n.as_str(), wrap(py, d.clone())?)?
+                        }
+                        _ => v.write_back(py)?,
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The arrays, in traversal order.
+    pub fn arrays(&self, out: &mut Vec<Dyn>) {
+        match self {
+            Tree::Array(d, _) => out.push(d.clone()),
+            Tree::Seq { items, .. } => items.iter().for_each(|i| i.arrays(out)),
+            Tree::Dict(e) => e.iter().for_each(|(_, _, v)| v.arrays(out)),
+            Tree::Struct(_, f) => f.iter().for_each(|(_, v)| v.arrays(out)),
+            _ => {}
+        }
+    }
+}
+
+/// The fields kiln looks into: a dataclass's, or the keys of Dr.Jit's `DRJIT_STRUCT`.
+fn struct_fields(x: &Bound<PyAny>) -> PyResult<Option<Vec<String>>> {
+    let cls = x.get_type();
+    if let Ok(s) = cls.getattr("DRJIT_STRUCT") {
+        let d = s.cast::<PyDict>()?;
+        return Ok(Some(d.keys().iter().map(|k| k.to_string()).collect()));
+    }
+    if let Ok(f) = cls.getattr("__dataclass_fields__") {
+        let d = f.cast::<PyDict>()?;
+        return Ok(Some(d.keys().iter().map(|k| k.to_string()).collect()));
+    }
+    Ok(None)
+}
+
+impl Traverse for Dyn {
+    fn traverse(&self, t: &mut Traversal) {
+        each!(self, a => a.traverse(t))
+    }
+    fn traverse_mut(&mut self, a: &mut Assign) {
+        each!(self, x => x.traverse_mut(a))
+    }
+}
+
+impl Traverse for Tree {
+    fn traverse(&self, t: &mut Traversal) {
+        match self {
+            Tree::Array(d, _) => d.traverse(t),
+            Tree::Scalar(tag, bits, _) => t.scalar(tag, *bits),
+            Tree::Str(s) => t.str(s),
+            Tree::Seq { tuple, items } => {
+                t.structure(if *tuple { "tuple" } else { "list" }, items.len());
+                for (i, v) in items.iter().enumerate() {
+                    t.index(i, |t| v.traverse(t));
+                }
+            }
+            Tree::Dict(e) => {
+                t.structure("dict", e.len());
+                for (_, k, v) in e {
+                    t.entry(k, |t| v.traverse(t));
+                }
+            }
+            Tree::Struct(o, f) => {
+                let name = Python::attach(|py| {
+                    o.bind(py)
+                        .get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                });
+                t.str(&name);
+                t.structure("struct", f.len());
+                for (n, v) in f {
+                    t.entry(n, |t| v.traverse(t));
+                }
+            }
+            Tree::Opaque(o) => {
+                let (name, id) = Python::attach(|py| {
+                    let b = o.bind(py);
+                    let name = b
+                        .get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default();
+                    (name, b.as_ptr() as u64)
+                });
+                t.str(&name);
+                t.scalar("object", id);
+            }
+        }
+    }
+    fn traverse_mut(&mut self, a: &mut Assign) {
+        match self {
+            Tree::Array(d, _) => d.traverse_mut(a),
+            Tree::Seq { items, .. } => items.iter_mut().for_each(|i| i.traverse_mut(a)),
+            Tree::Dict(e) => e.iter_mut().for_each(|(_, _, v)| v.traverse_mut(a)),
+            Tree::Struct(_, f) => f.iter_mut().for_each(|(_, v)| v.traverse_mut(a)),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,147 @@
+"""Control flow in kernels from Python: while_loop (per-lane trip counts, symbolic and evaluated),
+if_stmt, switch; gradients through them; Python exceptions inside a traced body."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import kiln
+
+
+@pytest.fixture(autouse=True)
+def no_leak():
+    gc.collect()
+    before = kiln.stats()["vars_alive"]
+    yield
+    gc.collect()
+    assert kiln.stats()["vars_alive"] == before
+
+
+def collatz_steps(v):
+    n = 0
+    while v != 1:
+        v = v // 2 if v % 2 == 0 else 3 * v + 1
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("mode", [None, "symbolic", "evaluated"])
+def test_while_loop_per_lane_trip_counts(mode):
+    start = np.arange(1, 200, dtype=np.uint32)
+    v, steps = kiln.while_loop(
+        state=(kiln.UInt32(start), kiln.zeros(kiln.UInt32, len(start))),
+        cond=lambda v, n: v != 1,
+        body=lambda v, n: (kiln.select(v % 2 == 0, v // 2, 3 * v + 1), n + 1),
+        mode=mode,
+    )
+    assert v.tolist() == [1] * len(start)
+    assert steps.tolist() == [collatz_steps(int(s)) for s in start]
+
+
+def test_while_loop_state_may_hold_lists_dicts_and_constants():
+    x = kiln.Float64([1.0, 2.0, 3.0])
+    out = kiln.while_loop(
+        state=(kiln.Int32([0, 0, 0]), {"x": x, "scale": 2.0}, [kiln.Int32([5, 2, 0])]),
+        cond=lambda i, d, lim: i < lim[0],
+        body=lambda i, d, lim: (i + 1, {"x": d["x"] * d["scale"], "scale": d["scale"]}, lim),
+    )
+    i, d, lim = out
+    assert i.tolist() == [5, 2, 0]
+    assert d["x"].tolist() == [32.0, 8.0, 3.0]
+    assert d["scale"] == 2.0 and lim[0].tolist() == [5, 2, 0]
+
+
+def test_while_loop_gradient_matches_differences():
+    # x <- x*a + 0.001 for k steps, lanes with different k
+    a_np = np.array([0.9, 1.01, 1.1, 0.5])
+    k = kiln.Int32([0, 1, 7, 30])
+    a = kiln.Float64(a_np)
+    kiln.enable_grad(a)
+    _, x = kiln.while_loop(
+        state=(kiln.Int32([0, 0, 0, 0]), kiln.Float64([1.0, 1.0, 1.0, 1.0])),
+        cond=lambda i, x: i < k,
+        body=lambda i, x: (i + 1, x * a + 0.001),
+    )
+    kiln.backward(kiln.sum(x))
+
+    def final(av):
+        out = []
+        for ai, ki in zip(av, [0, 1, 7, 30]):
+            v = 1.0
+            for _ in range(ki):
+                v = v * ai + 0.001
+            out.append(v)
+        return np.array(out)
+
+    h = 1e-6
+    fd = (final(a_np + h) - final(a_np - h)) / (2 * h)
+    np.testing.assert_allclose(a.grad.numpy(), fd, rtol=1e-6, atol=1e-9)
+
+
+def test_while_loop_errors():
+    with pytest.raises(TypeError, match="kiln.Bool"):
+        kiln.while_loop((kiln.Int32([1]),), cond=lambda i: 3, body=lambda i: (i + 1,))
+    with pytest.raises(ValueError, match="same order"):
+        kiln.while_loop(
+            (kiln.Int32([0]),), cond=lambda i: i < 3, body=lambda i: (kiln.Float32(i) + 1.0,)
+        )
+    with pytest.raises(ValueError, match="mode"):
+        kiln.while_loop((kiln.Int32([0]),), cond=lambda i: i < 3, body=lambda i: (i + 1,), mode="fast")
+
+
+def test_a_python_exception_in_a_body_is_raised_from_the_call():
+    class Boom(Exception):
+        pass
+
+    def body(i):
+        raise Boom("from the body")
+
+    with pytest.raises(Boom, match="from the body"):
+        kiln.while_loop((kiln.Int32([0, 1]),), cond=lambda i: i < 3, body=body)
+    # and kiln is usable afterwards
+    (i,) = kiln.while_loop((kiln.Int32([0, 1]),), cond=lambda i: i < 3, body=lambda i: (i + 1,))
+    assert i.tolist() == [3, 3]
+
+
+@pytest.mark.parametrize("mode", [None, "evaluated"])
+def test_while_loop_max_iterations(mode):
+    (i,) = kiln.while_loop(
+        (kiln.Int32([0, 45]),), cond=lambda i: i < 50, body=lambda i: (i + 1,),
+        max_iterations=10, mode=mode,
+    )
+    # the lane still running when the bound stopped the loop makes the next read an error
+    with pytest.raises(ValueError, match="lane"):
+        i.tolist()
+
+
+@pytest.mark.parametrize("mode", [None, "evaluated"])
+def test_if_stmt(mode):
+    x = kiln.Float32([-2.0, -1.0, 0.5, 3.0])
+    y, z = kiln.if_stmt(
+        args=(x,),
+        cond=x > 0,
+        true_fn=lambda x: (kiln.sqrt(x), x * 2),
+        false_fn=lambda x: (-x, x * 0),
+        mode=mode,
+    )
+    np.testing.assert_allclose(y.numpy(), [2.0, 1.0, np.sqrt(0.5), np.sqrt(3.0)], rtol=1e-6)
+    assert z.tolist() == [0.0, 0.0, 1.0, 6.0]
+    # a Python bool just picks a branch
+    assert kiln.if_stmt((x,), True, lambda x: x + 1, lambda x: x - 1).tolist() == [-1, 0, 1.5, 4]
+
+
+def test_if_stmt_gradient():
+    x = kiln.Float64([-2.0, 3.0])
+    kiln.enable_grad(x)
+    y = kiln.if_stmt((x,), x > 0, lambda x: x * x, lambda x: x * -3.0)
+    kiln.backward(kiln.sum(y))
+    assert x.grad.tolist() == [-3.0, 6.0]
+
+
+def test_switch():
+    idx = kiln.UInt32([0, 1, 2, 1, 5])
+    x = kiln.Float32([1, 2, 3, 4, 5])
+    r = kiln.switch(idx, [lambda x: x + 10, lambda x: x * 2, lambda x: -x], x)
+    assert r.tolist() == [11, 4, -3, 8, 0]  # index 5 has no target: 0
+    assert kiln.switch(1, [lambda x: x + 10, lambda x: x * 2], x).tolist() == [2, 4, 6, 8, 10]

@@ -1,0 +1,205 @@
+"""Frozen functions from Python: record once, replay without running Python, same answers as the
+plain function; arguments changed in place; state_fn; limits; AD inside; errors."""
+
+import dataclasses
+import gc
+
+import numpy as np
+import pytest
+
+import kiln
+
+
+@pytest.fixture(autouse=True)
+def no_leak():
+    gc.collect()
+    before = kiln.stats()["vars_alive"]
+    yield
+    gc.collect()
+    assert kiln.stats()["vars_alive"] == before
+
+
+def step(x, y):
+    return kiln.sin(x) * y + kiln.sqrt(kiln.abs(x)), x * 2
+
+
+def test_replays_give_the_plain_functions_answers_without_running_python():
+    calls = []
+
+    def f(x, y):
+        calls.append(1)
+        return step(x, y)
+
+    frozen = kiln.freeze(f)
+    for n in [1000, 1000, 1000, 17, 17, 1000]:
+        rng = kiln.PCG32(n, len(calls))
+        x, y = rng.next_float32(), rng.next_float32()
+        got = frozen(x, y)
+        want = step(x, y)
+        np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+        np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+    # sizes are parameters of a recording: one recording serves both sizes
+    assert frozen.n_recordings == len(calls)
+    assert frozen.n_recordings + frozen.n_replays == 6
+    assert frozen.n_replays >= 4
+
+
+def test_decorator_forms_and_kwargs():
+    @kiln.freeze
+    def f(x, scale=1.0):
+        return x * scale
+
+    @kiln.freeze(limit=2, warn_after=100)
+    def g(x):
+        return x + 1
+
+    x = kiln.Float32([1, 2])
+    assert f(x, scale=3.0).tolist() == [3, 6]
+    assert f(x, scale=3.0).tolist() == [3, 6]
+    assert f(x, scale=4.0).tolist() == [4, 8]  # a Python number is part of the layout
+    assert f.n_recordings == 2
+    assert g(x).tolist() == [2, 3]
+
+
+def test_arguments_changed_in_place_are_changed_on_replays():
+    @kiln.freeze
+    def bump(counts, idx):
+        kiln.scatter_reduce(kiln.ReduceOp.Add, counts, 1, idx)
+
+    counts = kiln.opaque(kiln.UInt32, 0, 4)  # evaluated from the start: one layout for all calls
+    idx = kiln.opaque(kiln.UInt32, 2, 3)
+    idx[0] = 0
+    for _ in range(3):
+        bump(counts, idx)
+    assert counts.tolist() == [3, 0, 6, 0]
+    assert bump.n_recordings == 1 and bump.n_replays == 2
+
+
+@dataclasses.dataclass
+class Particles:
+    pos: kiln.Float32
+    vel: kiln.Float32
+
+
+class DrJitStyle:
+    DRJIT_STRUCT = {"a": kiln.Float64, "b": kiln.Float64}
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+def test_structs_are_looked_into_and_their_fields_updated():
+    @kiln.freeze
+    def advance(p, dt):
+        p.pos = p.pos + p.vel * dt
+        p.vel = p.vel * 0.5
+
+    p = Particles(kiln.Float32([0.0, 1.0]), kiln.Float32([1.0, 2.0]))
+    for _ in range(3):
+        advance(p, 0.5)
+    np.testing.assert_allclose(p.pos.numpy(), [0.875, 2.75])
+    np.testing.assert_allclose(p.vel.numpy(), [0.125, 0.25])
+    assert advance.n_recordings == 1
+
+    @kiln.freeze
+    def total(s):
+        return s.a + s.b
+
+    assert total(DrJitStyle(kiln.Float64(1.0), kiln.Float64(2.0))).tolist() == [3.0]
+    assert total(DrJitStyle(kiln.Float64(5.0), kiln.Float64(2.0))).tolist() == [7.0]
+
+
+def test_state_fn_makes_captured_arrays_part_of_the_layout():
+    w = [kiln.Float32([2.0, 3.0])]
+
+    @kiln.freeze(state_fn=lambda x: w[0])
+    def f(x):
+        return x * w[0]
+
+    x = kiln.Float32([1.0, 1.0])
+    assert f(x).tolist() == [2.0, 3.0]
+    w[0] = kiln.Float32([4.0, 5.0])
+    assert f(x).tolist() == [4.0, 5.0]
+
+
+def test_gradients_inside_a_frozen_step():
+    @kiln.freeze
+    def train_step(w, x, y):
+        kiln.enable_grad(w)
+        loss = kiln.sum((w * x - y) ** 2)
+        kiln.backward(loss)
+        return kiln.detach(w) - 0.1 * w.grad, loss
+
+    x, y = kiln.Float64([1.0, 2.0, 3.0]), kiln.Float64([2.0, 4.0, 6.0])
+    w = kiln.Float64([0.0])
+    plain_w = kiln.Float64([0.0])
+    for _ in range(5):
+        w, loss = train_step(w, x, y)
+        kiln.enable_grad(plain_w)
+        pl = kiln.sum((plain_w * x - y) ** 2)
+        kiln.backward(pl)
+        plain_w = kiln.detach(plain_w) - 0.1 * plain_w.grad
+        assert w.tolist() == plain_w.tolist()
+    assert train_step.n_recordings == 1
+
+
+def test_a_python_exception_records_nothing():
+    @kiln.freeze
+    def f(x, fail):
+        if fail:
+            raise KeyError("inside")
+        return x + 1
+
+    x = kiln.Float32([1.0])
+    with pytest.raises(KeyError):
+        f(x, True)
+    assert f(x, False).tolist() == [2.0]
+    assert f.n_recordings == 1
+
+
+def test_reading_a_value_inside_is_an_error_naming_the_fix():
+    @kiln.freeze
+    def f(x):
+        return x * float(kiln.sum(x))
+
+    with pytest.raises(kiln.Error, match="frozen|recording"):
+        f(kiln.Float32([1.0, 2.0]))
+
+
+def test_recursion_is_refused():
+    @kiln.freeze
+    def f(x):
+        return f(x)
+
+    with pytest.raises(ValueError, match="called itself"):
+        f(kiln.Float32([1.0]))
+
+
+@dataclasses.dataclass
+class Model:
+    scale: kiln.Float32
+
+    @kiln.freeze
+    def apply(self, x):
+        return x * self.scale
+
+
+def test_frozen_methods():
+    m = Model(kiln.Float32([3.0]))
+    assert m.apply(kiln.Float32([1.0, 2.0])).tolist() == [3.0, 6.0]
+    m.scale = kiln.Float32([4.0])
+    assert m.apply(kiln.Float32([2.0, 2.0])).tolist() == [8.0, 8.0]
+    assert Model.apply.n_recordings == 1
+    Model.apply.clear()  # a frozen function keeps its recordings (and what they hold) until cleared
+
+
+def test_a_captured_array_is_an_error_naming_state_fn():
+    w = kiln.Float32([3.0])
+    w.eval()
+
+    @kiln.freeze
+    def f(x):
+        return x * w
+
+    with pytest.raises(ValueError, match="state_fn"):
+        f(kiln.Float32([1.0, 2.0]))
