@@ -14,6 +14,9 @@ use kiln::Bool;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+/// A traced call target.
+type TreeFn<'a> = dyn Fn(&Tree) -> Tree + 'a;
+
 fn mode_of(mode: Option<&str>) -> PyResult<Mode> {
     match mode {
         None | Some("auto") => Ok(Mode::Auto),
@@ -223,7 +226,7 @@ fn switch(
         _ => unreachable!("cast to UInt32 gives a UInt32"),
     };
     let tree = Tree::from_py(args.as_any())?;
-    let calls: Vec<Box<dyn Fn(&Tree) -> Tree + '_>> = targets
+    let calls: Vec<Box<TreeFn>> = targets
         .iter()
         .map(|f| {
             Box::new(move |s: &Tree| {
@@ -231,10 +234,10 @@ fn switch(
                     let r = call_traced(py, f, s);
                     Tree::from_py(&r).unwrap_or_else(|e| fail(e))
                 })
-            }) as Box<dyn Fn(&Tree) -> Tree>
+            }) as Box<TreeFn>
         })
         .collect();
-    let refs: Vec<Option<&dyn Fn(&Tree) -> Tree>> = calls.iter().map(|b| Some(&**b)).collect();
+    let refs: Vec<Option<&TreeFn>> = calls.iter().map(|b| Some(&**b)).collect();
     let out = guard(|| {
         Switch::new()
             .mode(mode_of(mode).unwrap_or_default())

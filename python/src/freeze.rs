@@ -18,13 +18,15 @@ thread_local! {
 }
 
 type Body = Box<dyn FnMut(&mut Tree) -> Tree + Send>;
+/// kiln's frozen function over one argument tree.
+type Inner = Frozen<Body, fn(Mut<Tree>) -> Tree>;
 
 /// A function frozen by `kiln.freeze`: call it like the function.
 #[pyclass(module = "kiln", name = "FrozenFunction")]
 pub struct FrozenFunction {
     /// Locked with the GIL released while waiting (a thread recording runs Python and may hand
     /// the GIL to the waiting one).
-    inner: Mutex<Frozen<Body, fn(Mut<Tree>) -> Tree>>,
+    inner: Mutex<Inner>,
     func: Py<PyAny>,
 }
 
@@ -197,7 +199,7 @@ fn pythonic(e: kiln::Error) -> kiln::Error {
 }
 
 impl FrozenFunction {
-    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Frozen<Body, fn(Mut<Tree>) -> Tree>> {
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Inner> {
         // a call that failed inside Python left nothing half-done in kiln (the recording was
         // abandoned): the state behind a poisoned lock is sound
         self.inner
