@@ -128,8 +128,7 @@ pub fn unary(py: Python<'_>, f: Un, a: &Dyn) -> PyResult<Py<PyAny>> {
 fn unary_py(x: &Bound<PyAny>, f: Un) -> PyResult<Py<PyAny>> {
     let py = x.py();
     if let Ok(a) = x.cast::<ArrayBase>() {
-        let a = a.borrow().a.clone();
-        return unary(py, f, &a);
+        return unary(py, f, &a.borrow().a);
     }
     let v: f64 = x
         .extract()
@@ -247,9 +246,10 @@ fn fma(a: &Bound<PyAny>, b: &Bound<PyAny>, c: &Bound<PyAny>) -> PyResult<Py<PyAn
 /// `mask ? a : b` for kiln values (a mask cast from numbers is `!= 0`).
 pub fn select_dyn(mask: &Bool, a: &Dyn, b: &Dyn) -> PyResult<Dyn> {
     let (a, b) = promote(a, b);
+    let (a, b): (&Dyn, &Dyn) = (&a, &b);
     macro_rules! sel {
         ($($v:ident),*) => {
-            match (&a, &b) {
+            match (a, b) {
                 $((Dyn::$v(x), Dyn::$v(y)) => guard(|| Dyn::$v(kiln::select(mask, x, y))),)*
                 _ => unreachable!("operands are promoted to one type first"),
             }
@@ -416,6 +416,11 @@ fn full(
 fn broadcast(v: &Dyn, n: usize) -> PyResult<Dyn> {
     let zero = Dyn::I64(guard(|| kiln::Int64::zeros(n))?);
     gather_dyn(v, &zero, None)
+}
+
+/// `n` zeros of `ty`.
+pub fn zeros_dyn(ty: Ty, n: usize) -> PyResult<Dyn> {
+    Ok(guard(|| kiln::Float64::zeros(n))?.into_dyn().cast(ty))
 }
 
 /// `shape` zeros.

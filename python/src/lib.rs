@@ -16,6 +16,8 @@ mod freeze;
 mod funcs;
 mod ops;
 mod random;
+mod stencil;
+mod tensor;
 mod tree;
 
 use pyo3::prelude::*;
@@ -28,6 +30,8 @@ fn _kiln(m: &Bound<PyModule>) -> PyResult<()> {
     ad::register(m)?;
     control::register(m)?;
     freeze::register(m)?;
+    tensor::register(m)?;
+    stencil::register(m)?;
     m.add_class::<random::PyPcg32>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

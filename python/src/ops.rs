@@ -6,6 +6,7 @@
 use crate::dynarray::{Dyn, Ty};
 use crate::errors::{guard, type_error};
 use kiln::Bool;
+use std::borrow::Cow;
 
 /// The binary operations of the array classes and the module's functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,12 +63,19 @@ pub enum Cmp {
     Ne,
 }
 
-/// Both operands in the wider of their two types.
-pub fn promote(a: &Dyn, b: &Dyn) -> PyPair {
+/// Both operands in the wider of their two types; an operand already of that type is borrowed,
+/// not cloned (a clone is a reference count on the shared registry, per operator).
+pub fn promote<'a>(a: &'a Dyn, b: &'a Dyn) -> (Cow<'a, Dyn>, Cow<'a, Dyn>) {
     let t = a.ty().max(b.ty());
-    (a.cast(t), b.cast(t))
+    let up = |d: &'a Dyn| {
+        if d.ty() == t {
+            Cow::Borrowed(d)
+        } else {
+            Cow::Owned(d.cast(t))
+        }
+    };
+    (up(a), up(b))
 }
-type PyPair = (Dyn, Dyn);
 
 /// Run `$body` with `$x`, `$y` bound to two arrays of one type (after [`promote`]), for the
 /// listed element types; the result is wrapped back into that type.
@@ -83,6 +91,7 @@ macro_rules! on_pair {
 /// `a op b`.
 pub fn binary(op: Bin, a: &Dyn, b: &Dyn) -> pyo3::PyResult<Dyn> {
     let (a, b) = promote(a, b);
+    let (a, b): (&Dyn, &Dyn) = (&a, &b);
     let ty = a.ty();
     let refuse = |what: &str| {
         Err(type_error(format!(
@@ -121,34 +130,35 @@ pub fn binary(op: Bin, a: &Dyn, b: &Dyn) -> pyo3::PyResult<Dyn> {
         return refuse("bitwise operations take integers or masks");
     }
     guard(|| match op {
-        Bin::Add => on_pair!(&a, &b, [I32, U32, I64, U64, F32, F64], x, y => x + y),
-        Bin::Sub => on_pair!(&a, &b, [I32, U32, I64, U64, F32, F64], x, y => x - y),
-        Bin::Mul => on_pair!(&a, &b, [I32, U32, I64, U64, F32, F64], x, y => x * y),
-        Bin::Mod => on_pair!(&a, &b, [I32, U32, I64, U64, F32, F64], x, y => x % y),
-        Bin::TrueDiv => on_pair!(&a, &b, [F32, F64], x, y => x / y),
-        Bin::FloorDiv if ty.is_float() => on_pair!(&a, &b, [F32, F64], x, y => (x / y).floor()),
-        Bin::FloorDiv => on_pair!(&a, &b, [I32, U32, I64, U64], x, y => x / y),
-        Bin::And => on_pair!(&a, &b, [Bool, I32, U32, I64, U64], x, y => x & y),
-        Bin::Or => on_pair!(&a, &b, [Bool, I32, U32, I64, U64], x, y => x | y),
-        Bin::Xor => on_pair!(&a, &b, [Bool, I32, U32, I64, U64], x, y => x ^ y),
-        Bin::Shl => on_pair!(&a, &b, [I32, U32, I64, U64], x, y => x << y),
-        Bin::Shr => on_pair!(&a, &b, [I32, U32, I64, U64], x, y => x >> y),
-        Bin::Pow => on_pair!(&a, &b, [F32, F64], x, y => x.pow(y)),
-        Bin::Atan2 => on_pair!(&a, &b, [F32, F64], x, y => x.atan2(y)),
-        Bin::Copysign => on_pair!(&a, &b, [F32, F64], x, y => x.copysign(y)),
-        Bin::Min if ty == Ty::Bool => on_pair!(&a, &b, [Bool], x, y => x & y),
-        Bin::Max if ty == Ty::Bool => on_pair!(&a, &b, [Bool], x, y => x | y),
-        Bin::Min => on_pair!(&a, &b, [I32, U32, I64, U64, F32, F64], x, y => x.min(y)),
-        Bin::Max => on_pair!(&a, &b, [I32, U32, I64, U64, F32, F64], x, y => x.max(y)),
+        Bin::Add => on_pair!(a, b, [I32, U32, I64, U64, F32, F64], x, y => x + y),
+        Bin::Sub => on_pair!(a, b, [I32, U32, I64, U64, F32, F64], x, y => x - y),
+        Bin::Mul => on_pair!(a, b, [I32, U32, I64, U64, F32, F64], x, y => x * y),
+        Bin::Mod => on_pair!(a, b, [I32, U32, I64, U64, F32, F64], x, y => x % y),
+        Bin::TrueDiv => on_pair!(a, b, [F32, F64], x, y => x / y),
+        Bin::FloorDiv if ty.is_float() => on_pair!(a, b, [F32, F64], x, y => (x / y).floor()),
+        Bin::FloorDiv => on_pair!(a, b, [I32, U32, I64, U64], x, y => x / y),
+        Bin::And => on_pair!(a, b, [Bool, I32, U32, I64, U64], x, y => x & y),
+        Bin::Or => on_pair!(a, b, [Bool, I32, U32, I64, U64], x, y => x | y),
+        Bin::Xor => on_pair!(a, b, [Bool, I32, U32, I64, U64], x, y => x ^ y),
+        Bin::Shl => on_pair!(a, b, [I32, U32, I64, U64], x, y => x << y),
+        Bin::Shr => on_pair!(a, b, [I32, U32, I64, U64], x, y => x >> y),
+        Bin::Pow => on_pair!(a, b, [F32, F64], x, y => x.pow(y)),
+        Bin::Atan2 => on_pair!(a, b, [F32, F64], x, y => x.atan2(y)),
+        Bin::Copysign => on_pair!(a, b, [F32, F64], x, y => x.copysign(y)),
+        Bin::Min if ty == Ty::Bool => on_pair!(a, b, [Bool], x, y => x & y),
+        Bin::Max if ty == Ty::Bool => on_pair!(a, b, [Bool], x, y => x | y),
+        Bin::Min => on_pair!(a, b, [I32, U32, I64, U64, F32, F64], x, y => x.min(y)),
+        Bin::Max => on_pair!(a, b, [I32, U32, I64, U64, F32, F64], x, y => x.max(y)),
     })
 }
 
 /// `a cmp b`, a mask.
 pub fn compare(cmp: Cmp, a: &Dyn, b: &Dyn) -> pyo3::PyResult<Bool> {
     let (a, b) = promote(a, b);
+    let (a, b): (&Dyn, &Dyn) = (&a, &b);
     macro_rules! cmp {
         ($($v:ident),*) => {
-            match (&a, &b) {
+            match (a, b) {
                 $((Dyn::$v(x), Dyn::$v(y)) => match cmp {
                     Cmp::Lt => x.lt(y),
                     Cmp::Le => x.le(y),

@@ -197,6 +197,23 @@ impl Ctx {
     }
 }
 
+impl<T: Scalar> Clone for Rel<T> {
+    /// Another handle on the same input of the same application (a binding hands one to a
+    /// kernel written in another language).
+    fn clone(&self) -> Self {
+        Rel {
+            ctx: self.ctx.clone(),
+            src: self.src.clone(),
+            shape: self.shape.clone(),
+            name: self.name.clone(),
+            fast: self.fast,
+            dims: self.dims.clone(),
+            strides: self.strides.clone(),
+            input: self.input,
+        }
+    }
+}
+
 impl<T: Scalar> Rel<T> {
     fn new(ctx: &Rc<Ctx>, t: &Tensor<T>, name: String, fast_ok: bool, input: usize) -> Rel<T> {
         let shape = t.shape().to_vec();
@@ -227,6 +244,20 @@ impl<T: Scalar> Rel<T> {
     /// ```
     pub fn at<const N: usize>(&self, offsets: [i64; N]) -> Array<T> {
         self.tap(&offsets)
+    }
+
+    /// As [`Rel::at`] with the offsets in a slice, for callers that know the rank only at run
+    /// time (a binding to another language). The wrong number of offsets is reported by `apply`.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let x = Tensor::<f64>::arange(4);
+    /// let d = kiln::stencil(|a: &Rel<f64>| a.at_offsets(&[1]) - a.at_offsets(&[0])).apply(&x)?;
+    /// assert_eq!(d.to_vec(), vec![1.0, 1.0, 1.0, 0.0]);
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn at_offsets(&self, offsets: &[i64]) -> Array<T> {
+        self.tap(offsets)
     }
 
     /// The elements of a window around the element, `ranges[d] = (lo, hi)` inclusive per

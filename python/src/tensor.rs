@@ -1,0 +1,425 @@
+//! Tensors (Dr.Jit's `TensorXf` family): a flat kiln array and a shape. Elementwise operators
+//! broadcast as NumPy does; indexing with integers and slices gives lazy views; `@` multiplies
+//! matrices; NumPy sees an evaluated tensor without a copy (a read-only view of its buffer).
+
+use crate::array::{to_numpy, wrap, ArrayBase};
+use crate::convert::to_dyn;
+use crate::dynarray::{Dyn, IntoDyn, Ty};
+use crate::errors::{try_guard, type_error, value_error};
+use crate::ops::{binary, compare, Bin, Cmp};
+use kiln::{Array, Scalar, Tensor};
+use pyo3::basic::CompareOp;
+use pyo3::prelude::*;
+use pyo3::types::{PySlice, PyTuple};
+use pyo3::PyClassInitializer;
+
+/// An n-dimensional kiln array: a flat array (`.array`) in row-major order and a `.shape`.
+#[pyclass(name = "TensorBase", module = "kiln", subclass)]
+pub struct TensorBase {
+    pub a: Dyn,
+    pub shape: Vec<usize>,
+}
+
+macro_rules! tensor_classes {
+    ($($name:ident $ty:ident $doc:literal),*) => {$(
+        #[doc = $doc]
+        #[pyclass(extends = TensorBase, module = "kiln")]
+        pub struct $name;
+
+        #[pymethods]
+        impl $name {
+            #[new]
+            #[pyo3(signature = (value = None, shape = None))]
+            fn new(value: Option<&Bound<PyAny>>, shape: Option<Vec<usize>>) -> PyResult<(Self, TensorBase)> {
+                let (a, s) = construct(value, shape, Ty::$ty)?;
+                Ok(($name, TensorBase { a, shape: s }))
+            }
+        }
+    )*
+
+    /// A tensor as an instance of the class of its element type.
+    pub fn wrap_tensor(py: Python<'_>, a: Dyn, shape: Vec<usize>) -> PyResult<Py<PyAny>> {
+        let ty = a.ty();
+        let base = PyClassInitializer::from(TensorBase { a, shape });
+        Ok(match ty {
+            $(Ty::$ty => Py::new(py, base.add_subclass($name))?.into_any(),)*
+        })
+    }
+
+    /// Put the classes on the module.
+    pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
+        m.add_class::<TensorBase>()?;
+        $(m.add_class::<$name>()?;)*
+        Ok(())
+    }
+    };
+}
+
+tensor_classes!(
+    TensorXf F32 "Tensor of 32-bit floats: `TensorXf(numpy_array)`, `TensorXf(flat_array, shape)`, `TensorXf([[1, 2], [3, 4]])`.",
+    TensorXf64 F64 "Tensor of 64-bit floats.",
+    TensorXi I32 "Tensor of 32-bit signed integers.",
+    TensorXu U32 "Tensor of 32-bit unsigned integers.",
+    TensorXi64 I64 "Tensor of 64-bit signed integers.",
+    TensorXu64 U64 "Tensor of 64-bit unsigned integers.",
+    TensorXb Bool "Tensor of masks."
+);
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// The flat values and shape of a constructor argument.
+fn construct(
+    value: Option<&Bound<PyAny>>,
+    shape: Option<Vec<usize>>,
+    ty: Ty,
+) -> PyResult<(Dyn, Vec<usize>)> {
+    let Some(v) = value else {
+        let s = shape.unwrap_or_else(|| vec![0]);
+        return Ok((crate::funcs::zeros_dyn(ty, numel(&s))?, s));
+    };
+    if let Ok(t) = v.cast::<TensorBase>() {
+        let t = t.borrow();
+        return Ok((t.a.cast(ty), shape.unwrap_or_else(|| t.shape.clone())));
+    }
+    if let Some(s) = shape {
+        let a = to_dyn(v, Some(ty))?.cast(ty);
+        if a.len() != numel(&s) {
+            return Err(value_error(format!(
+                "a tensor of shape {s:?} needs {} values, the array has {}",
+                numel(&s),
+                a.len()
+            )));
+        }
+        return Ok((a, s));
+    }
+    if v.is_instance_of::<ArrayBase>() {
+        let a = to_dyn(v, Some(ty))?.cast(ty);
+        let n = a.len();
+        return Ok((a, vec![n]));
+    }
+    // anything NumPy reads (nested lists included): its shape, then its values
+    let np = v.py().import("numpy").map_err(|_| {
+        type_error("making a tensor of this value needs NumPy (`pip install numpy`); or pass a kiln array and a shape")
+    })?;
+    let arr = np.call_method1("asarray", (v,))?;
+    let s: Vec<usize> = arr.getattr("shape")?.extract()?;
+    let flat = arr.call_method0("ravel")?;
+    let a = to_dyn(&flat, Some(ty))?.cast(ty);
+    Ok((a, s))
+}
+
+/// The NumPy broadcast of two shapes.
+fn broadcast_shape(a: &[usize], b: &[usize]) -> PyResult<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let at = |s: &[usize], i: usize| {
+        if i + s.len() >= n {
+            s[i + s.len() - n]
+        } else {
+            1
+        }
+    };
+    (0..n)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y => Ok(x),
+            (1, y) => Ok(y),
+            (x, 1) => Ok(x),
+            (x, y) => Err(value_error(format!(
+                "shapes {a:?} and {b:?} do not broadcast (axis {i}: {x} vs {y}); reshape one of them"
+            ))),
+        })
+        .collect()
+}
+
+/// `a` (flat, of `shape`) broadcast to `to`.
+fn broadcast(a: &Dyn, shape: &[usize], to: &[usize]) -> PyResult<Dyn> {
+    if shape == to {
+        return Ok(a.clone());
+    }
+    each!(a, x => {
+        let t = try_guard(|| Tensor::try_from_array(x.clone(), shape))?;
+        Ok(try_guard(|| t.try_broadcast_to(to))?.into_array().into_dyn())
+    })
+}
+
+/// A tensor operand: a tensor, or a number / 1-element array (shape `()`).
+fn operand(o: &Bound<PyAny>, like: Ty) -> PyResult<Option<(Dyn, Vec<usize>)>> {
+    if let Ok(t) = o.cast::<TensorBase>() {
+        let t = t.borrow();
+        return Ok(Some((t.a.clone(), t.shape.clone())));
+    }
+    match to_dyn(o, Some(like)) {
+        Ok(d) if d.len() == 1 => Ok(Some((d, vec![]))),
+        Ok(d) => {
+            let n = d.len();
+            Ok(Some((d, vec![n])))
+        }
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyTypeError>(o.py()) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn tbin(
+    slf: &Bound<TensorBase>,
+    o: &Bound<PyAny>,
+    op: Bin,
+    reflected: bool,
+) -> PyResult<Py<PyAny>> {
+    let py = slf.py();
+    let (a, sa) = {
+        let t = slf.borrow();
+        (t.a.clone(), t.shape.clone())
+    };
+    let Some((b, sb)) = operand(o, a.ty())? else {
+        return Ok(py.NotImplemented());
+    };
+    let to = broadcast_shape(&sa, &sb)?;
+    let (x, y) = (broadcast(&a, &sa, &to)?, broadcast(&b, &sb, &to)?);
+    let r = if reflected {
+        binary(op, &y, &x)?
+    } else {
+        binary(op, &x, &y)?
+    };
+    wrap_tensor(py, r, to)
+}
+
+/// One index argument as a slice of kiln's tensor views.
+fn slice_arg(x: &Bound<PyAny>) -> PyResult<kiln::tensor::SliceArg> {
+    if let Ok(s) = x.cast::<PySlice>() {
+        let get = |n: &str| -> PyResult<Option<isize>> {
+            let v = s.getattr(n)?;
+            if v.is_none() {
+                Ok(None)
+            } else {
+                Ok(Some(v.extract()?))
+            }
+        };
+        return Ok(kiln::tensor::SliceArg::Range {
+            start: get("start")?,
+            stop: get("stop")?,
+            step: get("step")?.unwrap_or(1),
+        });
+    }
+    let i: isize = x
+        .extract()
+        .map_err(|_| type_error("tensors are indexed by integers and slices (one per axis)"))?;
+    Ok(kiln::tensor::SliceArg::Index(i))
+}
+
+#[pymethods]
+impl TensorBase {
+    /// The flat array (row-major), as the array class of the element type.
+    #[getter]
+    fn array(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        wrap(py, self.a.clone())
+    }
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.shape)
+    }
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+    fn __len__(&self) -> PyResult<usize> {
+        self.shape
+            .first()
+            .copied()
+            .ok_or_else(|| type_error("len() of a tensor of rank 0"))
+    }
+    /// The values as a NumPy array of the tensor's shape (a read-only view once evaluated).
+    fn numpy(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let flat = to_numpy(py, &self.a)?;
+        Ok(flat
+            .bind(py)
+            .call_method1("reshape", (self.shape.clone(),))?
+            .unbind())
+    }
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__(
+        &self,
+        py: Python<'_>,
+        dtype: Option<&Bound<PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut out = self.numpy(py)?.into_bound(py);
+        if let Some(d) = dtype.filter(|d| !d.is_none()) {
+            out = out.call_method1("astype", (d,))?;
+        }
+        if copy == Some(true) {
+            out = out.call_method0("copy")?;
+        }
+        Ok(out.unbind())
+    }
+    #[classattr]
+    fn __array_ufunc__(py: Python<'_>) -> Py<PyAny> {
+        py.None()
+    }
+    fn tolist(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.numpy(py)?.bind(py).call_method0("tolist")?.unbind())
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let a = self.a.clone();
+        let shape = self.shape.clone();
+        py.detach(|| each!(&a, x => try_guard(|| Ok(Tensor::try_from_array(x.clone(), &shape)?.to_string()))))
+    }
+    /// A lazy view: integers drop an axis, slices keep it (NumPy's basic indexing).
+    fn __getitem__(&self, py: Python<'_>, index: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        let args: Vec<kiln::tensor::SliceArg> = match index.cast::<PyTuple>() {
+            Ok(t) => t.iter().map(|x| slice_arg(&x)).collect::<PyResult<_>>()?,
+            Err(_) => vec![slice_arg(index)?],
+        };
+        let shape = self.shape.clone();
+        let (a, s) = each!(&self.a, x => {
+            let t = try_guard(|| Tensor::try_from_array(x.clone(), &shape)?.try_slice(&args))?;
+            let s = t.shape().to_vec();
+            (t.into_array().into_dyn(), s)
+        });
+        if s.is_empty() {
+            return crate::array::item(py, &a, 0);
+        }
+        wrap_tensor(py, a, s)
+    }
+    /// The same values in another shape.
+    #[pyo3(signature = (*shape))]
+    fn reshape(&self, py: Python<'_>, shape: &Bound<PyTuple>) -> PyResult<Py<PyAny>> {
+        let s: Vec<usize> = if shape.len() == 1 && shape.get_item(0)?.is_instance_of::<PyTuple>() {
+            shape.get_item(0)?.extract()?
+        } else {
+            shape.extract()?
+        };
+        if numel(&s) != self.a.len() {
+            return Err(value_error(format!(
+                "cannot reshape a tensor of shape {:?} ({} values) to {s:?}",
+                self.shape,
+                self.a.len()
+            )));
+        }
+        wrap_tensor(py, self.a.clone(), s)
+    }
+    /// Matrix product of two 2-D float tensors.
+    fn __matmul__(&self, py: Python<'_>, o: &Bound<TensorBase>) -> PyResult<Py<PyAny>> {
+        let o = o.borrow();
+        let (a, b) = crate::ops::promote(&self.a, &o.a);
+        let (sa, sb) = (self.shape.clone(), o.shape.clone());
+        let r = match (&*a, &*b) {
+            (Dyn::F32(x), Dyn::F32(y)) => matmul(x, &sa, y, &sb)?,
+            (Dyn::F64(x), Dyn::F64(y)) => matmul(x, &sa, y, &sb)?,
+            _ => {
+                return Err(type_error(
+                    "`@` multiplies float tensors (TensorXf, TensorXf64)",
+                ))
+            }
+        };
+        wrap_tensor(py, r.0, r.1)
+    }
+    fn __add__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Add, false)
+    }
+    fn __radd__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Add, true)
+    }
+    fn __sub__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Sub, false)
+    }
+    fn __rsub__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Sub, true)
+    }
+    fn __mul__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Mul, false)
+    }
+    fn __rmul__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Mul, true)
+    }
+    fn __truediv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::TrueDiv, false)
+    }
+    fn __rtruediv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::TrueDiv, true)
+    }
+    fn __pow__(
+        slf: &Bound<Self>,
+        o: &Bound<PyAny>,
+        _m: Option<&Bound<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Pow, false)
+    }
+    fn __rpow__(
+        slf: &Bound<Self>,
+        o: &Bound<PyAny>,
+        _m: Option<&Bound<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Pow, true)
+    }
+    fn __floordiv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::FloorDiv, false)
+    }
+    fn __mod__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Mod, false)
+    }
+    fn __neg__(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let zero = crate::convert::lit_f64(0.0, slf.borrow().a.ty()).into_pyobject_dyn(py)?;
+        tbin(slf, zero.bind(py), Bin::Sub, true)
+    }
+    fn __richcmp__(slf: &Bound<Self>, o: &Bound<PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let (a, sa) = {
+            let t = slf.borrow();
+            (t.a.clone(), t.shape.clone())
+        };
+        let Some((b, sb)) = operand(o, a.ty())? else {
+            return Ok(py.NotImplemented());
+        };
+        let to = broadcast_shape(&sa, &sb)?;
+        let (x, y) = (broadcast(&a, &sa, &to)?, broadcast(&b, &sb, &to)?);
+        let cmp = match op {
+            CompareOp::Lt => Cmp::Lt,
+            CompareOp::Le => Cmp::Le,
+            CompareOp::Gt => Cmp::Gt,
+            CompareOp::Ge => Cmp::Ge,
+            CompareOp::Eq => Cmp::Eq,
+            CompareOp::Ne => Cmp::Ne,
+        };
+        wrap_tensor(py, Dyn::Bool(compare(cmp, &x, &y)?), to)
+    }
+    fn __hash__(&self) -> PyResult<isize> {
+        Err(type_error("kiln tensors are unhashable"))
+    }
+}
+
+fn matmul<T: kiln::Float>(
+    x: &Array<T>,
+    sa: &[usize],
+    y: &Array<T>,
+    sb: &[usize],
+) -> PyResult<(Dyn, Vec<usize>)>
+where
+    Array<T>: IntoDyn,
+{
+    let r = try_guard(|| {
+        let a = Tensor::try_from_array(x.clone(), sa)?;
+        let b = Tensor::try_from_array(y.clone(), sb)?;
+        a.try_matmul(&b)
+    })?;
+    let s = r.shape().to_vec();
+    Ok((r.into_array().into_dyn(), s))
+}
+
+/// A typed kiln tensor of `a` (flat) and `shape`, cast to `T`.
+pub fn typed<T: Scalar>(a: &Dyn, shape: &[usize]) -> PyResult<Tensor<T>> {
+    each!(a, x => {
+        let c: Array<T> = x.cast::<T>();
+        try_guard(|| Tensor::try_from_array(c, shape))
+    })
+}
+
+trait IntoPyDyn {
+    fn into_pyobject_dyn(self, py: Python<'_>) -> PyResult<Py<PyAny>>;
+}
+impl IntoPyDyn for Dyn {
+    fn into_pyobject_dyn(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        wrap(py, self)
+    }
+}
