@@ -11,11 +11,28 @@ everything of one size into one kernel when a value is needed::
 
 Porting Dr.Jit code means changing ``import drjit as dr`` to ``import kiln as dr`` and the type
 names (``dr.llvm.Float`` -> ``kiln.Float32``). Where kiln differs, the docstring says how.
+
+Dr.Jit's vectors (``kiln.Array3f(x, y, z)``, ``Array4i``, ``Array2b``, ...) hold one array per
+component; the math library, ``dot``/``cross``/``norm``/``normalize``, ``select``, ``gather``/``scatter``,
+``eval`` and the derivative calls take them as they take arrays.
 """
 
 from ._kiln import *  # noqa: F401,F403
 from ._kiln import __version__  # noqa: F401
 from . import _kiln
+from . import _vectors
+
+# Vectors (Array3f, ...) and the module functions that take them, in place of the native ones.
+from ._vectors import *  # noqa: F401,F403,E402
+
+# The math functions of one argument take vectors too, component by component; a plain array
+# goes straight to the native function after one isinstance check.
+_UNARY = (
+    "abs", "sqrt", "exp", "exp2", "log", "log2", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "erf", "floor", "ceil", "round", "trunc", "rcp", "rsqrt", "square",
+    "sign", "isnan", "isinf", "isfinite", "detach",
+)  # fmt: skip
+globals().update({_n: _vectors.lift_unary(getattr(_kiln, _n)) for _n in _UNARY})
 
 #: Dr.Jit's short names for the default types.
 Float = _kiln.Float32
@@ -51,8 +68,15 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     return frozen
 
 
+# PyTensor's and JAX's scans
+from ._scan import lax, scan, until  # noqa: E402
+
 # Dr.Jit's aliases
 sync = _kiln.sync_thread
-pow = _kiln.power
+pow = power  # noqa: F405 (the vector-aware one, from _vectors)
 
-__all__ = [n for n in dir(_kiln) if not n.startswith("_")] + ["Float", "UInt", "Int", "sync", "pow", "freeze"]
+__all__ = sorted(
+    {n for n in dir(_kiln) if not n.startswith("_")}
+    | set(_vectors.__all__)
+    | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax"}
+)

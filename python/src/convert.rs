@@ -17,6 +17,10 @@ pub fn to_dyn(obj: &Bound<PyAny>, like: Option<Ty>) -> PyResult<Dyn> {
     if let Ok(a) = obj.cast::<ArrayBase>() {
         return Ok(a.borrow().a.clone());
     }
+    if let Ok(t) = obj.cast::<crate::tensor::TensorBase>() {
+        // a tensor's flat values (reductions and the like see all of them)
+        return Ok(t.borrow().a.clone());
+    }
     if let Some(d) = scalar(obj, like)? {
         return Ok(d);
     }

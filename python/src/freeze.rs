@@ -122,7 +122,7 @@ impl FrozenFunction {
         let me = self as *const Self as usize;
         if ACTIVE.with(|a| a.borrow().contains(&me)) {
             return Err(value_error(
-                "a frozen function called itself (directly or through another): kiln cannot record a call inside its own recording; call the plain function (`f.__wrapped__`) inside",
+                "a frozen function called itself (directly or through another): kiln cannot record a call inside its own recording; call the plain function (`f.function`) inside",
             ));
         }
         ACTIVE.with(|a| a.borrow_mut().push(me));
@@ -181,9 +181,9 @@ impl FrozenFunction {
     fn clear(&self, py: Python<'_>) {
         self.lock(py).clear();
     }
-    /// The function that was frozen.
+    /// The function that was frozen (call it to run the function plainly).
     #[getter]
-    fn __wrapped__(&self, py: Python<'_>) -> Py<PyAny> {
+    fn function(&self, py: Python<'_>) -> Py<PyAny> {
         self.func.clone_ref(py)
     }
 }

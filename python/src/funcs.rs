@@ -130,6 +130,16 @@ fn unary_py(x: &Bound<PyAny>, f: Un) -> PyResult<Py<PyAny>> {
     if let Ok(a) = x.cast::<ArrayBase>() {
         return unary(py, f, &a.borrow().a);
     }
+    if let Ok(t) = x.cast::<crate::tensor::TensorBase>() {
+        // a tensor: the function of its flat values, in its shape
+        let (flat, shape) = {
+            let t = t.borrow();
+            (t.a.clone(), t.shape.clone())
+        };
+        let r = unary(py, f, &flat)?;
+        let d = r.bind(py).cast::<ArrayBase>()?.borrow().a.clone();
+        return crate::tensor::wrap_tensor(py, d, shape);
+    }
     let v: f64 = x
         .extract()
         .map_err(|_| type_error(format!("{f:?} takes a kiln array or a number").to_lowercase()))?;

@@ -16,6 +16,7 @@ mod freeze;
 mod funcs;
 mod ops;
 mod random;
+mod scan;
 mod stencil;
 mod tensor;
 mod tree;
@@ -32,6 +33,7 @@ fn _kiln(m: &Bound<PyModule>) -> PyResult<()> {
     freeze::register(m)?;
     tensor::register(m)?;
     stencil::register(m)?;
+    scan::register(m)?;
     m.add_class::<random::PyPcg32>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -26,6 +26,7 @@
 //! ```
 
 mod analyze;
+mod any;
 mod erased;
 mod grad;
 mod hook;
@@ -35,6 +36,7 @@ mod run;
 mod spec;
 mod stepwise;
 
+pub use any::AnyTensor;
 pub use erased::Tree;
 pub use lax::{foldl, foldr, map, reduce, scan, Lax};
 pub use spec::Keep;
