@@ -48,7 +48,15 @@ def _output(entry):
         taps = entry.get("taps", [-1])
         if init is None or taps is None:
             return None, []
-        return init, list(taps)
+        taps = list(taps)
+        need = max(-t for t in taps)
+        if need > 1 or taps != [-1]:
+            # PyTensor takes the leading rows of a longer initial value
+            if not isinstance(init, _kiln.TensorBase):
+                init = _kiln.TensorXf64(init)
+            if init.ndim and init.shape[0] > need:
+                init = init[:need]
+        return init, taps
     return entry, [-1]
 
 
@@ -115,8 +123,15 @@ def _probe_outputs(fn, seqs, non_seqs):
     args = []
     for x, taps in seqs:
         t = _kiln.TensorXf64(x) if not isinstance(x, _kiln.TensorBase) else x
+        if t.ndim == 0 or t.shape[0] == 0:
+            raise _kiln.InvalidArgument(
+                "scan without outputs_info over an empty sequence: kiln cannot tell what the step "
+                "returns; pass outputs_info=[None, ...] (one None per output)"
+            )
         for tap in taps:
-            args.append(t[max(tap, 0) - min(taps)] if t.ndim else t)
+            row = max(tap, 0) - min(taps)
+            # a row as a tensor (a 1-D sequence's row is 0-d), as the scan gives the step
+            args.append(t[row:row + 1].reshape(t.shape[1:]))
     args.extend(non_seqs)
     got, _ = _split_return(fn(*args))
     return [(None, []) for _ in got]

@@ -75,6 +75,10 @@ fn disable_grad(args: &Bound<PyTuple>) -> PyResult<()> {
 #[pyfunction]
 #[pyo3(signature = (*args))]
 fn grad_enabled(args: &Bound<PyTuple>) -> PyResult<bool> {
+    if !kiln::ad::grad_recording() {
+        // inside `suspend_grad()` nothing records derivatives (Dr.Jit's answer too)
+        return Ok(false);
+    }
     let mut found = Vec::new();
     arrays(args.as_any(), &mut found)?;
     Ok(found
@@ -171,6 +175,7 @@ fn backward_from(
     seed: Option<&Bound<PyAny>>,
     retain_graph: bool,
 ) -> PyResult<()> {
+    crate::reads::check("a backward pass")?;
     let d = one_array(y, "backward")?;
     let s = match seed {
         Some(s) => to_dyn(s, Some(d.ty()))?.cast(d.ty()),
@@ -198,6 +203,7 @@ fn backward(py: Python<'_>, y: &Bound<PyAny>, retain_graph: bool) -> PyResult<()
 /// array computed from it; read them with `grad`.
 #[pyfunction]
 fn forward(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<()> {
+    crate::reads::check("a forward pass")?;
     match one_array(x, "forward")? {
         Dyn::F32(v) => py.detach(|| try_guard(|| kiln::ad::forward(&v))),
         Dyn::F64(v) => py.detach(|| try_guard(|| kiln::ad::forward(&v))),
@@ -205,14 +211,18 @@ fn forward(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<()> {
     }
 }
 
-/// Forward mode from every array whose gradient is set, towards `y` only (Dr.Jit's `dr.forward_to`).
+/// Forward mode from every array whose gradient is set, towards `y` only (Dr.Jit's
+/// `dr.forward_to`); returns `y`'s gradient.
 #[pyfunction]
-fn forward_to(py: Python<'_>, y: &Bound<PyAny>) -> PyResult<()> {
-    match one_array(y, "forward_to")? {
-        Dyn::F32(v) => py.detach(|| try_guard(|| kiln::ad::forward_to(&v))),
-        Dyn::F64(v) => py.detach(|| try_guard(|| kiln::ad::forward_to(&v))),
-        d => Err(not_float("forward_to", &d)),
+fn forward_to(py: Python<'_>, y: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+    crate::reads::check("a forward pass")?;
+    let d = one_array(y, "forward_to")?;
+    match &d {
+        Dyn::F32(v) => py.detach(|| try_guard(|| kiln::ad::forward_to(v)))?,
+        Dyn::F64(v) => py.detach(|| try_guard(|| kiln::ad::forward_to(v)))?,
+        d => return Err(not_float("forward_to", d)),
     }
+    grad_of(py, &d)
 }
 
 /// A `with` block with derivative recording off (`suspend_grad()`) or on (`resume_grad()`) on

@@ -111,6 +111,7 @@ fn construct(args: &Bound<PyTuple>, ty: Ty) -> PyResult<Dyn> {
 
 /// Element `i` (counted from the end when negative) as a Python number.
 pub fn item(py: Python<'_>, a: &Dyn, i: isize) -> PyResult<Py<PyAny>> {
+    crate::reads::check("reading an element")?;
     let n = a.len() as isize;
     let j = if i < 0 { i + n } else { i };
     if j < 0 || j >= n {
@@ -152,6 +153,7 @@ pub fn eval_released(py: Python<'_>, a: &Dyn) -> PyResult<()> {
 }
 
 fn values_of<T: Scalar>(py: Python<'_>, x: &Array<T>) -> PyResult<Vec<T>> {
+    crate::reads::check("reading values (tolist)")?;
     let x = x.clone();
     py.detach(|| try_guard(|| x.try_to_vec()))
 }
@@ -377,6 +379,14 @@ impl ArrayBase {
         self.__str__(py)
     }
     fn __str__(&self, py: Python<'_>) -> PyResult<String> {
+        if let Some(what) = crate::reads::refused() {
+            // printing inside a trace shows what the value is, not the trace's values
+            return Ok(format!(
+                "<{} of {} traced inside {what}>",
+                self.a.ty().class_name(),
+                self.a.len()
+            ));
+        }
         let a = self.a.clone();
         py.detach(|| guard(|| each!(&a, x => x.to_string())))
     }
@@ -411,6 +421,30 @@ impl ArrayBase {
             out = out.call_method0("copy")?;
         }
         Ok(out.unbind())
+    }
+    /// DLPack export (zero copy, read-only) for consumers of DLPack ≥ 1.0; an older consumer
+    /// gets a copy, since it cannot be told the memory is read-only.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<&Bound<PyAny>>,
+        max_version: Option<&Bound<PyAny>>,
+        dl_device: Option<&Bound<PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        dlpack(
+            py,
+            to_numpy(py, &self.a)?,
+            stream,
+            max_version,
+            dl_device,
+            copy,
+        )
+    }
+    /// The device of the buffer: the CPU (DLPack's `(kDLCPU, 0)`).
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (1, 0)
     }
     /// NumPy defers to kiln's operators when a NumPy array meets a kiln array.
     #[classattr]
@@ -482,11 +516,23 @@ fn operand(o: &Bound<PyAny>, like: Ty) -> PyResult<Option<Dyn>> {
     let py = o.py();
     match to_dyn(o, Some(like)) {
         Ok(b) => Ok(Some(b)),
+        Err(_)
+            if !o.is_instance_of::<ArrayBase>()
+                && !is_numpy_array(o)
+                && o.hasattr("__array__")? =>
+        {
+            // another library's array type: its reflected operator may know what to do
+            Ok(None)
+        }
         Err(e) if e.is_instance_of::<PyTypeError>(py) && !o.is_instance_of::<ArrayBase>() => {
             Ok(None)
         }
         Err(e) => Err(e),
     }
+}
+
+fn is_numpy_array(o: &Bound<PyAny>) -> bool {
+    o.get_type().name().is_ok_and(|n| n == "ndarray")
 }
 
 fn bin(slf: &Bound<ArrayBase>, o: &Bound<PyAny>, op: Bin, reflected: bool) -> PyResult<Py<PyAny>> {
@@ -523,6 +569,7 @@ impl Exported {
 /// `a`'s values as a NumPy array: a read-only view of its buffer after evaluating it, or a copy
 /// for an array with no buffer of its own (a literal, an empty array).
 pub fn to_numpy(py: Python<'_>, a: &Dyn) -> PyResult<Py<PyAny>> {
+    crate::reads::check("converting to NumPy")?;
     let np = py
         .import("numpy")
         .map_err(|_| type_error("`numpy()` needs NumPy installed (`pip install numpy`)"))?;
@@ -556,4 +603,38 @@ pub fn to_numpy(py: Python<'_>, a: &Dyn) -> PyResult<Py<PyAny>> {
         },
     )?;
     Ok(np.call_method1("asarray", (holder,))?.unbind())
+}
+
+/// Export a NumPy view of kiln's buffer through DLPack: without a copy to a consumer that can be
+/// told the memory is read-only (DLPack ≥ 1.0), as a copy to an older one.
+pub fn dlpack(
+    py: Python<'_>,
+    view: Py<PyAny>,
+    stream: Option<&Bound<PyAny>>,
+    max_version: Option<&Bound<PyAny>>,
+    dl_device: Option<&Bound<PyAny>>,
+    copy: Option<bool>,
+) -> PyResult<Py<PyAny>> {
+    let kw = PyDict::new(py);
+    for (k, v) in [
+        ("stream", stream),
+        ("max_version", max_version),
+        ("dl_device", dl_device),
+    ] {
+        if let Some(v) = v {
+            kw.set_item(k, v)?;
+        }
+    }
+    if let Some(c) = copy {
+        kw.set_item("copy", c)?;
+    }
+    let v = view.bind(py);
+    match v.call_method("__dlpack__", (), Some(&kw)) {
+        Ok(c) => Ok(c.unbind()),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyBufferError>(py) => {
+            let owned = v.call_method0("copy")?;
+            Ok(owned.call_method("__dlpack__", (), Some(&kw))?.unbind())
+        }
+        Err(e) => Err(e),
+    }
 }

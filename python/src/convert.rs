@@ -41,6 +41,9 @@ pub fn to_dyn(obj: &Bound<PyAny>, like: Option<Ty>) -> PyResult<Dyn> {
 
 /// A Python `bool`, `int` or `float` as a one-element literal, or `None` for anything else.
 fn scalar(obj: &Bound<PyAny>, like: Option<Ty>) -> PyResult<Option<Dyn>> {
+    if let Some(d) = numpy_scalar(obj)? {
+        return Ok(Some(d));
+    }
     if let Ok(b) = obj.cast::<PyBool>() {
         let v = b.is_true();
         return Ok(Some(match like {
@@ -56,13 +59,35 @@ fn scalar(obj: &Bound<PyAny>, like: Option<Ty>) -> PyResult<Option<Dyn>> {
         return Ok(Some(lit_int(obj, ty)?));
     }
     if let Ok(f) = obj.cast::<PyFloat>() {
+        // beside 64-bit integers a float is a Float64 (as `/` gives), else a Float32
         let ty = match like {
             Some(t) if t.is_float() => t,
+            Some(Ty::I64 | Ty::U64) => Ty::F64,
             _ => Ty::F32,
         };
         return Ok(Some(lit_f64(f.value(), ty)));
     }
     Ok(None)
+}
+
+/// A NumPy scalar (`np.float64(2)`, `np.int32(3)`) keeps its own type, as NumPy 2 does: it is
+/// not a weak Python number that takes the other operand's type.
+fn numpy_scalar(obj: &Bound<PyAny>) -> PyResult<Option<Dyn>> {
+    let ty = obj.get_type();
+    if !ty.module().is_ok_and(|m| m == "numpy") || !obj.hasattr("dtype")? || ty.name()? == "ndarray"
+    {
+        return Ok(None);
+    }
+    let dtype: String = obj.getattr("dtype")?.getattr("str")?.extract()?;
+    let Some(t) = Ty::from_typestr(&dtype) else {
+        return Ok(None);
+    };
+    let v = obj.call_method0("item")?;
+    Ok(Some(match t {
+        Ty::Bool => Dyn::Bool(Array::scalar(v.is_truthy()?)),
+        Ty::F32 | Ty::F64 => lit_f64(v.extract::<f64>()?, t),
+        _ => lit_int(&v, t)?,
+    }))
 }
 
 fn smallest_int(obj: &Bound<PyAny>) -> PyResult<Ty> {

@@ -139,7 +139,7 @@ pub fn index_error(msg: impl Into<String>) -> PyErr {
 /// The Python exception for a kiln error, by its kind.
 pub fn to_py(e: kiln::Error) -> PyErr {
     use kiln::Error as E;
-    let msg = e.to_string();
+    let msg = pythonic(&e.to_string());
     match e {
         E::OutOfMemory { .. } => raise(|c| &c.memory, msg),
         E::Compile { .. } | E::BackendUnavailable { .. } => raise(|c| &c.runtime, msg),
@@ -147,6 +147,19 @@ pub fn to_py(e: kiln::Error) -> PyErr {
         E::NotDifferentiable { .. } => raise(|c| &c.not_differentiable, msg),
         _ => raise(|c| &c.value, msg),
     }
+}
+
+/// kiln's messages name the Rust calls that fix a problem; give a Python user the Python ones.
+fn pythonic(msg: &str) -> String {
+    msg.replace(
+        "`backward_with(.., retain_graph = true)` (or `kiln::vjp`, whose pullback may be called again)",
+        "`kiln.backward(y, retain_graph=True)`",
+    )
+    .replace(
+        "`backward_with(.., retain_graph = true)`",
+        "`kiln.backward(y, retain_graph=True)`",
+    )
+    .replace("`kiln::ad::backward_from(&y, &seed)`", "`kiln.backward_from(y, seed)`")
 }
 
 /// Run `f`, turning a kiln panic (a programmer error such as sizes that do not match) into the
@@ -181,6 +194,7 @@ pub fn try_guard<R>(f: impl FnOnce() -> kiln::Result<R>) -> PyResult<R> {
 
 /// The exception for a kiln panic message: its kind read from the words the engine uses.
 fn from_message(msg: &str) -> PyErr {
+    let msg = &pythonic(msg);
     if !msg.starts_with("kiln: ") {
         // not one of kiln's reported errors: a bug; say so rather than guess its kind
         return raise(

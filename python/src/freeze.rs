@@ -24,14 +24,22 @@ type Inner = Frozen<Body, fn(Mut<Tree>) -> Tree>;
 /// A function frozen by `kiln.freeze`: call it like the function.
 #[pyclass(module = "kiln", name = "FrozenFunction")]
 pub struct FrozenFunction {
+    /// Recordings made before the last `clear()` (Dr.Jit's counters start again at 0).
+    cleared: std::sync::atomic::AtomicUsize,
     /// Locked with the GIL released while waiting (a thread recording runs Python and may hand
     /// the GIL to the waiting one).
     inner: Mutex<Inner>,
     func: Py<PyAny>,
 }
 
-/// `(args, kwargs)` of a call as one tree.
-fn call_tree(args: &Bound<PyTuple>, kwargs: Option<&Bound<PyDict>>) -> PyResult<Tree> {
+/// `(args, kwargs, captured)` of a call as one tree: the function's closure cells are inputs
+/// too (Dr.Jit traverses them), so a captured array is bound on replays, a captured number that
+/// changed records again, and a cell the function rebinds is rebound on replays.
+fn call_tree(
+    func: &Bound<PyAny>,
+    args: &Bound<PyTuple>,
+    kwargs: Option<&Bound<PyDict>>,
+) -> PyResult<Tree> {
     let py = args.py();
     let kw = match kwargs {
         Some(k) => k.clone(),
@@ -39,7 +47,11 @@ fn call_tree(args: &Bound<PyTuple>, kwargs: Option<&Bound<PyDict>>) -> PyResult<
     };
     Ok(Tree::Seq {
         tuple: true,
-        items: vec![Tree::from_py(args.as_any())?, Tree::from_py(kw.as_any())?],
+        items: vec![
+            Tree::from_py(args.as_any())?,
+            Tree::from_py(kw.as_any())?,
+            Tree::cells_of(func)?,
+        ],
     })
 }
 
@@ -106,6 +118,7 @@ impl FrozenFunction {
             });
         }
         Ok(FrozenFunction {
+            cleared: std::sync::atomic::AtomicUsize::new(0),
             inner: Mutex::new(inner),
             func,
         })
@@ -118,7 +131,7 @@ impl FrozenFunction {
         args: &Bound<PyTuple>,
         kwargs: Option<&Bound<PyDict>>,
     ) -> PyResult<Py<PyAny>> {
-        let mut tree = call_tree(args, kwargs)?;
+        let mut tree = call_tree(self.func.bind(py), args, kwargs)?;
         let me = self as *const Self as usize;
         if ACTIVE.with(|a| a.borrow().contains(&me)) {
             return Err(value_error(
@@ -160,7 +173,7 @@ impl FrozenFunction {
     /// How many times the function was run and recorded.
     #[getter]
     fn n_recordings(&self, py: Python<'_>) -> usize {
-        self.lock(py).stats().recordings
+        self.lock(py).stats().recordings - self.cleared.load(std::sync::atomic::Ordering::Relaxed)
     }
     /// How many calls replayed a recording.
     #[getter]
@@ -179,7 +192,12 @@ impl FrozenFunction {
     }
     /// Forget every recording.
     fn clear(&self, py: Python<'_>) {
-        self.lock(py).clear();
+        let mut inner = self.lock(py);
+        self.cleared.store(
+            inner.stats().recordings,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        inner.clear();
     }
     /// The function that was frozen (call it to run the function plainly).
     #[getter]

@@ -908,6 +908,29 @@ fn type_of(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
     Ok(class_of(py, arr(x)?.ty()).into_any().unbind())
 }
 
+/// A kiln value from NumPy (one copy into kiln's buffer): a 1-D array gives the array class of
+/// its element type, any other rank a tensor.
+#[pyfunction]
+fn from_numpy(py: Python<'_>, a: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+    let np = py.import("numpy")?;
+    let arr = np.call_method1("asarray", (a,))?;
+    let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
+    let flat = to_dyn(&arr.call_method0("ravel")?, None)?;
+    if shape.len() == 1 {
+        return wrap(py, flat);
+    }
+    crate::tensor::wrap_tensor(py, flat, shape)
+}
+
+/// A kiln value from any DLPack producer (PyTorch, JAX, CuPy on the CPU, NumPy), through
+/// NumPy's `from_dlpack` (no copy there) and one copy into kiln's buffer.
+#[pyfunction]
+fn from_dlpack(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+    let np = py.import("numpy")?;
+    let arr = np.call_method1("from_dlpack", (x,))?;
+    from_numpy(py, &arr)
+}
+
 /// Put the functions on the module.
 pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
     register_unary(m)?;
@@ -942,6 +965,7 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
         backend,
         type_of
     );
+    add!(from_numpy, from_dlpack);
     let _ = eval_released;
     Ok(())
 }

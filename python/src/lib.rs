@@ -16,6 +16,7 @@ mod freeze;
 mod funcs;
 mod ops;
 mod random;
+mod reads;
 mod scan;
 mod stencil;
 mod tensor;

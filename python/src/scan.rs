@@ -165,6 +165,7 @@ fn scan_lax<'py>(
         lax.run(|c: &Vec<AnyTensor>, x: &Vec<AnyTensor>| {
             Python::attach(|py| {
                 let r = (|| -> PyResult<(Vec<AnyTensor>, Vec<AnyTensor>)> {
+                    let _refusing = crate::reads::refuse("a scan step");
                     let out = f.bind(py).call1((py_list(py, c)?, py_list(py, x)?))?;
                     let pair = out
                         .cast::<PyTuple>()
@@ -349,7 +350,10 @@ fn scan_pt<'py>(
             Python::attach(|py| {
                 let r = (|| -> PyResult<Vec<AnyTensor>> {
                     let args = py_list(py, &step_args(s, &seq_tys, &out_tys, &ns_tys))?;
-                    let ret = f.bind(py).call1(PyTuple::new(py, args)?)?;
+                    let ret = {
+                        let _refusing = crate::reads::refuse("a scan step");
+                        f.bind(py).call1(PyTuple::new(py, args)?)?
+                    };
                     let pair = ret.cast::<PyTuple>().map_err(|_| {
                         type_error("internal: the step wrapper returns (outputs, until)")
                     })?;

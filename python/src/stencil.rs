@@ -204,6 +204,22 @@ fn boundary_of(mode: Option<&str>, cval: Option<f64>) -> PyResult<Boundary> {
     })
 }
 
+/// Parameter names: one string (Numba accepts `standard_indexing='b'`) or a sequence of them.
+#[derive(FromPyObject, Clone)]
+enum Names {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Names {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Names::One(s) => vec![s],
+            Names::Many(v) => v,
+        }
+    }
+}
+
 /// What one argument is to the kernel.
 enum Arg {
     Rel(usize),
@@ -220,10 +236,11 @@ impl PyStencil {
         func: Py<PyAny>,
         neighborhood: Option<Vec<(i64, i64)>>,
         cval: Option<f64>,
-        standard_indexing: Option<Vec<String>>,
+        standard_indexing: Option<Names>,
         boundary: Option<&str>,
         func_or_mode: Option<&str>,
     ) -> PyResult<Self> {
+        let standard_indexing = standard_indexing.map(Names::into_vec);
         if let Some(m) = func_or_mode.filter(|m| *m != "constant") {
             return Err(value_error(format!(
                 "stencil mode {m:?}: Numba's only mode is 'constant'; kiln's other border rules are boundary='wrap', 'reflect', 'mirror', 'nearest'"
@@ -279,7 +296,7 @@ impl PyStencil {
             let is_plain = a.is_instance_of::<pyo3::types::PyInt>()
                 || a.is_instance_of::<pyo3::types::PyFloat>()
                 || a.is_instance_of::<pyo3::types::PyBool>();
-            if self.standard.contains(name) {
+            if self.standard.contains(name) && !is_plain {
                 let (d, s) = flat_of(&a)?;
                 kinds.push(Arg::Std(d, s));
             } else if is_plain {
@@ -358,7 +375,10 @@ impl PyStencil {
                 Arg::Plain(o) => Ok(o.clone_ref(py)),
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let r = self.func.bind(py).call1(PyTuple::new(py, args)?)?;
+        let r = {
+            let _refusing = crate::reads::refuse("a stencil kernel");
+            self.func.bind(py).call1(PyTuple::new(py, args)?)?
+        };
         Ok(to_dyn(&r, Some(t))?.ty())
     }
 
@@ -388,7 +408,10 @@ impl PyStencil {
                     Arg::Plain(o) => Ok(o.clone_ref(py)),
                 })
                 .collect::<PyResult<Vec<_>>>()?;
-            let r = self.func.bind(py).call1(PyTuple::new(py, args)?)?;
+            let r = {
+                let _refusing = crate::reads::refuse("a stencil kernel");
+                self.func.bind(py).call1(PyTuple::new(py, args)?)?
+            };
             Ok(to_dyn(&r, Some(u))?.cast(u))
         })();
         r.unwrap_or_else(|e| fail(e))
@@ -573,7 +596,7 @@ fn stencil(
     func_or_mode: Option<&Bound<PyAny>>,
     neighborhood: Option<Vec<(i64, i64)>>,
     cval: Option<f64>,
-    standard_indexing: Option<Vec<String>>,
+    standard_indexing: Option<Names>,
     boundary: Option<String>,
 ) -> PyResult<Py<PyAny>> {
     let mode = match func_or_mode {

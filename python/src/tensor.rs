@@ -256,6 +256,21 @@ impl TensorBase {
     fn __array_ufunc__(py: Python<'_>) -> Py<PyAny> {
         py.None()
     }
+    /// DLPack export, as for arrays (zero copy and read-only for DLPack ≥ 1.0 consumers).
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<&Bound<PyAny>>,
+        max_version: Option<&Bound<PyAny>>,
+        dl_device: Option<&Bound<PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        crate::array::dlpack(py, self.numpy(py)?, stream, max_version, dl_device, copy)
+    }
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (1, 0)
+    }
     fn tolist(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Ok(self.numpy(py)?.bind(py).call_method0("tolist")?.unbind())
     }

@@ -8,6 +8,7 @@
 
 use crate::array::{wrap, ArrayBase};
 use crate::dynarray::Dyn;
+use crate::tensor::{wrap_tensor, TensorBase};
 use kiln::freeze::{Assign, Traversal, Traverse};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -24,8 +25,12 @@ pub enum Tree {
         items: Vec<Tree>,
     },
     Dict(Vec<(Py<PyAny>, String, Tree)>),
+    /// A tensor (flat values and shape), and the object it was read from (inputs only).
+    Tensor(Dyn, Vec<usize>, Option<Py<TensorBase>>),
     /// A dataclass or a `DRJIT_STRUCT` class: its fields, and the object.
     Struct(Py<PyAny>, Vec<(String, Tree)>),
+    /// A function's closure cells and what they hold (a frozen function's captured values).
+    Cells(Vec<(Py<PyAny>, Tree)>),
     /// Anything else: passed through; its type and identity key the recording.
     Opaque(Py<PyAny>),
 }
@@ -40,6 +45,14 @@ impl Tree {
     fn clone_in(&self, py: Python<'_>) -> Tree {
         match self {
             Tree::Array(d, o) => Tree::Array(d.clone(), o.as_ref().map(|o| o.clone_ref(py))),
+            Tree::Tensor(d, s, o) => {
+                Tree::Tensor(d.clone(), s.clone(), o.as_ref().map(|o| o.clone_ref(py)))
+            }
+            Tree::Cells(c) => Tree::Cells(
+                c.iter()
+                    .map(|(cell, v)| (cell.clone_ref(py), v.clone_in(py)))
+                    .collect(),
+            ),
             Tree::Scalar(t, b, o) => Tree::Scalar(t, *b, o.clone_ref(py)),
             Tree::Str(s) => Tree::Str(s.clone()),
             Tree::Seq { tuple, items } => Tree::Seq {
@@ -61,10 +74,76 @@ impl Tree {
 
     /// Read a Python value.
     pub fn from_py(x: &Bound<PyAny>) -> PyResult<Tree> {
+        Tree::read(x, &mut Vec::new())
+    }
+
+    /// The closure cells of `func` (none for a callable without them).
+    pub fn cells_of(func: &Bound<PyAny>) -> PyResult<Tree> {
+        let Ok(closure) = func.getattr("__closure__") else {
+            return Ok(Tree::Cells(Vec::new()));
+        };
+        if closure.is_none() {
+            return Ok(Tree::Cells(Vec::new()));
+        }
+        let mut cells = Vec::new();
+        for cell in closure.try_iter()? {
+            let cell = cell?;
+            // an empty cell (a name assigned later) holds nothing to traverse
+            let Ok(v) = cell.getattr("cell_contents") else {
+                continue;
+            };
+            let mut t = Tree::from_py(&v)?;
+            let mut arrays = Vec::new();
+            t.arrays(&mut arrays);
+            if arrays.is_empty() && matches!(t, Tree::Seq { .. } | Tree::Dict(_) | Tree::Struct(..))
+            {
+                // a container of plain values (a list the function appends to): by identity, not
+                // by content, or every call would record anew
+                t = Tree::Opaque(v.unbind());
+            }
+            cells.push((cell.unbind(), t));
+        }
+        Ok(Tree::Cells(cells))
+    }
+
+    /// Read `x`; `open` holds the containers being read, to refuse one that contains itself.
+    fn read(x: &Bound<PyAny>, open: &mut Vec<usize>) -> PyResult<Tree> {
         let py = x.py();
         if let Ok(a) = x.cast::<ArrayBase>() {
             return Ok(Tree::Array(a.borrow().a.clone(), Some(a.clone().unbind())));
         }
+        if let Ok(t) = x.cast::<TensorBase>() {
+            let b = t.borrow();
+            return Ok(Tree::Tensor(
+                b.a.clone(),
+                b.shape.clone(),
+                Some(t.clone().unbind()),
+            ));
+        }
+        let container = x.is_instance_of::<PyTuple>()
+            || x.is_instance_of::<PyList>()
+            || x.is_instance_of::<PyDict>()
+            || struct_fields(x)?.is_some();
+        let me = x.as_ptr() as usize;
+        if container && open.contains(&me) {
+            return Err(crate::errors::value_error(format!(
+                "an argument contains itself (a `{}` inside itself): kiln cannot traverse a cyclic structure; pass the arrays it holds instead",
+                x.get_type().name()?
+            )));
+        }
+        if container {
+            open.push(me);
+        }
+        let r = Tree::read_inner(x, open);
+        if container {
+            open.pop();
+        }
+        let _ = py;
+        r
+    }
+
+    fn read_inner(x: &Bound<PyAny>, open: &mut Vec<usize>) -> PyResult<Tree> {
+        let py = x.py();
         if x.is_none() {
             return Ok(Tree::Scalar("None", 0, x.clone().unbind()));
         }
@@ -91,14 +170,14 @@ impl Tree {
         if let Ok(t) = x.cast::<PyTuple>() {
             let items = t
                 .iter()
-                .map(|i| Tree::from_py(&i))
+                .map(|i| Tree::read(&i, open))
                 .collect::<PyResult<_>>()?;
             return Ok(Tree::Seq { tuple: true, items });
         }
         if let Ok(l) = x.cast::<PyList>() {
             let items = l
                 .iter()
-                .map(|i| Tree::from_py(&i))
+                .map(|i| Tree::read(&i, open))
                 .collect::<PyResult<_>>()?;
             return Ok(Tree::Seq {
                 tuple: false,
@@ -108,7 +187,11 @@ impl Tree {
         if let Ok(d) = x.cast::<PyDict>() {
             let mut e = Vec::with_capacity(d.len());
             for (k, v) in d.iter() {
-                e.push((k.clone().unbind(), k.str()?.to_string(), Tree::from_py(&v)?));
+                e.push((
+                    k.clone().unbind(),
+                    k.str()?.to_string(),
+                    Tree::read(&v, open)?,
+                ));
             }
             return Ok(Tree::Dict(e));
         }
@@ -116,7 +199,7 @@ impl Tree {
             let mut f = Vec::with_capacity(names.len());
             for n in names {
                 let v = x.getattr(n.as_str())?;
-                f.push((n, Tree::from_py(&v)?));
+                f.push((n, Tree::read(&v, open)?));
             }
             return Ok(Tree::Struct(x.clone().unbind(), f));
         }
@@ -133,6 +216,24 @@ impl Tree {
                 o.clone_ref(py).into_any()
             }
             Tree::Array(d, _) => wrap(py, d.clone())?,
+            Tree::Tensor(d, s, Some(o)) if reuse => {
+                let mut b = o.borrow_mut(py);
+                b.a = d.clone();
+                b.shape = s.clone();
+                o.clone_ref(py).into_any()
+            }
+            Tree::Tensor(d, s, _) => wrap_tensor(py, d.clone(), s.clone())?,
+            Tree::Cells(c) => {
+                let mut v = Vec::with_capacity(c.len());
+                for (cell, t) in c {
+                    let now = t.to_py(py, reuse)?;
+                    if reuse {
+                        cell.bind(py).setattr("cell_contents", now.bind(py))?;
+                    }
+                    v.push(now);
+                }
+                PyTuple::new(py, v)?.into_any().unbind()
+            }
             Tree::Scalar(_, _, o) | Tree::Opaque(o) => o.clone_ref(py),
             Tree::Str(s) => PyString::new(py, s).into_any().unbind(),
             Tree::Seq { tuple, items } => {
@@ -159,8 +260,13 @@ impl Tree {
                 } else {
                     py.import("copy")?.call_method1("copy", (o.bind(py),))?
                 };
+                // `object.__setattr__`: a frozen dataclass's fields are set as its copy is made
+                let set = py
+                    .import("builtins")?
+                    .getattr("object")?
+                    .getattr("__setattr__")?;
                 for (n, v) in f {
-                    obj.setattr(n.as_str(), v.to_py(py, reuse)?)?;
+                    set.call1((&obj, n.as_str(), v.to_py(py, reuse)?))?;
                 }
                 obj.unbind()
             }
@@ -171,6 +277,21 @@ impl Tree {
     pub fn refresh(&mut self, py: Python<'_>) -> PyResult<()> {
         match self {
             Tree::Array(d, Some(o)) => *d = o.borrow(py).a.clone(),
+            Tree::Tensor(d, s, Some(o)) => {
+                let b = o.borrow(py);
+                *d = b.a.clone();
+                *s = b.shape.clone();
+            }
+            Tree::Cells(c) => {
+                for (cell, v) in c {
+                    let now = cell.bind(py).getattr("cell_contents")?;
+                    match (&*v, now.cast::<ArrayBase>()) {
+                        // the function rebound the name to another array (`y = y + x`)
+                        (Tree::Array(..), Ok(a)) => *v = Tree::Array(a.borrow().a.clone(), None),
+                        _ => v.refresh(py)?,
+                    }
+                }
+            }
             Tree::Seq { items, .. } => {
                 for i in items {
                     i.refresh(py)?;
@@ -201,6 +322,21 @@ impl Tree {
     pub fn write_back(&self, py: Python<'_>) -> PyResult<()> {
         match self {
             Tree::Array(d, Some(o)) => o.borrow_mut(py).a = d.clone(),
+            Tree::Tensor(d, s, Some(o)) => {
+                let mut b = o.borrow_mut(py);
+                b.a = d.clone();
+                b.shape = s.clone();
+            }
+            Tree::Cells(c) => {
+                for (cell, v) in c {
+                    match v {
+                        Tree::Array(d, None) => cell
+                            .bind(py)
+                            .setattr("cell_contents", wrap(py, d.clone())?)?,
+                        _ => v.write_back(py)?,
+                    }
+                }
+            }
             Tree::Seq { items, .. } => {
                 for i in items {
                     i.write_back(py)?;
@@ -229,7 +365,8 @@ impl Tree {
     /// The arrays, in traversal order.
     pub fn arrays(&self, out: &mut Vec<Dyn>) {
         match self {
-            Tree::Array(d, _) => out.push(d.clone()),
+            Tree::Array(d, _) | Tree::Tensor(d, _, _) => out.push(d.clone()),
+            Tree::Cells(c) => c.iter().for_each(|(_, v)| v.arrays(out)),
             Tree::Seq { items, .. } => items.iter().for_each(|i| i.arrays(out)),
             Tree::Dict(e) => e.iter().for_each(|(_, _, v)| v.arrays(out)),
             Tree::Struct(_, f) => f.iter().for_each(|(_, v)| v.arrays(out)),
@@ -265,6 +402,19 @@ impl Traverse for Tree {
     fn traverse(&self, t: &mut Traversal) {
         match self {
             Tree::Array(d, _) => d.traverse(t),
+            Tree::Tensor(d, s, _) => {
+                t.structure("tensor", s.len());
+                for &n in s {
+                    t.scalar("dim", n as u64);
+                }
+                d.traverse(t);
+            }
+            Tree::Cells(c) => {
+                t.structure("closure", c.len());
+                for (i, (_, v)) in c.iter().enumerate() {
+                    t.index(i, |t| v.traverse(t));
+                }
+            }
             Tree::Scalar(tag, bits, _) => t.scalar(tag, *bits),
             Tree::Str(s) => t.str(s),
             Tree::Seq { tuple, items } => {
@@ -310,7 +460,8 @@ impl Traverse for Tree {
     }
     fn traverse_mut(&mut self, a: &mut Assign) {
         match self {
-            Tree::Array(d, _) => d.traverse_mut(a),
+            Tree::Array(d, _) | Tree::Tensor(d, _, _) => d.traverse_mut(a),
+            Tree::Cells(c) => c.iter_mut().for_each(|(_, v)| v.traverse_mut(a)),
             Tree::Seq { items, .. } => items.iter_mut().for_each(|i| i.traverse_mut(a)),
             Tree::Dict(e) => e.iter_mut().for_each(|(_, _, v)| v.traverse_mut(a)),
             Tree::Struct(_, f) => f.iter_mut().for_each(|(_, v)| v.traverse_mut(a)),

@@ -432,3 +432,19 @@ def test_monte_carlo_pi():
     x, y = rng.next_float32(), rng.next_float32()
     inside = kiln.count(x * x + y * y < 1.0)
     assert abs(4 * inside / (1 << 20) - math.pi) < 0.01
+
+
+def test_dlpack_both_ways():
+    x = kiln.Float32([1.0, 2.0, 3.0]) * 2.0
+    a = np.from_dlpack(x)  # NumPy 2 asks for DLPack 1.0: a read-only view, no copy
+    assert a.tolist() == [2.0, 4.0, 6.0] and not a.flags.writeable
+    assert a.ctypes.data == x.numpy().ctypes.data
+    assert x.__dlpack_device__() == (1, 0)
+    legacy = x.__dlpack__()  # an older consumer gets a copy it may write
+    assert legacy is not None
+    t = kiln.TensorXf64(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(np.from_dlpack(t), np.arange(6.0).reshape(2, 3))
+    back = kiln.from_dlpack(np.arange(4, dtype=np.int64))
+    assert isinstance(back, kiln.Int64) and back.tolist() == [0, 1, 2, 3]
+    m = kiln.from_numpy(np.ones((2, 2), dtype=np.float32))
+    assert isinstance(m, kiln.TensorXf) and m.shape == (2, 2)

@@ -193,13 +193,65 @@ def test_frozen_methods():
     Model.apply.clear()  # a frozen function keeps its recordings (and what they hold) until cleared
 
 
-def test_a_captured_array_is_an_error_naming_state_fn():
-    w = kiln.Float32([3.0])
-    w.eval()
+class Holder:
+    """An object kiln cannot look into (no dataclass, no DRJIT_STRUCT)."""
+
+
+def test_an_array_hidden_in_an_object_is_an_error_naming_state_fn():
+    h = Holder()
+    h.w = kiln.Float32([3.0])
+    h.w.eval()
 
     @kiln.freeze
     def f(x):
-        return x * w
+        return x * h.w
 
     with pytest.raises(ValueError, match="state_fn"):
         f(kiln.Float32([1.0, 2.0]))
+
+
+def test_captured_values_are_inputs():
+    w = kiln.Float32([3.0])
+    scale = 2.0
+
+    @kiln.freeze
+    def f(x):
+        return x * w * scale
+
+    x = kiln.Float32([1.0, 2.0])
+    assert f(x).tolist() == [6.0, 12.0]
+    w = kiln.Float32([4.0])  # a captured array rebound: bound on the replay
+    assert f(x).tolist() == [8.0, 16.0]
+    scale = 3.0  # a captured number changed: recorded again
+    assert f(x).tolist() == [12.0, 24.0]
+    assert f.n_recordings == 2
+
+    total = kiln.Float32([0.0, 0.0])
+
+    @kiln.freeze
+    def accumulate(x):
+        nonlocal total
+        total = total + x
+
+    for _ in range(3):
+        accumulate(x)
+    assert total.tolist() == [3.0, 6.0]  # the rebinding happens on replays too
+    assert accumulate.n_recordings == 1
+
+
+def test_cyclic_arguments_and_tensor_arguments():
+    loop = [kiln.Float32([1.0])]
+    loop.append(loop)
+    with pytest.raises(ValueError, match="contains itself"):
+        kiln.freeze(lambda v: v[0] + 1)(loop)
+
+    @kiln.freeze
+    def total(t):
+        return kiln.sum(t) + t.array
+
+    t = kiln.TensorXf(kiln.Float32([0, 1, 2, 3, 4, 5]), (2, 3))
+    assert total(t).tolist() == [15, 16, 17, 18, 19, 20]
+    assert total(kiln.TensorXf(kiln.Float32([1] * 6), (2, 3))).tolist() == [7] * 6
+    assert total.n_recordings == 1
+    total.clear()
+    assert total.n_recordings == 0

@@ -87,6 +87,16 @@ pub(crate) fn recording() -> bool {
     RECORDING.with(|r| r.get())
 }
 
+/// Whether this thread records derivatives now (false inside [`suspend_grad`]).
+///
+/// ```
+/// assert!(kiln::ad::grad_recording());
+/// assert!(!kiln::ad::suspend_grad(kiln::ad::grad_recording));
+/// ```
+pub fn grad_recording() -> bool {
+    recording()
+}
+
 /// Sets the recording flag and restores the previous one on drop (also on a panic).
 pub(crate) struct RecordingGuard(bool);
 impl RecordingGuard {

@@ -1,0 +1,717 @@
+"""Our conftest for the Dr.Jit upstream tests ported to kiln (not a copy of Dr.Jit's).
+
+Dr.Jit's own tests/conftest.py (commit 4262b399cfdc12abd9f66aea6b0c786c5d47b6dd) registers
+``pytest.test_arrays``, ``pytest.test_packages`` and ``pytest.skip_on`` in ``pytest_configure``
+and the ``drjit_verbose`` fixture; the ported test files use exactly those names, so this file
+provides them for kiln:
+
+* ``pytest.test_arrays(*queries)`` parses the same query strings ("is_diff,float32,shape=(*)",
+  "-is_diff", ...) against a description of each kiln array type written in the format of
+  Dr.Jit's ``__meta__`` (``meta_str`` in src/python/meta.cpp). kiln has one CPU backend, which
+  stands in for Dr.Jit's LLVM backend, and one class per element type, which stands in for both
+  ``drjit.llvm.X`` and ``drjit.llvm.ad.X``: a kiln type matches a query if its description with
+  or without ``is_diff=1`` matches it. A query that no kiln type matches (CUDA, float16,
+  quaternions, complex numbers, ArrayXf, ...) gives one skipped test that names the missing type
+  instead of Dr.Jit's collection error.
+* ``pytest_make_collect_report`` sets stand-ins for the Dr.Jit names that the test modules use
+  while they are imported (``@dr.syntax``, ``dr.ADFlag``, ``dr.CustomOp``) on the kiln module
+  for the duration of the import only, so that the tests needing them fail one by one instead
+  of the whole file failing to import.
+* ``pytest_collection_modifyitems`` marks the tests that fail on kiln ``xfail(strict=True)``
+  (``XFAIL`` below; reasons starting "kiln bug:" are kiln bugs) and skips the ones that crash
+  the interpreter (``SKIP``). RESULTS.md beside this file explains every entry.
+
+Nothing here adds a Dr.Jit feature to kiln: a test that needs one (dr.allclose, the type traits
+such as dr.uint32_array_t, ...) fails and is listed in XFAIL.
+"""
+
+import ast
+import functools
+import inspect
+import os
+import re
+import textwrap
+
+import pytest
+
+import kiln as dr
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# ---- kiln's array types, described as Dr.Jit describes its own ---------------------------------
+
+_ELEMENT = {  # suffix of Dr.Jit's/kiln's type names -> Dr.Jit's lowercase element type name
+    "f": "float32", "f64": "float64", "i": "int32", "u": "uint32",
+    "i64": "int64", "u64": "uint64", "b": "bool",
+}  # fmt: skip
+_SCALAR = {
+    "Float32": "float32", "Float64": "float64", "Int32": "int32", "UInt32": "uint32",
+    "Int64": "int64", "UInt64": "uint64", "Bool": "bool",
+}  # fmt: skip
+
+
+def _meta(tp, is_diff):
+    """Dr.Jit's ``meta_str`` for the kiln type ``tp``, as if it were a drjit.llvm[.ad] type."""
+    name = tp.__name__
+    flags = []
+    if name in _SCALAR:
+        elem, shape = _SCALAR[name], "*"
+    elif issubclass(tp, dr.StaticArrayBase):
+        m = re.fullmatch(r"Array(\d)(\w+)", name)
+        elem, shape = _ELEMENT[m.group(2)], m.group(1) + ", *"
+        flags.append("is_vector")
+    elif issubclass(tp, dr.TensorBase):
+        elem, shape = _ELEMENT[name[len("TensorX"):]], ""
+        flags.append("is_tensor")
+    else:
+        return None
+    if is_diff:
+        flags.append("is_diff")
+    s = "ArrayMeta[\n  type=%s,\n  backend=llvm,\n  is_jit=1,\n" % elem
+    s += "".join("  %s=1,\n" % f for f in flags)
+    return s + "  shape=(%s)\n]" % shape
+
+
+array_types = {}  # kiln type -> its descriptions (as drjit.llvm.X and as drjit.llvm.ad.X)
+for _o in vars(dr).values():
+    if isinstance(_o, type) and _o not in (dr.ArrayBase, dr.StaticArrayBase, dr.TensorBase) and \
+            issubclass(_o, (dr.ArrayBase, dr.StaticArrayBase, dr.TensorBase)):
+        _m = [_meta(_o, False), _meta(_o, True)]
+        if _m[0] is not None:
+            array_types[_o] = _m
+
+# Dr.Jit lists the modules that have an ArrayXf (drjit.llvm, drjit.llvm.ad, ...); kiln's only
+# module of array types is kiln itself.
+array_packages = [dr]
+
+
+def _matches(meta, query):
+    for entry in re.split(r',\s*(?![^()]*\))', query):
+        if len(entry) == 0:
+            continue
+        remove = entry[0] == '-'
+        if remove:
+            entry = entry[1:]
+        if (entry in meta) == remove:
+            return False
+    return True
+
+
+def _test_arrays(*queries, name='t'):
+    """Dr.Jit's ``pytest.test_arrays`` over kiln's types (see the module docstring)."""
+    combined = set()
+    for tp, metas in array_types.items():
+        if len(queries) == 0 or any(_matches(m, q) for m in metas for q in queries):
+            combined.add(tp)
+
+    if len(combined) == 0:
+        params = [pytest.param(None, id='no-kiln-type', marks=pytest.mark.skip(
+            reason="Dr.Jit feature not in kiln: no kiln array type matches "
+                   "pytest.test_arrays(%s)" % ", ".join(repr(q) for q in queries)))]
+        return lambda func: pytest.mark.parametrize(name, params)(func)
+
+    combined = sorted(combined, key=lambda a: a.__name__)
+    ids = [a.__module__ + '.' + a.__name__ for a in combined]
+    return lambda func: pytest.mark.parametrize(name, combined, ids=ids)(func)
+
+
+def skip_on(exception, reason, msg=None):
+    """As in Dr.Jit's conftest: turn an exception whose text contains ``reason`` into a skip."""
+    from functools import wraps
+    def wrapped(func):
+        @wraps(func)
+        def wrapper(*args, **kwargs):
+            try:
+                return func(*args, **kwargs)
+            except exception as e:
+                m = str(e)
+                c = str(e.__cause__)
+                if reason in m:
+                    pytest.skip(msg if msg is not None else m)
+                elif reason in c:
+                    pytest.skip(msg if msg is not None else c)
+                else:
+                    raise e
+
+        return wrapper
+
+    return wrapped
+
+
+def _test_packages(name='p'):
+    def wrapped(func):
+        return pytest.mark.parametrize(name, array_packages)(func)
+    return wrapped
+
+
+@pytest.fixture(scope="function")
+def drjit_verbose():
+    # Dr.Jit: set the log level to Trace for the test (its output is read with capsys). kiln has
+    # no dr.log_level / dr.set_log_level / dr.LogLevel, so this raises AttributeError as the
+    # fixture's upstream body would.
+    level = dr.log_level()
+    dr.set_log_level(dr.LogLevel.Trace)
+    yield
+    dr.set_log_level(level)
+
+
+def _has_while_or_if(f):
+    """Does the source of ``f`` contain a ``while`` or ``if`` statement?"""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(f)))
+    except (OSError, TypeError, SyntaxError):
+        return True
+    return any(isinstance(n, (ast.While, ast.If)) for n in ast.walk(tree))
+
+
+def _syntax_placeholder(f=None, **kwargs):
+    """Stands in for Dr.Jit's ``@dr.syntax`` while a test module is imported (see below).
+
+    ``@dr.syntax`` rewrites the ``while`` and ``if`` statements of a function into
+    ``dr.while_loop``/``dr.if_stmt`` calls and leaves everything else as it is. kiln cannot do the
+    rewrite, so a decorated function with such a statement raises when called; one without any
+    (e.g. test18_no_mutate_inputs, which calls dr.while_loop itself) is returned unchanged, as
+    Dr.Jit's rewrite would leave it."""
+    if f is None:
+        return lambda g: _syntax_placeholder(g)
+    if not _has_while_or_if(f):
+        return f
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        raise NotImplementedError(
+            "Dr.Jit feature not in kiln: @dr.syntax (the AST rewrite of Python while/if "
+            "statements into dr.while_loop/dr.if_stmt)")
+    return wrapper
+
+
+class _ADFlagPlaceholder:
+    """Stands in for Dr.Jit's ``dr.ADFlag`` while a test module is imported: test_autodiff.py
+    reads ``int(dr.ADFlag.ClearEdges)`` etc. in ``@pytest.mark.parametrize`` lists. The values are
+    Dr.Jit's, so the test ids match upstream's; the test bodies' own uses of dr.ADFlag fail."""
+    ClearNone, ClearEdges, ClearInput, ClearInterior = 0, 1, 2, 4
+    ClearVertices, Default, AllowNoGrad = 6, 7, 8
+
+
+class _CustomOpPlaceholder:
+    """Stands in for Dr.Jit's ``dr.CustomOp`` while a test module is imported: test_autodiff.py
+    derives module-level classes from it. kiln has no custom AD operations (nor dr.custom)."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError("Dr.Jit feature not in kiln: dr.CustomOp / dr.custom")
+
+
+# Dr.Jit names that the test modules use when they are imported (in decorators, parametrize
+# lists and base classes), so that without them a whole file fails to import.
+IMPORT_TIME_PLACEHOLDERS = {
+    "syntax": _syntax_placeholder,
+    "ADFlag": _ADFlagPlaceholder,
+    "CustomOp": _CustomOpPlaceholder,
+}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    # While (and only while) one of the test modules in this directory is imported, the names
+    # above that kiln lacks are set on the kiln module to the placeholders, and removed again
+    # afterwards. Each test that depends on them then fails on its own: a test decorated with
+    # @dr.syntax raises NotImplementedError, and test bodies that use dr.syntax, dr.ADFlag or
+    # dr.CustomOp when they run get AttributeError, as for any other missing Dr.Jit name.
+    if not (isinstance(collector, pytest.Module)
+            and os.path.dirname(str(collector.path)) == HERE):
+        return (yield)
+    added = [n for n in IMPORT_TIME_PLACEHOLDERS if not hasattr(dr, n)]
+    for n in added:
+        setattr(dr, n, IMPORT_TIME_PLACEHOLDERS[n])
+    try:
+        return (yield)
+    finally:
+        for n in added:
+            delattr(dr, n)
+
+
+def pytest_configure():
+    pytest.test_arrays = _test_arrays  # type: ignore
+    pytest.test_packages = _test_packages  # type: ignore
+    pytest.skip_on = skip_on
+
+
+# ---- expected failures and skips ---------------------------------------------------------------
+# Keys are "file::test name" patterns, matched against e.g.
+# "test_autodiff.py::test003_set_grad[kiln.Float32]" (see _matches_pattern); the first matching
+# pattern wins. Each reason names the first thing that fails in the test; RESULTS.md lists what
+# else a test would run into. Reasons start with "kiln bug:" (a), "Dr.Jit feature not in kiln:" or
+# "Dr.Jit type traits (...) not in kiln:" (b), or "exception differs from Dr.Jit:" (c).
+
+SKIP = {}
+
+# Reasons shared by several entries of XFAIL.
+ACOSH = 'Dr.Jit feature not in kiln: dr.acosh'
+ADFLAG = 'Dr.Jit feature not in kiln: dr.ADFlag (AD traversal flags)'
+ALLCLOSE = 'Dr.Jit feature not in kiln: dr.allclose'
+ASINH = 'Dr.Jit feature not in kiln: dr.asinh'
+ATANH = 'Dr.Jit feature not in kiln: dr.atanh'
+BACKWARD_TO = 'Dr.Jit feature not in kiln: dr.backward_to'
+BLOCK_REDUCE = 'Dr.Jit feature not in kiln: dr.block_reduce'
+BLOCK_SUM = 'Dr.Jit feature not in kiln: dr.block_sum(..., mode=...)'
+CBRT = 'Dr.Jit feature not in kiln: dr.cbrt'
+CUSTOM = 'Dr.Jit feature not in kiln: custom AD operations (dr.custom / dr.CustomOp)'
+DETAIL = (
+    "Dr.Jit feature not in kiln: dr.detail.scoped_rtld_deepbind + Dr.Jit's C++ test extension "
+    'call_ext (virtual-function calls)'
+)
+ENQUEUE = 'Dr.Jit feature not in kiln: dr.enqueue/dr.traverse/dr.ADMode (low-level AD traversal)'
+FORWARD_FROM = 'Dr.Jit feature not in kiln: dr.forward_from'
+INDEX_AD = 'Dr.Jit feature not in kiln: the .index_ad attribute of arrays (AD variable index)'
+ISOLATE_GRAD = 'Dr.Jit feature not in kiln: dr.isolate_grad'
+JITFLAG = (
+    'Dr.Jit feature not in kiln: dr.JitFlag with dr.flag/dr.set_flag/dr.scoped_set_flag (JIT '
+    'compilation flags)'
+)
+LOG_LEVEL = (
+    'Dr.Jit feature not in kiln: dr.log_level/dr.set_log_level/dr.LogLevel (log output read back via '
+    'capsys)'
+)
+MATMUL = 'Dr.Jit feature not in kiln: dr.matmul (batched GEMM)'
+RESHAPE = 'Dr.Jit feature not in kiln: dr.reshape'
+SET_GRAD_WITHOUT_AD = (
+    "exception differs from Dr.Jit: kiln's set_grad/accum_grad raise InvalidArgument on an array that"
+    ' does not track gradients; Dr.Jit ignores the call'
+)
+SHAPE = 'Dr.Jit feature not in kiln: dr.shape'
+SINCOS = 'Dr.Jit feature not in kiln: dr.sincos'
+SINCOSH = 'Dr.Jit feature not in kiln: dr.sincosh'
+SYNTAX = (
+    'Dr.Jit feature not in kiln: @dr.syntax (AST rewrite of Python while/if into '
+    'dr.while_loop/dr.if_stmt)'
+)
+TRAIT_BACKEND_V = 'Dr.Jit type traits (dr.uint32_array_t ...) not in kiln: dr.backend_v'
+TRAIT_FLOAT64_ARRAY_T = 'Dr.Jit type traits (dr.uint32_array_t ...) not in kiln: dr.float64_array_t'
+TRAIT_IS_FLOAT_V = 'Dr.Jit type traits (dr.uint32_array_t ...) not in kiln: dr.is_float_v'
+TRAIT_UINT32_ARRAY_T = 'Dr.Jit type traits (dr.uint32_array_t ...) not in kiln: dr.uint32_array_t'
+WIDTH_AS_NUMBER = (
+    'Dr.Jit feature not in kiln: replaying at a new width when the width is used as a Python number '
+    '(dr.arange(t, dr.width(x))); kiln records anew'
+)
+
+XFAIL = {
+    'test_freeze.py::test92_refcycle*':
+        (
+            'exception differs from Dr.Jit: an argument that contains itself is refused with '
+            'InvalidArgument ("an argument contains itself"); Dr.Jit traverses reference cycles'
+        ),
+    # ---- (a) kiln bugs ---------------------------------------------------------------------------
+    'test_autodiff.py::test094_suspend_resume':
+        'kiln bug: dr.grad_enabled(a) is True inside `with dr.suspend_grad():` (Dr.Jit: False)',
+    'test_autodiff.py::test097_isolate_fwd':
+        'kiln bug: dr.forward_to(y) returns None; Dr.Jit returns the gradient of y',
+    'test_freeze.py::test20_literal[False-*':
+        (
+            'kiln bug: freeze(auto_opaque=False) records anew for every new literal value; Dr.Jit '
+            'makes every input opaque with auto_opaque=False and records once'
+        ),
+    'test_freeze.py::test35_return_types*-dataclass]':
+        (
+            'kiln bug: a frozen function returning a @dataclass(frozen=True) raises '
+            'FrozenInstanceError'
+        ),
+    'test_freeze.py::test80_tensor_mean':
+        (
+            "kiln bug: inside a frozen function, a tensor argument's flat array (x.array, "
+            "dr.sum/dr.mean of the tensor) is not bound as an input: InvalidArgument '... is neither "
+            "one of its arguments nor created inside it'"
+        ),
+    # ---- (b) Dr.Jit features kiln does not have (and differences kiln documents) -----------------
+    'test_while_loop.py::test01_simple': SYNTAX,
+    'test_while_loop.py::test02_mutate': SYNTAX,
+    'test_while_loop.py::test03_nested_loop_warn_config': SYNTAX,
+    'test_while_loop.py::test04_change_type': SYNTAX,
+    'test_while_loop.py::test05_change_size': SYNTAX,
+    'test_while_loop.py::test06_incompatible_size': SYNTAX,
+    'test_while_loop.py::test07_uninitialized_before': SYNTAX,
+    'test_while_loop.py::test08_uninitialized_after': SYNTAX,
+    'test_while_loop.py::test09_cond_err': SYNTAX,
+    'test_while_loop.py::test10_body_err': SYNTAX,
+    'test_while_loop.py::test11_dependency_structure': LOG_LEVEL,
+    'test_while_loop.py::test12_loop_optimizations': SYNTAX,
+    'test_while_loop.py::test13_scatter_v1': LOG_LEVEL,
+    'test_while_loop.py::test14_scatter_v2': LOG_LEVEL,
+    'test_while_loop.py::test15_nested_loop': SYNTAX,
+    'test_while_loop.py::test16_nested_loop_with_side_effect': SYNTAX,
+    'test_while_loop.py::test17_optimize_away': SYNTAX,
+    'test_while_loop.py::test18_no_mutate_inputs':
+        (
+            'Dr.Jit feature not in kiln: dr.while_loop returning unchanged state variables as the '
+            'same Python objects (`zo is z`)'
+        ),
+    'test_while_loop.py::test19_loop_in_vcall': SYNTAX,
+    'test_while_loop.py::test20_limitations': SYNTAX,
+    'test_while_loop.py::test21_compress': SYNTAX,
+    'test_while_loop.py::test22_loop_with_fork': SYNTAX,
+    'test_while_loop.py::test23_dr_syntax_default_args': SYNTAX,
+    'test_while_loop.py::test24_dr_syntax_confusion': SYNTAX,
+    'test_while_loop.py::test25_preserve_unchanged': INDEX_AD,
+    'test_while_loop.py::test26_gather': SYNTAX,
+    'test_while_loop.py::test27_partial_eval': SYNTAX,
+    'test_while_loop.py::test28_loop_state_aliasing': SYNTAX,
+    'test_while_loop.py::test29_preserve_differentiability_suspend': INDEX_AD,
+    'test_while_loop.py::test30_tensor_loop': SYNTAX,
+    'test_while_loop.py::test31_tensor_loop_preserve_shape': SYNTAX,
+    'test_while_loop.py::test32_loop_with_only_side_effects': SYNTAX,
+    'test_while_loop.py::test33_tensor_loop_ad': SYNTAX,
+    'test_while_loop.py::test34_aliased_state': SYNTAX,
+    'test_while_loop.py::test35_aliased_state_ad_bwd': SYNTAX,
+    'test_while_loop.py::test36_aliased_state_ad_fwd': SYNTAX,
+    'test_while_loop.py::test37_loop_multi_size_side_effects': SYNTAX,
+    'test_while_loop.py::test38_aliased_state_in_body': SYNTAX,
+    'test_while_loop.py::test39_aliased_state_partial_exit': SYNTAX,
+    'test_while_loop.py::test40_aliased_state_shared_update': SYNTAX,
+    'test_while_loop.py::test41_aliased_state_in_body_ad_bwd': SYNTAX,
+    'test_while_loop.py::test42_aliased_state_in_body_ad_fwd': SYNTAX,
+    'test_autodiff.py::test001_enable_grad[kiln.Float*': TRAIT_IS_FLOAT_V,
+    'test_autodiff.py::test001_enable_grad[kiln.Array?f*': TRAIT_IS_FLOAT_V,
+    'test_autodiff.py::test002_detach':
+        'Dr.Jit feature not in kiln: dr.detach(x, preserve_type=...)',
+    'test_autodiff.py::test005_set_label':
+        (
+            "Dr.Jit feature not in kiln: DRJIT_STRUCT classes in the AD functions (kiln's enable_grad"
+            ' takes arrays, vectors and lists/tuples/dicts of them)'
+        ),
+    'test_autodiff.py::test007_add_fwd': ADFLAG,
+    'test_autodiff.py::test010_forward_to':
+        (
+            'Dr.Jit feature not in kiln: dr.forward_to(a, b, flags=...) with several arguments and '
+            'flags'
+        ),
+    'test_autodiff.py::test011_forward_from': FORWARD_FROM,
+    'test_autodiff.py::test012_backward_to': BACKWARD_TO,
+    'test_autodiff.py::test014_forward_to_reuse': ADFLAG,
+    'test_autodiff.py::test015_backward_to_reuse': BACKWARD_TO,
+    'test_autodiff.py::test016_mixed_precision_bwd': TRAIT_FLOAT64_ARRAY_T,
+    'test_autodiff.py::test017_mixed_precision_fwd': TRAIT_FLOAT64_ARRAY_T,
+    'test_autodiff.py::test018_select_fwd':
+        'Dr.Jit type traits (dr.uint32_array_t ...) not in kiln: dr.mask_t',
+    'test_autodiff.py::test019_nan_propagation': ALLCLOSE,
+    'test_autodiff.py::test020_ad_flags': ENQUEUE,
+    'test_autodiff.py::test021_sum_0_bwd': ALLCLOSE,
+    'test_autodiff.py::test022_sum_0_fwd': ALLCLOSE,
+    'test_autodiff.py::test023_sum_1_bwd': ALLCLOSE,
+    'test_autodiff.py::test024_sum_1_fwd': ALLCLOSE,
+    'test_autodiff.py::test025_sum_2_bwd': ALLCLOSE,
+    'test_autodiff.py::test026_sum_2_fwd': ALLCLOSE,
+    'test_autodiff.py::test027_prod': ALLCLOSE,
+    'test_autodiff.py::test028_max_bwd': ALLCLOSE,
+    'test_autodiff.py::test029_max_fwd': ALLCLOSE,
+    'test_autodiff.py::test030_gather_bwd': TRAIT_UINT32_ARRAY_T,
+    'test_autodiff.py::test031_gather_fwd': TRAIT_UINT32_ARRAY_T,
+    'test_autodiff.py::test032_scatter_bwd': ALLCLOSE,
+    'test_autodiff.py::test033_scatter_fwd': ALLCLOSE,
+    'test_autodiff.py::test034_scatter_fwd_permute':
+        'Dr.Jit feature not in kiln: dr.ReduceMode (scatter-reduction strategies)',
+    'test_autodiff.py::test035_scatter_add_bwd': ALLCLOSE,
+    'test_autodiff.py::test036_scatter_add_fwd': ENQUEUE,
+    'test_autodiff.py::test37_op_neg': ALLCLOSE,
+    'test_autodiff.py::test38_op_add': ALLCLOSE,
+    'test_autodiff.py::test39_op_sub': ALLCLOSE,
+    'test_autodiff.py::test40_op_mul': ALLCLOSE,
+    'test_autodiff.py::test41_op_div': ALLCLOSE,
+    'test_autodiff.py::test42_op_fma': ALLCLOSE,
+    'test_autodiff.py::test43_op_abs_pos': ALLCLOSE,
+    'test_autodiff.py::test44_op_abs_neg': ALLCLOSE,
+    'test_autodiff.py::test45_op_abs_z': ALLCLOSE,
+    'test_autodiff.py::test46_op_rcp': ALLCLOSE,
+    'test_autodiff.py::test47_op_rsqrt': ALLCLOSE,
+    'test_autodiff.py::test48_op_cbrt': CBRT,
+    'test_autodiff.py::test49_op_erf': ALLCLOSE,
+    'test_autodiff.py::test50_op_log': ALLCLOSE,
+    'test_autodiff.py::test51_op_log2': ALLCLOSE,
+    'test_autodiff.py::test52_op_exp': ALLCLOSE,
+    'test_autodiff.py::test53_op_exp2': ALLCLOSE,
+    'test_autodiff.py::test54_op_sin': ALLCLOSE,
+    'test_autodiff.py::test55_op_cos': ALLCLOSE,
+    'test_autodiff.py::test56_op_tan': ALLCLOSE,
+    'test_autodiff.py::test57_op_asin': ALLCLOSE,
+    'test_autodiff.py::test58_op_acos': ALLCLOSE,
+    'test_autodiff.py::test59_op_atan': ALLCLOSE,
+    'test_autodiff.py::test60_op_sinh': ALLCLOSE,
+    'test_autodiff.py::test61_op_cosh': ALLCLOSE,
+    'test_autodiff.py::test62_op_tanh': ALLCLOSE,
+    'test_autodiff.py::test63_op_asinh': ASINH,
+    'test_autodiff.py::test64_op_acosh': ACOSH,
+    'test_autodiff.py::test65_op_atanh': ATANH,
+    'test_autodiff.py::test66_op_sincos_s': SINCOS,
+    'test_autodiff.py::test67_op_sincos_c': SINCOS,
+    'test_autodiff.py::test68_op_sincosh_s': SINCOSH,
+    'test_autodiff.py::test69_op_sincosh_c': SINCOSH,
+    'test_autodiff.py::test70_op_atan2_1': ALLCLOSE,
+    'test_autodiff.py::test71_op_atan2_2': ALLCLOSE,
+    'test_autodiff.py::test72_op_round': ALLCLOSE,
+    'test_autodiff.py::test73_op_trunc': ALLCLOSE,
+    'test_autodiff.py::test74_op_ceil': ALLCLOSE,
+    'test_autodiff.py::test75_op_floor': ALLCLOSE,
+    'test_autodiff.py::test075_exp': ALLCLOSE,
+    'test_autodiff.py::test076_log': ALLCLOSE,
+    'test_autodiff.py::test077_pow': ALLCLOSE,
+    'test_autodiff.py::test078_tan': ALLCLOSE,
+    'test_autodiff.py::test079_asin': ALLCLOSE,
+    'test_autodiff.py::test080_acos': ALLCLOSE,
+    'test_autodiff.py::test081_atan': ALLCLOSE,
+    'test_autodiff.py::test082_atan2': ALLCLOSE,
+    'test_autodiff.py::test083_cbrt': CBRT,
+    'test_autodiff.py::test084_sinh': ALLCLOSE,
+    'test_autodiff.py::test085_cosh': ALLCLOSE,
+    'test_autodiff.py::test086_tanh': ALLCLOSE,
+    'test_autodiff.py::test087_asinh': ASINH,
+    'test_autodiff.py::test088_acosh': ACOSH,
+    'test_autodiff.py::test089_atanh': ATANH,
+    'test_autodiff.py::test090_replace_grad':
+        'Dr.Jit feature not in kiln: dr.replace_grad',
+    'test_autodiff.py::test091_safe_functions':
+        'Dr.Jit feature not in kiln: dr.safe_sqrt/safe_asin/safe_acos',
+    'test_autodiff.py::test092_prefix_sum_fwd': ALLCLOSE,
+    'test_autodiff.py::test093_prefix_sum_bwd': ALLCLOSE,
+    'test_autodiff.py::test095_suspend_resume_selective':
+        (
+            'Dr.Jit feature not in kiln: dr.suspend_grad(*args)/dr.resume_grad(*args) for chosen '
+            "arrays (kiln's resume_grad takes no arguments)"
+        ),
+    'test_autodiff.py::test096_isolate_bwd': ISOLATE_GRAD,
+    'test_autodiff.py::test097_custom_op_fwd_1': CUSTOM,
+    'test_autodiff.py::test098_custom_op_fwd_2': CUSTOM,
+    'test_autodiff.py::test099_custom_op_fwd_3': CUSTOM,
+    'test_autodiff.py::test100_custom_op_bwd_1': CUSTOM,
+    'test_autodiff.py::test101_custom_op_bwd_2': CUSTOM,
+    'test_autodiff.py::test102_custom_op_bwd_3': CUSTOM,
+    'test_autodiff.py::test103_custom_forward_external_dependency': CUSTOM,
+    'test_autodiff.py::test104_suspend_resume_custom_fwd': CUSTOM,
+    'test_autodiff.py::test105_suspend_resume_custom_bwd': CUSTOM,
+    'test_autodiff.py::test106_custom_op_leak': CUSTOM,
+    'test_autodiff.py::test107_custom_op_fail_fwd': CUSTOM,
+    'test_autodiff.py::test108_custom_op_fail_bwd': CUSTOM,
+    'test_autodiff.py::test111_custom_op_args_kwargs': CUSTOM,
+    'test_autodiff.py::test112_shrink_fwd': RESHAPE,
+    'test_autodiff.py::test113_shrink_bwd': RESHAPE,
+    'test_autodiff.py::test114_block_sum_fwd': BLOCK_SUM,
+    'test_autodiff.py::test114_block_sum_rev': BLOCK_SUM,
+    'test_autodiff.py::test114_block_sum_non_divisible': BLOCK_SUM,
+    'test_autodiff.py::test115_dot_ad': TRAIT_UINT32_ARRAY_T,
+    'test_autodiff.py::test117_scatter_reduce_minmax_fwd': DETAIL,
+    'test_autodiff.py::test118_scatter_reduce_minmax_bwd': DETAIL,
+    'test_autodiff.py::test120_block_minmax_fwd[symbolic-*': TRAIT_BACKEND_V,
+    'test_autodiff.py::test120_block_minmax_fwd[evaluated-*': BLOCK_REDUCE,
+    'test_autodiff.py::test121_block_minmax_bwd': BLOCK_REDUCE,
+    'test_autodiff.py::test122_block_mul_fwd': BLOCK_REDUCE,
+    'test_autodiff.py::test123_block_mul_bwd': BLOCK_REDUCE,
+    'test_autodiff.py::test124_packet_gather_fwd': JITFLAG,
+    'test_autodiff.py::test125_packet_gather_bwd*-True]': JITFLAG,
+    'test_autodiff.py::test125_packet_gather_bwd*-False]': TRAIT_BACKEND_V,
+    'test_autodiff.py::test126_packet_scatter_fwd': JITFLAG,
+    'test_autodiff.py::test127_packet_scatter_bwd': JITFLAG,
+    'test_autodiff.py::test128_packet_scatter_add_fwd*-True]': JITFLAG,
+    'test_autodiff.py::test128_packet_scatter_add_fwd*-False]': TRAIT_BACKEND_V,
+    'test_autodiff.py::test129_packet_scatter_add_bwd*-True]': JITFLAG,
+    'test_autodiff.py::test129_packet_scatter_add_bwd*-False]': TRAIT_BACKEND_V,
+    'test_autodiff.py::test130_packet_scatter_fwd_target_disabled': JITFLAG,
+    'test_autodiff.py::test131_prefix_sum_tensor':
+        (
+            "Dr.Jit feature not in kiln: tensor types in dr.ones/dr.zeros (kiln's take array classes)"
+            ' and dr.cumsum(axis=)'
+        ),
+    'test_autodiff.py::test136_backward_from_existing_gradient': ALLCLOSE,
+    'test_autodiff.py::test137_forward_from_existing_gradient': FORWARD_FROM,
+    'test_autodiff.py::test138_relative_grad':
+        'Dr.Jit feature not in kiln: dr.relative_grad',
+    'test_freeze.py::test02_flush_kernel_cache':
+        'Dr.Jit feature not in kiln: dr.flush_kernel_cache',
+    'test_freeze.py::test09_traverse_cb': DETAIL,
+    'test_freeze.py::test11_optimization': ALLCLOSE,
+    'test_freeze.py::test13_changed_input_dict':
+        (
+            'Dr.Jit feature not in kiln: frozen functions writing new dict keys back to the caller '
+            '(kiln documents that lists/tuples/dicts among the arguments are rebuilt for the call)'
+        ),
+    'test_freeze.py::test21_pointers': TRAIT_UINT32_ARRAY_T,
+    'test_freeze.py::test23_vcall': DETAIL,
+    'test_freeze.py::test24_vcall_optimize': DETAIL,
+    'test_freeze.py::test25_multiple_vcalls': DETAIL,
+    'test_freeze.py::test26_freeze': TRAIT_UINT32_ARRAY_T,
+    'test_freeze.py::test27_calling_frozen_from_frozen': ALLCLOSE,
+    'test_freeze.py::test28_recorded_size': ALLCLOSE,
+    'test_freeze.py::test29_with_gathers': SHAPE,
+    'test_freeze.py::test30_scatter_with_op': ALLCLOSE,
+    'test_freeze.py::test31_with_gather_and_scatter': SHAPE,
+    'test_freeze.py::test32_gather_only_pointer_as_input':
+        (
+            "Dr.Jit feature not in kiln: Dr.Jit's (3, N) layout of Array3f.numpy() (kiln documents "
+            '(N, 3))'
+        ),
+    'test_freeze.py::test33_multiple_kernels': ALLCLOSE,
+    'test_freeze.py::test34_global_flag': ALLCLOSE,
+    'test_freeze.py::test35_return_types*-drjit]': ALLCLOSE,
+    'test_freeze.py::test36_drjit_struct_and_matrix':
+        'Dr.Jit feature not in kiln: matrix types (Matrix4f)',
+    'test_freeze.py::test38_allocated_scratch_buffer': JITFLAG,
+    'test_freeze.py::test39_simple_reductions': ALLCLOSE,
+    'test_freeze.py::test40_prefix_reductions':
+        'Dr.Jit feature not in kiln: dr.prefix_reduce',
+    'test_freeze.py::test41_reductions_with_ad':
+        (
+            'Dr.Jit feature not in kiln: AD through frozen functions (kiln documents frozen functions'
+            ' as an AD boundary: results come back detached, docs/architecture.md)'
+        ),
+    'test_freeze.py::test42_size_aliasing': ALLCLOSE,
+    'test_freeze.py::test43_pointer_aliasing': ALLCLOSE,
+    'test_freeze.py::test44_simple_ad_fully_inside':
+        'Dr.Jit feature not in kiln: dr.schedule',
+    'test_freeze.py::test45_suspend_resume': LOG_LEVEL,
+    'test_freeze.py::test46_with_grad_scatter': LOG_LEVEL,
+    'test_freeze.py::test47_tutorial_example':
+        (
+            'Dr.Jit feature not in kiln: AD through frozen functions (kiln documents frozen functions'
+            " as an AD boundary: backward_from inside does not reach the caller's arrays, "
+            'docs/architecture.md)'
+        ),
+    'test_freeze.py::test48_compress': DETAIL,
+    'test_freeze.py::test49_scatter_reduce_expanded':
+        'Dr.Jit feature not in kiln: FrozenFunction.n_cached_recordings',
+    'test_freeze.py::test50_scatter_reduce_expanded_identity': WIDTH_AS_NUMBER,
+    'test_freeze.py::test51_scatter_reduce_expanded_no_memset': WIDTH_AS_NUMBER,
+    'test_freeze.py::test53_scatter_inc':
+        'Dr.Jit feature not in kiln: dr.scatter_inc',
+    'test_freeze.py::test54_read_while_frozen': JITFLAG,
+    'test_freeze.py::test56_grad_isolate': JITFLAG,
+    'test_freeze.py::test57_isolate_grad_fwd': ISOLATE_GRAD,
+    'test_freeze.py::test58_grad_postponed_part': JITFLAG,
+    'test_freeze.py::test59_nested': DETAIL,
+    'test_freeze.py::test60_call_raise': DETAIL,
+    'test_freeze.py::test61_reduce_dot': ALLCLOSE,
+    'test_freeze.py::test66_closure': ALLCLOSE,
+    'test_freeze.py::test67_mutable_closure': ALLCLOSE,
+    'test_freeze.py::test68_state_decorator': ALLCLOSE,
+    'test_freeze.py::test69_max_cache_size[*--1-*':
+        (
+            'Dr.Jit feature not in kiln: freeze(limit=-1) meaning no limit (kiln takes None; -1 '
+            'raises OverflowError)'
+        ),
+    'test_freeze.py::test69_max_cache_size': ALLCLOSE,
+    'test_freeze.py::test69_lru_eviction':
+        (
+            'Dr.Jit feature not in kiln: LRU eviction with freeze(limit=n) (kiln documents: at most n'
+            ' recordings, further layouts run unfrozen)'
+        ),
+    'test_freeze.py::test71_texture':
+        'Dr.Jit feature not in kiln: textures (Texture1f/Texture2f)',
+    'test_freeze.py::test71b_texture_write': TRAIT_BACKEND_V,
+    'test_freeze.py::test72_no_input': TRAIT_BACKEND_V,
+    'test_freeze.py::test73_opaque_width': ALLCLOSE,
+    'test_freeze.py::test74_auto_opaque_retraverse': ALLCLOSE,
+    'test_freeze.py::test75_changing_literal_width': ALLCLOSE,
+    'test_freeze.py::test76_changing_literal_width_holder':
+        'Dr.Jit type traits (dr.uint32_array_t ...) not in kiln: dr.tensor_t',
+    'test_freeze.py::test77_optimizers':
+        'Dr.Jit feature not in kiln: optimizers (drjit.opt: SGD, RMSProp, Adam)',
+    'test_freeze.py::test78_hash_id_fallback': ALLCLOSE,
+    'test_freeze.py::test79_empty[True-*': TRAIT_BACKEND_V,
+    'test_freeze.py::test81_changing_closures': ALLCLOSE,
+    'test_freeze.py::test82_changing_closures_methods': ALLCLOSE,
+    'test_freeze.py::test83_any':
+        (
+            'Dr.Jit feature not in kiln: dr.any returning a 1-lane Bool array (kiln returns a Python '
+            'bool, which cannot be read inside a recording)'
+        ),
+    'test_freeze.py::test84_block_sum': ALLCLOSE,
+    'test_freeze.py::test85_dry_run_failure': ALLCLOSE,
+    'test_freeze.py::test86_nested_vcalls': DETAIL,
+    'test_freeze.py::test87_nested_vcalls_member': DETAIL,
+    'test_freeze.py::test88_tensor_indexing': SHAPE,
+    'test_freeze.py::test89_tensor_slicing': ALLCLOSE,
+    'test_freeze.py::test90_tensor_slicing':
+        (
+            'Dr.Jit feature not in kiln: tensor indexing with index arrays (x[row, col] with UInt32 '
+            'arrays)'
+        ),
+    'test_freeze.py::test91_grad_doc': ALLCLOSE,
+    'test_freeze.py::test95_vcall_exception': DETAIL,
+    'test_freeze.py::test96_coop_vec': TRAIT_BACKEND_V,
+    'test_freeze.py::test97_coop_vec_bwd': TRAIT_BACKEND_V,
+    'test_freeze.py::test100_kernel_history': JITFLAG,
+    'test_freeze.py::test101_enabled':
+        'Dr.Jit feature not in kiln: FrozenFunction.enabled (read/write attribute)',
+    'test_freeze.py::test102_assignment': ALLCLOSE,
+    'test_freeze.py::test103_rng':
+        'Dr.Jit feature not in kiln: dr.rng / dr.random.Generator',
+    'test_freeze.py::test104_batched_gemm': MATMUL,
+    'test_freeze.py::test105_batched_gemm_varying_batch': MATMUL,
+    'test_freeze.py::test106_nested_switch': TRAIT_UINT32_ARRAY_T,
+    'test_freeze.py::test107_frozen_getter': DETAIL,
+    # ---- (c) exceptions that differ from Dr.Jit --------------------------------------------------
+    'test_autodiff.py::test001_enable_grad':
+        (
+            "exception differs from Dr.Jit: kiln's enable_grad raises TypeMismatch for integer and "
+            'mask arrays; Dr.Jit ignores them (grad stays disabled)'
+        ),
+    'test_autodiff.py::test003_set_grad': SET_GRAD_WITHOUT_AD,
+    'test_autodiff.py::test004_accum_grad': SET_GRAD_WITHOUT_AD,
+    'test_autodiff.py::test013_backward_from':
+        (
+            "exception differs from Dr.Jit: kiln's backward_from on an array that does not track "
+            "gradients does nothing; Dr.Jit raises RuntimeError('argument does not depend on the "
+            "input')"
+        ),
+    'test_freeze.py::test55_var_upload':
+        (
+            'exception differs from Dr.Jit: kiln allows dr.make_opaque on arrays created inside a '
+            'recording; Dr.Jit raises RuntimeError'
+        ),
+    'test_freeze.py::test98_changing_list':
+        (
+            'exception differs from Dr.Jit: kiln does not raise when a frozen function appends to an '
+            'argument list (containers are rebuilt for the call); Dr.Jit raises RuntimeError'
+        ),
+    'test_freeze.py::test99_construction_failure':
+        (
+            'exception differs from Dr.Jit: kiln builds a DRJIT_STRUCT result whose __init__ needs '
+            'arguments; Dr.Jit raises RuntimeError'
+        ),
+}
+
+
+def _matches_pattern(pattern, key):
+    """``*`` and ``?`` are wildcards; a pattern without ``[`` also matches every
+    parametrization of the test it names."""
+    rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    if "[" not in pattern:
+        rx += r"(\[.*\])?"
+    return re.fullmatch(rx, key) is not None
+
+
+def _lookup(table, key):
+    for pattern, reason in table.items():
+        if _matches_pattern(pattern, key):
+            return reason
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if os.path.dirname(str(item.path)) != HERE:
+            continue
+        key = item.path.name + "::" + item.name
+        reason = _lookup(SKIP, key)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+            continue
+        reason = _lookup(XFAIL, key)
+        # test108 carries upstream's own (non-strict) xfail mark, which is kept as it is
+        if reason is not None and item.get_closest_marker("xfail") is None:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+            _native_traceback(item)
+
+
+def _native_traceback(item):
+    # pytest builds the traceback of an expected failure even though -q/-rA never shows it, and
+    # its default ("long") format parses the whole test module for each frame: for the 4000-line
+    # upstream modules that was ~90 s of the directory's ~100 s. Python's own traceback format
+    # (--tb=native) is as informative for these and costs nothing.
+    if hasattr(item, "_repr_failure_py"):
+        item.repr_failure = lambda excinfo, **kw: item._repr_failure_py(excinfo, style="native")
