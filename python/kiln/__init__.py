@@ -71,6 +71,71 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
 # PyTensor's and JAX's scans
 from ._scan import lax, scan, until  # noqa: E402
 
+# ---- Dr.Jit helpers composed from kiln's operations (derivatives follow from the composition) ----
+
+
+def allclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
+    """Whether ``a`` and ``b`` agree within ``atol + rtol * |b|`` everywhere (Dr.Jit's and
+    NumPy's ``allclose``; broadcasts, evaluates both). Vectors compare component by component."""
+    import numpy as _np
+
+    if isinstance(a, _vectors.StaticArrayBase) or isinstance(b, _vectors.StaticArrayBase):
+        ca = a._c if isinstance(a, _vectors.StaticArrayBase) else [a] * len(b._c)
+        cb = b._c if isinstance(b, _vectors.StaticArrayBase) else [b] * len(ca)
+        if len(ca) != len(cb):
+            return False
+        return all(allclose(x, y, rtol, atol, equal_nan) for x, y in zip(ca, cb))
+
+    def values(v):
+        if isinstance(v, (_kiln.ArrayBase, _kiln.TensorBase)):
+            return v.numpy()
+        return _np.asarray(v)
+
+    return bool(_np.allclose(values(a), values(b), rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def shape(x):
+    """The shape: ``(width,)`` for an array, the tensor's shape, ``(n, width)`` for a vector."""
+    if isinstance(x, _kiln.TensorBase):
+        return tuple(x.shape)
+    if isinstance(x, _vectors.StaticArrayBase):
+        return (len(x._c), width(x))  # noqa: F405
+    return (len(x),)
+
+
+def sincos(x):
+    """``(sin(x), cos(x))``."""
+    return sin(x), cos(x)  # noqa: F405
+
+
+def sincosh(x):
+    """``(sinh(x), cosh(x))``."""
+    return sinh(x), cosh(x)  # noqa: F405
+
+
+def cbrt(x):
+    """The real cube root."""
+    return sign(x) * power(abs(x), 1.0 / 3.0)  # noqa: F405
+
+
+def asinh(x):
+    """Inverse hyperbolic sine."""
+    return log(x + sqrt(x * x + 1.0))  # noqa: F405
+
+
+def acosh(x):
+    """Inverse hyperbolic cosine (x ≥ 1)."""
+    return log(x + sqrt(x * x - 1.0))  # noqa: F405
+
+
+def atanh(x):
+    """Inverse hyperbolic tangent (|x| < 1)."""
+    return 0.5 * log((1.0 + x) / (1.0 - x))  # noqa: F405
+
+
+forward_from = forward  # noqa: F405 (Dr.Jit's name for forward mode from one array)
+
+
 # Dr.Jit's aliases
 sync = _kiln.sync_thread
 pow = power  # noqa: F405 (the vector-aware one, from _vectors)
@@ -78,5 +143,6 @@ pow = power  # noqa: F405 (the vector-aware one, from _vectors)
 __all__ = sorted(
     {n for n in dir(_kiln) if not n.startswith("_")}
     | set(_vectors.__all__)
-    | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax"}
+    | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax", "allclose", "shape",
+       "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "forward_from"}
 )
