@@ -51,9 +51,16 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     evaluates). ``backend`` is accepted for Dr.Jit compatibility and must be None (kiln picks its
     backend once per process).
 
-    Where kiln differs: lists, tuples and dicts among the arguments are rebuilt for the call (the
-    function may change the arrays and struct fields they hold, not the containers); a frozen
-    function may not call itself.
+    The function's closure cells are inputs too (Dr.Jit traverses them): a captured array is bound
+    on every replay, a captured number that changes records anew, and a captured name the function
+    rebinds (``nonlocal y; y = y + x``) is rebound on replays.
+
+    Where kiln differs: a frozen function is a boundary of derivative tracking, as in kiln's Rust
+    API: its results come back detached and arrays passed in that carry gradients are fresh leaves
+    inside (compute gradients inside the function, as a training step does; ``kiln.backward`` on
+    a result outside gives zeros). Lists, tuples and dicts among the arguments are rebuilt for the
+    call (the function may change the arrays and struct fields they hold, not the containers); a
+    frozen function may not call itself, and an argument may not contain itself.
     """
     if backend is not None:
         raise InvalidArgument("kiln.freeze(backend=...): kiln picks its backend once per process (KILN_BACKEND)")
@@ -118,19 +125,35 @@ def cbrt(x):
     return sign(x) * power(abs(x), 1.0 / 3.0)  # noqa: F405
 
 
+def _small(x):
+    return abs(x) < 1e-4  # noqa: F405
+
+
 def asinh(x):
-    """Inverse hyperbolic sine."""
-    return log(x + sqrt(x * x + 1.0))  # noqa: F405
+    """Inverse hyperbolic sine: ``x - x³/6`` near 0, ``log(2|x|)`` far out, else
+    ``log(|x| + sqrt(x² + 1))``, with the sign of ``x`` (no cancellation for negative ``x``, no
+    overflow of ``x²``)."""
+    a = abs(x)  # noqa: F405
+    far = log(a) + 0.6931471805599453  # noqa: F405
+    mid = log(a + sqrt(a * a + 1.0))  # noqa: F405
+    near = a - a * a * a / 6.0
+    r = select(a > 1e4, far, select(a < 1e-4, near, mid))  # noqa: F405
+    return copysign(r, x)  # noqa: F405
 
 
 def acosh(x):
-    """Inverse hyperbolic cosine (x ≥ 1)."""
-    return log(x + sqrt(x * x - 1.0))  # noqa: F405
+    """Inverse hyperbolic cosine (x ≥ 1; NaN below): ``log(2x)`` far out, else
+    ``log(x + sqrt(x² - 1))``."""
+    far = log(x) + 0.6931471805599453  # noqa: F405
+    mid = log(x + sqrt(x * x - 1.0))  # noqa: F405
+    return select(x > 1e4, far, mid)  # noqa: F405
 
 
 def atanh(x):
-    """Inverse hyperbolic tangent (|x| < 1)."""
-    return 0.5 * log((1.0 + x) / (1.0 - x))  # noqa: F405
+    """Inverse hyperbolic tangent (|x| < 1): ``x + x³/3`` near 0, else
+    ``log((1 + x) / (1 - x)) / 2``."""
+    near = x + x * x * x / 3.0
+    return select(_small(x), near, 0.5 * log((1.0 + x) / (1.0 - x)))  # noqa: F405
 
 
 forward_from = forward  # noqa: F405 (Dr.Jit's name for forward mode from one array)

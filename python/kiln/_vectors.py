@@ -13,6 +13,7 @@ Several public names here (``sum``, ``min``, ``max``, ``all``, ``any``, ``eval``
 builtins inside this module: code here that needs a builtin imports ``builtins`` for it.
 """
 
+import builtins as _builtins
 import functools as _functools
 import numbers as _numbers
 import operator as _op
@@ -552,18 +553,32 @@ def prod(x):
     return _k.prod(x)
 
 
+def _arrays_list(x):
+    """A list or tuple of kiln arrays (a stencil window): reduced element by element."""
+    return (
+        isinstance(x, (list, tuple))
+        and len(x) > 0
+        and _builtins.all(isinstance(v, (_k.ArrayBase, StaticArrayBase)) for v in x)
+    )
+
+
 def min(x):
     """The smallest lane (``kiln.minimum`` is lanewise). Of a vector: the smallest component,
-    lane by lane."""
+    lane by lane. Of a list of arrays (a stencil window ``a[-1:2]``): the smallest, lane by lane."""
     if isinstance(x, StaticArrayBase):
         return _fold(_k.minimum, x._c)
+    if _arrays_list(x):
+        return _fold(minimum, list(x))
     return _k.min(x)
 
 
 def max(x):
-    """The largest lane. Of a vector: the largest component, lane by lane."""
+    """The largest lane. Of a vector: the largest component, lane by lane. Of a list of arrays
+    (a stencil window): the largest, lane by lane."""
     if isinstance(x, StaticArrayBase):
         return _fold(_k.maximum, x._c)
+    if _arrays_list(x):
+        return _fold(maximum, list(x))
     return _k.max(x)
 
 

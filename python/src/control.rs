@@ -130,6 +130,14 @@ fn while_loop(
 
 /// `b` has the layout of `a` (the same nesting, and arrays where `a` has arrays, of its types).
 fn same_layout(a: &Tree, b: &Tree, what: &str) -> PyResult<()> {
+    let (mut pa, mut pb) = (Vec::new(), Vec::new());
+    a.plain_values(&mut pa);
+    b.plain_values(&mut pb);
+    if pa != pb {
+        return Err(value_error(format!(
+            "{what} changed a plain Python value of the state (a number or string): only kiln arrays can change in a loop, lane by lane; make that entry an array (kiln.Int32(0) instead of 0)"
+        )));
+    }
     let (mut x, mut y) = (Vec::new(), Vec::new());
     a.arrays(&mut x);
     b.arrays(&mut y);
@@ -174,10 +182,16 @@ fn if_stmt(
     }
     let m = mask(cond, "if_stmt's cond")?;
     let tree = Tree::from_py(&args)?;
+    // each branch's plain Python values: they cannot differ per lane, so they must agree
+    let plain: std::cell::RefCell<Vec<Vec<String>>> = std::cell::RefCell::new(Vec::new());
     let branch = |f: &Py<PyAny>, s: &Tree| -> Tree {
         Python::attach(|py| {
             let r = call_traced(py, f, s);
-            Tree::from_py(&r).unwrap_or_else(|e| fail(e))
+            let t = Tree::from_py(&r).unwrap_or_else(|e| fail(e));
+            let mut v = Vec::new();
+            t.plain_values(&mut v);
+            plain.borrow_mut().push(v);
+            t
         })
     };
     let out = guard(|| {
@@ -189,6 +203,12 @@ fn if_stmt(
         )
     })?
     .map_err(to_py)?;
+    let plain = plain.into_inner();
+    if plain.windows(2).any(|w| w[0] != w[1]) {
+        return Err(value_error(
+            "if_stmt: the branches returned different plain Python values (numbers or strings), which cannot differ lane by lane; return kiln arrays (kiln.Int32(1)) from both",
+        ));
+    }
     out.to_py(py, false)
 }
 

@@ -164,6 +164,12 @@ fn from_sequence(obj: &Bound<PyAny>, like: Option<Ty>) -> PyResult<Dyn> {
         ty = Some(widest);
     }
     let ty = ty.unwrap_or(Ty::F32);
+    // floats into integers (and numbers into masks) convert as a cast does, as a single value does
+    let has_float = items.iter().any(|i| i.cast::<PyFloat>().is_ok());
+    let has_int = items.iter().any(|i| i.cast::<PyInt>().is_ok() && i.cast::<PyBool>().is_err());
+    if (ty.is_int() && has_float) || (ty == Ty::Bool && (has_float || has_int)) {
+        return Ok(from_sequence(obj, Some(Ty::F64))?.cast(ty));
+    }
     macro_rules! collect {
         ($t:ty, $v:ident) => {{
             let vals: Vec<$t> = items
@@ -195,11 +201,11 @@ fn element<'py, T: Scalar + for<'a> FromPyObject<'a, 'py>>(it: &Bound<'py, PyAny
         let shown = it.repr().map(|r| r.to_string()).unwrap_or_default();
         if is_number {
             value_error(format!(
-                "element {shown} of the list is out of range for the array's element type"
+                "the value {shown} in the list is out of range for the array's element type"
             ))
         } else {
             type_error(format!(
-                "a list for a kiln array holds numbers; element {shown} is not one"
+                "a list for a kiln array holds numbers; the value {shown} in it is not one"
             ))
         }
     })

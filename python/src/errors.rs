@@ -150,7 +150,7 @@ pub fn to_py(e: kiln::Error) -> PyErr {
 }
 
 /// kiln's messages name the Rust calls that fix a problem; give a Python user the Python ones.
-fn pythonic(msg: &str) -> String {
+pub fn pythonic(msg: &str) -> String {
     msg.replace(
         "`backward_with(.., retain_graph = true)` (or `kiln::vjp`, whose pullback may be called again)",
         "`kiln.backward(y, retain_graph=True)`",
@@ -160,6 +160,17 @@ fn pythonic(msg: &str) -> String {
         "`kiln.backward(y, retain_graph=True)`",
     )
     .replace("`kiln::ad::backward_from(&y, &seed)`", "`kiln.backward_from(y, seed)`")
+    .replace("Pcg32::next_u32_bounded", "PCG32.next_uint32_bounded")
+    .replace("the function's Rust code", "the function's Python code")
+    .replace("if_then_else:", "if_stmt:")
+    .replace("`.n_steps(n)`", "`n_steps=`")
+    .replace(".n_steps(", "n_steps=(")
+    .replace("with `.any()` or `.all()`", "with `kiln.any` or `kiln.all`")
+    .replace("`a.at(..)`", "`a[...]`")
+    .replace("`.neighborhood(..)`", "`neighborhood=`")
+    .replace("UInt32::opaque(v)", "kiln.opaque(kiln.UInt32, v)")
+    .replace("`.warn_after(n)`", "`warn_after=`")
+    .replace("scan: scan scan", "scan")
 }
 
 /// Run `f`, turning a kiln panic (a programmer error such as sizes that do not match) into the

@@ -24,6 +24,8 @@ type Inner = Frozen<Body, fn(Mut<Tree>) -> Tree>;
 /// A function frozen by `kiln.freeze`: call it like the function.
 #[pyclass(module = "kiln", name = "FrozenFunction")]
 pub struct FrozenFunction {
+    /// Recordings after which a Python warning says the function keeps being re-recorded.
+    warn_after: usize,
     /// Recordings made before the last `clear()` (Dr.Jit's counters start again at 0).
     cleared: std::sync::atomic::AtomicUsize,
     /// Locked with the GIL released while waiting (a thread recording runs Python and may hand
@@ -118,6 +120,7 @@ impl FrozenFunction {
             });
         }
         Ok(FrozenFunction {
+            warn_after,
             cleared: std::sync::atomic::AtomicUsize::new(0),
             inner: Mutex::new(inner),
             func,
@@ -148,7 +151,21 @@ impl FrozenFunction {
         let _leave = Leave(me);
         let mut inner = self.lock(py);
         let out = guard(|| inner.call(&mut tree))?.map_err(|e| to_py(pythonic(e)))?;
+        let stats = inner.stats();
+        let recordings = stats.recordings - self.cleared.load(std::sync::atomic::Ordering::Relaxed);
+        let why = stats.retraces.last().cloned();
         drop(inner);
+        if recordings == self.warn_after + 1 {
+            // kiln's own warning goes to its log; a Python user sees Python's warnings
+            let msg = format!(
+                "kiln.freeze: {} has been recorded {recordings} times (warn_after={}); the last time because {}; arguments whose layout keeps changing defeat freezing",
+                self.func.bind(py).getattr("__name__").map(|n| n.to_string()).unwrap_or_else(|_| "the function".into()),
+                self.warn_after,
+                crate::errors::pythonic(&why.unwrap_or_else(|| "its arguments changed".into())),
+            );
+            let w = py.import("warnings")?;
+            w.call_method1("warn", (msg, py.get_type::<pyo3::exceptions::PyRuntimeWarning>(), 2))?;
+        }
         tree.write_back(py)?;
         out.to_py(py, false)
     }

@@ -192,6 +192,9 @@ py_unary!(
 
 fn bin_py(a: &Bound<PyAny>, b: &Bound<PyAny>, op: Bin) -> PyResult<Py<PyAny>> {
     let py = a.py();
+    if let Some(t) = crate::tensor::tensor_binary(a, b, op)? {
+        return Ok(t);
+    }
     let (x, y) = operands(a, b)?;
     wrap(py, binary(op, &x, &y)?)
 }

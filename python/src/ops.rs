@@ -109,6 +109,7 @@ pub fn binary(op: Bin, a: &Dyn, b: &Dyn) -> pyo3::PyResult<Dyn> {
             };
             return binary(op, &a.cast(f), &b.cast(f));
         }
+        Bin::Pow if ty.is_int() => return int_pow(a, b),
         Bin::Pow | Bin::Atan2 | Bin::Copysign if !ty.is_float() => {
             if ty == Ty::Bool {
                 return refuse("cast to a number type first");
@@ -172,4 +173,42 @@ pub fn compare(cmp: Cmp, a: &Dyn, b: &Dyn) -> pyo3::PyResult<Bool> {
         };
     }
     guard(|| cmp!(Bool, I32, U32, I64, U64, F32, F64))
+}
+
+/// `a ** b` for integers, exact and wrapping like `*` (NumPy's): square-and-multiply over every
+/// bit of the exponent. A negative exponent gives `1 / a**|b|` truncated: 1 for `a = 1`, ±1 for
+/// `a = -1`, 0 otherwise (NumPy refuses it).
+fn int_pow(a: &Dyn, b: &Dyn) -> pyo3::PyResult<Dyn> {
+    let ty = a.ty();
+    let lit = |v: f64| crate::convert::lit_f64(v, ty);
+    let bits = if matches!(ty, Ty::I64 | Ty::U64) { 64 } else { 32 };
+    let negative = if ty.is_signed() {
+        Some(compare(Cmp::Lt, b, &lit(0.0))?)
+    } else {
+        None
+    };
+    // the magnitude's bits (a negative exponent is handled after the loop)
+    let mut e = match &negative {
+        Some(n) => crate::funcs::select_dyn(n, &lit(0.0), b)?,
+        None => b.clone(),
+    };
+    let mut result = lit(1.0);
+    let mut base = a.clone();
+    for i in 0..bits {
+        let bit = compare(Cmp::Ne, &binary(Bin::And, &e, &lit(1.0))?, &lit(0.0))?;
+        result = crate::funcs::select_dyn(&bit, &binary(Bin::Mul, &result, &base)?, &result)?;
+        if i + 1 < bits {
+            base = binary(Bin::Mul, &base, &base)?;
+            e = binary(Bin::Shr, &e, &lit(1.0))?;
+        }
+    }
+    let Some(neg) = negative else {
+        return Ok(result);
+    };
+    let one = compare(Cmp::Eq, a, &lit(1.0))?;
+    let minus_one = compare(Cmp::Eq, a, &lit(-1.0))?;
+    let odd = compare(Cmp::Ne, &binary(Bin::And, b, &lit(1.0))?, &lit(0.0))?;
+    let parity = crate::funcs::select_dyn(&odd, &lit(-1.0), &lit(1.0))?;
+    let reciprocal = crate::funcs::select_dyn(&one, &lit(1.0), &crate::funcs::select_dyn(&minus_one, &parity, &lit(0.0))?)?;
+    crate::funcs::select_dyn(&neg, &reciprocal, &result)
 }

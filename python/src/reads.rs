@@ -38,7 +38,7 @@ pub fn check(how: &str) -> PyResult<()> {
         Some(what) => Err(value_error(format!(
             "{how} inside {what}: kiln calls {what} once to trace it and then runs the trace for every \
              step or element, so a value read now would be the trace's everywhere; compute with kiln's \
-             operations (kiln.sqrt, kiln.select, ...; Python's sum/min/max over a stencil window), and \
+             operations (kiln.sqrt, kiln.select, ...; sum, kiln.min or kiln.max over a stencil window), and \
              read results after the call"
         ))),
     }

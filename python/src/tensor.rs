@@ -184,8 +184,49 @@ fn tbin(
     wrap_tensor(py, r, to)
 }
 
+/// `a op b` when either is a tensor (NumPy's broadcasting, the result a tensor); `None` when
+/// neither is, for the caller's array path.
+pub fn tensor_binary(a: &Bound<PyAny>, b: &Bound<PyAny>, op: Bin) -> PyResult<Option<Py<PyAny>>> {
+    let py = a.py();
+    let ta = a.cast::<TensorBase>().ok();
+    let tb = b.cast::<TensorBase>().ok();
+    let like = match (&ta, &tb) {
+        (Some(t), _) | (None, Some(t)) => t.borrow().a.ty(),
+        (None, None) => return Ok(None),
+    };
+    let Some((x, sx)) = operand(a, like)? else {
+        return Ok(None);
+    };
+    let Some((y, sy)) = operand(b, like)? else {
+        return Ok(None);
+    };
+    let to = broadcast_shape(&sx, &sy)?;
+    let r = binary(op, &broadcast(&x, &sx, &to)?, &broadcast(&y, &sy, &to)?)?;
+    Ok(Some(wrap_tensor(py, r, to)?))
+}
+
 /// One index argument as a slice of kiln's tensor views.
-fn slice_arg(x: &Bound<PyAny>) -> PyResult<kiln::tensor::SliceArg> {
+fn slice_arg(x: &Bound<PyAny>, dim: usize) -> PyResult<kiln::tensor::SliceArg> {
+    if x.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(type_error(
+            "tensors are indexed by integers and slices; a bool (NumPy's boolean indexing) is not supported",
+        ));
+    }
+    if let Ok(s) = x.cast::<PySlice>() {
+        // clamped to the axis as NumPy and Python do (`t[:, 5:]` on 3 columns is empty)
+        let ind = s.indices(dim as isize)?;
+        let (start, step, len) = (ind.start, ind.step, ind.slicelength);
+        if len == 0 {
+            return Ok(kiln::tensor::SliceArg::Range { start: Some(0), stop: Some(0), step: 1 });
+        }
+        let last = start + step * (len as isize - 1);
+        let stop = last + step.signum();
+        return Ok(kiln::tensor::SliceArg::Range {
+            start: Some(start),
+            stop: if stop < 0 { None } else { Some(stop) },
+            step,
+        });
+    }
     if let Ok(s) = x.cast::<PySlice>() {
         let get = |n: &str| -> PyResult<Option<isize>> {
             let v = s.getattr(n)?;
@@ -282,8 +323,12 @@ impl TensorBase {
     /// A lazy view: integers drop an axis, slices keep it (NumPy's basic indexing).
     fn __getitem__(&self, py: Python<'_>, index: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
         let args: Vec<kiln::tensor::SliceArg> = match index.cast::<PyTuple>() {
-            Ok(t) => t.iter().map(|x| slice_arg(&x)).collect::<PyResult<_>>()?,
-            Err(_) => vec![slice_arg(index)?],
+            Ok(t) => t
+                .iter()
+                .enumerate()
+                .map(|(i, x)| slice_arg(&x, self.shape.get(i).copied().unwrap_or(0)))
+                .collect::<PyResult<_>>()?,
+            Err(_) => vec![slice_arg(index, self.shape.first().copied().unwrap_or(0))?],
         };
         let shape = self.shape.clone();
         let (a, s) = each!(&self.a, x => {
@@ -299,11 +344,20 @@ impl TensorBase {
     /// The same values in another shape.
     #[pyo3(signature = (*shape))]
     fn reshape(&self, py: Python<'_>, shape: &Bound<PyTuple>) -> PyResult<Py<PyAny>> {
-        let s: Vec<usize> = if shape.len() == 1 && shape.get_item(0)?.is_instance_of::<PyTuple>() {
+        let given: Vec<i64> = if shape.len() == 1 && shape.get_item(0)?.is_instance_of::<PyTuple>() {
             shape.get_item(0)?.extract()?
         } else {
             shape.extract()?
         };
+        // one -1 takes what the others leave, as in NumPy
+        let known: i64 = given.iter().filter(|&&d| d != -1).product();
+        if given.iter().filter(|&&d| d == -1).count() > 1 || given.iter().any(|&d| d < -1) {
+            return Err(value_error(format!("reshape: at most one -1 and no other negative size, got {given:?}")));
+        }
+        let s: Vec<usize> = given
+            .iter()
+            .map(|&d| if d == -1 { if known == 0 { 0 } else { self.a.len() / known as usize } } else { d as usize })
+            .collect();
         if numel(&s) != self.a.len() {
             return Err(value_error(format!(
                 "cannot reshape a tensor of shape {:?} ({} values) to {s:?}",

@@ -155,11 +155,11 @@ impl Tree {
                 Ok(v) => v as u64,
                 Err(_) => x.hash()? as u64,
             };
-            return Ok(Tree::Scalar("int", bits, x.clone().unbind()));
+            return Ok(Tree::Scalar("i64", bits, x.clone().unbind()));
         }
         if let Ok(f) = x.cast::<PyFloat>() {
             return Ok(Tree::Scalar(
-                "float",
+                "f64",
                 f.value().to_bits(),
                 x.clone().unbind(),
             ));
@@ -360,6 +360,20 @@ impl Tree {
             _ => {}
         }
         Ok(())
+    }
+
+    /// The plain Python values (numbers, strings), in traversal order: what must not differ
+    /// between a loop's iterations or a branch's two sides, since only arrays can vary per lane.
+    pub fn plain_values(&self, out: &mut Vec<String>) {
+        match self {
+            Tree::Scalar(tag, bits, _) => out.push(format!("{tag}:{bits}")),
+            Tree::Str(s) => out.push(format!("str:{s}")),
+            Tree::Seq { items, .. } => items.iter().for_each(|i| i.plain_values(out)),
+            Tree::Dict(e) => e.iter().for_each(|(_, _, v)| v.plain_values(out)),
+            Tree::Struct(_, f) => f.iter().for_each(|(_, v)| v.plain_values(out)),
+            Tree::Cells(c) => c.iter().for_each(|(_, v)| v.plain_values(out)),
+            _ => {}
+        }
     }
 
     /// The arrays, in traversal order.

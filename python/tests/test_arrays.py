@@ -448,3 +448,29 @@ def test_dlpack_both_ways():
     assert isinstance(back, kiln.Int64) and back.tolist() == [0, 1, 2, 3]
     m = kiln.from_numpy(np.ones((2, 2), dtype=np.float32))
     assert isinstance(m, kiln.TensorXf) and m.shape == (2, 2)
+
+
+@pytest.mark.parametrize("kt,dt", INTS)
+def test_integer_power_is_exact_and_wraps_like_numpy(kt, dt):
+    base = np.array([3, 7, 2, 0, 1, 5], dtype=dt)
+    exp = np.array([19, 11, 31, 5, 1000, 0], dtype=dt)
+    with np.errstate(over="ignore"):
+        want = np.power(base, exp)
+    assert (kt(base) ** kt(exp)).tolist() == want.tolist()
+    assert (kt(base) ** 3).tolist() == (base**3).tolist()
+    if kt in (kiln.Int32, kiln.Int64):
+        assert (kt([2, 1, -1, -1]) ** kt([-1, -5, -3, -2])).tolist() == [0, 1, -1, 1]
+
+
+def test_inverse_hyperbolics_are_accurate_far_and_near():
+    v = np.array([-1e8, -1e4, -1000.0, -1.0, -1e-8, 1e-8, 0.5, 1e4, 1e8])
+    np.testing.assert_allclose(kiln.asinh(kiln.Float64(v)).numpy(), np.arcsinh(v), rtol=1e-13)
+    w = np.array([1.0, 1.5, 10.0, 1e6, 1e20])
+    np.testing.assert_allclose(kiln.acosh(kiln.Float64(w)).numpy(), np.arccosh(w), rtol=1e-13)
+    u = np.array([-0.9, -1e-5, 1e-8, 0.5, 0.999])
+    np.testing.assert_allclose(kiln.atanh(kiln.Float64(u)).numpy(), np.arctanh(u), rtol=1e-12)
+
+
+def test_lists_convert_like_single_values():
+    assert kiln.Int32([1.5, -2.7]).tolist() == kiln.Int32(1.5).tolist() + kiln.Int32(-2.7).tolist()
+    assert kiln.Bool([1, 0, 2]).tolist() == [True, False, True]

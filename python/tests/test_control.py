@@ -145,3 +145,12 @@ def test_switch():
     r = kiln.switch(idx, [lambda x: x + 10, lambda x: x * 2, lambda x: -x], x)
     assert r.tolist() == [11, 4, -3, 8, 0]  # index 5 has no target: 0
     assert kiln.switch(1, [lambda x: x + 10, lambda x: x * 2], x).tolist() == [2, 4, 6, 8, 10]
+
+
+def test_plain_python_values_may_not_change_per_lane():
+    with pytest.raises(ValueError, match="plain Python value"):
+        kiln.while_loop((0, kiln.Int32([0, 1])), lambda c, i: i < 3, lambda c, i: (c + 1, i + 1))
+    with pytest.raises(ValueError, match="different plain Python values"):
+        kiln.if_stmt((kiln.Float32([1, 2]),), kiln.Bool([True, False]), lambda x: 1, lambda x: 2)
+    # the same plain value on both sides is fine
+    assert kiln.if_stmt((kiln.Float32([1, 2]),), kiln.Bool([True, False]), lambda x: (x, 1), lambda x: (-x, 1))[1] == 1

@@ -255,3 +255,10 @@ def test_cyclic_arguments_and_tensor_arguments():
     assert total.n_recordings == 1
     total.clear()
     assert total.n_recordings == 0
+
+
+def test_warn_after_warns_in_python():
+    q = kiln.freeze(lambda x: x + 1, warn_after=2)
+    with pytest.warns(RuntimeWarning, match="recorded 3 times"):
+        for k in (1, 2, 3):
+            q(kiln.Float32([1.0] * k) if k != 2 else kiln.Float64([1.0]))

@@ -160,3 +160,11 @@ def test_errors():
         kiln.stencil(lambda a: a["x"])(np.ones(3))
     with pytest.raises(ValueError):
         kiln.stencil(lambda a: a[0, 1])(np.ones(4))  # two offsets on a 1-D input
+
+
+def test_window_min_and_max():
+    x = np.array([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert kiln.stencil(lambda a: kiln.max(a[-1:2]))(x).tolist() == [0, 5, 4, 4, 0]
+    assert kiln.stencil(lambda a: kiln.min(a[-1:2]))(x).tolist() == [0, 1, 1, 2, 0]
+    with pytest.raises(ValueError, match="stencil kernel"):
+        kiln.stencil(lambda a: max(a[-1:2]))(x)  # Python's max compares values: a read

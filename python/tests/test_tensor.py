@@ -71,3 +71,21 @@ def test_matmul_matches_numpy():
     np.testing.assert_allclose((kiln.TensorXf64(a) @ kiln.TensorXf64(b)).numpy(), a @ b, rtol=1e-12)
     with pytest.raises(kiln.Error):
         kiln.TensorXf64(a) @ kiln.TensorXf64(a)
+
+
+def test_reshape_minus_one_clamped_slices_and_bool_index():
+    t = kiln.TensorXf(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert t.reshape(-1).shape == (6,) and t.reshape(3, -1).shape == (3, 2)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for idx in [(slice(None), slice(5, None)), (slice(None), slice(5, 1)), (slice(-10, 10),), (slice(None, None, -1), slice(None, -5, -1))]:
+        np.testing.assert_array_equal(t[idx].numpy(), a[idx])
+    with pytest.raises(TypeError, match="bool"):
+        t[True]
+
+
+def test_binary_functions_keep_tensor_shapes():
+    t = kiln.TensorXf(np.array([[1.0, -2.0], [3.0, -4.0]], dtype=np.float32))
+    m = kiln.maximum(t, 0.0)
+    assert isinstance(m, kiln.TensorXf) and m.shape == (2, 2)
+    np.testing.assert_array_equal(m.numpy(), [[1, 0], [3, 0]])
+    np.testing.assert_allclose(kiln.cbrt(t).numpy(), np.cbrt(t.numpy()), rtol=1e-6)
