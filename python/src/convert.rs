@@ -166,7 +166,9 @@ fn from_sequence(obj: &Bound<PyAny>, like: Option<Ty>) -> PyResult<Dyn> {
     let ty = ty.unwrap_or(Ty::F32);
     // floats into integers (and numbers into masks) convert as a cast does, as a single value does
     let has_float = items.iter().any(|i| i.cast::<PyFloat>().is_ok());
-    let has_int = items.iter().any(|i| i.cast::<PyInt>().is_ok() && i.cast::<PyBool>().is_err());
+    let has_int = items
+        .iter()
+        .any(|i| i.cast::<PyInt>().is_ok() && i.cast::<PyBool>().is_err());
     if (ty.is_int() && has_float) || (ty == Ty::Bool && (has_float || has_int)) {
         return Ok(from_sequence(obj, Some(Ty::F64))?.cast(ty));
     }

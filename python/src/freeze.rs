@@ -164,7 +164,10 @@ impl FrozenFunction {
                 crate::errors::pythonic(&why.unwrap_or_else(|| "its arguments changed".into())),
             );
             let w = py.import("warnings")?;
-            w.call_method1("warn", (msg, py.get_type::<pyo3::exceptions::PyRuntimeWarning>(), 2))?;
+            w.call_method1(
+                "warn",
+                (msg, py.get_type::<pyo3::exceptions::PyRuntimeWarning>(), 2),
+            )?;
         }
         tree.write_back(py)?;
         out.to_py(py, false)

@@ -1,9 +1,13 @@
 //! kiln's Python module (`import kiln`): Dr.Jit's array face over kiln's engine.
 //!
-//! Layers, each calling only down: `dynarray` (one array of any element type), `errors` (kiln's
-//! errors as exceptions), `convert` (Python values in), `ops` (operators with Dr.Jit's type
-//! promotion), `array` (the classes, NumPy views out), `funcs`/`ad`/`random` (the module's
-//! functions). The pure-Python package `kiln/` re-exports this native module `kiln._kiln`.
+//! Below: `dynarray` (one array of any element type), `errors` (kiln's errors as exceptions) and
+//! `reads` (where values may not be read). In the middle, not yet in layers (module-cycles lists
+//! the one cycle): `array` and `tensor` (the classes, NumPy views out), `convert` (Python values
+//! in), `ops` (operators with Dr.Jit's type promotion) and `funcs` (the module's array functions)
+//! call each other. Above, calling only down: `tree` (arguments of traced functions), `ad`,
+//! `random`, `control`, `freeze`, `scan`, `stencil`. The pure-Python package `kiln/` re-exports
+//! this native module `kiln._kiln` and adds the vectors, scans' argument handling and a few
+//! functions composed from these.
 
 #[macro_use]
 mod dynarray;

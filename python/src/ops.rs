@@ -181,7 +181,11 @@ pub fn compare(cmp: Cmp, a: &Dyn, b: &Dyn) -> pyo3::PyResult<Bool> {
 fn int_pow(a: &Dyn, b: &Dyn) -> pyo3::PyResult<Dyn> {
     let ty = a.ty();
     let lit = |v: f64| crate::convert::lit_f64(v, ty);
-    let bits = if matches!(ty, Ty::I64 | Ty::U64) { 64 } else { 32 };
+    let bits = if matches!(ty, Ty::I64 | Ty::U64) {
+        64
+    } else {
+        32
+    };
     let negative = if ty.is_signed() {
         Some(compare(Cmp::Lt, b, &lit(0.0))?)
     } else {
@@ -209,6 +213,10 @@ fn int_pow(a: &Dyn, b: &Dyn) -> pyo3::PyResult<Dyn> {
     let minus_one = compare(Cmp::Eq, a, &lit(-1.0))?;
     let odd = compare(Cmp::Ne, &binary(Bin::And, b, &lit(1.0))?, &lit(0.0))?;
     let parity = crate::funcs::select_dyn(&odd, &lit(-1.0), &lit(1.0))?;
-    let reciprocal = crate::funcs::select_dyn(&one, &lit(1.0), &crate::funcs::select_dyn(&minus_one, &parity, &lit(0.0))?)?;
+    let reciprocal = crate::funcs::select_dyn(
+        &one,
+        &lit(1.0),
+        &crate::funcs::select_dyn(&minus_one, &parity, &lit(0.0))?,
+    )?;
     crate::funcs::select_dyn(&neg, &reciprocal, &result)
 }

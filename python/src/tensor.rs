@@ -217,7 +217,11 @@ fn slice_arg(x: &Bound<PyAny>, dim: usize) -> PyResult<kiln::tensor::SliceArg> {
         let ind = s.indices(dim as isize)?;
         let (start, step, len) = (ind.start, ind.step, ind.slicelength);
         if len == 0 {
-            return Ok(kiln::tensor::SliceArg::Range { start: Some(0), stop: Some(0), step: 1 });
+            return Ok(kiln::tensor::SliceArg::Range {
+                start: Some(0),
+                stop: Some(0),
+                step: 1,
+            });
         }
         let last = start + step * (len as isize - 1);
         let stop = last + step.signum();
@@ -344,7 +348,8 @@ impl TensorBase {
     /// The same values in another shape.
     #[pyo3(signature = (*shape))]
     fn reshape(&self, py: Python<'_>, shape: &Bound<PyTuple>) -> PyResult<Py<PyAny>> {
-        let given: Vec<i64> = if shape.len() == 1 && shape.get_item(0)?.is_instance_of::<PyTuple>() {
+        let given: Vec<i64> = if shape.len() == 1 && shape.get_item(0)?.is_instance_of::<PyTuple>()
+        {
             shape.get_item(0)?.extract()?
         } else {
             shape.extract()?
@@ -352,11 +357,23 @@ impl TensorBase {
         // one -1 takes what the others leave, as in NumPy
         let known: i64 = given.iter().filter(|&&d| d != -1).product();
         if given.iter().filter(|&&d| d == -1).count() > 1 || given.iter().any(|&d| d < -1) {
-            return Err(value_error(format!("reshape: at most one -1 and no other negative size, got {given:?}")));
+            return Err(value_error(format!(
+                "reshape: at most one -1 and no other negative size, got {given:?}"
+            )));
         }
         let s: Vec<usize> = given
             .iter()
-            .map(|&d| if d == -1 { if known == 0 { 0 } else { self.a.len() / known as usize } } else { d as usize })
+            .map(|&d| {
+                if d == -1 {
+                    if known == 0 {
+                        0
+                    } else {
+                        self.a.len() / known as usize
+                    }
+                } else {
+                    d as usize
+                }
+            })
             .collect();
         if numel(&s) != self.a.len() {
             return Err(value_error(format!(

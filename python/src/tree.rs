@@ -158,11 +158,7 @@ impl Tree {
             return Ok(Tree::Scalar("i64", bits, x.clone().unbind()));
         }
         if let Ok(f) = x.cast::<PyFloat>() {
-            return Ok(Tree::Scalar(
-                "f64",
-                f.value().to_bits(),
-                x.clone().unbind(),
-            ));
+            return Ok(Tree::Scalar("f64", f.value().to_bits(), x.clone().unbind()));
         }
         if let Ok(s) = x.cast::<PyString>() {
             return Ok(Tree::Str(s.to_string()));
