@@ -2,7 +2,7 @@
 //! constructors that take the array class first (`kiln.arange(kiln.Float32, 10)`), reductions,
 //! `gather`/`scatter`/`scatter_reduce`, `select`, `eval`, `whos`, `set_label`.
 
-use crate::array::{class_of, eval_released, ty_of_class, wrap, ArrayBase};
+use crate::array::{class_of, ty_of_class, wrap, ArrayBase};
 use crate::convert::{lit_f64, to_dyn};
 use crate::dynarray::{Dyn, IntoDyn, Ty};
 use crate::errors::{guard, try_guard, type_error, value_error};
@@ -587,9 +587,7 @@ fn dot(a: &Bound<PyAny>, b: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
 /// Euclidean norm.
 #[pyfunction]
 fn norm(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
-    let a = arr(x)?;
     let d = dot(x, x)?;
-    let _ = a;
     unary(
         x.py(),
         Un::Sqrt,
@@ -969,6 +967,5 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
         type_of
     );
     add!(from_numpy, from_dlpack);
-    let _ = eval_released;
     Ok(())
 }

@@ -446,7 +446,7 @@ impl TensorBase {
     }
     fn __neg__(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
-        let zero = crate::convert::lit_f64(0.0, slf.borrow().a.ty()).into_pyobject_dyn(py)?;
+        let zero = wrap(py, crate::convert::lit_f64(0.0, slf.borrow().a.ty()))?;
         tbin(slf, zero.bind(py), Bin::Sub, true)
     }
     fn __richcmp__(slf: &Bound<Self>, o: &Bound<PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
@@ -499,13 +499,4 @@ pub fn typed<T: Scalar>(a: &Dyn, shape: &[usize]) -> PyResult<Tensor<T>> {
         let c: Array<T> = x.cast::<T>();
         try_guard(|| Tensor::try_from_array(c, shape))
     })
-}
-
-trait IntoPyDyn {
-    fn into_pyobject_dyn(self, py: Python<'_>) -> PyResult<Py<PyAny>>;
-}
-impl IntoPyDyn for Dyn {
-    fn into_pyobject_dyn(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        wrap(py, self)
-    }
 }

@@ -108,7 +108,6 @@ impl Tree {
 
     /// Read `x`; `open` holds the containers being read, to refuse one that contains itself.
     fn read(x: &Bound<PyAny>, open: &mut Vec<usize>) -> PyResult<Tree> {
-        let py = x.py();
         if let Ok(a) = x.cast::<ArrayBase>() {
             return Ok(Tree::Array(a.borrow().a.clone(), Some(a.clone().unbind())));
         }
@@ -138,12 +137,10 @@ impl Tree {
         if container {
             open.pop();
         }
-        let _ = py;
         r
     }
 
     fn read_inner(x: &Bound<PyAny>, open: &mut Vec<usize>) -> PyResult<Tree> {
-        let py = x.py();
         if x.is_none() {
             return Ok(Tree::Scalar("None", 0, x.clone().unbind()));
         }
@@ -199,7 +196,6 @@ impl Tree {
             }
             return Ok(Tree::Struct(x.clone().unbind(), f));
         }
-        let _ = py;
         Ok(Tree::Opaque(x.clone().unbind()))
     }
 
