@@ -538,19 +538,20 @@ def _counted(v):
     return v._c
 
 
-def sum(x):
-    """Sum of all lanes, a one-element array (masks are counted). Of a vector: the sum of its
+def sum(x, axis=None):
+    """Sum of all lanes, a one-element array (masks are counted). Of a tensor: a 0-d tensor, or
+    with ``axis`` (an int or a tuple) the sums along those axes. Of a vector: the sum of its
     components, lane by lane (``v.x + v.y + v.z``), as Dr.Jit's ``dr.sum`` along axis 0."""
     if isinstance(x, StaticArrayBase):
         return _fold(_op.add, _counted(x))
-    return _k.sum(x)
+    return _k.sum(x, axis)
 
 
-def prod(x):
+def prod(x, axis=None):
     """Product of all lanes. Of a vector: the product of its components, lane by lane."""
     if isinstance(x, StaticArrayBase):
         return _fold(_op.mul, _counted(x))
-    return _k.prod(x)
+    return _k.prod(x, axis)
 
 
 def _arrays_list(x):
@@ -562,32 +563,32 @@ def _arrays_list(x):
     )
 
 
-def min(x):
+def min(x, axis=None):
     """The smallest lane (``kiln.minimum`` is lanewise). Of a vector: the smallest component,
     lane by lane. Of a list of arrays (a stencil window ``a[-1:2]``): the smallest, lane by lane."""
     if isinstance(x, StaticArrayBase):
         return _fold(_k.minimum, x._c)
     if _arrays_list(x):
         return _fold(minimum, list(x))
-    return _k.min(x)
+    return _k.min(x, axis)
 
 
-def max(x):
+def max(x, axis=None):
     """The largest lane. Of a vector: the largest component, lane by lane. Of a list of arrays
     (a stencil window): the largest, lane by lane."""
     if isinstance(x, StaticArrayBase):
         return _fold(_k.maximum, x._c)
     if _arrays_list(x):
         return _fold(maximum, list(x))
-    return _k.max(x)
+    return _k.max(x, axis)
 
 
-def mean(x):
+def mean(x, axis=None):
     """The mean of all lanes (in floating point). Of a vector: the mean of its components, lane
     by lane."""
     if isinstance(x, StaticArrayBase):
         return _fold(_op.add, _counted(x)) / x.Size
-    return _k.mean(x)
+    return _k.mean(x, axis)
 
 
 def _masks(v):
@@ -935,12 +936,11 @@ def forward(x):
 
 def forward_to(y):
     """Forward mode from every array whose gradient is set, to ``y`` (Dr.Jit's
-    ``dr.forward_to``); a vector ``y`` gets the gradient of each component."""
+    ``dr.forward_to``); returns ``y``'s gradient (a vector ``y``: a vector of its components'
+    gradients)."""
     if isinstance(y, StaticArrayBase):
-        for c in y._c:
-            _k.forward_to(c)
-    else:
-        _k.forward_to(y)
+        return _vector_of([_k.forward_to(c) for c in y._c])
+    return _k.forward_to(y)
 
 
 __all__ = [

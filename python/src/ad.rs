@@ -6,6 +6,7 @@ use crate::array::{wrap, ArrayBase};
 use crate::convert::to_dyn;
 use crate::dynarray::{Dyn, IntoDyn};
 use crate::errors::{try_guard, type_error, value_error};
+use crate::tensor::TensorBase;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -16,10 +17,46 @@ fn not_float(what: &str, d: &Dyn) -> PyErr {
     ))
 }
 
-/// Every array in `args` (arrays, or lists and tuples of them).
-fn arrays<'py>(args: &Bound<'py, PyAny>, out: &mut Vec<Bound<'py, ArrayBase>>) -> PyResult<()> {
-    if let Ok(a) = args.cast::<ArrayBase>() {
-        out.push(a.clone());
+/// An array or a tensor (whose flat values carry its gradient), as the AD functions take them.
+enum Held<'py> {
+    Array(Bound<'py, ArrayBase>),
+    Tensor(Bound<'py, TensorBase>),
+}
+
+impl Held<'_> {
+    fn get(&self) -> Dyn {
+        match self {
+            Held::Array(a) => a.borrow().a.clone(),
+            Held::Tensor(t) => t.borrow().a.clone(),
+        }
+    }
+    fn set(&self, d: Dyn) {
+        match self {
+            Held::Array(a) => a.borrow_mut().a = d,
+            Held::Tensor(t) => t.borrow_mut().a = d,
+        }
+    }
+    /// `d` (of this one's size) as this one's kind: an array, or a tensor of its shape.
+    fn like(&self, py: Python<'_>, d: Dyn) -> PyResult<Py<PyAny>> {
+        match self {
+            Held::Array(_) => wrap(py, d),
+            Held::Tensor(t) => crate::tensor::wrap_tensor(py, d, t.borrow().shape.clone()),
+        }
+    }
+}
+
+fn held<'py>(x: &Bound<'py, PyAny>) -> Option<Held<'py>> {
+    if let Ok(a) = x.cast::<ArrayBase>() {
+        Some(Held::Array(a.clone()))
+    } else {
+        x.cast::<TensorBase>().ok().map(|t| Held::Tensor(t.clone()))
+    }
+}
+
+/// Every array and tensor in `args` (or in lists, tuples and dicts of them).
+fn arrays<'py>(args: &Bound<'py, PyAny>, out: &mut Vec<Held<'py>>) -> PyResult<()> {
+    if let Some(h) = held(args) {
+        out.push(h);
     } else if args.cast::<pyo3::types::PyList>().is_ok() || args.cast::<PyTuple>().is_ok() {
         for v in args.try_iter()? {
             arrays(&v?, out)?;
@@ -44,15 +81,16 @@ fn enable_grad(args: &Bound<PyTuple>) -> PyResult<()> {
     let mut found = Vec::new();
     arrays(args.as_any(), &mut found)?;
     for a in found {
-        let mut b = a.borrow_mut();
-        match &mut b.a {
-            Dyn::F32(x) => {
+        match a.get() {
+            Dyn::F32(mut x) => {
                 x.enable_grad();
+                a.set(Dyn::F32(x));
             }
-            Dyn::F64(x) => {
+            Dyn::F64(mut x) => {
                 x.enable_grad();
+                a.set(Dyn::F64(x));
             }
-            d => return Err(not_float("enable_grad", d)),
+            d => return Err(not_float("enable_grad", &d)),
         }
     }
     Ok(())
@@ -65,8 +103,8 @@ fn disable_grad(args: &Bound<PyTuple>) -> PyResult<()> {
     let mut found = Vec::new();
     arrays(args.as_any(), &mut found)?;
     for a in found {
-        let mut b = a.borrow_mut();
-        b.a = float!(&b.a, x => x.detach().into_dyn(), else b.a.clone());
+        let d = a.get();
+        a.set(float!(&d, x => x.detach().into_dyn(), else d.clone()));
     }
     Ok(())
 }
@@ -83,14 +121,15 @@ fn grad_enabled(args: &Bound<PyTuple>) -> PyResult<bool> {
     arrays(args.as_any(), &mut found)?;
     Ok(found
         .iter()
-        .any(|a| float!(&a.borrow().a, x => x.grad_enabled(), else false)))
+        .any(|a| float!(&a.get(), x => x.grad_enabled(), else false)))
 }
 
 /// The array without derivative tracking (the same values).
 #[pyfunction]
-fn detach(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
-    let d = to_dyn(x, None)?;
-    wrap(py, float!(&d, v => v.detach().into_dyn(), else d.clone()))
+fn detach(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+    crate::funcs::lanewise(x, |d| {
+        Ok(float!(d, v => v.detach().into_dyn(), else d.clone()))
+    })
 }
 
 /// The gradient of `a` (zeros where none arrived; an integer array's is zeros).
@@ -126,30 +165,37 @@ pub fn set_grad_of(a: &Dyn, g: &Bound<PyAny>, accum: bool) -> PyResult<()> {
     }
 }
 
-fn one_array(x: &Bound<PyAny>, what: &str) -> PyResult<Dyn> {
-    let a = x
-        .cast::<ArrayBase>()
-        .map_err(|_| type_error(format!("{what} takes a kiln array")))?;
-    let d = a.borrow().a.clone();
-    Ok(d)
+fn one_array<'py>(x: &Bound<'py, PyAny>, what: &str) -> PyResult<Held<'py>> {
+    held(x).ok_or_else(|| {
+        type_error(format!(
+            "{what} takes a kiln array or tensor, not a `{}`",
+            x.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })
 }
 
 /// The gradient of `x` (Dr.Jit's `dr.grad`).
 #[pyfunction]
 fn grad(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
-    grad_of(py, &one_array(x, "grad")?)
+    let h = one_array(x, "grad")?;
+    let g = grad_of(py, &h.get())?;
+    let d = g.bind(py).cast::<ArrayBase>()?.borrow().a.clone();
+    h.like(py, d)
 }
 
 /// Set the gradient of `x` to `g` (a seed for `forward`, or a cotangent).
 #[pyfunction]
 fn set_grad(x: &Bound<PyAny>, g: &Bound<PyAny>) -> PyResult<()> {
-    set_grad_of(&one_array(x, "set_grad")?, g, false)
+    set_grad_of(&one_array(x, "set_grad")?.get(), g, false)
 }
 
 /// Add `g` to the gradient of `x`.
 #[pyfunction]
 fn accum_grad(x: &Bound<PyAny>, g: &Bound<PyAny>) -> PyResult<()> {
-    set_grad_of(&one_array(x, "accum_grad")?, g, true)
+    set_grad_of(&one_array(x, "accum_grad")?.get(), g, true)
 }
 
 /// Forget the gradient of each array.
@@ -159,7 +205,7 @@ fn clear_grad(args: &Bound<PyTuple>) -> PyResult<()> {
     let mut found = Vec::new();
     arrays(args.as_any(), &mut found)?;
     for a in found {
-        float!(&a.borrow().a, x => x.clear_grad(), else ());
+        float!(&a.get(), x => x.clear_grad(), else ());
     }
     Ok(())
 }
@@ -176,7 +222,7 @@ fn backward_from(
     retain_graph: bool,
 ) -> PyResult<()> {
     crate::reads::check("a backward pass")?;
-    let d = one_array(y, "backward")?;
+    let d = one_array(y, "backward")?.get();
     let s = match seed {
         Some(s) => to_dyn(s, Some(d.ty()))?.cast(d.ty()),
         None => crate::convert::lit_f64(1.0, d.ty()),
@@ -204,7 +250,7 @@ fn backward(py: Python<'_>, y: &Bound<PyAny>, retain_graph: bool) -> PyResult<()
 #[pyfunction]
 fn forward(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<()> {
     crate::reads::check("a forward pass")?;
-    match one_array(x, "forward")? {
+    match one_array(x, "forward")?.get() {
         Dyn::F32(v) => py.detach(|| try_guard(|| kiln::ad::forward(&v))),
         Dyn::F64(v) => py.detach(|| try_guard(|| kiln::ad::forward(&v))),
         d => Err(not_float("forward", &d)),
@@ -216,13 +262,16 @@ fn forward(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<()> {
 #[pyfunction]
 fn forward_to(py: Python<'_>, y: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
     crate::reads::check("a forward pass")?;
-    let d = one_array(y, "forward_to")?;
+    let h = one_array(y, "forward_to")?;
+    let d = h.get();
     match &d {
         Dyn::F32(v) => py.detach(|| try_guard(|| kiln::ad::forward_to(v)))?,
         Dyn::F64(v) => py.detach(|| try_guard(|| kiln::ad::forward_to(v)))?,
         d => return Err(not_float("forward_to", d)),
     }
-    grad_of(py, &d)
+    let g = grad_of(py, &d)?;
+    let gd = g.bind(py).cast::<ArrayBase>()?.borrow().a.clone();
+    h.like(py, gd)
 }
 
 /// A `with` block with derivative recording off (`suspend_grad()`) or on (`resume_grad()`) on

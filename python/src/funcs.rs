@@ -7,6 +7,7 @@ use crate::convert::{lit_f64, to_dyn};
 use crate::dynarray::{Dyn, IntoDyn, Ty};
 use crate::errors::{guard, try_guard, type_error, value_error};
 use crate::ops::{binary, promote, Bin};
+use crate::tensorfn::{self, Red};
 use kiln::{Array, Bool, ReduceOp};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -236,6 +237,11 @@ fn copysign(x: &Bound<PyAny>, y: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
 #[pyfunction]
 fn clip(x: &Bound<PyAny>, lo: &Bound<PyAny>, hi: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
     let py = x.py();
+    if let Some(t) = tensorfn::nary(&[x, lo, hi], &[], |v| {
+        binary(Bin::Min, &binary(Bin::Max, &v[0], &v[1])?, &v[2])
+    })? {
+        return Ok(t);
+    }
     let (a, l) = operands(x, lo)?;
     let h = to_dyn(hi, Some(a.ty()))?;
     wrap(py, binary(Bin::Min, &binary(Bin::Max, &a, &l)?, &h)?)
@@ -244,8 +250,15 @@ fn clip(x: &Bound<PyAny>, lo: &Bound<PyAny>, hi: &Bound<PyAny>) -> PyResult<Py<P
 #[pyfunction]
 fn fma(a: &Bound<PyAny>, b: &Bound<PyAny>, c: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
     let py = a.py();
+    if let Some(t) = tensorfn::nary(&[a, b, c], &[], |v| fma_dyn(&v[0], &v[1], &v[2]))? {
+        return Ok(t);
+    }
     let (x, y) = operands(a, b)?;
     let z = to_dyn(c, Some(x.ty().max(y.ty())))?;
+    wrap(py, fma_dyn(&x, &y, &z)?)
+}
+
+fn fma_dyn(x: &Dyn, y: &Dyn, z: &Dyn) -> PyResult<Dyn> {
     let t = x.ty().max(y.ty()).max(z.ty());
     let (x, y, z) = (x.cast(t), y.cast(t), z.cast(t));
     let r = match (&x, &y, &z) {
@@ -253,7 +266,7 @@ fn fma(a: &Bound<PyAny>, b: &Bound<PyAny>, c: &Bound<PyAny>) -> PyResult<Py<PyAn
         (Dyn::F64(x), Dyn::F64(y), Dyn::F64(z)) => guard(|| Dyn::F64(x.fma(y, z)))?,
         _ => binary(Bin::Add, &binary(Bin::Mul, &x, &y)?, &z)?,
     };
-    wrap(py, r)
+    Ok(r)
 }
 
 /// `mask ? a : b` for kiln values (a mask cast from numbers is `!= 0`).
@@ -275,6 +288,14 @@ pub fn select_dyn(mask: &Bool, a: &Dyn, b: &Dyn) -> PyResult<Dyn> {
 #[pyfunction]
 fn select(mask: &Bound<PyAny>, a: &Bound<PyAny>, b: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
     let py = a.py();
+    if let Some(t) = tensorfn::nary(&[mask, a, b], &[Some(Ty::Bool)], |v| {
+        let Dyn::Bool(m) = v[0].cast(Ty::Bool) else {
+            unreachable!("cast to Bool gives a Bool")
+        };
+        select_dyn(&m, &v[1], &v[2])
+    })? {
+        return Ok(t);
+    }
     let m = mask_of(mask)?;
     let (x, y) = operands(a, b)?;
     wrap(py, select_dyn(&m, &x, &y)?)
@@ -295,30 +316,39 @@ fn isnan_dyn(a: &Dyn) -> PyResult<Bool> {
 /// Lanewise "is NaN" (false for integers).
 #[pyfunction]
 fn isnan(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+    lanewise(x, |a| Ok(Dyn::Bool(isnan_dyn(a)?)))
+}
+
+/// `f` of an array, or of a tensor's values in its shape.
+pub fn lanewise(x: &Bound<PyAny>, f: impl FnOnce(&Dyn) -> PyResult<Dyn>) -> PyResult<Py<PyAny>> {
+    let mut f = Some(f);
+    if let Some(t) = tensorfn::nary(&[x], &[], |v| (f.take().expect("called once"))(&v[0]))? {
+        return Ok(t);
+    }
     let a = to_dyn(x, None)?;
-    wrap(x.py(), Dyn::Bool(isnan_dyn(&a)?))
+    wrap(x.py(), (f.take().expect("called once"))(&a)?)
 }
 /// Lanewise "is ±infinity".
 #[pyfunction]
 fn isinf(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
-    let a = to_dyn(x, None)?;
-    let r = match &a {
-        Dyn::F32(v) => guard(|| v.abs().eq(f32::INFINITY))?,
-        Dyn::F64(v) => guard(|| v.abs().eq(f64::INFINITY))?,
-        _ => guard(|| Bool::full(false, a.len().max(1)))?,
-    };
-    wrap(x.py(), Dyn::Bool(r))
+    lanewise(x, |a| {
+        Ok(Dyn::Bool(match a {
+            Dyn::F32(v) => guard(|| v.abs().eq(f32::INFINITY))?,
+            Dyn::F64(v) => guard(|| v.abs().eq(f64::INFINITY))?,
+            _ => guard(|| Bool::full(false, a.len().max(1)))?,
+        }))
+    })
 }
 /// Lanewise "is neither NaN nor infinite".
 #[pyfunction]
 fn isfinite(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
-    let a = to_dyn(x, None)?;
-    let r = match &a {
-        Dyn::F32(v) => guard(|| v.abs().lt(f32::INFINITY))?,
-        Dyn::F64(v) => guard(|| v.abs().lt(f64::INFINITY))?,
-        _ => guard(|| Bool::full(true, a.len().max(1)))?,
-    };
-    wrap(x.py(), Dyn::Bool(r))
+    lanewise(x, |a| {
+        Ok(Dyn::Bool(match a {
+            Dyn::F32(v) => guard(|| v.abs().lt(f32::INFINITY))?,
+            Dyn::F64(v) => guard(|| v.abs().lt(f64::INFINITY))?,
+            _ => guard(|| Bool::full(true, a.len().max(1)))?,
+        }))
+    })
 }
 
 // ---- constructors ----------------------------------------------------------------------------
@@ -506,73 +536,98 @@ fn arr(x: &Bound<PyAny>) -> PyResult<Dyn> {
     to_dyn(x, None)
 }
 
-/// Sum of all elements, a one-element array (0 for an empty array). Masks are counted.
+/// Sum of all elements, a one-element array (0 for an empty array; masks are counted); a tensor
+/// gives a 0-d tensor, or with `axis=` (an int or a tuple) the sums along those axes.
 #[pyfunction]
-fn sum(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
-    let a = arr(x)?;
-    let a = if a.ty() == Ty::Bool {
-        a.cast(Ty::U32)
-    } else {
-        a
-    };
-    wrap(
-        x.py(),
-        numeric!(&a, v => guard(|| v.sum().into_dyn())?, bool => unreachable!()),
-    )
+#[pyo3(signature = (x, axis = None))]
+fn sum(x: &Bound<PyAny>, axis: Option<&Bound<PyAny>>) -> PyResult<Py<PyAny>> {
+    reduce_py(x, axis, Red::Sum)
 }
-/// Product of all elements.
+/// Product of all elements (or along `axis`, as for `sum`).
 #[pyfunction]
-fn prod(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
-    let a = arr(x)?;
-    let a = if a.ty() == Ty::Bool {
-        a.cast(Ty::U32)
-    } else {
-        a
-    };
-    wrap(
-        x.py(),
-        numeric!(&a, v => guard(|| v.prod().into_dyn())?, bool => unreachable!()),
-    )
+#[pyo3(signature = (x, axis = None))]
+fn prod(x: &Bound<PyAny>, axis: Option<&Bound<PyAny>>) -> PyResult<Py<PyAny>> {
+    reduce_py(x, axis, Red::Prod)
 }
-/// The smallest element (`kiln.minimum(a, b)` is lanewise).
+/// The smallest element (or along `axis`; `kiln.minimum(a, b)` is lanewise).
 #[pyfunction]
-fn min(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
-    let a = arr(x)?;
-    if a.ty() == Ty::Bool {
-        return wrap(x.py(), Dyn::Bool(Array::scalar(all_dyn(x.py(), &a)?)));
+#[pyo3(signature = (x, axis = None))]
+fn min(x: &Bound<PyAny>, axis: Option<&Bound<PyAny>>) -> PyResult<Py<PyAny>> {
+    reduce_py(x, axis, Red::Min)
+}
+/// The largest element (or along `axis`).
+#[pyfunction]
+#[pyo3(signature = (x, axis = None))]
+fn max(x: &Bound<PyAny>, axis: Option<&Bound<PyAny>>) -> PyResult<Py<PyAny>> {
+    reduce_py(x, axis, Red::Max)
+}
+/// The mean, in floating point (or along `axis`).
+#[pyfunction]
+#[pyo3(signature = (x, axis = None))]
+fn mean(x: &Bound<PyAny>, axis: Option<&Bound<PyAny>>) -> PyResult<Py<PyAny>> {
+    reduce_py(x, axis, Red::Mean)
+}
+
+/// A reduction of an array (`axis` None, 0 or -1: arrays have one axis) or of a tensor.
+fn reduce_py(x: &Bound<PyAny>, axis: Option<&Bound<PyAny>>, op: Red) -> PyResult<Py<PyAny>> {
+    let py = x.py();
+    if let Ok(t) = x.cast::<crate::tensor::TensorBase>() {
+        let (a, shape) = {
+            let t = t.borrow();
+            (t.a.clone(), t.shape.clone())
+        };
+        return tensorfn::reduce(py, &a, &shape, axis, op, |a| reduce_whole(py, a, op));
     }
-    wrap(
-        x.py(),
-        numeric!(&a, v => guard(|| v.reduce_min().into_dyn())?, bool => unreachable!()),
-    )
-}
-/// The largest element.
-#[pyfunction]
-fn max(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
-    let a = arr(x)?;
-    if a.ty() == Ty::Bool {
-        return wrap(x.py(), Dyn::Bool(Array::scalar(any_dyn(x.py(), &a)?)));
+    if let Some(ax) = axis.filter(|a| !a.is_none()) {
+        let whole = match ax.extract::<Vec<i64>>() {
+            Ok(v) => v.len() == 1 && (v[0] == 0 || v[0] == -1),
+            Err(_) => matches!(ax.extract::<i64>(), Ok(0 | -1)),
+        };
+        if !whole {
+            return Err(value_error(format!(
+                "axis {ax} is out of range for a kiln array, which has one axis (0): reduce a tensor to use other axes"
+            )));
+        }
     }
-    wrap(
-        x.py(),
-        numeric!(&a, v => guard(|| v.reduce_max().into_dyn())?, bool => unreachable!()),
-    )
+    wrap(py, reduce_whole(py, &arr(x)?, op)?)
 }
-/// The mean (in floating point).
-#[pyfunction]
-fn mean(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
-    let a = arr(x)?;
-    let f = if a.ty().is_float() {
-        a.ty()
-    } else if matches!(a.ty(), Ty::I64 | Ty::U64) {
-        Ty::F64
-    } else {
-        Ty::F32
-    };
-    let a = a.cast(f);
-    let n = lit_f64(a.len() as f64, f);
-    let s = float!(&a, v => guard(|| v.sum().into_dyn())?, else unreachable!());
-    wrap(x.py(), binary(Bin::TrueDiv, &s, &n)?)
+
+/// `op` over every element of `a`: a one-element array of its type (masks: `sum` and `prod`
+/// count through u32, `min` is `all`, `max` is `any`; a mean is in floats).
+fn reduce_whole(py: Python<'_>, a: &Dyn, op: Red) -> PyResult<Dyn> {
+    let mask = a.ty() == Ty::Bool;
+    Ok(match op {
+        Red::Min | Red::Max if mask => {
+            let v = if op == Red::Min {
+                all_dyn(py, a)?
+            } else {
+                any_dyn(py, a)?
+            };
+            Dyn::Bool(Array::scalar(v))
+        }
+        Red::Sum | Red::Prod | Red::Min | Red::Max => {
+            let a = if mask { a.cast(Ty::U32) } else { a.clone() };
+            numeric!(&a, v => guard(|| match op {
+                Red::Sum => v.sum(),
+                Red::Prod => v.prod(),
+                Red::Min => v.reduce_min(),
+                _ => v.reduce_max(),
+            }.into_dyn())?, bool => unreachable!("masks are reduced as u32"))
+        }
+        Red::Mean => {
+            let f = if a.ty().is_float() {
+                a.ty()
+            } else if matches!(a.ty(), Ty::I64 | Ty::U64) {
+                Ty::F64
+            } else {
+                Ty::F32
+            };
+            let a = a.cast(f);
+            let n = lit_f64(a.len() as f64, f);
+            let s = float!(&a, v => guard(|| v.sum().into_dyn())?, else unreachable!());
+            binary(Bin::TrueDiv, &s, &n)?
+        }
+    })
 }
 /// Inner product of two arrays, a one-element array.
 #[pyfunction]
@@ -635,11 +690,19 @@ fn count(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<u64> {
 #[pyfunction]
 #[pyo3(signature = (x, exclusive = true))]
 fn prefix_sum(x: &Bound<PyAny>, exclusive: bool) -> PyResult<Py<PyAny>> {
-    let a = arr(x)?;
-    wrap(
-        x.py(),
-        numeric!(&a, v => guard(|| v.prefix_sum(exclusive).into_dyn())?, bool => return Err(type_error("prefix_sum takes numbers"))),
-    )
+    if let Ok(t) = x.cast::<crate::tensor::TensorBase>() {
+        let s = t.borrow().shape.clone();
+        if s.len() != 1 {
+            return Err(value_error(format!(
+                "prefix_sum of a tensor of shape {s:?}: kiln sums 1-D tensors and arrays only (Dr.Jit sums along axis 0); run it on `t.array` for the flat order, or along axis 0 with `kiln.lax.scan`"
+            )));
+        }
+    }
+    lanewise(x, |a| {
+        Ok(
+            numeric!(a, v => guard(|| v.prefix_sum(exclusive).into_dyn())?, bool => return Err(type_error("prefix_sum takes numbers"))),
+        )
+    })
 }
 /// Inclusive running sum (NumPy's `cumsum`).
 #[pyfunction]

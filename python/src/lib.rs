@@ -24,6 +24,7 @@ mod reads;
 mod scan;
 mod stencil;
 mod tensor;
+mod tensorfn;
 mod tree;
 
 use pyo3::prelude::*;

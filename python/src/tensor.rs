@@ -111,7 +111,7 @@ fn construct(
 }
 
 /// The NumPy broadcast of two shapes.
-fn broadcast_shape(a: &[usize], b: &[usize]) -> PyResult<Vec<usize>> {
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> PyResult<Vec<usize>> {
     let n = a.len().max(b.len());
     let at = |s: &[usize], i: usize| {
         if i + s.len() >= n {
@@ -133,7 +133,7 @@ fn broadcast_shape(a: &[usize], b: &[usize]) -> PyResult<Vec<usize>> {
 }
 
 /// `a` (flat, of `shape`) broadcast to `to`.
-fn broadcast(a: &Dyn, shape: &[usize], to: &[usize]) -> PyResult<Dyn> {
+pub fn broadcast(a: &Dyn, shape: &[usize], to: &[usize]) -> PyResult<Dyn> {
     if shape == to {
         return Ok(a.clone());
     }
@@ -143,11 +143,18 @@ fn broadcast(a: &Dyn, shape: &[usize], to: &[usize]) -> PyResult<Dyn> {
     })
 }
 
-/// A tensor operand: a tensor, or a number / 1-element array (shape `()`).
-fn operand(o: &Bound<PyAny>, like: Ty) -> PyResult<Option<(Dyn, Vec<usize>)>> {
+/// A tensor operand: a tensor, a NumPy array (its shape), a kiln array (`[n]`), or a number /
+/// 1-element array (shape `()`); `None` for what is none of these.
+pub fn operand(o: &Bound<PyAny>, like: Ty) -> PyResult<Option<(Dyn, Vec<usize>)>> {
     if let Ok(t) = o.cast::<TensorBase>() {
         let t = t.borrow();
         return Ok(Some((t.a.clone(), t.shape.clone())));
+    }
+    if !o.is_instance_of::<ArrayBase>() && o.hasattr("ndim")? && o.hasattr("__array_interface__")? {
+        // a NumPy array of any rank: its values in its shape (a 0-d one is a number)
+        let shape: Vec<usize> = o.getattr("shape")?.extract()?;
+        let flat = o.call_method0("ravel")?;
+        return Ok(Some((to_dyn(&flat, Some(like))?, shape)));
     }
     match to_dyn(o, Some(like)) {
         Ok(d) if d.len() == 1 => Ok(Some((d, vec![]))),
@@ -444,10 +451,67 @@ impl TensorBase {
     fn __mod__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
         tbin(slf, o, Bin::Mod, false)
     }
+    fn __rfloordiv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::FloorDiv, true)
+    }
+    fn __rmod__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Mod, true)
+    }
+    fn __and__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::And, false)
+    }
+    fn __rand__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::And, true)
+    }
+    fn __or__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Or, false)
+    }
+    fn __ror__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Or, true)
+    }
+    fn __xor__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Xor, false)
+    }
+    fn __rxor__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Xor, true)
+    }
+    fn __lshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Shl, false)
+    }
+    fn __rlshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Shl, true)
+    }
+    fn __rshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Shr, false)
+    }
+    fn __rrshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+        tbin(slf, o, Bin::Shr, true)
+    }
     fn __neg__(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
-        let py = slf.py();
-        let zero = wrap(py, crate::convert::lit_f64(0.0, slf.borrow().a.ty()))?;
-        tbin(slf, zero.bind(py), Bin::Sub, true)
+        self_flat(slf, "__neg__")
+    }
+    fn __pos__(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
+        Ok(slf.clone().into_any().unbind())
+    }
+    fn __abs__(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
+        self_flat(slf, "__abs__")
+    }
+    fn __invert__(slf: &Bound<Self>) -> PyResult<Py<PyAny>> {
+        self_flat(slf, "__invert__")
+    }
+    /// The truth of a one-element tensor (a 0-d reduction's, say); more elements are ambiguous.
+    fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+        self.one("bool", py)?.bind(py).is_truthy()
+    }
+    fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
+        self.one("float", py)?.bind(py).extract()
+    }
+    fn __int__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self
+            .one("int", py)?
+            .bind(py)
+            .call_method0("__int__")?
+            .unbind())
     }
     fn __richcmp__(slf: &Bound<Self>, o: &Bound<PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
         let py = slf.py();
@@ -473,6 +537,33 @@ impl TensorBase {
     fn __hash__(&self) -> PyResult<isize> {
         Err(type_error("kiln tensors are unhashable"))
     }
+}
+
+impl TensorBase {
+    /// The one value of a one-element tensor, for `bool()`, `float()` and `int()`.
+    fn one(&self, what: &str, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if self.a.len() != 1 {
+            return Err(value_error(format!(
+                "{what}() of a tensor of shape {:?} ({} values) is ambiguous: reduce it first (`kiln.all(t)`, `kiln.any(t)`, `kiln.sum(t)`)",
+                self.shape,
+                self.a.len()
+            )));
+        }
+        crate::array::item(py, &self.a, 0)
+    }
+}
+
+/// A unary operator of the flat array, in the tensor's shape (the arrays' operator decides what
+/// each type allows).
+fn self_flat(slf: &Bound<TensorBase>, method: &str) -> PyResult<Py<PyAny>> {
+    let py = slf.py();
+    let (a, shape) = {
+        let t = slf.borrow();
+        (t.a.clone(), t.shape.clone())
+    };
+    let r = wrap(py, a)?.bind(py).call_method0(method)?;
+    let d = r.cast::<ArrayBase>()?.borrow().a.clone();
+    wrap_tensor(py, d, shape)
 }
 
 fn matmul<T: kiln::Float>(

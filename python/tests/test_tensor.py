@@ -89,3 +89,132 @@ def test_binary_functions_keep_tensor_shapes():
     assert isinstance(m, kiln.TensorXf) and m.shape == (2, 2)
     np.testing.assert_array_equal(m.numpy(), [[1, 0], [3, 0]])
     np.testing.assert_allclose(kiln.cbrt(t).numpy(), np.cbrt(t.numpy()), rtol=1e-6)
+
+
+# ---- the module's functions keep a tensor a tensor (a flat array was a silent change of shape) ---
+
+RNG = np.random.default_rng(7)
+
+
+def _t(shape, dtype=np.float32):
+    a = (RNG.standard_normal(shape) * 3).astype(dtype)
+    return a, (kiln.TensorXf if dtype == np.float32 else kiln.TensorXf64)(a)
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (4, 1, 5), (0, 3), (1,), (7, 17)])
+def test_lanewise_functions_keep_the_shape(shape):
+    a, t = _t(shape)
+    b, u = _t(shape[-1:])  # broadcast along the last axis
+    cases = [
+        (kiln.select(t > 0, t, 0.5), np.where(a > 0, a, np.float32(0.5))),
+        (kiln.select(u > 0, t, u), np.where(b > 0, a, b)),
+        (kiln.clip(t, -1, 2), np.clip(a, -1, 2)),
+        (kiln.clip(t, u, 2), np.minimum(np.maximum(a, b), 2)),
+        (kiln.fma(t, u, 1), a.astype(np.float64) * b + 1),  # one rounding
+        (kiln.minimum(t, u), np.minimum(a, b)),
+        (kiln.detach(t), a),
+        (kiln.isnan(t / t), np.isnan(a / a)),
+        (kiln.isfinite(1 / t), np.isfinite(1 / a)),
+        (kiln.isinf(1 / t), np.isinf(1 / a)),
+        (abs(t), np.abs(a)),
+        (-t, -a),
+        (t + a, a + a),  # a NumPy array of the tensor's rank
+        (a * t, a * a),
+    ]
+    for i, (got, want) in enumerate(cases):
+        assert isinstance(got, kiln.TensorBase), i
+        assert got.shape == want.shape, (i, got.shape, want.shape)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-6, err_msg=str(i))
+
+
+def test_bitwise_operators_on_tensors():
+    a = np.arange(12, dtype=np.int32).reshape(3, 4) - 3
+    t = kiln.TensorXi(a)
+    for got, want in [
+        (t & 6, a & 6), (6 & t, 6 & a), (t | 8, a | 8), (t ^ 5, a ^ 5), (~t, ~a),
+        (t << 2, a << 2), (t >> 1, a >> 1), (7 // (abs(t) + 1), 7 // (np.abs(a) + 1)),
+        (7 % (abs(t) + 1), 7 % (np.abs(a) + 1)),
+    ]:
+        assert got.shape == (3, 4)
+        np.testing.assert_array_equal(got.numpy(), want)
+    m = (t > 0) & ~(t > 5)
+    assert isinstance(m, kiln.TensorXb)
+    np.testing.assert_array_equal(m.numpy(), (a > 0) & ~(a > 5))
+    with pytest.raises(TypeError):
+        ~kiln.TensorXf([1.0, 2.0])
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (3, 4, 5), (1, 6), (6,)])
+def test_reductions_over_axes_match_numpy(shape):
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) % 7 - 2
+    t = kiln.TensorXf(a)
+    axes = [None] + list(range(len(shape))) + [-1] + ([(0, len(shape) - 1)] if len(shape) > 1 else [])
+    for ax in axes:
+        for k, ref in [(kiln.sum, np.sum), (kiln.prod, np.prod), (kiln.min, np.min),
+                       (kiln.max, np.max), (kiln.mean, np.mean)]:
+            got = k(t, axis=ax)
+            want = ref(a, axis=ax)
+            assert isinstance(got, kiln.TensorXf), (k.__name__, ax)
+            assert got.shape == np.shape(want), (k.__name__, ax, got.shape)
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, err_msg=f"{k.__name__} {ax}")
+    # masks: sum counts, min is all, max is any (along the axis)
+    m = kiln.TensorXb(a > 0)
+    np.testing.assert_array_equal(kiln.sum(m, axis=0).numpy(), np.sum(a > 0, axis=0))
+    np.testing.assert_array_equal(kiln.max(m, axis=-1).numpy(), np.any(a > 0, axis=-1))
+    np.testing.assert_array_equal(kiln.min(m, axis=-1).numpy(), np.all(a > 0, axis=-1))
+
+
+def test_a_whole_reduction_is_a_0d_tensor_and_reads_as_a_number():
+    a, t = _t((3, 4))
+    s = kiln.sum(t)
+    assert isinstance(s, kiln.TensorXf) and s.shape == ()
+    assert float(s) == pytest.approx(float(a.sum()), rel=1e-5)
+    assert bool(kiln.sum(t * t) > 0)
+    assert int(kiln.sum(kiln.TensorXi([[1, 2], [3, 4]]))) == 10
+    mean_int = kiln.mean(kiln.TensorXi([[1, 2], [3, 5]]), axis=0)
+    assert isinstance(mean_int, kiln.TensorXf) and mean_int.tolist() == [2.0, 3.5]
+
+
+def test_bad_axes_and_ambiguous_truth_are_errors():
+    _, t = _t((2, 3))
+    with pytest.raises(ValueError, match="out of range"):
+        kiln.sum(t, axis=2)
+    with pytest.raises(ValueError, match="named twice"):
+        kiln.sum(t, axis=(1, -1))
+    with pytest.raises(ValueError, match="empty"):
+        kiln.max(kiln.TensorXf(np.zeros((0, 3), np.float32)), axis=0)
+    with pytest.raises(ValueError, match="one axis"):
+        kiln.sum(kiln.Float32([1, 2]), axis=1)
+    assert kiln.sum(kiln.Float32([1, 2]), axis=0).tolist() == [3.0]
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(t)
+    with pytest.raises(TypeError, match="operand"):
+        kiln.select(t > 0, t, "x")
+    with pytest.raises(ValueError, match="axis 0"):
+        kiln.prefix_sum(t)
+    np.testing.assert_array_equal(kiln.prefix_sum(kiln.TensorXf([1, 2, 3])).numpy(), [0, 1, 3])
+
+
+def test_gradients_of_tensors_keep_their_shape():
+    a, _ = _t((3, 4), np.float64)
+    x = kiln.TensorXf64(a)
+    kiln.enable_grad(x)
+    assert kiln.grad_enabled(x)
+    w = kiln.TensorXf64(np.arange(4.0))
+    loss = kiln.sum(kiln.sum(x * x, axis=0) * w)
+    kiln.backward(loss)
+    g = kiln.grad(x)
+    assert isinstance(g, kiln.TensorXf64) and g.shape == (3, 4)
+    np.testing.assert_allclose(g.numpy(), 2 * a * np.arange(4.0))
+    # forward mode along a tensor direction
+    y = kiln.TensorXf64(a)
+    kiln.enable_grad(y)
+    kiln.set_grad(y, kiln.TensorXf64(np.ones((3, 4))))
+    z = kiln.sum(y * y, axis=1)
+    dz = kiln.forward_to(z)
+    assert isinstance(dz, kiln.TensorXf64) and dz.shape == (3,)
+    np.testing.assert_allclose(dz.numpy(), (2 * a).sum(axis=1))
+    d = kiln.detach(x)
+    assert not kiln.grad_enabled(d) and d.shape == (3, 4)
+    kiln.disable_grad(x)
+    assert not kiln.grad_enabled(x)
