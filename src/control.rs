@@ -562,13 +562,11 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         .unfreeze_on_hidden_input()
         .enabled(frozen);
         let mut iterations = 0u64;
+        let mut limited = false;
         loop {
             let running = kiln_core::size(lanes.id()) as u64;
             if self.max_iterations > 0 && iterations >= self.max_iterations {
-                // the lanes still running passed the condition at the last step
-                if running > 0 {
-                    kiln_core::stats::note_truncated_loop(&self.label, running);
-                }
+                limited = running > 0;
                 break;
             }
             if running == 0 {
@@ -581,6 +579,24 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             iterations += 1;
         }
         tracing::debug!(target: "kiln::control", "{what}: evaluated mode with compression ran {iterations} iterations; step: {}", step.stats());
+        drop(step);
+        if limited {
+            // the lanes that ran the last iteration may have finished exactly at the limit:
+            // truncated are those whose condition still holds
+            let c = cond(&state);
+            let still = if kiln_core::size(c.id()) == 1 {
+                if c.any() {
+                    kiln_core::size(lanes.id()) as u64
+                } else {
+                    0
+                }
+            } else {
+                crate::gather(&c, &lanes).count()
+            };
+            if still > 0 {
+                kiln_core::stats::note_truncated_loop(&self.label, still);
+            }
+        }
         Ok(state)
     }
 
@@ -696,11 +712,24 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         // without touching an input
         let (ids, _) = positions(&self.state);
         let mut opaque = Owned::new();
+        let everywhere = Bool::full(true, n);
         for &i in &ids {
+            // a one-lane entry beside wider ones is widened now rather than by the first
+            // iteration's masked update: every call of the frozen step, and a driver that
+            // replays the first iteration inside an enclosing recording, sees one width
+            let wide = if kiln_core::freeze::size_of(i).is_one() && several(n) {
+                Some(Owned::own(vec![kiln_core::op(
+                    Op::Select,
+                    &[everywhere.id(), i, i],
+                )?]))
+            } else {
+                None
+            };
             // a copy: the replays update the state's buffers in place, and the body may capture
             // the very array the state starts from (it must keep reading the initial values)
-            opaque.push(cc::copy(i)?);
+            opaque.push(cc::copy(wide.as_ref().map_or(i, |w| w.ids()[0]))?);
         }
+        drop(everywhere);
         let mut state = rebuild(&self.state, opaque.ids());
         drop(opaque);
         // sized like the state (symbolically, inside a frozen function)
@@ -756,12 +785,10 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         // references held for the driver, released however this function returns
         let mut held = Owned::new();
         let mut paused = None;
+        let mut limited = false;
         loop {
             if self.max_iterations > 0 && iterations >= self.max_iterations {
-                let still = active.count();
-                if still > 0 {
-                    kiln_core::stats::note_truncated_loop(&self.label, still);
-                }
+                limited = true;
                 break;
             }
             let before: Vec<VarId> = if mark.is_some() && first.is_none() {
@@ -791,6 +818,17 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             }
             iterations += 1;
         }
+        tracing::debug!(target: "kiln::control", "{what}: evaluated mode ran {iterations} iterations; step: {}", step.stats());
+        drop(step);
+        if limited {
+            // the lanes that ran the last iteration may have finished exactly at the limit:
+            // truncated are those whose condition still holds (traced while a driver's
+            // recording is paused: nothing of it is recorded)
+            let still = (&cond(&state) & &active).count();
+            if still > 0 {
+                kiln_core::stats::note_truncated_loop(&self.label, still);
+            }
+        }
         if let (Some(mark), Some((ins, outs))) = (mark, first) {
             let finals = state_ids(&state, &active);
             kiln_core::eval(&finals)?;
@@ -808,7 +846,6 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             );
         }
         drop(held);
-        tracing::debug!(target: "kiln::control", "{what}: evaluated mode ran {iterations} iterations; step: {}", step.stats());
         Ok(state)
     }
 }

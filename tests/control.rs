@@ -378,3 +378,86 @@ fn a_body_may_capture_the_array_the_state_starts_from() {
         assert_eq!(x.to_vec(), vec![0.5, 1.0], "the initial array is untouched");
     }
 }
+
+/// An evaluated loop inside another's body whose state starts as one lane beside wider entries
+/// (`j = 0` next to the outer `i`): its first iteration widens that entry, which the inner
+/// loop's replays (and the outer step's recording of the inner loop) must see as a full-width
+/// buffer. Found through the Python `@kiln.syntax` port (a triangle sum); every mode pair.
+#[test]
+fn nested_loops_whose_inner_state_starts_one_lane_wide() {
+    let n = 17u32;
+    let want: Vec<u32> = (0..n).map(|k| k * k.saturating_sub(1) / 2).collect();
+    for outer in [Mode::Evaluated, Mode::Symbolic] {
+        for inner in [Mode::Evaluated, Mode::Symbolic] {
+            if outer == Mode::Symbolic && inner == Mode::Evaluated {
+                continue; // an evaluated loop cannot run inside a symbolic one
+            }
+            for narrow_outer in [true, false] {
+                let start = |v: u32| {
+                    if narrow_outer {
+                        UInt32::from(v)
+                    } else {
+                        UInt32::full(v, n as usize)
+                    }
+                };
+                let limit = UInt32::arange(n as usize);
+                let (_, acc, _) = Loop::new((start(0), start(0), limit))
+                    .mode(outer)
+                    .run(
+                        |(i, _, lim)| i.lt(lim),
+                        |(i, acc, lim)| {
+                            let (_, acc, _) =
+                                Loop::new((UInt32::from(0u32), acc.clone(), i.clone()))
+                                    .mode(inner)
+                                    .run(
+                                        |(j, _, i)| j.lt(i),
+                                        |(j, a, i)| (j + 1u32, a + 1u32, i.clone()),
+                                    )
+                                    .unwrap();
+                            (i + 1u32, acc, lim.clone())
+                        },
+                    )
+                    .unwrap();
+                assert_eq!(
+                    acc.to_vec(),
+                    want,
+                    "outer {outer:?}, inner {inner:?}, narrow {narrow_outer}"
+                );
+            }
+        }
+    }
+}
+
+/// `max_iterations(k)` on a loop whose lanes need exactly `k` iterations is not a truncation,
+/// in every mode (evaluated mode counted the lanes that ran the last iteration, not those whose
+/// condition still held after it); one iteration more is.
+#[test]
+fn a_loop_that_finishes_exactly_at_its_limit_is_not_truncated() {
+    let run = |mode: Mode, compress: bool, limit: u64| {
+        let (i,) = Loop::new((UInt32::from_slice(&[0, 1, 2]),))
+            .mode(mode)
+            .compress(compress)
+            .max_iterations(limit)
+            .run(|(i,)| i.lt(3u32), |(i,)| (i + 1u32,))
+            .unwrap();
+        i.try_to_vec()
+    };
+    for (mode, compress) in [
+        (Mode::Evaluated, false),
+        (Mode::Evaluated, true),
+        (Mode::Symbolic, false),
+    ] {
+        assert_eq!(
+            run(mode, compress, 3).unwrap(),
+            vec![3, 3, 3],
+            "{mode:?} {compress}"
+        );
+        let e = run(mode, compress, 2).unwrap_err();
+        assert!(
+            matches!(e, kiln::Error::LoopTruncated { lanes: 1, .. }),
+            "{mode:?} {compress}: {e}"
+        );
+        // nothing left over for the next read
+        assert_eq!(UInt32::from(7u32).try_to_vec().unwrap(), vec![7]);
+    }
+}
