@@ -78,6 +78,13 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
 # PyTensor's and JAX's scans
 from ._scan import lax, scan, until  # noqa: E402
 
+# Dr.Jit's @dr.syntax: Python while/if on arrays traced into kernels
+from ._syntax import hint, syntax  # noqa: E402
+
+# Dr.Jit's type traits (uint32_array_t, mask_t, value_t, ...)
+from . import _traits  # noqa: E402
+from ._traits import *  # noqa: F401,F403,E402
+
 # ---- Dr.Jit helpers composed from kiln's operations (derivatives follow from the composition) ----
 
 
@@ -167,5 +174,6 @@ __all__ = sorted(
     {n for n in dir(_kiln) if not n.startswith("_")}
     | set(_vectors.__all__)
     | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax", "allclose", "shape",
-       "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "forward_from"}
+       "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "forward_from", "syntax", "hint"}
+    | set(_traits.__all__)
 )

@@ -143,7 +143,33 @@ pub fn grad_of(py: Python<'_>, a: &Dyn) -> PyResult<Py<PyAny>> {
 
 /// Set (or add to, with `accum`) the gradient of `a`.
 pub fn set_grad_of(a: &Dyn, g: &Bound<PyAny>, accum: bool) -> PyResult<()> {
-    let gd = to_dyn(g, Some(a.ty()))?.cast(a.ty());
+    set_grad_dyn(a, to_dyn(g, Some(a.ty()))?, accum)
+}
+
+/// A gradient for `h`: for a tensor, one of its shape or one that broadcasts to it (a tensor,
+/// a NumPy array, a number); for an array, what converts to one.
+fn grad_value(h: &Held, g: &Bound<PyAny>) -> PyResult<Dyn> {
+    let ty = h.get().ty();
+    let Held::Tensor(t) = h else {
+        return to_dyn(g, Some(ty));
+    };
+    let shape = t.borrow().shape.clone();
+    let Some((v, vs)) = crate::tensor::operand(g, ty)? else {
+        return Err(type_error(format!(
+            "a gradient for a tensor is a tensor, a NumPy array or a number, not a `{}`",
+            g.get_type().name()?
+        )));
+    };
+    if crate::tensor::broadcast_shape(&vs, &shape)? != shape {
+        return Err(value_error(format!(
+            "a gradient of shape {vs:?} does not broadcast to the tensor's shape {shape:?}"
+        )));
+    }
+    crate::tensor::broadcast(&v, &vs, &shape)
+}
+
+fn set_grad_dyn(a: &Dyn, g: Dyn, accum: bool) -> PyResult<()> {
+    let gd = g.cast(a.ty());
     match (a, &gd) {
         (Dyn::F32(x), Dyn::F32(v)) => try_guard(|| {
             if accum {
@@ -189,13 +215,15 @@ fn grad(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
 /// Set the gradient of `x` to `g` (a seed for `forward`, or a cotangent).
 #[pyfunction]
 fn set_grad(x: &Bound<PyAny>, g: &Bound<PyAny>) -> PyResult<()> {
-    set_grad_of(&one_array(x, "set_grad")?.get(), g, false)
+    let h = one_array(x, "set_grad")?;
+    set_grad_dyn(&h.get(), grad_value(&h, g)?, false)
 }
 
 /// Add `g` to the gradient of `x`.
 #[pyfunction]
 fn accum_grad(x: &Bound<PyAny>, g: &Bound<PyAny>) -> PyResult<()> {
-    set_grad_of(&one_array(x, "accum_grad")?.get(), g, true)
+    let h = one_array(x, "accum_grad")?;
+    set_grad_dyn(&h.get(), grad_value(&h, g)?, true)
 }
 
 /// Forget the gradient of each array.

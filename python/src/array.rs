@@ -514,7 +514,11 @@ impl ArrayBase {
 /// takes (Python then tries the other operand's operator).
 fn operand(o: &Bound<PyAny>, like: Ty) -> PyResult<Option<Dyn>> {
     let py = o.py();
-    match to_dyn(o, Some(like)) {
+    if o.is_instance_of::<crate::tensor::TensorBase>() {
+        // the tensor's reflected operator broadcasts by shape
+        return Ok(None);
+    }
+    match crate::convert::operand_dyn(o, like) {
         Ok(b) => Ok(Some(b)),
         Err(_)
             if !o.is_instance_of::<ArrayBase>()

@@ -39,6 +39,35 @@ pub fn to_dyn(obj: &Bound<PyAny>, like: Option<Ty>) -> PyResult<Dyn> {
     )))
 }
 
+/// `obj` as an operand beside an array of type `like` (operators, `select`, `clip`, …): a
+/// Python number or a list of them takes `like` where no value is lost (a float beside integers
+/// is a float, as for one number); a NumPy array or scalar keeps its dtype (promotion then
+/// decides, as NumPy's would), never truncated to `like`.
+pub fn operand_dyn(obj: &Bound<PyAny>, like: Ty) -> PyResult<Dyn> {
+    if obj.is_instance_of::<ArrayBase>() || obj.is_instance_of::<crate::tensor::TensorBase>() {
+        return to_dyn(obj, None);
+    }
+    if let Some(d) = scalar(obj, Some(like))? {
+        return Ok(d);
+    }
+    if obj.cast::<PyList>().is_ok() || obj.cast::<PyTuple>().is_ok() {
+        let natural = from_sequence(obj, None)?.ty();
+        let ty = if natural.is_float() {
+            match like {
+                t if t.is_float() => t,
+                Ty::I64 | Ty::U64 => Ty::F64,
+                _ => natural,
+            }
+        } else if like == Ty::Bool {
+            natural
+        } else {
+            like
+        };
+        return from_sequence(obj, Some(ty));
+    }
+    to_dyn(obj, None)
+}
+
 /// A Python `bool`, `int` or `float` as a one-element literal, or `None` for anything else.
 fn scalar(obj: &Bound<PyAny>, like: Option<Ty>) -> PyResult<Option<Dyn>> {
     if let Some(d) = numpy_scalar(obj)? {

@@ -3,7 +3,7 @@
 //! `gather`/`scatter`/`scatter_reduce`, `select`, `eval`, `whos`, `set_label`.
 
 use crate::array::{class_of, ty_of_class, wrap, ArrayBase};
-use crate::convert::{lit_f64, to_dyn};
+use crate::convert::{lit_f64, operand_dyn, to_dyn};
 use crate::dynarray::{Dyn, IntoDyn, Ty};
 use crate::errors::{guard, try_guard, type_error, value_error};
 use crate::ops::{binary, promote, Bin};
@@ -203,8 +203,11 @@ fn bin_py(a: &Bound<PyAny>, b: &Bound<PyAny>, op: Bin) -> PyResult<Py<PyAny>> {
 /// Two operands: arrays as they are, Python numbers in the other operand's type.
 fn operands(a: &Bound<PyAny>, b: &Bound<PyAny>) -> PyResult<(Dyn, Dyn)> {
     let like = |o: &Bound<PyAny>| o.cast::<ArrayBase>().ok().map(|x| x.borrow().a.ty());
-    let x = to_dyn(a, like(b))?;
-    let y = to_dyn(b, Some(x.ty()))?;
+    let x = match like(b) {
+        Some(t) => operand_dyn(a, t)?,
+        None => to_dyn(a, None)?,
+    };
+    let y = operand_dyn(b, x.ty())?;
     Ok((x, y))
 }
 
@@ -310,7 +313,8 @@ fn mask_of(m: &Bound<PyAny>) -> PyResult<Bool> {
 }
 
 fn isnan_dyn(a: &Dyn) -> PyResult<Bool> {
-    float!(a, x => guard(|| x.ne(x)), else guard(|| Bool::full(false, a.len().max(1)).cast::<bool>()))
+    // `x != x`: NaN for floats, never for integers and masks (and as many lanes as `a`, even 0)
+    each!(a, x => guard(|| x.ne(x)))
 }
 
 /// Lanewise "is NaN" (false for integers).
@@ -335,7 +339,7 @@ fn isinf(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
         Ok(Dyn::Bool(match a {
             Dyn::F32(v) => guard(|| v.abs().eq(f32::INFINITY))?,
             Dyn::F64(v) => guard(|| v.abs().eq(f64::INFINITY))?,
-            _ => guard(|| Bool::full(false, a.len().max(1)))?,
+            _ => isnan_dyn(a)?,
         }))
     })
 }
@@ -346,7 +350,7 @@ fn isfinite(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
         Ok(Dyn::Bool(match a {
             Dyn::F32(v) => guard(|| v.abs().lt(f32::INFINITY))?,
             Dyn::F64(v) => guard(|| v.abs().lt(f64::INFINITY))?,
-            _ => guard(|| Bool::full(true, a.len().max(1)))?,
+            _ => each!(a, x => guard(|| x.eq(x)))?,
         }))
     })
 }
@@ -420,6 +424,64 @@ fn linspace(
     wrap(py, r)
 }
 
+/// A constructor's class and shape: an array class and a size, or a tensor class (Dr.Jit's
+/// `dr.zeros(TensorXf, (2, 3))`) and a shape (an int or a tuple; `(1,)` when none is given).
+enum Made {
+    Array(Ty, usize),
+    Tensor(Ty, Vec<usize>),
+}
+
+fn made(dtype: &Bound<PyAny>, shape: Option<&Bound<PyAny>>) -> PyResult<Made> {
+    let is_tensor = dtype.cast::<pyo3::types::PyType>().is_ok_and(|t| {
+        t.is_subclass_of::<crate::tensor::TensorBase>()
+            .unwrap_or(false)
+    });
+    if !is_tensor {
+        return Ok(Made::Array(ty_of_class(dtype)?, size_arg(shape)?));
+    }
+    let ty = dtype
+        .call0()?
+        .cast::<crate::tensor::TensorBase>()?
+        .borrow()
+        .a
+        .ty();
+    let dims: Vec<usize> = match shape {
+        None => vec![1],
+        Some(s) => match s.extract::<usize>() {
+            Ok(n) => vec![n],
+            Err(_) => s.extract().map_err(|_| {
+                value_error(format!(
+                    "a tensor's shape is an int or a tuple of non-negative ints, got {}",
+                    s.repr().map(|r| r.to_string()).unwrap_or_default()
+                ))
+            })?,
+        },
+    };
+    Ok(Made::Tensor(ty, dims))
+}
+
+/// `fill(ty, n)` as the array or tensor `m` names.
+fn make(
+    py: Python<'_>,
+    m: Made,
+    fill: impl FnOnce(Ty, usize) -> PyResult<Dyn>,
+) -> PyResult<Py<PyAny>> {
+    match m {
+        Made::Array(ty, n) => wrap(py, fill(ty, n)?),
+        Made::Tensor(ty, dims) => {
+            let n = dims
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .ok_or_else(|| {
+                    value_error(format!(
+                        "a tensor of shape {dims:?} has more elements than memory can address"
+                    ))
+                })?;
+            crate::tensor::wrap_tensor(py, fill(ty, n)?, dims)
+        }
+    }
+}
+
 fn size_arg(shape: Option<&Bound<PyAny>>) -> PyResult<usize> {
     let Some(s) = shape else { return Ok(1) };
     if let Ok(n) = s.extract::<usize>() {
@@ -446,13 +508,13 @@ fn full(
     value: &Bound<PyAny>,
     shape: Option<&Bound<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let ty = ty_of_class(dtype)?;
-    let n = size_arg(shape)?;
-    let v = to_dyn(value, Some(ty))?.cast(ty);
-    if v.len() != 1 {
-        return Err(value_error("full: the value must be one number"));
-    }
-    wrap(py, broadcast(&v, n)?)
+    make(py, made(dtype, shape)?, |ty, n| {
+        let v = to_dyn(value, Some(ty))?.cast(ty);
+        if v.len() != 1 {
+            return Err(value_error("full: the value must be one number"));
+        }
+        broadcast(&v, n)
+    })
 }
 
 /// A one-element array repeated `n` times (lazily).
@@ -474,18 +536,16 @@ fn zeros(
     dtype: &Bound<PyAny>,
     shape: Option<&Bound<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let ty = ty_of_class(dtype)?;
-    let n = size_arg(shape)?;
-    wrap(py, guard(|| kiln::Float64::zeros(n))?.into_dyn().cast(ty))
+    make(py, made(dtype, shape)?, zeros_dyn)
 }
 
 /// `shape` ones.
 #[pyfunction]
 #[pyo3(signature = (dtype, shape = None))]
 fn ones(py: Python<'_>, dtype: &Bound<PyAny>, shape: Option<&Bound<PyAny>>) -> PyResult<Py<PyAny>> {
-    let ty = ty_of_class(dtype)?;
-    let n = size_arg(shape)?;
-    wrap(py, guard(|| kiln::Float64::ones(n))?.into_dyn().cast(ty))
+    make(py, made(dtype, shape)?, |ty, n| {
+        Ok(guard(|| kiln::Float64::ones(n))?.into_dyn().cast(ty))
+    })
 }
 
 /// Like `zeros` (kiln has no uninitialised memory).
@@ -578,16 +638,19 @@ fn reduce_py(x: &Bound<PyAny>, axis: Option<&Bound<PyAny>>, op: Red) -> PyResult
         };
         return tensorfn::reduce(py, &a, &shape, axis, op, |a| reduce_whole(py, a, op));
     }
-    if let Some(ax) = axis.filter(|a| !a.is_none()) {
-        let whole = match ax.extract::<Vec<i64>>() {
-            Ok(v) => v.len() == 1 && (v[0] == 0 || v[0] == -1),
-            Err(_) => matches!(ax.extract::<i64>(), Ok(0 | -1)),
-        };
-        if !whole {
-            return Err(value_error(format!(
-                "axis {ax} is out of range for a kiln array, which has one axis (0): reduce a tensor to use other axes"
-            )));
+    // a kiln array has one axis: None, 0, -1 (or a tuple of one of them) reduce it all
+    let named = tensorfn::axes(axis, 1).map_err(|e| {
+        if e.is_instance_of::<pyo3::exceptions::PyValueError>(py) {
+            value_error(format!(
+                "{e} (a kiln array has one axis, 0): reduce a tensor to use other axes"
+            ))
+        } else {
+            e
         }
+    })?;
+    if named.is_some_and(|a| a.is_empty()) {
+        // `axis=()` reduces nothing (NumPy's rule)
+        return wrap(py, arr(x)?);
     }
     wrap(py, reduce_whole(py, &arr(x)?, op)?)
 }

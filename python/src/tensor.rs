@@ -69,6 +69,19 @@ fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// `shape`'s element count, or the error for a shape whose count does not fit in memory's
+/// address space (a product that would wrap around).
+fn checked_numel(shape: &[usize]) -> PyResult<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| {
+            value_error(format!(
+                "a tensor of shape {shape:?} has more elements than memory can address"
+            ))
+        })
+}
+
 /// The flat values and shape of a constructor argument.
 fn construct(
     value: Option<&Bound<PyAny>>,
@@ -77,7 +90,7 @@ fn construct(
 ) -> PyResult<(Dyn, Vec<usize>)> {
     let Some(v) = value else {
         let s = shape.unwrap_or_else(|| vec![0]);
-        return Ok((crate::funcs::zeros_dyn(ty, numel(&s))?, s));
+        return Ok((crate::funcs::zeros_dyn(ty, checked_numel(&s)?)?, s));
     };
     if let Ok(t) = v.cast::<TensorBase>() {
         let t = t.borrow();
@@ -85,7 +98,7 @@ fn construct(
     }
     if let Some(s) = shape {
         let a = to_dyn(v, Some(ty))?.cast(ty);
-        if a.len() != numel(&s) {
+        if a.len() != checked_numel(&s)? {
             return Err(value_error(format!(
                 "a tensor of shape {s:?} needs {} values, the array has {}",
                 numel(&s),
@@ -143,21 +156,24 @@ pub fn broadcast(a: &Dyn, shape: &[usize], to: &[usize]) -> PyResult<Dyn> {
     })
 }
 
-/// A tensor operand: a tensor, a NumPy array (its shape), a kiln array (`[n]`), or a number /
-/// 1-element array (shape `()`); `None` for what is none of these.
+/// A tensor operand: a tensor, a NumPy array or scalar (its shape and dtype), a kiln array or a
+/// list (`[n]`), or a Python number (shape `()`); `None` for what is none of these.
 pub fn operand(o: &Bound<PyAny>, like: Ty) -> PyResult<Option<(Dyn, Vec<usize>)>> {
     if let Ok(t) = o.cast::<TensorBase>() {
         let t = t.borrow();
         return Ok(Some((t.a.clone(), t.shape.clone())));
     }
     if !o.is_instance_of::<ArrayBase>() && o.hasattr("ndim")? && o.hasattr("__array_interface__")? {
-        // a NumPy array of any rank: its values in its shape (a 0-d one is a number)
+        // a NumPy array of any rank, or a NumPy scalar (0-d): its values in its shape
         let shape: Vec<usize> = o.getattr("shape")?.extract()?;
-        let flat = o.call_method0("ravel")?;
-        return Ok(Some((to_dyn(&flat, Some(like))?, shape)));
+        let flat = o.py().import("numpy")?.call_method1("ravel", (o,))?;
+        return Ok(Some((crate::convert::operand_dyn(&flat, like)?, shape)));
     }
-    match to_dyn(o, Some(like)) {
-        Ok(d) if d.len() == 1 => Ok(Some((d, vec![]))),
+    let scalar = o.is_instance_of::<pyo3::types::PyInt>()
+        || o.is_instance_of::<pyo3::types::PyFloat>()
+        || o.is_instance_of::<pyo3::types::PyBool>();
+    match crate::convert::operand_dyn(o, like) {
+        Ok(d) if scalar => Ok(Some((d, vec![]))),
         Ok(d) => {
             let n = d.len();
             Ok(Some((d, vec![n])))
@@ -347,9 +363,7 @@ impl TensorBase {
             let s = t.shape().to_vec();
             (t.into_array().into_dyn(), s)
         });
-        if s.is_empty() {
-            return crate::array::item(py, &a, 0);
-        }
+        // every axis indexed: a 0-d tensor, as in Dr.Jit (it keeps a gradient; `float()` reads it)
         wrap_tensor(py, a, s)
     }
     /// The same values in another shape.
@@ -362,7 +376,15 @@ impl TensorBase {
             shape.extract()?
         };
         // one -1 takes what the others leave, as in NumPy
-        let known: i64 = given.iter().filter(|&&d| d != -1).product();
+        let known: i64 = given
+            .iter()
+            .filter(|&&d| d != -1)
+            .try_fold(1i64, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| {
+                value_error(format!(
+                    "reshape: the shape {given:?} has more elements than memory can address"
+                ))
+            })?;
         if given.iter().filter(|&&d| d == -1).count() > 1 || given.iter().any(|&d| d < -1) {
             return Err(value_error(format!(
                 "reshape: at most one -1 and no other negative size, got {given:?}"
@@ -382,7 +404,7 @@ impl TensorBase {
                 }
             })
             .collect();
-        if numel(&s) != self.a.len() {
+        if checked_numel(&s)? != self.a.len() {
             return Err(value_error(format!(
                 "cannot reshape a tensor of shape {:?} ({} values) to {s:?}",
                 self.shape,

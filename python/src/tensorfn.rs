@@ -67,10 +67,21 @@ pub enum Red {
 
 /// The axes an `axis=` argument names, highest first (so that reducing one keeps the others'
 /// numbers), or `None` for all of them.
-fn axes(axis: Option<&Bound<PyAny>>, ndim: usize) -> PyResult<Option<Vec<usize>>> {
+pub fn axes(axis: Option<&Bound<PyAny>>, ndim: usize) -> PyResult<Option<Vec<usize>>> {
     let Some(axis) = axis.filter(|a| !a.is_none()) else {
         return Ok(None);
     };
+    let bad =
+        |a: &Bound<PyAny>| a.is_instance_of::<pyo3::types::PyBool>() || a.extract::<i64>().is_err();
+    let is_tuple = axis.cast::<PyTuple>().is_ok();
+    if (!is_tuple && bad(axis))
+        || (is_tuple && axis.try_iter()?.any(|a| a.map_or(true, |a| bad(&a))))
+    {
+        return Err(type_error(format!(
+            "`axis` is None, an int or a tuple of ints, not {}",
+            axis.repr()?
+        )));
+    }
     let given: Vec<i64> = match axis.cast::<PyTuple>() {
         Ok(t) => t.extract()?,
         Err(_) => vec![axis

@@ -218,3 +218,106 @@ def test_gradients_of_tensors_keep_their_shape():
     assert not kiln.grad_enabled(d) and d.shape == (3, 4)
     kiln.disable_grad(x)
     assert not kiln.grad_enabled(x)
+
+
+# ---- found by an adversarial pass over the tensor functions ------------------------------------
+
+
+def test_numpy_operands_keep_their_dtype_beside_tensors_and_arrays():
+    ti = kiln.TensorXi(np.array([[1, 2, 3]], np.int32))
+    a = np.array([[1, 2, 3]], np.int32)
+    for got, want in [
+        (ti + np.float64(2.5), a + np.float64(2.5)),
+        (np.float32(0.5) + ti, np.float32(0.5) + a),
+        (ti + np.array([2.5] * 3), a + np.array([2.5] * 3)),
+        (ti * np.int64(2**40), a * np.int64(2**40)),
+        (kiln.minimum(ti, np.float32(0.5)), np.minimum(a, np.float32(0.5))),
+        (kiln.fma(ti, np.float64(0.5), 0), a * 0.5),
+    ]:
+        np.testing.assert_array_equal(got.numpy(), want)
+        # the kind NumPy gives (kiln's widths follow Dr.Jit: int32 with float32 is float32)
+        assert got.numpy().dtype.kind == want.dtype.kind, (got.numpy().dtype, want.dtype)
+    np.testing.assert_array_equal((ti == np.array([1.5])).numpy(), a == 1.5)
+    np.testing.assert_array_equal((ti < np.float32(1.5)).numpy(), a < 1.5)
+    # arrays too, and lists of floats beside integers are floats (as one float is)
+    assert (kiln.Int32([1, 2, 3]) + np.array([2.5] * 3)).tolist() == [3.5, 4.5, 5.5]
+    assert (kiln.Int32([1, 2]) + [2.5, 1.0]).tolist() == [3.5, 3.0]
+    assert isinstance(kiln.Int32([1, 2]) + [2, 1], kiln.Int32)
+    with pytest.raises(TypeError):
+        kiln.TensorXf(np.ones(3, np.float32)) + np.array([1j])
+
+
+def test_an_array_or_list_beside_a_tensor_broadcasts_as_its_own_shape():
+    t = kiln.TensorXf(np.ones((2, 3), np.float32))
+    r = kiln.Float32([1, 2, 3]) + t  # the array's operator defers to the tensor's
+    assert isinstance(r, kiln.TensorXf) and r.shape == (2, 3)
+    np.testing.assert_array_equal(r.numpy(), np.ones((2, 3)) + [1, 2, 3])
+    assert (kiln.Float32([1, 2, 3]) < t).shape == (2, 3)
+    s = kiln.TensorXf(np.float32(2))
+    assert (s + kiln.Float32([5])).shape == (1,) and (s + [5]).shape == (1,)
+    assert (s + 5).shape == ()
+
+
+def test_empty_integer_tensors_and_arrays_test_empty():
+    r = kiln.isnan(kiln.TensorXi(np.zeros((0, 3), np.int32)))
+    assert r.shape == (0, 3) and r.numpy().shape == (0, 3)
+    assert kiln.isnan(kiln.Int32([])).tolist() == []
+    assert kiln.isfinite(kiln.Int32([])).tolist() == []
+    assert kiln.isinf(kiln.UInt32([1, 2])).tolist() == [False, False]
+
+
+def test_indexing_every_axis_is_a_0d_tensor_that_keeps_the_gradient():
+    x = kiln.TensorXf64(np.ones((2, 3)))
+    kiln.enable_grad(x)
+    v = x[1, 2]
+    assert isinstance(v, kiln.TensorXf64) and v.shape == () and float(v) == 1.0
+    kiln.backward(kiln.sum(v * 5))
+    want = np.zeros((2, 3))
+    want[1, 2] = 5
+    np.testing.assert_array_equal(kiln.grad(x).numpy(), want)
+
+
+def test_shapes_too_large_to_address_are_errors():
+    with pytest.raises(ValueError, match="address"):
+        kiln.TensorXf(kiln.Float32([]), [2**32, 2**32])
+    with pytest.raises(ValueError, match="address"):
+        kiln.TensorXf(kiln.Float32([1, 2]), [2**63 + 1, 2])
+    with pytest.raises(ValueError, match="address"):
+        kiln.TensorXf(kiln.Float32([]), [0]).reshape(2**32, 2**32)
+
+
+def test_set_grad_on_a_tensor_takes_its_shape_or_a_broadcast():
+    x = kiln.TensorXf64(np.zeros((2, 3)))
+    kiln.enable_grad(x)
+    kiln.set_grad(x, np.ones((2, 3)))
+    np.testing.assert_array_equal(kiln.grad(x).numpy(), np.ones((2, 3)))
+    kiln.set_grad(x, kiln.TensorXf64([[1.0, 2, 3]]))
+    np.testing.assert_array_equal(kiln.grad(x).numpy(), np.tile([1.0, 2, 3], (2, 1)))
+    kiln.accum_grad(x, 1.0)
+    np.testing.assert_array_equal(kiln.grad(x).numpy(), np.tile([2.0, 3, 4], (2, 1)))
+    with pytest.raises(ValueError, match="broadcast"):
+        kiln.set_grad(x, kiln.TensorXf64(np.ones((3, 2))))
+
+
+def test_axis_takes_ints_only():
+    t = kiln.TensorXf(np.ones((2, 3), np.float32))
+    with pytest.raises(TypeError, match="axis"):
+        kiln.sum(t, axis=True)
+    with pytest.raises(TypeError, match="axis"):
+        kiln.sum(kiln.Float32([1, 2]), axis="0")
+    assert kiln.sum(t, axis=()).shape == (2, 3)
+    assert kiln.sum(kiln.Float32([1, 2]), axis=()).tolist() == [1, 2]
+
+
+def test_constructors_take_tensor_classes_and_shapes():
+    z = kiln.zeros(kiln.TensorXf, (2, 3))
+    assert isinstance(z, kiln.TensorXf) and z.shape == (2, 3) and z.numpy().sum() == 0
+    assert kiln.ones(kiln.TensorXi64, 4).tolist() == [1, 1, 1, 1]
+    f = kiln.full(kiln.TensorXu, 7, (2, 1))
+    assert isinstance(f, kiln.TensorXu) and f.tolist() == [[7], [7]]
+    assert kiln.empty(kiln.TensorXf64, (0, 5)).shape == (0, 5)
+    assert kiln.zeros(kiln.TensorXb).shape == (1,)
+    with pytest.raises(ValueError, match="shape"):
+        kiln.zeros(kiln.TensorXf, "x")
+    with pytest.raises(ValueError, match="address"):
+        kiln.zeros(kiln.TensorXf, (2**40, 2**40))
