@@ -740,8 +740,10 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             .unwrap_or(&ids[0]);
         let mut active = crate::make_opaque(&Bool::full(true, kiln_core::freeze::size_of(like)));
         let failure: std::cell::RefCell<Option<Error>> = Default::default();
+        // shared by the step and, with a limit, the probe of the lanes still running after it
+        let cond = std::cell::RefCell::new(cond);
         let mut step = crate::freeze::freeze(|s: &mut S, active: &mut Bool| {
-            let c = cond(s);
+            let c = (*cond.borrow_mut())(s);
             if !fits_lanes(c.id(), n) {
                 *failure.borrow_mut() = Some(mask_size_error(&what, c.id(), n));
                 return;
@@ -785,6 +787,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
         // references held for the driver, released however this function returns
         let mut held = Owned::new();
         let mut paused = None;
+        let mut probe: Option<(usize, Bool)> = None;
         let mut limited = false;
         loop {
             if self.max_iterations > 0 && iterations >= self.max_iterations {
@@ -810,6 +813,14 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 kiln_core::eval(&after)?;
                 after.iter().for_each(|&i| kiln_core::inc_ref(i));
                 held.extend(after.iter().copied());
+                if self.max_iterations > 0 {
+                    // recorded after the iteration: which lanes would run another (the driver's
+                    // replays ask at the limit)
+                    let at = kiln_core::freeze::driver_mark().unwrap_or(0);
+                    let still = &(*cond.borrow_mut())(&state) & &active;
+                    kiln_core::eval(&[still.id()])?;
+                    probe = Some((at, still));
+                }
                 first = Some((before, after));
                 paused = Some(kiln_core::freeze::pause());
             }
@@ -824,7 +835,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             // the lanes that ran the last iteration may have finished exactly at the limit:
             // truncated are those whose condition still holds (traced while a driver's
             // recording is paused: nothing of it is recorded)
-            let still = (&cond(&state) & &active).count();
+            let still = (&(*cond.borrow_mut())(&state) & &active).count();
             if still > 0 {
                 kiln_core::stats::note_truncated_loop(&self.label, still);
             }
@@ -843,6 +854,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
                 &indexed,
                 self.max_iterations,
                 &self.label,
+                probe.as_ref().map(|(at, m)| (*at, m.id())),
             );
         }
         drop(held);

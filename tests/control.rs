@@ -461,3 +461,34 @@ fn a_loop_that_finishes_exactly_at_its_limit_is_not_truncated() {
         assert_eq!(UInt32::from(7u32).try_to_vec().unwrap(), vec![7]);
     }
 }
+
+/// The same limit inside a frozen function: the recording call and the replays (the loop's
+/// driver, which asks the recorded condition at the limit) finish exactly at the limit without a
+/// truncation, and report one a step short.
+#[test]
+fn a_frozen_evaluated_loop_that_finishes_exactly_at_its_limit_is_not_truncated() {
+    for limit in [3u64, 2] {
+        let mut f = kiln::freeze(move |x: &UInt32| -> UInt32 {
+            let (i,) = Loop::new((x.clone(),))
+                .mode(Mode::Evaluated)
+                .max_iterations(limit)
+                .run(|(i,)| i.lt(3u32), |(i,)| (i + 1u32,))
+                .unwrap();
+            i
+        });
+        for call in 0..3 {
+            let x = kiln::make_opaque(&UInt32::from_slice(&[0, 1, 2]));
+            let r = f.call(&x).unwrap().try_to_vec();
+            if limit == 3 {
+                assert_eq!(r.unwrap(), vec![3, 3, 3], "call {call}");
+            } else {
+                assert!(
+                    matches!(r, Err(kiln::Error::LoopTruncated { lanes: 1, .. })),
+                    "call {call}: {r:?}"
+                );
+            }
+            assert_eq!(UInt32::from(7u32).try_to_vec().unwrap(), vec![7]);
+        }
+        assert!(f.stats().replays >= 1, "the later calls replay the driver");
+    }
+}

@@ -923,7 +923,9 @@ impl Drop for Paused {
 /// recording, so that rebinding them between iterations touches no input); `active`: the Bool
 /// buffer of lanes still running after it; `finals`: the variables holding the final state (made
 /// by later iterations, which were not recorded) with the index of their state entry — they are
-/// known to the recording as the driver's outputs from now on.
+/// known to the recording as the driver's outputs from now on. `probe`: with a `max_iterations`,
+/// where the ops of `cond(state) & active` on the state after that iteration start (recorded
+/// after it) and that mask: the driver runs them at the limit to count the lanes truly cut off.
 #[allow(clippy::too_many_arguments)]
 pub fn driver_finish(
     mark: usize,
@@ -933,6 +935,7 @@ pub fn driver_finish(
     finals: &[(VarId, usize)],
     max_iterations: u64,
     label: &str,
+    probe: Option<(usize, VarId)>,
 ) {
     let ptr = |id: VarId| -> Option<usize> {
         STATE
@@ -945,10 +948,13 @@ pub fn driver_finish(
     let ins: Vec<Option<usize>> = ins.iter().map(|&i| ptr(i)).collect();
     let outs: Vec<Option<usize>> = outs.iter().map(|&i| ptr(i)).collect();
     let active_ptr = ptr(active);
+    let probe_ptr = probe.map(|(_, id)| ptr(id));
     let finals: Vec<(VarId, Option<usize>, usize)> =
         finals.iter().map(|&(id, k)| (id, ptr(id), k)).collect();
     with(|r| {
-        let body = r.ops.split_off(mark.min(r.ops.len()));
+        let mut body = r.ops.split_off(mark.min(r.ops.len()));
+        let probe_ops =
+            probe.map(|(at, _)| body.split_off(at.saturating_sub(mark).min(body.len())));
         if body
             .iter()
             .any(|o| matches!(o.kind, ReplayKind::Compress { .. }))
@@ -972,10 +978,16 @@ pub fn driver_finish(
         let in_bufs: Vec<u32> = ins.iter().map(|&p| lookup(p, "loop state")).collect();
         let out_bufs: Vec<u32> = outs.iter().map(|&p| lookup(p, "loop state")).collect();
         let active_buf = lookup(active_ptr, "loop mask");
+        let probe_buf = probe_ptr.map(|p| lookup(p, "loop limit probe"));
         if r.failure.is_some() {
             return;
         }
-        let mut all: Vec<u32> = body.iter().flat_map(|o| o.bufs.iter().copied()).collect();
+        let mut all: Vec<u32> = body
+            .iter()
+            .chain(probe_ops.iter().flatten())
+            .flat_map(|o| o.bufs.iter().copied())
+            .collect();
+        all.extend(probe_buf);
         all.extend(&in_bufs);
         all.extend(&out_bufs);
         all.push(active_buf);
@@ -998,6 +1010,7 @@ pub fn driver_finish(
                 active: active_buf,
                 max_iterations,
                 label: label.into(),
+                probe: probe_ops.zip(probe_buf),
             },
             bufs: all,
             size: 0,

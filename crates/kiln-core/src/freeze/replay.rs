@@ -144,6 +144,10 @@ pub(crate) enum ReplayKind {
         active: u32,
         max_iterations: u64,
         label: Arc<str>,
+        /// With `max_iterations`: the ops of `cond(state) & active` on the state an iteration
+        /// leaves, and the buffer of that mask. At the limit they tell the lanes truncated
+        /// (still running) from those that finished exactly at it.
+        probe: Option<(Vec<RecOp>, u32)>,
     },
 }
 
@@ -740,6 +744,7 @@ impl Recording {
                 active,
                 max_iterations,
                 label,
+                probe,
             } => {
                 let mut iterations = 0u64;
                 loop {
@@ -754,8 +759,20 @@ impl Recording {
                     }
                     iterations += 1;
                     if *max_iterations > 0 && iterations >= *max_iterations {
-                        let still = device::reduce_bits(ReduceOp::Add, &mask);
-                        crate::stats::note_truncated_loop(label, still);
+                        let still = match probe {
+                            Some((ops, buf)) => {
+                                for o in ops {
+                                    if let Err(r) = self.run_op(o, table, vals, data, sizes, &[])? {
+                                        return Ok(Err(r));
+                                    }
+                                }
+                                device::reduce_bits(ReduceOp::Add, &*get(table, *buf)?)
+                            }
+                            None => device::reduce_bits(ReduceOp::Add, &mask),
+                        };
+                        if still > 0 {
+                            crate::stats::note_truncated_loop(label, still);
+                        }
                         break;
                     }
                     for &(input, output) in carried {
