@@ -165,6 +165,21 @@ impl Pcg32 {
         &self.inc
     }
 
+    /// A generator at the given state and increment, as [`Pcg32::state`] and [`Pcg32::inc`]
+    /// read them (how a loop or a frozen function carries one through its state). An even
+    /// increment is made odd, as seeding would (PCG needs it odd); sizes must agree or be 1.
+    ///
+    /// ```
+    /// let mut a = kiln::Pcg32::new(4);
+    /// a.next_u32();
+    /// let mut b = kiln::Pcg32::from_state(a.state().clone(), a.inc().clone());
+    /// assert_eq!(a.next_u32().to_vec(), b.next_u32().to_vec());
+    /// ```
+    pub fn from_state(state: UInt64, inc: UInt64) -> Self {
+        let inc = &inc | 1u64;
+        Pcg32 { state, inc }
+    }
+
     /// Evaluate the state now. A long loop that draws numbers without evaluating anything else
     /// grows the trace; evaluating the state every so often cuts it (one kernel, one `UInt64` per
     /// lane of memory).

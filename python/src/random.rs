@@ -82,6 +82,34 @@ impl PyPcg32 {
         guard(|| self.rng.advance(delta))
     }
     /// The state of each lane.
+    /// Dr.Jit's `DRJIT_STRUCT`: loops, branches and frozen functions carry a generator in their
+    /// state through these two fields.
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn DRJIT_STRUCT(py: Python<'_>) -> PyResult<Py<pyo3::types::PyDict>> {
+        let d = pyo3::types::PyDict::new(py);
+        let u64_class = crate::array::class_of(py, Ty::U64);
+        d.set_item("state", &u64_class)?;
+        d.set_item("inc", u64_class)?;
+        Ok(d.unbind())
+    }
+    fn __copy__(&self) -> Self {
+        PyPcg32 {
+            rng: self.rng.clone(),
+        }
+    }
+    #[setter]
+    fn set_state(&mut self, v: &Bound<PyAny>) -> PyResult<()> {
+        let s = u64_arg(v)?;
+        self.rng = guard(|| Pcg32::from_state(s, self.rng.inc().clone()))?;
+        Ok(())
+    }
+    #[setter]
+    fn set_inc(&mut self, v: &Bound<PyAny>) -> PyResult<()> {
+        let i = u64_arg(v)?;
+        self.rng = guard(|| Pcg32::from_state(self.rng.state().clone(), i))?;
+        Ok(())
+    }
     #[getter]
     fn state(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         wrap(py, self.rng.state().clone().into_dyn())
