@@ -1,21 +1,13 @@
 """Dr.Jit's AD calls from Python: reverse and forward mode against central differences in float64
 and against each other, suspend/resume, detach, errors for arrays that carry no gradient."""
 
-import gc
-
 import numpy as np
 import pytest
 
 import kiln
 
 
-@pytest.fixture(autouse=True)
-def no_leak():
-    gc.collect()
-    before = kiln.stats()["vars_alive"]
-    yield
-    gc.collect()
-    assert kiln.stats()["vars_alive"] == before
+pytestmark = pytest.mark.usefixtures("no_leak")  # conftest.py
 
 
 def f(x):

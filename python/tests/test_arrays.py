@@ -23,13 +23,7 @@ def data(n, dt, seed=0, lo=-10, hi=10):
     return rng.integers(lo * 100, hi * 100, n).astype(dt)
 
 
-@pytest.fixture(autouse=True)
-def no_leak():
-    gc.collect()
-    before = kiln.stats()["vars_alive"]
-    yield
-    gc.collect()
-    assert kiln.stats()["vars_alive"] == before
+pytestmark = pytest.mark.usefixtures("no_leak")  # conftest.py
 
 
 def close(a, b, dt):

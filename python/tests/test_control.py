@@ -1,21 +1,13 @@
 """Control flow in kernels from Python: while_loop (per-lane trip counts, symbolic and evaluated),
 if_stmt, switch; gradients through them; Python exceptions inside a traced body."""
 
-import gc
-
 import numpy as np
 import pytest
 
 import kiln
 
 
-@pytest.fixture(autouse=True)
-def no_leak():
-    gc.collect()
-    before = kiln.stats()["vars_alive"]
-    yield
-    gc.collect()
-    assert kiln.stats()["vars_alive"] == before
+pytestmark = pytest.mark.usefixtures("no_leak")  # conftest.py
 
 
 def collatz_steps(v):

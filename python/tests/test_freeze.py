@@ -2,21 +2,13 @@
 plain function; arguments changed in place; state_fn; limits; AD inside; errors."""
 
 import dataclasses
-import gc
-
 import numpy as np
 import pytest
 
 import kiln
 
 
-@pytest.fixture(autouse=True)
-def no_leak():
-    gc.collect()
-    before = kiln.stats()["vars_alive"]
-    yield
-    gc.collect()
-    assert kiln.stats()["vars_alive"] == before
+pytestmark = pytest.mark.usefixtures("no_leak")  # conftest.py
 
 
 def step(x, y):

@@ -2,21 +2,13 @@
 n_steps, go_backwards, until) and JAX's (pytrees, reverse, length), against NumPy loops; gradients
 through both against central differences."""
 
-import gc
-
 import numpy as np
 import pytest
 
 import kiln
 
 
-@pytest.fixture(autouse=True)
-def no_leak():
-    gc.collect()
-    before = kiln.stats()["vars_alive"]
-    yield
-    gc.collect()
-    assert kiln.stats()["vars_alive"] == before
+pytestmark = pytest.mark.usefixtures("no_leak")  # conftest.py
 
 
 def test_pytensor_rnn_with_scalar_weights():

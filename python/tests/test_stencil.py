@@ -2,7 +2,6 @@
 against a pure-Python reference of Numba's rule (border elements get cval) and of kiln's
 boundary modes."""
 
-import gc
 import itertools
 
 import numpy as np
@@ -11,13 +10,7 @@ import pytest
 import kiln
 
 
-@pytest.fixture(autouse=True)
-def no_leak():
-    gc.collect()
-    before = kiln.stats()["vars_alive"]
-    yield
-    gc.collect()
-    assert kiln.stats()["vars_alive"] == before
+pytestmark = pytest.mark.usefixtures("no_leak")  # conftest.py
 
 
 def reference(kernel, arrays, neighborhood, cval=0.0, mode="skip"):

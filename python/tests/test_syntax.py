@@ -2,21 +2,13 @@
 kernels, checked lane by lane against the same function run in plain Python on each lane; Python
 conditions keep Python's semantics; what cannot be traced is left as written."""
 
-import gc
-
 import numpy as np
 import pytest
 
 import kiln
 
 
-@pytest.fixture(autouse=True)
-def no_leak():
-    gc.collect()
-    before = kiln.stats()["vars_alive"]
-    yield
-    gc.collect()
-    assert kiln.stats()["vars_alive"] == before
+pytestmark = pytest.mark.usefixtures("no_leak")  # conftest.py
 
 
 def collatz_py(n):

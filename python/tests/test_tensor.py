@@ -1,21 +1,13 @@
 """Tensors (TensorXf…): construction, NumPy round trips without copies, broadcasting operators,
 indexing views and matmul, against NumPy."""
 
-import gc
-
 import numpy as np
 import pytest
 
 import kiln
 
 
-@pytest.fixture(autouse=True)
-def no_leak():
-    gc.collect()
-    before = kiln.stats()["vars_alive"]
-    yield
-    gc.collect()
-    assert kiln.stats()["vars_alive"] == before
+pytestmark = pytest.mark.usefixtures("no_leak")  # conftest.py
 
 
 def test_construction_and_round_trip():

@@ -5,7 +5,6 @@ errors and their messages; and the type stubs against the module they describe."
 
 import ast
 import builtins
-import gc
 import inspect
 import operator as op
 from pathlib import Path
@@ -40,13 +39,7 @@ ALL_CLASSES = [
 ]  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def no_leak():
-    gc.collect()
-    before = kiln.stats()["vars_alive"]
-    yield
-    gc.collect()
-    assert kiln.stats()["vars_alive"] == before
+pytestmark = pytest.mark.usefixtures("no_leak")  # conftest.py
 
 
 def data(n, dt, seed=0, k=3, lo=-10, hi=10):
