@@ -536,3 +536,14 @@ def test_a_wrapped_function_is_refused_and_tracebacks_point_at_the_statement():
         boom(1)
     lines = [fr.line for fr in traceback.extract_tb(e.value.__traceback__)]
     assert "x = x / 0" in lines and "if x > 0:" in lines
+
+
+def test_the_example_runs(capsys, monkeypatch):
+    import runpy
+    from pathlib import Path
+
+    example = Path(__file__).parents[1] / "examples" / "syntax_loops.py"
+    monkeypatch.setattr("sys.argv", [str(example), "3000"])
+    runpy.run_path(str(example), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "Collatz over 3000 starting values" in out and "d sqrt/da through the loop" in out
