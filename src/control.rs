@@ -245,6 +245,7 @@ pub struct Loop<S> {
     pub(crate) mode: Mode,
     pub(crate) compress: bool,
     pub(crate) grad: LoopGrad,
+    pub(crate) optimize: bool,
 }
 
 /// How a loop whose state carries a gradient is differentiated ([`Loop::grad_mode`]).
@@ -354,6 +355,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             mode: Mode::Auto,
             compress: false,
             grad: LoopGrad::Auto,
+            optimize: true,
         }
     }
     /// Differentiate the loop by recomputation: the forward keeps the state every so many
@@ -388,6 +390,27 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
     /// Evaluated mode only: drop finished lanes from the wavefront (worth it when few lanes run long).
     pub fn compress(mut self, on: bool) -> Self {
         self.compress = on;
+        self
+    }
+    /// Symbolic mode: leave state entries the body never changes out of the loop (on by default:
+    /// they are read as constants instead of carried). Off, every entry is carried, as written —
+    /// Dr.Jit's `JitFlag.OptimizeLoops`, for comparing or debugging; the results are the same.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// use kiln::control::Loop;
+    /// let run = |optimize: bool| {
+    ///     Loop::new((UInt32::from_slice(&[0, 2]), UInt32::from(7u32)))
+    ///         .optimize(optimize)
+    ///         .run(|(i, _)| i.lt(3u32), |(i, k)| (i + 1u32, k.clone()))
+    ///         .unwrap()
+    /// };
+    /// let ((a, k1), (b, k2)) = (run(true), run(false));
+    /// assert_eq!((a.to_vec(), k1.to_vec()), (b.to_vec(), k2.to_vec()));
+    /// assert_eq!(a.to_vec(), vec![3, 3]);
+    /// ```
+    pub fn optimize(mut self, on: bool) -> Self {
+        self.optimize = on;
         self
     }
 
@@ -655,7 +678,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             // are fixed (its next value folded to its placeholder), and a placeholder left out of
             // the loop while its trace still reads it would be a state no loop defines. Each
             // round carries fewer entries, so this ends.
-            if unchanged.iter().any(|&u| u) {
+            if self.optimize && unchanged.iter().any(|&u| u) {
                 tracing::debug!(target: "kiln::control", "{what}: {} state entries never change (trace {attempt}): traced again without them", unchanged.iter().filter(|&&u| u).count());
                 for (k, u) in unchanged.iter().enumerate() {
                     if *u {
@@ -670,7 +693,7 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             }
             // entries still equal to their input are loop-invariant: they keep their value
             let keep: Vec<usize> = (0..ids.len())
-                .filter(|&k| carried[k] && next_ids[k] != placeholders[k])
+                .filter(|&k| carried[k] && (!self.optimize || next_ids[k] != placeholders[k]))
                 .collect();
             let outs = Owned::own(cc::make_loop(
                 &self.label,

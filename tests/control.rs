@@ -90,6 +90,42 @@ fn invariant_state_is_not_carried_and_traced_once_more() {
     assert_eq!(i.to_vec(), vec![3; 8]);
 }
 
+/// `optimize(false)` (Dr.Jit's `OptimizeLoops` off) carries the unchanged entry too: the body is
+/// traced once, the kernel's loop has one more state variable, and the values are the same.
+#[test]
+fn an_unoptimized_loop_carries_every_entry_with_the_same_values() {
+    let run = |optimize: bool| {
+        let traced = Cell::new(0);
+        let (y, k2, i) = Loop::new((Float32::arange(8), Float32::full(2.0, 8), UInt32::zeros(8)))
+            .optimize(optimize)
+            .run(
+                |(_, _, i)| i.lt(3u32),
+                |(x, k, i)| {
+                    traced.set(traced.get() + 1);
+                    (x * k, k.clone(), i + 1u32)
+                },
+            )
+            .unwrap();
+        let ir = kiln_core::kernels_for(&[y.id(), k2.id()])
+            .iter()
+            .map(|k| k.to_string())
+            .collect::<String>();
+        (traced.get(), y.to_vec(), k2.to_vec(), i.to_vec(), ir)
+    };
+    let (t_on, y_on, k_on, i_on, ir_on) = run(true);
+    let (t_off, y_off, k_off, i_off, ir_off) = run(false);
+    assert_eq!(
+        (t_on, t_off),
+        (2, 1),
+        "traced again without the invariant entry only when optimizing"
+    );
+    assert_eq!((y_on, k_on, i_on), (y_off, k_off, i_off));
+    assert!(
+        ir_off.len() > ir_on.len(),
+        "the unoptimized loop carries more:\n{ir_on}\n---\n{ir_off}"
+    );
+}
+
 #[test]
 fn literal_false_condition_removes_the_loop() {
     let x = Float32::arange(4);

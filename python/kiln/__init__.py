@@ -81,6 +81,9 @@ from ._scan import lax, scan, until  # noqa: E402
 # Dr.Jit's @dr.syntax: Python while/if on arrays traced into kernels
 from ._syntax import hint, syntax  # noqa: E402
 
+# Dr.Jit's JIT flags that kiln honours (per thread)
+from ._flags import JitFlag, flag, scoped_set_flag, set_flag  # noqa: E402
+
 # Dr.Jit's type traits (uint32_array_t, mask_t, value_t, ...)
 from . import _traits  # noqa: E402
 from ._traits import *  # noqa: F401,F403,E402
@@ -176,4 +179,5 @@ __all__ = sorted(
     | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax", "allclose", "shape",
        "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "forward_from", "syntax", "hint"}
     | set(_traits.__all__)
+    | {"JitFlag", "flag", "scoped_set_flag", "set_flag"}
 )

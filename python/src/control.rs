@@ -17,6 +17,65 @@ use pyo3::types::{PyDict, PyTuple};
 /// A traced call target.
 type TreeFn<'a> = dyn Fn(&Tree) -> Tree + 'a;
 
+/// Dr.Jit's JIT flags that kiln honours, per thread (`kiln.scoped_set_flag`): the default mode
+/// of loops, branches and calls (symbolic, or evaluated when the flag is off) and whether
+/// symbolic loops leave unchanged state entries out (`Loop::optimize`).
+#[derive(Clone, Copy)]
+struct Flags {
+    symbolic_loops: bool,
+    symbolic_conditionals: bool,
+    symbolic_calls: bool,
+    optimize_loops: bool,
+}
+
+thread_local! {
+    static FLAGS: std::cell::Cell<Flags> = const { std::cell::Cell::new(Flags {
+        symbolic_loops: true,
+        symbolic_conditionals: true,
+        symbolic_calls: true,
+        optimize_loops: true,
+    }) };
+}
+
+fn flag_slot<'a>(f: &'a mut Flags, name: &str) -> PyResult<&'a mut bool> {
+    Ok(match name {
+        "SymbolicLoops" => &mut f.symbolic_loops,
+        "SymbolicConditionals" => &mut f.symbolic_conditionals,
+        "SymbolicCalls" => &mut f.symbolic_calls,
+        "OptimizeLoops" => &mut f.optimize_loops,
+        other => {
+            return Err(value_error(format!(
+                "kiln has no JIT flag {other:?}: it honours SymbolicLoops, SymbolicConditionals, SymbolicCalls and OptimizeLoops"
+            )))
+        }
+    })
+}
+
+/// Set one flag on this thread; returns its previous value.
+#[pyfunction]
+fn _set_flag(name: &str, on: bool) -> PyResult<bool> {
+    let mut f = FLAGS.with(|c| c.get());
+    let slot = flag_slot(&mut f, name)?;
+    let previous = std::mem::replace(slot, on);
+    FLAGS.with(|c| c.set(f));
+    Ok(previous)
+}
+
+/// One flag's value on this thread.
+#[pyfunction]
+fn _flag(name: &str) -> PyResult<bool> {
+    let mut f = FLAGS.with(|c| c.get());
+    Ok(*flag_slot(&mut f, name)?)
+}
+
+/// The mode a construct runs in: the one asked for, else evaluated where its flag is off.
+fn mode_or_flag(mode: Option<&str>, symbolic: fn(&Flags) -> bool) -> PyResult<Mode> {
+    if mode.is_none() && !FLAGS.with(|c| symbolic(&c.get())) {
+        return Ok(Mode::Evaluated);
+    }
+    mode_of(mode)
+}
+
 fn mode_of(mode: Option<&str>) -> PyResult<Mode> {
     match mode {
         None | Some("auto") => Ok(Mode::Auto),
@@ -86,7 +145,9 @@ fn while_loop(
         PyTuple::new(py, [state])?.into_any()
     };
     let tree = Tree::from_py(&state)?;
-    let mut lp = Loop::new(tree).mode(mode_of(mode)?);
+    let mut lp = Loop::new(tree)
+        .mode(mode_or_flag(mode, |f| f.symbolic_loops)?)
+        .optimize(FLAGS.with(|c| c.get().optimize_loops));
     if let Some(l) = label {
         lp = lp.label(l);
     }
@@ -194,13 +255,11 @@ fn if_stmt(
             t
         })
     };
+    let mode = mode_or_flag(mode, |f| f.symbolic_conditionals)?;
     let out = guard(|| {
-        Branch::new().mode(mode_of(mode).unwrap_or_default()).run(
-            &m,
-            |s| branch(&true_fn, s),
-            |s| branch(&false_fn, s),
-            &tree,
-        )
+        Branch::new()
+            .mode(mode)
+            .run(&m, |s| branch(&true_fn, s), |s| branch(&false_fn, s), &tree)
     })?
     .map_err(to_py)?;
     let plain = plain.into_inner();
@@ -258,12 +317,8 @@ fn switch(
         })
         .collect();
     let refs: Vec<Option<&TreeFn>> = calls.iter().map(|b| Some(&**b)).collect();
-    let out = guard(|| {
-        Switch::new()
-            .mode(mode_of(mode).unwrap_or_default())
-            .run(&idx, &refs, &tree)
-    })?
-    .map_err(to_py)?;
+    let mode = mode_or_flag(mode, |f| f.symbolic_calls)?;
+    let out = guard(|| Switch::new().mode(mode).run(&idx, &refs, &tree))?.map_err(to_py)?;
     out.to_py(py, false)
 }
 
@@ -272,5 +327,7 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(while_loop, m)?)?;
     m.add_function(wrap_pyfunction!(if_stmt, m)?)?;
     m.add_function(wrap_pyfunction!(switch, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_flag, m)?)?;
+    m.add_function(wrap_pyfunction!(_flag, m)?)?;
     Ok(())
 }

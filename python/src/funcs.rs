@@ -373,7 +373,7 @@ fn arange(
     stop: Option<&Bound<PyAny>>,
     step: Option<&Bound<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let ty = ty_of_class(dtype)?;
+    let (ty, tensor) = class_ty(dtype)?;
     let (s, e) = match stop {
         None => (0.0, start.extract::<f64>()?),
         Some(stop) => (start.extract::<f64>()?, stop.extract::<f64>()?),
@@ -393,7 +393,7 @@ fn arange(
         let i = guard(|| kiln::Float64::arange(n) * d + s)?;
         Dyn::F64(i).cast(ty)
     };
-    wrap(py, r)
+    array_or_tensor(py, r, tensor)
 }
 
 /// `num` evenly spaced values from `start` to `stop` (inclusive unless `endpoint=False`).
@@ -407,7 +407,7 @@ fn linspace(
     num: usize,
     endpoint: bool,
 ) -> PyResult<Py<PyAny>> {
-    let ty = ty_of_class(dtype)?;
+    let (ty, tensor) = class_ty(dtype)?;
     let div = if endpoint {
         num.saturating_sub(1).max(1)
     } else {
@@ -421,7 +421,7 @@ fn linspace(
         Ty::F64 if endpoint => Dyn::F64(guard(|| kiln::Float64::linspace(start, stop, num))?),
         _ => Dyn::F64(guard(|| kiln::Float64::arange(num) * step + start)?).cast(ty),
     };
-    wrap(py, r)
+    array_or_tensor(py, r, tensor)
 }
 
 /// A constructor's class and shape: an array class and a size, or a tensor class (Dr.Jit's
@@ -431,13 +431,14 @@ enum Made {
     Tensor(Ty, Vec<usize>),
 }
 
-fn made(dtype: &Bound<PyAny>, shape: Option<&Bound<PyAny>>) -> PyResult<Made> {
+/// The element type a class names, and whether it is a tensor class.
+fn class_ty(dtype: &Bound<PyAny>) -> PyResult<(Ty, bool)> {
     let is_tensor = dtype.cast::<pyo3::types::PyType>().is_ok_and(|t| {
         t.is_subclass_of::<crate::tensor::TensorBase>()
             .unwrap_or(false)
     });
     if !is_tensor {
-        return Ok(Made::Array(ty_of_class(dtype)?, size_arg(shape)?));
+        return Ok((ty_of_class(dtype)?, false));
     }
     let ty = dtype
         .call0()?
@@ -445,6 +446,24 @@ fn made(dtype: &Bound<PyAny>, shape: Option<&Bound<PyAny>>) -> PyResult<Made> {
         .borrow()
         .a
         .ty();
+    Ok((ty, true))
+}
+
+/// An array, or a 1-D tensor when `tensor`.
+fn array_or_tensor(py: Python<'_>, d: Dyn, tensor: bool) -> PyResult<Py<PyAny>> {
+    if tensor {
+        let n = d.len();
+        crate::tensor::wrap_tensor(py, d, vec![n])
+    } else {
+        wrap(py, d)
+    }
+}
+
+fn made(dtype: &Bound<PyAny>, shape: Option<&Bound<PyAny>>) -> PyResult<Made> {
+    let (ty, is_tensor) = class_ty(dtype)?;
+    if !is_tensor {
+        return Ok(Made::Array(ty, size_arg(shape)?));
+    }
     let dims: Vec<usize> = match shape {
         None => vec![1],
         Some(s) => match s.extract::<usize>() {

@@ -146,3 +146,35 @@ def test_plain_python_values_may_not_change_per_lane():
         kiln.if_stmt((kiln.Float32([1, 2]),), kiln.Bool([True, False]), lambda x: 1, lambda x: 2)
     # the same plain value on both sides is fine
     assert kiln.if_stmt((kiln.Float32([1, 2]),), kiln.Bool([True, False]), lambda x: (x, 1), lambda x: (-x, 1))[1] == 1
+
+
+# ---- JIT flags (the ones kiln honours) ------------------------------------------------------------
+
+
+def test_flags_choose_the_default_modes_and_restore():
+    assert kiln.flag(kiln.JitFlag.SymbolicLoops) and kiln.flag(kiln.JitFlag.OptimizeLoops)
+
+    def run():
+        # a symbolic loop is one kernel launch; an evaluated one launches per iteration
+        before = kiln.stats()["launches"]
+        i, x = kiln.while_loop((kiln.UInt32(0, 1, 2), kiln.Float32(1, 1, 1)),
+                               lambda i, x: i < 3, lambda i, x: (i + 1, x * 2))
+        return x.tolist(), kiln.stats()["launches"] - before
+
+    sym, launches_sym = run()
+    with kiln.scoped_set_flag(kiln.JitFlag.SymbolicLoops, False):
+        assert not kiln.flag(kiln.JitFlag.SymbolicLoops)
+        ev, launches_ev = run()
+    assert kiln.flag(kiln.JitFlag.SymbolicLoops)
+    assert sym == ev == [8.0, 4.0, 2.0]
+    assert launches_sym == 1 and launches_ev >= 3, (launches_sym, launches_ev)
+    with kiln.scoped_set_flag(kiln.JitFlag.OptimizeLoops, False):
+        assert run()[0] == sym
+    with kiln.scoped_set_flag(kiln.JitFlag.SymbolicConditionals | kiln.JitFlag.SymbolicCalls, False):
+        r = kiln.if_stmt((kiln.Int32(1, -1),), kiln.Int32(1, -1) > 0, lambda x: (x * 2,),
+                         lambda x: (-x,))
+        assert r[0].tolist() == [2, 1]
+        s = kiln.switch(kiln.UInt32(0, 1), [lambda x: x + 1, lambda x: x * 10], kiln.Int32(5, 5))
+        assert s.tolist() == [6, 50]
+    with pytest.raises(ValueError, match="evaluated|mode"):
+        kiln.if_stmt((kiln.Int32(1),), kiln.Int32(1) > 0, lambda x: (x,), lambda x: (x,), mode="bogus")

@@ -313,3 +313,10 @@ def test_constructors_take_tensor_classes_and_shapes():
         kiln.zeros(kiln.TensorXf, "x")
     with pytest.raises(ValueError, match="address"):
         kiln.zeros(kiln.TensorXf, (2**40, 2**40))
+
+
+def test_arange_and_linspace_take_tensor_classes():
+    t = kiln.arange(kiln.TensorXu, 7)
+    assert isinstance(t, kiln.TensorXu) and t.shape == (7,) and t.tolist() == list(range(7))
+    l = kiln.linspace(kiln.TensorXf64, 0, 1, 5)
+    assert isinstance(l, kiln.TensorXf64) and l.tolist() == [0, 0.25, 0.5, 0.75, 1.0]

@@ -763,6 +763,10 @@ def members(cls_node):
             out.setdefault(node.name, node)
         elif isinstance(node, ast.AnnAssign):
             out[node.target.id] = node
+        elif isinstance(node, ast.Assign):  # an enum's members (`SymbolicLoops = 1`)
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = node
     return out
 
 

@@ -223,6 +223,7 @@ fn segment<S: Traverse + Clone + 'static>(
         mode: lp.mode,
         compress: false,
         grad: LoopGrad::Auto,
+        optimize: lp.optimize,
     };
     let Fns { cond, body } = fns;
     let (s, _) = inner.run_plain(

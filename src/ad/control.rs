@@ -792,6 +792,7 @@ pub(crate) fn run_loop<S: Traverse + Clone + 'static>(
         mode: lp.mode,
         compress: lp.compress,
         grad: LoopGrad::Jacobian,
+        optimize: lp.optimize,
     };
     let (rows_r, wrt_r, what_r, failure_r, cap_r) = (&rows, &wrt, &what, &failure, &caps);
     let result = inner_loop.run_plain(
