@@ -708,7 +708,10 @@ impl<S: Traverse + Clone + 'static> Loop<S> {
             ));
             let mut final_ids = ids.to_vec();
             for (o, &k) in outs.ids().iter().zip(&keep) {
-                final_ids[k] = *o;
+                // an entry carried unchanged (`optimize(false)`) is its input, at its input's size
+                if next_ids[k] != placeholders[k] {
+                    final_ids[k] = *o;
+                }
             }
             let s = rebuild(&self.state, &final_ids);
             drop(outs);
