@@ -142,6 +142,23 @@ def test_gradient_through_a_stencil():
     np.testing.assert_allclose(x.grad.numpy(), fd, rtol=1e-6, atol=1e-8)
 
 
+def test_gradient_of_a_weight_the_kernel_captures():
+    # a one-element weight read by every lane: its gradient sums theirs (issue 26)
+    a = np.random.default_rng(4).uniform(size=(5, 5))
+    w = kiln.Float64([0.7])
+    kiln.enable_grad(w)
+    t = kiln.TensorXf64(kiln.Float64(a.ravel()), (5, 5))
+    k = kiln.stencil(boundary="wrap")(lambda r: r[0, 1] * w - r[1, 0] * w * w)
+    kiln.backward(kiln.sum((k(t).array) ** 2))
+
+    def f(v):
+        r = v * np.roll(a, -1, axis=1) - v * v * np.roll(a, -1, axis=0)
+        return np.sum(r**2)
+
+    fd = (f(0.7 + 1e-6) - f(0.7 - 1e-6)) / 2e-6
+    np.testing.assert_allclose(w.grad.numpy(), [fd], rtol=1e-7)
+
+
 def test_errors():
     with pytest.raises(ValueError, match="argument"):
         lap(np.ones((3, 3)), np.ones((3, 3)))

@@ -316,6 +316,20 @@ pub(crate) fn captured(what: &str, size: usize, ty: VarType) -> Error {
 /// Walk from `outs` back to the `leaves`: nodes older than the body (`start`) that are not
 /// leaves were captured; nodes that mix lanes cannot be differentiated per lane.
 fn check_body(what: &str, outs: &[AdIndex], leaves: &[AdIndex], start: u64) -> Result<()> {
+    walk_body(what, outs, leaves, start, None)
+}
+
+/// [`check_body`]; with `captures` (and the body's lane count), the nodes older than the body
+/// are collected there (one reference taken on each) instead of refused, and so is a node of
+/// the body that mixes lanes but depends on no leaf, when it has one element or one per lane
+/// (a reduction or gather of a captured array: constant to the body's lanes).
+fn walk_body(
+    what: &str,
+    outs: &[AdIndex],
+    leaves: &[AdIndex],
+    start: u64,
+    mut captures: Option<(&mut Nodes, usize)>,
+) -> Result<()> {
     graph::with(|g| {
         let mut seen = HashSet::new();
         let mut stack: Vec<AdIndex> = outs.iter().copied().filter(|&a| a != 0).collect();
@@ -325,10 +339,22 @@ fn check_body(what: &str, outs: &[AdIndex], leaves: &[AdIndex], start: u64) -> R
             }
             let n = g.node(i);
             if n.seq < start {
-                return Err(captured(what, n.size, n.ty));
+                let Some((found, _)) = captures.as_mut() else {
+                    return Err(captured(what, n.size, n.ty));
+                };
+                g.retain(i);
+                found.0.push(i);
+                continue;
             }
             if let Some(r) = &n.rule {
                 if !r.lane_local() {
+                    if let Some((found, lanes)) = captures.as_mut() {
+                        if (n.size == 1 || n.size == *lanes) && !reaches(g, i, leaves, start) {
+                            g.retain(i);
+                            found.0.push(i);
+                            continue;
+                        }
+                    }
                     let any_body = if what.starts_with("loop ") {
                         "; or differentiate the loop in a mode that takes any body: `grad_checkpoint(Checkpoints::Auto)` (memory ∝ √iterations) or `grad_mode(LoopGrad::Recorded)` (every iteration kept)"
                     } else {
@@ -347,9 +373,38 @@ fn check_body(what: &str, outs: &[AdIndex], leaves: &[AdIndex], start: u64) -> R
 }
 
 /// An error unless every node between `out` and `leaves` computes each lane from its own lanes
-/// (what per-lane partials need: a stencil kernel's value in its taps).
-pub(crate) fn check_lane_local(what: &str, out: AdIndex, leaves: &[AdIndex]) -> Result<()> {
-    check_body(what, &[out], leaves, 0)
+/// (what per-lane partials need: a stencil kernel's value in its taps). Returns the nodes older
+/// than `start` (the trace of `out`) that `out` reaches: arrays with gradients the traced
+/// closure captured (one reference held on each); the walk stops at them.
+pub(crate) fn lane_local_captures(
+    what: &str,
+    out: AdIndex,
+    leaves: &[AdIndex],
+    start: u64,
+    lanes: usize,
+) -> Result<Nodes> {
+    let mut found = Nodes(Vec::new());
+    walk_body(what, &[out], leaves, start, Some((&mut found, lanes)))?;
+    Ok(found)
+}
+
+/// Whether node `from` depends on one of `leaves` through nodes no older than `start`.
+fn reaches(g: &graph::Graph, from: AdIndex, leaves: &[AdIndex], start: u64) -> bool {
+    let mut seen = HashSet::new();
+    let mut stack = vec![from];
+    while let Some(i) = stack.pop() {
+        if leaves.contains(&i) {
+            return true;
+        }
+        if !seen.insert(i) {
+            continue;
+        }
+        let n = g.node(i);
+        if n.seq >= start {
+            stack.extend(n.parents.iter().copied());
+        }
+    }
+    false
 }
 
 /// Remember the first error of a body (later ones are consequences).

@@ -508,11 +508,40 @@ pub(crate) fn counters() -> (u64, u64, u64) {
     graph::counters()
 }
 
+/// One partial per node (None: no dependence).
+pub(crate) type Partials = Vec<Option<Grad>>;
+
+/// Per-lane partials of `y` (traced from `start` on) in its `leaves` and in the nodes `captured`
+/// it reaches (arrays a traced closure captured, or what the trace computed from them alone;
+/// each of one element or one per lane of `y`): the leaves' by one reverse pass that stops at
+/// the captured nodes (what reaches them is dropped: the graph beyond is neither changed nor
+/// consumed), each captured node's by a forward pass from it through the nodes traced since
+/// `start`.
+pub(crate) fn lane_partials_within(
+    y: &Grad,
+    leaves: &[AdIndex],
+    captured: &[AdIndex],
+    start: u64,
+) -> Result<(Partials, Partials)> {
+    let mut of_captured = Vec::with_capacity(captured.len());
+    for &c in captured {
+        let (size, ty) = graph::with(|g| (g.node(c).size, g.node(c).ty));
+        let one = match ty {
+            kiln_core::VarType::F32 => 1.0f32.to_bits() as u64,
+            _ => 1.0f64.to_bits(),
+        };
+        let seed = Grad::own(kiln_core::literal(ty, one, size), 0);
+        of_captured.push(propagate::forward_within(y.ad(), c, seed, start)?);
+    }
+    Ok((lane_partials(y, leaves, captured)?, of_captured))
+}
+
 /// The per-lane partial derivatives of `y` with respect to each of `leaves` (nodes made by
 /// `jax::new_leaf` for this), by one reverse pass seeded with ones: exact where lane `i` of `y`
 /// depends only on lane `i` of the leaves (a stencil's value in its taps). `None` where `y` does
-/// not depend on a leaf. The pass consumes `y`'s graph.
-pub(crate) fn lane_partials(y: &Grad, leaves: &[AdIndex]) -> Result<Vec<Option<Grad>>> {
+/// not depend on a leaf. The pass stops at the nodes `stops` (constants to it) and consumes the
+/// rest of `y`'s graph.
+fn lane_partials(y: &Grad, leaves: &[AdIndex], stops: &[AdIndex]) -> Result<Vec<Option<Grad>>> {
     if y.ad() == 0 {
         return Ok(vec![None; leaves.len()]);
     }
@@ -529,7 +558,7 @@ pub(crate) fn lane_partials(y: &Grad, leaves: &[AdIndex]) -> Result<Vec<Option<G
         retain_graph: false,
         create_graph: false,
     };
-    propagate::backward(vec![(y.ad(), seed)], how, &[])?;
+    propagate::backward_stopping(vec![(y.ad(), seed)], how, &[], stops)?;
     Ok(leaves
         .iter()
         .map(|&a| graph::with(|g| g.node_mut(a).grad.take()))

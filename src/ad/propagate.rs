@@ -55,7 +55,7 @@ struct Step {
 /// The nodes reachable from `roots` through parents, oldest first, each with one reference
 /// taken for the pass (released by `release`). Refuses a graph consumed by an earlier pass or
 /// one that crosses a construct with no reverse rule.
-fn ancestors(roots: &[AdIndex], stop_before: u64) -> Result<Vec<Step>> {
+fn ancestors(roots: &[AdIndex], stop_before: u64, stops: &[AdIndex]) -> Result<Vec<Step>> {
     graph::with(|g| {
         let mut seen = std::collections::HashSet::new();
         let mut stack: Vec<AdIndex> = roots.to_vec();
@@ -65,7 +65,7 @@ fn ancestors(roots: &[AdIndex], stop_before: u64) -> Result<Vec<Step>> {
                 continue;
             }
             let n = g.node(i);
-            let crosses = n.seq >= stop_before;
+            let crosses = n.seq >= stop_before && !stops.contains(&i);
             // a node the pass stops at (older than an isolation boundary) is a constant to it
             if n.consumed && crosses {
                 return Err(Error::Ad(format!(
@@ -184,10 +184,22 @@ pub(crate) fn backward(
     how: Backward,
     want: &[AdIndex],
 ) -> Result<HashMap<AdIndex, Grad>> {
+    backward_stopping(seeds, how, want, &[])
+}
+
+/// [`backward`] that treats the nodes `stops` as constants: what reaches them is dropped and
+/// the pass goes no further (per-lane partials in the leaves of a trace that also reads arrays
+/// it captured).
+pub(crate) fn backward_stopping(
+    seeds: Vec<(AdIndex, Grad)>,
+    how: Backward,
+    want: &[AdIndex],
+    stops: &[AdIndex],
+) -> Result<HashMap<AdIndex, Grad>> {
     let _pass = Pass::begin();
     let roots: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
     let boundary = isolate_boundary();
-    let held = Held(ancestors(&roots, boundary)?);
+    let held = Held(ancestors(&roots, boundary, stops)?);
     let steps = &held.0;
     let _rec = RecordingGuard::set(how.create_graph);
     let mut cts = Cotangents::default();
@@ -199,6 +211,9 @@ pub(crate) fn backward(
         let Some((ct, depth)) = cts.0.remove(&s.ad) else {
             continue;
         };
+        if stops.contains(&s.ad) {
+            continue;
+        }
         if s.seq < boundary {
             stash_isolated(s.ad, ct);
             continue;
@@ -257,6 +272,39 @@ fn descendants(from: &[AdIndex]) -> Vec<Step> {
     })
 }
 
+/// The tangent of `out` given tangent `seed` at `from`: pushed through the nodes traced since
+/// `start` on the way to `out` only (a traced closure's own nodes; `from` an array it captured
+/// or one computed from such arrays alone), so that the rest of the graph is not walked. Not
+/// recorded; None where `out` does not depend on `from`.
+pub(crate) fn forward_within(
+    out: AdIndex,
+    from: AdIndex,
+    seed: Grad,
+    start: u64,
+) -> Result<Option<Grad>> {
+    let held = Held(ancestors(&[out], start, &[from])?);
+    let _rec = RecordingGuard::set(false);
+    let mut ts: HashMap<AdIndex, Grad> = HashMap::new();
+    ts.insert(from, seed);
+    for s in &held.0 {
+        if ts.contains_key(&s.ad) {
+            continue;
+        }
+        let Some(rule) = &s.rule else { continue };
+        let inputs: Vec<Option<Grad>> = s.parents.iter().map(|p| ts.get(p).cloned()).collect();
+        if inputs.iter().all(|t| t.is_none()) {
+            continue;
+        }
+        if let Some(t) = rule.try_forward(&inputs)? {
+            ts.insert(s.ad, t);
+        }
+    }
+    let t = ts.remove(&out);
+    drop(ts);
+    drop(held);
+    Ok(t)
+}
+
 /// Forward mode: push the tangents `seeds` through every node reachable from them (`to`: only
 /// towards these nodes). Returns the tangent of every node reached.
 pub(crate) fn forward(
@@ -277,7 +325,7 @@ pub(crate) fn forward_with(
     let mut held = Held(descendants(&from));
     if let Some(to) = to {
         // only the nodes on a path to a target matter
-        let up = ancestors(to, 0);
+        let up = ancestors(to, 0, &[]);
         let keep: std::collections::HashSet<AdIndex> = match &up {
             Ok(v) => v.iter().map(|s| s.ad).collect(),
             Err(_) => held.0.iter().map(|s| s.ad).collect(),

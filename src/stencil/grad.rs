@@ -17,13 +17,23 @@
 //!   mass a border lane read there is scattered back to it.
 //!
 //! An input of another shape than the first gets its gradient by scatter-adding every tap's
-//! contribution (exact for every boundary, at scatter speed). Arrays with gradients that the
-//! kernel captures, and reads at value-dependent offsets (`at_var`), are refused.
+//! contribution (exact for every boundary, at scatter speed).
+//!
+//! Arrays with gradients that the kernel captures — a weight of one element, a field of one
+//! element per lane read at the lane itself, or what the kernel computes from captured arrays
+//! alone (an element, a sum, a gather) — are differentiated too: the partials trace finds them
+//! where the walk back from the value leaves the trace (older nodes) or meets a node that mixes
+//! lanes but reads no tap, takes each one's per-lane partial `p_w` by a forward pass from it
+//! through the trace alone, and the node gets them as parents: reverse mode gives `ct · p_w`
+//! (summed for a weight), forward mode adds `p_w · t_w`. The graph beyond them is neither
+//! walked nor consumed by these passes. Reads at value-dependent offsets (`at_var`) are refused,
+//! as is a kernel that mixes the lanes of its taps.
 
 use super::{
     box_mask, coordinates, fold_coordinate, interior_mask, readable_at_offsets, Boundary, Ctx,
     Neighborhood, Params, Rel,
 };
+use crate::ad::control::{lane_local_captures, Nodes};
 use crate::ad::graph::{self, Rule};
 use crate::ad::Grad;
 use crate::array::{ok, Array, Bool, Int64};
@@ -69,12 +79,13 @@ fn differentiable(ty: VarType) -> bool {
     matches!(ty, VarType::F32 | VarType::F64)
 }
 
-/// The error for a kernel that captured an array carrying a gradient.
-pub(super) fn captured_refusal(name: &str) -> Error {
+/// The error for a kernel that captured an array carrying a gradient of another size than one
+/// element or one per lane of the domain.
+fn captured_refusal(name: &str, size: usize, ty: VarType, lanes: usize) -> Error {
     Error::NotDifferentiable {
         construct: "stencil".into(),
         detail: format!(
-            "the kernel applied to `{name}` captures an array that carries a gradient (read with `Tensor::get` or used as a value); gradients flow through relatively indexed inputs only — pass it as one (a tuple of inputs), or `detach()` it"
+            "the kernel applied to `{name}` ({lanes} lanes) captures a {size}-element {ty} array that carries a gradient; a captured array is differentiated when it has one element (a weight) or one per lane (a field read at the lane itself) — pass an array read at other positions as a relatively indexed input (a tuple of inputs), or `detach()` it"
         ),
     }
 }
@@ -92,6 +103,8 @@ pub(super) fn at_var_refusal(name: &str) -> Error {
 /// What `record` needs of one application being traced.
 pub(super) struct Application<'a, U: Scalar> {
     pub ctx: &'a Rc<Ctx>,
+    /// The first input's name (for errors).
+    pub name: &'a str,
     /// The neighbourhood (declared or inferred): the forward's interior.
     pub nb: &'a Neighborhood,
     pub shapes: &'a [Vec<usize>],
@@ -128,6 +141,15 @@ struct Fold {
     p: Vec<Option<Grad>>,
 }
 
+/// An array with a gradient that the kernel captured: one element (a weight every lane reads)
+/// or one per lane (a field read at the lane itself).
+struct Weight {
+    ty: VarType,
+    size: usize,
+    /// `∂f/∂w` at each lane.
+    p: Grad,
+}
+
 /// The node of one application: the partials traced with it and its domain.
 struct StencilRule {
     domain: Vec<usize>,
@@ -138,6 +160,8 @@ struct StencilRule {
     params: Vec<(usize, Int64)>,
     out_ty: VarType,
     inputs: Vec<Input>,
+    /// Arrays with gradients the kernel captured (parents after the inputs').
+    weights: Vec<Weight>,
     /// The last parent is `out`, whose values stand at the border lanes.
     out_border: bool,
     /// The forward's interior for `Skip` (None: every lane, or another mode).
@@ -169,7 +193,7 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
         parents.push(ad);
     }
     // p: every read a leaf, one trace
-    let at_lane = partials(app, derived(ctx), true)?;
+    let (at_lane, captured, captured_p) = partials(app, derived(ctx), true)?;
     let mut built = Vec::new();
     for (i, ty, taps) in inputs {
         let p: Vec<Option<Grad>> = taps.iter().map(|o| find(&at_lane, i, o)).collect();
@@ -194,6 +218,13 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
             scattered: !same,
         });
     }
+    let mut weights = Vec::new();
+    for (&c, p) in captured.0.iter().zip(captured_p) {
+        let Some(p) = p else { continue };
+        let (size, ty) = graph::with(|g| (g.node(c).size, g.node(c).ty));
+        weights.push(Weight { ty, size, p });
+        parents.push(c);
+    }
     let out_border = app.out_ad != 0;
     if out_border {
         parents.push(app.out_ad);
@@ -208,6 +239,7 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
         params: ctx.params.0.borrow().clone(),
         out_ty: U::TYPE,
         inputs: built,
+        weights,
         out_border,
         interior: if ctx.boundary == Boundary::Skip {
             interior_mask(&ctx.coords, &dims, app.nb)
@@ -217,6 +249,7 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
         parents: parents.clone(),
     };
     let ad = graph::new_node_with(U::TYPE, ctx.n, &parents, Some(Arc::new(rule)), result.id());
+    drop(captured);
     Ok(result.with_ad(ad))
 }
 
@@ -237,21 +270,35 @@ fn derived(ctx: &Ctx) -> Rc<Ctx> {
 /// A tap's partial: input, offset as written, `∂f/∂tap` (None: the value does not depend on it).
 type Partial = (usize, Vec<i64>, Option<Grad>);
 
-/// Trace the kernel in `ctx` and take the partials of its value in the leaves made: (input,
-/// offset, partial) per leaf.
-fn partials<U: Scalar>(app: &Application<'_, U>, ctx: Rc<Ctx>, fast: bool) -> Result<Vec<Partial>> {
+/// Trace the kernel in `ctx` and take the partials of its value in the leaves made, (input,
+/// offset, partial) per leaf, and in the arrays with gradients it captured (their nodes, one
+/// reference held, and per-lane partials).
+fn partials<U: Scalar>(
+    app: &Application<'_, U>,
+    ctx: Rc<Ctx>,
+    fast: bool,
+) -> Result<(Vec<Partial>, Nodes, Vec<Option<Grad>>)> {
     let _on = crate::ad::RecordingGuard::set(true);
+    let start = graph::with(|g| g.next_seq());
     let value = (app.trace)(&ctx, fast);
     let leaves = std::mem::take(&mut *ctx.leaves.borrow_mut());
     let ads: Vec<u32> = leaves.iter().map(|l| l.grad.ad()).collect();
-    // per-lane partials are the derivative only when each lane depends on its own taps alone
-    crate::ad::control::check_lane_local("stencil kernel", value.ad, &ads)?;
-    let ps = crate::ad::lane_partials(&Grad::of(value), &ads)?;
-    Ok(leaves
+    // per-lane partials are the derivative only when each lane depends on its own taps (and
+    // its own lane of a captured array) alone
+    let captured = lane_local_captures("stencil kernel", value.ad, &ads, start, ctx.n)?;
+    for &c in &captured.0 {
+        let (size, ty) = graph::with(|g| (g.node(c).size, g.node(c).ty));
+        if size != 1 && size != ctx.n {
+            return Err(captured_refusal(app.name, size, ty, ctx.n));
+        }
+    }
+    let (ps, cps) = crate::ad::lane_partials_within(&Grad::of(value), &ads, &captured.0, start)?;
+    let taps = leaves
         .into_iter()
         .zip(ps)
         .map(|(l, p)| (l.input, l.off, p))
-        .collect())
+        .collect();
+    Ok((taps, captured, cps))
 }
 
 fn find(ps: &[Partial], i: usize, o: &[i64]) -> Option<Grad> {
@@ -600,8 +647,18 @@ impl StencilRule {
                 });
             }
         }
+        let at = self.inputs.len();
+        for (w, t) in self.weights.iter().zip(&ts[at.min(ts.len())..]) {
+            let Some(t) = t else { continue };
+            let term = w.p.array::<U>() * crate::ad::rules::cast_grad(t, U::TYPE).array::<U>();
+            value = Some(match value.take() {
+                None => term,
+                Some(v) => v + term,
+            });
+        }
         let value = value.unwrap_or_else(|| Array::zeros(self.n));
-        let border: Array<U> = match (self.out_border, ts.get(self.inputs.len())) {
+        let border_at = at + self.weights.len();
+        let border: Array<U> = match (self.out_border, ts.get(border_at)) {
             (true, Some(Some(t))) => t.array::<U>(),
             _ => Array::zeros(1),
         };
@@ -670,6 +727,12 @@ impl Rule for StencilRule {
             };
             out.push(Some(g));
         }
+        for w in &self.weights {
+            out.push(Some(match self.out_ty {
+                VarType::F32 => self.weight_adjoint::<f32>(w, ct),
+                _ => self.weight_adjoint::<f64>(w, ct),
+            }));
+        }
         if self.out_border {
             out.push(self.interior.as_ref().map(|inside| match self.out_ty {
                 VarType::F32 => Grad::of(select(inside, 0.0f32, self.wide::<f32>(ct))),
@@ -694,6 +757,25 @@ impl Rule for StencilRule {
 }
 
 impl StencilRule {
+    /// A captured weight's gradient: `ct · ∂f/∂w` at the lanes that computed (the forward's
+    /// interior for `Skip`), summed for a one-element weight; evaluated.
+    fn weight_adjoint<U: Float>(&self, w: &Weight, ct: &Grad) -> Grad {
+        let g = self.wide::<U>(ct) * w.p.array::<U>();
+        let g = match &self.interior {
+            Some(inside) => select(inside, g, U::zero()),
+            None => g,
+        };
+        let g = crate::ad::rules::cast_grad(
+            &crate::ad::control::fit(&Grad::of(g), w.size, self.n),
+            w.ty,
+        );
+        // evaluated now: left lazy, each application's term would keep its partial's inputs
+        // (the step's state) alive until the end of the pass, and every evaluation on the way
+        // would walk them all (40 heat steps: 4× slower)
+        ok(kiln_core::eval(&[g.id()]));
+        g
+    }
+
     /// The cotangent as an array of the domain's lanes (a size-1 one widened), detached.
     fn wide<U: Float>(&self, ct: &Grad) -> Array<U> {
         crate::ad::rules::broadcast(ct.array::<U>().detach(), self.n.into())

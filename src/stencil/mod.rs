@@ -662,7 +662,7 @@ impl<F> Stencil<F> {
     {
         let ads = inputs.ads();
         let out_ad = out.map_or(0, |o| o.array().ad);
-        let differentiate = crate::ad::recording()
+        let mut differentiate = crate::ad::recording()
             && F::Out::TYPE.is_float()
             && (ads.iter().any(|&a| a != 0) || out_ad != 0);
         let shapes = inputs.shapes();
@@ -732,9 +732,8 @@ impl<F> Stencil<F> {
         let rels = inputs.rels(&ctx, &|i| fast[i]);
         let value = self.f.call(&rels);
         drop(rels);
-        if crate::ad::recording() && value.grad_enabled() {
-            return Err(grad::captured_refusal(&names[0]));
-        }
+        // an array with a gradient the kernel captured (a weight, a per-lane field)
+        differentiate |= crate::ad::recording() && value.grad_enabled();
         if let Some(e) = ctx.errors.borrow().first() {
             return Err(Error::Stencil(e.clone()));
         }
@@ -808,6 +807,7 @@ impl<F> Stencil<F> {
             };
             let what = grad::Application {
                 ctx: &ctx,
+                name: &names[0],
                 nb: &nb,
                 shapes: &shapes,
                 ids: &ids,
