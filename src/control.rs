@@ -137,7 +137,7 @@ fn fits_lanes(id: VarId, n: Size) -> bool {
 }
 
 /// Whether `n` is more than one lane (a decision a frozen replay must find again).
-fn several(n: Size) -> bool {
+pub(crate) fn several(n: Size) -> bool {
     !n.is_zero() && !n.is_one()
 }
 
@@ -979,7 +979,7 @@ fn trace_target<A, O: Traverse>(
 }
 
 /// Check that every target's outputs have the first one's types.
-fn check_outputs(what: &str, first: &[VarId], other: &[VarId], k: usize) -> Result<()> {
+pub(crate) fn check_outputs(what: &str, first: &[VarId], other: &[VarId], k: usize) -> Result<()> {
     if first.len() != other.len() {
         return Err(Error::ControlFlow(format!(
             "{what}: target {k} returned {} arrays but the first target returned {}; every target must return the same structure",
@@ -1018,6 +1018,9 @@ fn masked_call<A: Traverse + Clone, O: Traverse + Clone>(
     n: Size,
 ) -> Result<O> {
     if crate::ad::control::involved(args) {
+        if crate::ad::higher_order() {
+            return crate::ad::control::recorded_call(what, masks, targets, args, n);
+        }
         return crate::ad::control::call(what, args, targets, |a, t| {
             masked_call_plain(what, kind, mode, masks, t, a, n)
         });
@@ -1130,7 +1133,7 @@ fn masked_call_plain<A: Traverse + Clone, O: Traverse + Clone>(
     evaluated_call(what, masks, targets, args, n)
 }
 
-fn no_target(what: &str) -> Error {
+pub(crate) fn no_target(what: &str) -> Error {
     Error::ControlFlow(format!(
         "{what}: there is no target to call (every entry is `None`), so the result's type is unknown; give at least one target"
     ))

@@ -24,15 +24,17 @@
 //! and the entries' rule is first order. Higher orders record the loop instead
 //! ([`LoopGrad::Recorded`], chosen inside nested transformations): each iteration evaluated,
 //! `select(active, body(state), state)` recorded like straight-line code, every iteration's
-//! state kept. A loop whose memory must stay bounded whatever its body is recomputed from saved
-//! states instead (`super::checkpoint`, with `'static` closures). Scans and stencils have
+//! state kept. Branches and calls do the same there ([`recorded_call`]): each target runs on its
+//! own lanes, compacted, its argument gathers and result placement recorded like any code. A
+//! loop whose memory must stay bounded whatever its body is recomputed from saved states
+//! instead (`super::checkpoint`, with `'static` closures). Scans and stencils have
 //! their own rules (`scan::stepwise`, `stencil::grad`).
 
 use super::graph::{self, AdIndex, Rule};
 use super::rules::{broadcast, cast_grad, unbroadcast};
 use super::value::Grad;
 use super::{recording, RecordingGuard};
-use crate::array::Array;
+use crate::array::{Array, Bool};
 use crate::control::{Loop, LoopGrad, Target};
 use crate::freeze::traverse::{Assign, Traversal, Traverse};
 use crate::types::Float;
@@ -614,6 +616,141 @@ pub(crate) fn captured_by<A: Traverse + Clone, O: Traverse>(
     found.0.extend(new);
     drop(out);
     drop(leaves);
+}
+
+/// `if_then_else` / `switch` / `dispatch` inside a transformation whose derivatives are
+/// differentiated again ([`super::higher_order`]): the first-order path's Jacobian entries have
+/// no derivative of their own, so here each target runs on its own lanes, compacted (the
+/// evaluated mode), with the gathers of its arguments and the gathers that place its results
+/// recorded like any code: derivatives of every order go through, also of arrays the targets
+/// capture. Side effects happen only on each target's lanes; lanes no target takes get zeros.
+pub(crate) fn recorded_call<A: Traverse + Clone, O: Traverse + Clone>(
+    what: &str,
+    masks: &[VarId],
+    targets: &[Target<'_, A, O>],
+    args: &A,
+    n: Size,
+) -> Result<O> {
+    let (arg_ids, arg_ads) = arrays(args);
+    // the results so far: a template and one array of n lanes per output
+    let mut result: Option<(O, Ids, Nodes)> = None;
+    for (k, t) in targets.iter().enumerate() {
+        let Some(f) = t else { continue };
+        kiln_core::inc_ref(masks[k]);
+        let given = crate::array::Bool::wrap(masks[k]);
+        let mask = if kiln_core::freeze::size_of(masks[k]).same_as(n) {
+            given
+        } else {
+            // a broadcast mask: all lanes or none
+            let (yes, no) = (Bool::full(true, n), Bool::full(false, n));
+            crate::ops::select(&given, yes, no)
+        };
+        let lanes = crate::array::UInt32::wrap(kiln_core::compress(mask.id())?);
+        if kiln_core::size(lanes.id()) == 0
+            && result.is_some()
+            && !kiln_core::freeze::in_recording()
+        {
+            continue;
+        }
+        let (mut ids, mut ads) = (Ids::new(), Nodes(Vec::new()));
+        for (&a, &ad) in arg_ids.iter().zip(&arg_ads) {
+            let (id, ad) = if kiln_core::freeze::size_of(a).is_one() && crate::control::several(n) {
+                // size-1 arguments broadcast
+                kiln_core::inc_ref(a);
+                graph::inc_ref(ad);
+                (a, ad)
+            } else {
+                gather_entry(a, ad, &lanes, None)?
+            };
+            ids.push(id);
+            ads.0.push(ad);
+        }
+        let local = rebuild_with(args, ids.ids(), &ads.0);
+        drop((ids, ads));
+        let out = {
+            let _lanes = kiln_core::lanes::push_compact(lanes.id(), n.peek(), Some(mask.id()))?;
+            f(&local)
+        };
+        drop(local);
+        let (out_ids, out_ads) = arrays(&out);
+        if result.is_none() {
+            let mut zeros = Ids::new();
+            for &o in &out_ids {
+                let z = Ids::own(vec![kiln_core::literal(kiln_core::var_type(o), 0, n)]);
+                zeros.push(kiln_core::make_opaque(z.ids()[0])?);
+            }
+            let none = Nodes(vec![0; out_ids.len()]);
+            result = Some((out.clone(), zeros, none));
+        }
+        let (template, acc, acc_ads) = result.as_mut().expect("set above");
+        let (first, _) = arrays(template);
+        crate::control::check_outputs(what, &first, &out_ids, k)?;
+        // lane i of the call takes element (its rank among the target's lanes) of the results
+        let rank = crate::ops::select(&mask, 1u32, 0u32).prefix_sum(true);
+        for j in 0..out_ids.len() {
+            let (placed, placed_ad) = gather_entry(out_ids[j], out_ads[j], &rank, Some(&mask))?;
+            let placed = (Ids::own(vec![placed]), Nodes(vec![placed_ad]));
+            let old = (acc.ids()[j], acc_ads.0[j]);
+            let (id, ad) = select_ids(&mask, (placed.0.ids()[0], placed.1 .0[0]), old)?;
+            acc.replace(j, id);
+            let prev = std::mem::replace(&mut acc_ads.0[j], ad);
+            graph::dec_ref(prev);
+        }
+    }
+    let Some((template, acc, acc_ads)) = result else {
+        return Err(crate::control::no_target(what));
+    };
+    Ok(rebuild_with(&template, acc.ids(), &acc_ads.0))
+}
+
+/// `source[index]` (0 where `mask` does not hold) for an array of any type, its derivative
+/// recorded when it is a float: new references to the result and its node.
+fn gather_entry(
+    source: VarId,
+    ad: AdIndex,
+    index: &crate::array::UInt32,
+    mask: Option<&crate::array::Bool>,
+) -> Result<(VarId, AdIndex)> {
+    fn typed<T: Float>(
+        source: VarId,
+        ad: AdIndex,
+        index: &crate::array::UInt32,
+        mask: Option<&crate::array::Bool>,
+    ) -> Result<(VarId, AdIndex)> {
+        kiln_core::inc_ref(source);
+        graph::inc_ref(ad);
+        let src = Array::<T>::wrap(source).with_ad(ad);
+        let out = match mask {
+            Some(m) => crate::memory::try_gather_masked(&src, index, m)?,
+            None => crate::memory::try_gather_masked(&src, index, true)?,
+        };
+        kiln_core::inc_ref(out.id());
+        graph::inc_ref(out.ad);
+        Ok((out.id(), out.ad))
+    }
+    match kiln_core::var_type(source) {
+        VarType::F32 => typed::<f32>(source, ad, index, mask),
+        VarType::F64 => typed::<f64>(source, ad, index, mask),
+        _ => {
+            let all = Ids::own(vec![kiln_core::literal(VarType::Bool, 1, 1)]);
+            let m = mask.map_or(all.ids()[0], |m| m.id());
+            Ok((kiln_core::gather(source, index.id(), m)?, 0))
+        }
+    }
+}
+
+/// `select(mask, a, b)` for one array of any type (derivatives recorded for floats): new
+/// references to the result and its node.
+fn select_ids(
+    mask: &crate::array::Bool,
+    a: (VarId, AdIndex),
+    b: (VarId, AdIndex),
+) -> Result<(VarId, AdIndex)> {
+    Ok(match kiln_core::var_type(a.0) {
+        VarType::F32 => select_entry::<f32>(mask, a, b),
+        VarType::F64 => select_entry::<f64>(mask, a, b),
+        _ => (kiln_core::op(Op::Select, &[mask.id(), a.0, b.0])?, 0),
+    })
 }
 
 /// The tangent `t` as an owned id, or a zero of type `ty`.
