@@ -28,6 +28,10 @@
 //! (summed for a weight), forward mode adds `p_w · t_w`. The graph beyond them is neither
 //! walked nor consumed by these passes. Reads at value-dependent offsets (`at_var`) are refused,
 //! as is a kernel that mixes the lanes of its taps.
+//!
+//! This rule is first order. Inside a transformation whose derivatives are differentiated again
+//! (`kiln::hvp`, a nested `grad`), `Stencil::apply` records the application as gathers of its
+//! inputs instead (`Ctx::recorded`), which any order differentiates (and `at_var` with them).
 
 use super::{
     box_mask, coordinates, fold_coordinate, interior_mask, readable_at_offsets, Boundary, Ctx,

@@ -144,6 +144,9 @@ pub struct Ctx {
     params: Params,
     /// Whether every read becomes an AD leaf (partials are being traced), and the leaves made.
     seed: bool,
+    /// Whether reads are gathers with their derivatives recorded (inside a transformation whose
+    /// derivatives are differentiated again: the application is straight-line code there).
+    recorded: bool,
     leaves: RefCell<Vec<grad::Leaf>>,
 }
 
@@ -185,6 +188,7 @@ impl Ctx {
             clamped: RefCell::new(Vec::new()),
             params,
             seed: false,
+            recorded: false,
             leaves: RefCell::new(Vec::new()),
         }
     }
@@ -435,11 +439,15 @@ impl<T: Scalar> Rel<T> {
         }
         let flat = flat.expect("rank ≥ 1");
         let mask = inside.clone().unwrap_or_else(|| Bool::scalar(true));
-        let value = Array::<T>::from_id(ok(kiln_core::gather_view(
-            self.src.id(),
-            flat.id(),
-            mask.id(),
-        )));
+        let value = if self.ctx.recorded {
+            crate::memory::gather_view_masked(&self.src, &flat, &mask)
+        } else {
+            Array::<T>::from_id(ok(kiln_core::gather_view(
+                self.src.id(),
+                flat.id(),
+                mask.id(),
+            )))
+        };
         match (self.ctx.boundary, inside) {
             (Boundary::Constant(v), Some(inside)) => {
                 // (zero as a literal of T: a cast of it would be a lazy scalar of every kernel)
@@ -721,15 +729,21 @@ impl<F> Stencil<F> {
             .collect::<Result<Vec<bool>>>()?;
         let params = Params::default();
         let coords = coordinates(&domain, &Int64::arange(n), &params);
-        let ctx = Rc::new(Ctx::new(
+        let mut ctx = Ctx::new(
             &domain,
             coords,
             n,
             self.boundary,
             self.neighborhood.clone(),
             params,
-        ));
-        let rels = inputs.rels(&ctx, &|i| fast[i]);
+        );
+        // inside a transformation whose derivatives are differentiated again, the application is
+        // recorded as gathers (any order; the adjoint stencil's rule is first order)
+        ctx.recorded =
+            crate::ad::recording() && crate::ad::higher_order() && F::Out::TYPE.is_float();
+        let recorded = ctx.recorded;
+        let ctx = Rc::new(ctx);
+        let rels = inputs.rels(&ctx, &|i| fast[i] && !recorded);
         let value = self.f.call(&rels);
         drop(rels);
         // an array with a gradient the kernel captured (a weight, a per-lane field)
@@ -737,7 +751,7 @@ impl<F> Stencil<F> {
         if let Some(e) = ctx.errors.borrow().first() {
             return Err(Error::Stencil(e.clone()));
         }
-        if differentiate && !ctx.clamped.borrow().is_empty() {
+        if differentiate && !recorded && !ctx.clamped.borrow().is_empty() {
             return Err(grad::at_var_refusal(&names[0]));
         }
         let taps: Vec<Vec<i64>> = ctx.taps.borrow().iter().map(|t| t.1.clone()).collect();
@@ -782,6 +796,7 @@ impl<F> Stencil<F> {
             };
             match inside {
                 None => value,
+                Some(inside) if recorded => select(&inside, &value, &border),
                 Some(inside) => {
                     let general = select(&inside, &value, &border);
                     let meta = StencilMeta {
@@ -800,7 +815,7 @@ impl<F> Stencil<F> {
         } else {
             value
         };
-        let result = if differentiate {
+        let result = if differentiate && !recorded {
             let trace = |c: &Rc<Ctx>, fast_ok: bool| {
                 let rels = inputs.rels(c, &|i| fast_ok && fast[i]);
                 self.f.call(&rels)
