@@ -358,6 +358,60 @@ fn weights_read_from_a_captured_array_inside_the_kernel() {
                 .clone()
         };
         check(&[rand(n, 85), vec![0.3, -0.8, 1.1]], f, 1e-6);
+        // one array read directly and through a sum or a permuting gather of it: each path
+        // counted once (a forward pass from the array must stop at the nodes made from it)
+        let rev = UInt32::from_slice(&[5, 4, 3, 2, 1, 0]);
+        let g = |x: &[Float64]| {
+            let (w, fl) = (&x[1], &x[2]);
+            let k = kiln::stencil(|a: &Rel<f64>| {
+                a.at([1]) * w
+                    + a.at([0]) * w.sum() * w
+                    + a.at([0]) * fl
+                    + a.at([1]) * kiln::gather(fl, &rev)
+            })
+            .boundary(Boundary::Wrap);
+            k.apply(&Tensor::from_array(x[0].clone(), &[n]))
+                .unwrap()
+                .array()
+                .clone()
+        };
+        check(&[rand(n, 86), vec![0.5], rand(n, 87)], g, 1e-6);
+    });
+}
+
+/// A kernel whose value reads no tap (only a weight), with the `Skip` border: forward mode
+/// gives the one-lane tangent on every interior lane (it once failed joining 1 lane with n).
+#[test]
+fn a_value_of_weights_alone_in_forward_mode() {
+    let _s = serial();
+    no_leak(|| {
+        let mut w = Float64::from_slice(&[0.4]);
+        w.enable_grad();
+        let x = Float64::from_slice(&[1.0, 2.0, 3.0, 4.0]);
+        let k = kiln::stencil(|a: &Rel<f64>| {
+            let _ = a.at([1]);
+            &w * 2.0
+        });
+        let y = k.apply(&Tensor::from_array(x, &[4])).unwrap();
+        assert_eq!(y.array().to_vec(), vec![0.8, 0.8, 0.8, 0.0]);
+        kiln::ad::forward(&w).unwrap();
+        assert_eq!(y.array().grad().to_vec(), vec![2.0, 2.0, 2.0, 0.0]);
+        let (_, t) = kiln::jvp(
+            |w: &Float64| {
+                let k = kiln::stencil(|a: &Rel<f64>| {
+                    let _ = a.at([1]);
+                    w * 2.0
+                });
+                k.apply(&Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[4]))
+                    .unwrap()
+                    .array()
+                    .clone()
+            },
+            &Float64::from_slice(&[0.4]),
+            &Float64::from_slice(&[1.0]),
+        )
+        .unwrap();
+        assert_eq!(t.to_vec(), vec![2.0, 2.0, 2.0, 0.0]);
     });
 }
 

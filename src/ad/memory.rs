@@ -175,8 +175,11 @@ pub(crate) fn scatter_records<T: Scalar>(
         // the rule would replay the scatter later, outside the frame that says which lanes ran
         return Err(Error::NotDifferentiable {
             construct: "scatter inside an evaluated loop body, branch or call".into(),
-            detail: "the derivative of a side effect that only some lanes perform is coming with                      AD through control flow; use symbolic mode, or scatter detached operands"
-                .into(),
+            detail:
+                "its rule would replay the scatter after the body, outside the frame that says \
+                     which lanes ran it; run the construct in symbolic mode, or scatter detached \
+                     operands"
+                    .into(),
         });
     }
     Ok(tracked)

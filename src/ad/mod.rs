@@ -516,7 +516,8 @@ pub(crate) type Partials = Vec<Option<Grad>>;
 /// each of one element or one per lane of `y`): the leaves' by one reverse pass that stops at
 /// the captured nodes (what reaches them is dropped: the graph beyond is neither changed nor
 /// consumed), each captured node's by a forward pass from it through the nodes traced since
-/// `start`.
+/// `start` that stops at the other captured nodes (each its own parent: a captured array also
+/// read through a sum of it gets the two parts, each once).
 pub(crate) fn lane_partials_within(
     y: &Grad,
     leaves: &[AdIndex],
@@ -531,7 +532,7 @@ pub(crate) fn lane_partials_within(
             _ => 1.0f64.to_bits(),
         };
         let seed = Grad::own(kiln_core::literal(ty, one, size), 0);
-        of_captured.push(propagate::forward_within(y.ad(), c, seed, start)?);
+        of_captured.push(propagate::forward_within(y.ad(), c, seed, start, captured)?);
     }
     Ok((lane_partials(y, leaves, captured)?, of_captured))
 }

@@ -274,15 +274,18 @@ fn descendants(from: &[AdIndex]) -> Vec<Step> {
 
 /// The tangent of `out` given tangent `seed` at `from`: pushed through the nodes traced since
 /// `start` on the way to `out` only (a traced closure's own nodes; `from` an array it captured
-/// or one computed from such arrays alone), so that the rest of the graph is not walked. Not
-/// recorded; None where `out` does not depend on `from`.
+/// or one computed from such arrays alone), stopping at the nodes `stops` (`from` among them:
+/// the other captured nodes are parents of their own, so what reaches them is not `from`'s
+/// direct part), so that the rest of the graph is not walked. Not recorded; None where `out`
+/// does not depend on `from` directly.
 pub(crate) fn forward_within(
     out: AdIndex,
     from: AdIndex,
     seed: Grad,
     start: u64,
+    stops: &[AdIndex],
 ) -> Result<Option<Grad>> {
-    let held = Held(ancestors(&[out], start, &[from])?);
+    let held = Held(ancestors(&[out], start, stops)?);
     let _rec = RecordingGuard::set(false);
     let mut ts: HashMap<AdIndex, Grad> = HashMap::new();
     ts.insert(from, seed);

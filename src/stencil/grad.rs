@@ -660,7 +660,11 @@ impl StencilRule {
                 Some(v) => v + term,
             });
         }
-        let value = value.unwrap_or_else(|| Array::zeros(self.n));
+        // (a kernel whose value reads no tap has a one-lane tangent from its weights)
+        let value = value.map_or_else(
+            || Array::zeros(self.n),
+            |v| crate::ad::rules::broadcast(v, self.n.into()),
+        );
         let border_at = at + self.weights.len();
         let border: Array<U> = match (self.out_border, ts.get(border_at)) {
             (true, Some(Some(t))) => t.array::<U>(),

@@ -103,12 +103,13 @@ pub enum Error {
     /// the sequence, output or carry entry, both values that disagree, and the fix.
     #[error("scan: {0}")]
     Scan(String),
-    /// Reverse-mode differentiation reached a construct that has no backward pass yet (loops,
-    /// scans, stencils): never a wrong gradient.
+    /// Differentiation reached something it has no derivative rule for as used (a stencil
+    /// reading at value-dependent offsets at first order, a `scatter_reduce` with `Mul`/`Min`/
+    /// `Max`, a construct's first-order rule asked for a second derivative): never a wrong
+    /// gradient. `detail` says what and how to get around it.
     #[error(
-        "{construct} is not differentiable in reverse mode yet ({detail}); reverse mode through \
-         loops, scans and stencils is coming. Until then, compute it outside the gradient \
-         (`kiln::ad::suspend_grad`, `detach()`), or use forward mode (`kiln::jvp`) where it is supported"
+        "{construct} cannot be differentiated as used here: {detail}. Otherwise, compute it \
+         outside the gradient (`kiln::ad::suspend_grad`, `detach()`)"
     )]
     NotDifferentiable { construct: String, detail: String },
     /// Automatic differentiation was asked something it cannot answer as asked (a non-scalar
