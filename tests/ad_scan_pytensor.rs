@@ -132,6 +132,10 @@ fn grad_multiple_outs_taps() {
                     })
                     .unwrap();
                 assert_eq!(r.steps(), n);
+                // sequence taps and a MITSOT are a gradient scan's too (the MITSOT's carry is
+                // its window of rows; each sequence tap a view of the rows its steps read)
+                let tracked = v.iter().any(|a| a.grad_enabled());
+                assert_eq!(r.report().mode == "differentiated, gradient scan", tracked);
                 joined(&[r.output(0), r.output(1), r.output(2)])
             },
             1e-6,
@@ -485,6 +489,8 @@ fn grad_multiple_taps_state() {
                 .n_steps(10)
                 .run(|s| s.non_seq(0) + s.out(0, -1))
                 .unwrap();
+            let tracked = v.iter().any(|a| a.grad_enabled());
+            assert_eq!(r.report().mode == "differentiated, gradient scan", tracked);
             let last = r.last::<f64>(0).unwrap();
             (&last * &last).sum()
         },
@@ -897,6 +903,120 @@ fn backwards_until_and_truncated_scans_are_gradient_scans() {
                             "{v:?}: {what} mode, input {k}: {ga:?} vs {gb:?}"
                         );
                     }
+                }
+            }
+        }
+    });
+}
+
+/// A MITSOT (taps [-3, -1]) beside a SITSOT, a sequence read at taps [-1, 0, 2] and a weight the
+/// body captures, in the variants above: the gradient scan (the MITSOT's window carried, each
+/// tap a view of its rows) gives what the scan run step by step gives, both modes, to 1e-12.
+#[test]
+fn mitsot_and_sequence_taps_are_gradient_scans() {
+    let _s = serial();
+    let (len, d) = (9usize, 3usize);
+    let data = [
+        rand(3 * d, 91),
+        rand(d, 92),
+        rand(len * d, 93),
+        rand(d * d, 94),
+    ];
+    let run = |args: &[Float64], v: Variant, stepwise: bool| -> (Float64, String) {
+        let w = t(&args[3], &[d, d]);
+        let mut sc = Scan::new()
+            .sequence_taps(&t(&args[2], &[len, d]), &[-1, 0, 2])
+            .output_taps(&t(&args[0], &[3, d]), &[-3, -1])
+            .output(&t(&args[1], &[d]))
+            .go_backwards(v.go_backwards)
+            .reverse(v.reverse)
+            .keep_states(stepwise);
+        if let Some(k) = v.truncate {
+            sc = sc.truncate_gradient(k);
+        }
+        let until = v.until;
+        let r = sc
+            .run(|s| {
+                let m = (vdot(&s.out(0, -1), &w) + s.out(0, -3) * s.seq(0, 2)).tanh();
+                let h = &s.out(1, -1) * &(s.seq(0, -1) + s.seq(0, 0)).sin() + &m;
+                if until {
+                    s.until(&s.t().ge(&Tensor::scalar(3u32)));
+                }
+                (m, h)
+            })
+            .unwrap();
+        (
+            joined(&[r.output(0), r.output(1)]),
+            r.report().mode.to_string(),
+        )
+    };
+    let plain = Variant {
+        go_backwards: false,
+        reverse: false,
+        until: false,
+        truncate: None,
+        n_steps: None,
+    };
+    let variants = [
+        plain,
+        Variant {
+            go_backwards: true,
+            ..plain
+        },
+        Variant {
+            reverse: true,
+            ..plain
+        },
+        Variant {
+            go_backwards: true,
+            until: true,
+            ..plain
+        },
+        Variant {
+            truncate: Some(2),
+            ..plain
+        },
+    ];
+    no_leak(|| {
+        for v in variants {
+            let mut got = Vec::new();
+            for stepwise in [false, true] {
+                let fresh = || -> Vec<Float64> {
+                    data.iter()
+                        .map(|x| {
+                            let mut a = Float64::from_slice(x);
+                            a.enable_grad();
+                            a
+                        })
+                        .collect()
+                };
+                let args = fresh();
+                let (y, mode) = run(&args, v, stepwise);
+                let want = if stepwise {
+                    "differentiated"
+                } else {
+                    "differentiated, gradient scan"
+                };
+                assert_eq!(mode, want, "{v:?}");
+                kiln::ad::backward_from(&y, &Float64::from_slice(&rand(y.len(), 95))).unwrap();
+                let mut all: Vec<Vec<f64>> = args.iter().map(|a| a.grad().to_vec()).collect();
+                all.push(y.detach().to_vec());
+                for k in 0..data.len() {
+                    let args = fresh();
+                    args[k].set_grad(&Float64::from_slice(&rand(data[k].len(), 96 + k as u64)));
+                    let (y, _) = run(&args, v, stepwise);
+                    kiln::ad::forward(&args[k]).unwrap();
+                    all.push(y.grad().to_vec());
+                }
+                got.push(all);
+            }
+            for (k, (a, b)) in got[0].iter().zip(&got[1]).enumerate() {
+                let scale = b.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
+                for (x, y) in a.iter().zip(b) {
+                    assert!(
+                        (x - y).abs() <= 1e-12 * scale,
+                        "{v:?}: result {k}: {a:?} vs {b:?}"
+                    );
                 }
             }
         }

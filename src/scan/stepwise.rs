@@ -1,5 +1,8 @@
-//! PyTensor's face run differentiated: when a declared input carries a gradient, or the body
-//! captures one, the body runs once per step on ordinary lazy tensors with derivatives recorded,
+//! PyTensor's face run differentiated. First choice: a gradient scan ([`super::grad`]; see
+//! `gradient_scan` below for when it applies — any taps, windows of MITSOT rows carried). When
+//! it does not (`keep_states`, a `keep` that drops rows, higher orders, a frozen recording, side
+//! effects), and a declared input carries a gradient or the body captures one, the body runs
+//! once per step on ordinary lazy tensors with derivatives recorded,
 //! and each step is evaluated before the next (one kernel group per step, as in stepped mode).
 //! AD then goes through the scan as through any code — both modes, any order — with sequence
 //! taps, recurrent outputs with taps (SITSOT, MITSOT), NITSOT outputs, non-sequences, captured
@@ -153,28 +156,27 @@ pub(crate) fn run(
     Ok(finish(&spec, h, n))
 }
 
-/// The scan as a gradient scan ([`super::grad`]) when it has the simple pattern: every sequence
-/// read at tap 0 (with a gradient or not; all of one length when read backwards), every output a
-/// SITSOT (taps `[-1]`) or a NITSOT with every row kept, no `keep_states`, first order, outside a
-/// frozen recording, and a body without side effects. `go_backwards`, `reverse`, `until` (the
-/// gradient scan runs over the steps the scan ran) and `truncate_gradient` (over the last `k`
-/// of them) are the gradient scan's too. `None`: it does not apply.
+/// The scan as a gradient scan ([`super::grad`]) when it has the pattern: every output a
+/// recurrent one (SITSOT, or MITSOT with any taps: its carry is the window of its last rows) or
+/// a NITSOT with every row kept, sequences read at any taps (each tap a view of the rows the
+/// steps read, whose cotangents the gradient scan stacks), no `keep_states`, first order,
+/// outside a frozen recording, and a body without side effects. `go_backwards`, `reverse`,
+/// `until` (the gradient scan runs over the steps the scan ran) and `truncate_gradient` (over
+/// the last `k` of them) are the gradient scan's too. `None`: it does not apply.
 fn gradient_scan(
     spec: &Spec,
     body: &mut dyn FnMut(&StepIn) -> Result<StepOut>,
     n: usize,
 ) -> Result<Option<RunOut>> {
     use super::spec::Keep;
-    let sitsot = |o: &super::spec::OutSpec| o.init.is_some() && o.taps == [-1];
     let backwards = spec.go_backwards || spec.reverse;
     let len = spec.seqs.first().map_or(n, |q| q.data.shape[0]);
+    // sequences read at tap 0 only are handed over whole (read backwards by the gradient scan
+    // itself, all of one length); otherwise each tap is a view of the rows its steps read
+    let at_zero = spec.seqs.iter().all(|q| q.taps == [0]);
     let applies = n > 0
-        && spec.seqs.iter().all(|q| q.taps == [0])
-        && (!backwards || spec.seqs.iter().all(|q| q.data.shape[0] == len))
-        && spec
-            .outs
-            .iter()
-            .all(|o| (sitsot(o) || o.init.is_none()) && matches!(o.keep, Keep::All))
+        && (!backwards || !at_zero || spec.seqs.iter().all(|q| q.data.shape[0] == len))
+        && spec.outs.iter().all(|o| matches!(o.keep, Keep::All))
         && spec
             .pending_keep
             .iter()
@@ -184,22 +186,37 @@ fn gradient_scan(
     if !applies {
         return Ok(None);
     }
-    let carried: Vec<usize> = (0..spec.outs.len())
-        .filter(|&j| sitsot(&spec.outs[j]))
+    // the carry: per recurrent output, its window of rows (one for a SITSOT)
+    let layout: Vec<(usize, usize)> = (0..spec.outs.len())
+        .filter(|&j| spec.outs[j].init.is_some())
+        .map(|j| (j, spec.outs[j].window()))
         .collect();
-    let init: Vec<Erased> = carried
+    let init: Vec<Erased> = layout
         .iter()
-        .map(|&j| spec.outs[j].init.clone().expect("a SITSOT"))
+        .flat_map(|&(j, w)| {
+            let o = &spec.outs[j];
+            let init = o.init.clone().expect("a recurrent output");
+            if o.mitsot_layout() {
+                (0..w).map(|r| row(&init, r)).collect()
+            } else {
+                vec![init]
+            }
+        })
         .collect();
-    let row0: Vec<Erased> = spec
-        .seqs
-        .iter()
-        .map(|q| first_row(&q.data))
-        .collect::<Result<_>>()?;
-    if super::grad::has_effects(&mut step_of(spec, &carried, body), &init, &row0) {
+    let (xs, slots) = if at_zero {
+        (spec.seqs.iter().map(|q| q.data.clone()).collect(), None)
+    } else {
+        tap_views(spec, n, backwards)?
+    };
+    let row0: Vec<Erased> = xs.iter().map(first_row).collect::<Result<_>>()?;
+    let shape = StepShape {
+        layout: &layout,
+        slots: slots.as_deref(),
+    };
+    if super::grad::has_effects(&mut step_of(spec, &shape, body), &init, &row0) {
         return Ok(None);
     }
-    // the plain scan forward, keeping every carry state and every step's products
+    // the plain scan forward, keeping every recurrent output's rows and every step's products
     let mut plain = spec.clone();
     plain.keep_states = true;
     plain.save_products = true;
@@ -213,45 +230,35 @@ fn gradient_scan(
         }
         Err(e) => return Err(e),
     };
-    let (Some(mut captured), Some(states)) = (
-        fwd.captured.take(),
-        carried
-            .iter()
-            .map(|&j| fwd.states.get(j).cloned().flatten())
-            .collect::<Option<Vec<Erased>>>(),
-    ) else {
+    // (after `until`, the steps the scan ran)
+    let steps_run = fwd.report.steps_run;
+    let Some(mut captured) = fwd.captured.take() else {
         return Ok(None);
     };
-    // (after `until`, the steps the scan ran)
-    let n = fwd.report.steps_run;
-    if n == 0 {
+    let Some((states, finals)) = carry_states(spec, &layout, &fwd, steps_run) else {
+        return Ok(None);
+    };
+    if steps_run == 0 {
         return Ok(None);
     }
     captured.extend(spec.non_seqs.iter().cloned());
     let fw = super::grad::Forward {
         init,
-        xs: spec.seqs.iter().map(|q| q.data.clone()).collect(),
-        finals: carried
-            .iter()
-            .map(|&j| fwd.finals.get(j).cloned().flatten())
-            .collect::<Option<Vec<Erased>>>()
-            .unwrap_or_default(),
+        xs,
+        finals,
         ys: fwd.outputs.clone(),
         states,
         captured,
         pushed: std::mem::take(&mut fwd.pushed),
         saved: std::mem::take(&mut fwd.saved),
         reads: Vec::new(),
-        n,
-        reverse: backwards,
+        n: steps_run,
+        reverse: backwards && at_zero,
         ys_reversed: spec.reverse,
         truncate: spec.truncate,
     };
-    if fw.finals.len() != carried.len() {
-        return Ok(None);
-    }
     let mut report = fwd.report.clone();
-    let mut step = step_of(spec, &carried, body);
+    let mut step = step_of(spec, &shape, body);
     let Some((_, ys)) = super::grad::attach(fw, &mut step, &spec.label, &mut report)? else {
         return Ok(None);
     };
@@ -266,30 +273,133 @@ fn gradient_scan(
     }))
 }
 
-/// The body as the gradient scan calls it: the carry (the SITSOT outputs `carried`, in order)
-/// and a row of each sequence to the new carry and every output (an `until` it sets is the
-/// plain forward's business: the gradient scan runs over the steps that ran).
+/// How the gradient scan's carry and rows map to the body's inputs.
+struct StepShape<'a> {
+    /// Per recurrent output in carry order: (output, rows of its window).
+    layout: &'a [(usize, usize)],
+    /// Per sequence, per tap: its row's position among the gradient scan's rows (None: one row
+    /// per sequence, tap 0).
+    slots: Option<&'a [Vec<usize>]>,
+}
+
+/// Per sequence and tap, the rows its steps read (`n` of them, in step order: a view, its
+/// gradient kept), and where each landed.
+#[allow(clippy::type_complexity)]
+fn tap_views(
+    spec: &Spec,
+    n: usize,
+    backwards: bool,
+) -> Result<(Vec<Erased>, Option<Vec<Vec<usize>>>)> {
+    let mut xs = Vec::new();
+    let mut slots = Vec::new();
+    for q in &spec.seqs {
+        let (off, _) = seq_span(&q.taps, q.data.shape[0]);
+        let mut at = Vec::new();
+        for &tap in &q.taps {
+            let start = (off + tap) as usize;
+            let v = rows_from(&q.data, start, n, backwards);
+            // (a recorded step reads its inputs' buffers)
+            kiln_core::eval(&[v.id()])?;
+            at.push(xs.len());
+            xs.push(v);
+        }
+        slots.push(at);
+    }
+    Ok((xs, Some(slots)))
+}
+
+/// Per carry entry, the rows it held at each step (at least `steps_run + 1`) and its final value,
+/// from the plain forward's `keep_states` buffers (a window entry `i` of a MITSOT is its
+/// history from row `i`). None: the forward kept none.
+fn carry_states(
+    spec: &Spec,
+    layout: &[(usize, usize)],
+    fwd: &RunOut,
+    steps_run: usize,
+) -> Option<(Vec<Erased>, Vec<Erased>)> {
+    let (mut states, mut finals) = (Vec::new(), Vec::new());
+    for &(j, w) in layout {
+        let hist = fwd.states.get(j).cloned().flatten()?;
+        if !spec.outs[j].mitsot_layout() {
+            states.push(hist);
+            finals.push(fwd.finals.get(j).cloned().flatten()?);
+            continue;
+        }
+        let rows = hist.shape[0];
+        for i in 0..w {
+            states.push(rows_from(&hist, i, rows - i, false));
+            finals.push(row(&hist, steps_run + i));
+        }
+    }
+    Some((states, finals))
+}
+
+/// Rows `start..start + count` of `e` along its leading axis (counted from the last row when
+/// `backwards`): a view, its gradient kept.
+fn rows_from(e: &Erased, start: usize, count: usize, backwards: bool) -> Erased {
+    typed!(e.ty, rows_from_typed(e, start, count, backwards))
+}
+
+fn rows_from_typed<T: Scalar>(e: &Erased, start: usize, count: usize, backwards: bool) -> Erased {
+    let t = tensor_of::<T>(e);
+    let t = if backwards { t.flip(0) } else { t };
+    let r = crate::tensor::SliceArg::Range {
+        start: Some(start as isize),
+        stop: Some((start + count) as isize),
+        step: 1,
+    };
+    Erased::of(&t.slice(&[r]))
+}
+
+/// The body as the gradient scan calls it: the carry (each recurrent output's window, in
+/// order) and the rows (a row per sequence, or per sequence and tap) to the new carry (each
+/// window moved on by the output's new row) and every output (an `until` it sets is the plain
+/// forward's business: the gradient scan runs over the steps that ran).
 fn step_of<'a>(
     spec: &'a Spec,
-    carried: &'a [usize],
+    shape: &'a StepShape<'a>,
     body: &'a mut dyn FnMut(&StepIn) -> Result<StepOut>,
 ) -> impl FnMut(&Erased, &[Erased], &[Erased]) -> super::grad::Stepped + 'a {
     move |s, c, x| {
         let mut out_rows: Vec<Vec<Erased>> = vec![Vec::new(); spec.outs.len()];
-        for (&j, e) in carried.iter().zip(c) {
-            out_rows[j] = vec![e.clone()];
+        let mut base = 0;
+        for &(j, w) in shape.layout {
+            let o = &spec.outs[j];
+            out_rows[j] = if o.mitsot_layout() {
+                o.taps
+                    .iter()
+                    .map(|&tap| c[base + (w as i64 + tap) as usize].clone())
+                    .collect()
+            } else {
+                vec![c[base].clone()]
+            };
+            base += w;
         }
+        let seq_rows = match shape.slots {
+            None => x.iter().map(|r| vec![r.clone()]).collect(),
+            Some(slots) => slots
+                .iter()
+                .map(|at| at.iter().map(|&k| x[k].clone()).collect())
+                .collect(),
+        };
         let input = StepIn {
             t: s.clone(),
-            seq_rows: x.iter().map(|r| vec![r.clone()]).collect(),
+            seq_rows,
             out_rows,
             non_seqs: spec.non_seqs.clone(),
         };
         let out = body(&input)?;
-        let carry = carried
-            .iter()
-            .filter_map(|&j| out.outs.get(j).cloned())
-            .collect();
+        let mut carry = Vec::new();
+        let mut base = 0;
+        for &(j, w) in shape.layout {
+            if spec.outs[j].mitsot_layout() {
+                carry.extend(c[base + 1..base + w].iter().cloned());
+            }
+            if let Some(r) = out.outs.get(j) {
+                carry.push(r.clone());
+            }
+            base += w;
+        }
         Ok((carry, out.outs))
     }
 }
