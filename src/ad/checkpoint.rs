@@ -70,12 +70,6 @@ pub(crate) fn run<S: Traverse + Clone + Send + Sync + 'static>(
             lp.label
         )));
     }
-    if kiln_core::freeze::active() {
-        return Err(Error::ControlFlow(format!(
-            "loop {}: a checkpointed loop decides on the host where each of its segments ends, and replays them in `backward`, which a frozen function's replay cannot repeat; drop `grad_checkpoint` inside frozen functions (the default gradient mode's loop replays, its Jacobian travelling with it), or run the loop outside the frozen function",
-            lp.label
-        )));
-    }
     let (ids, ads) = arrays(&lp.state);
     let tracked = ids
         .iter()
@@ -84,6 +78,9 @@ pub(crate) fn run<S: Traverse + Clone + Send + Sync + 'static>(
     if !super::control::involved(&lp.state) || !tracked {
         // nothing to recompute for (a captured gradient is still found and refused)
         return lp.run(cond, body);
+    }
+    if kiln_core::freeze::active() {
+        return in_frozen_function(lp, cond, body);
     }
     if super::higher_order() || lanes(&ids).is_zero() {
         // (the rule below is first order: derivatives of derivatives need every iteration)
@@ -110,6 +107,28 @@ pub(crate) fn run<S: Traverse + Clone + Send + Sync + 'static>(
 
 fn differentiable(ty: VarType) -> bool {
     matches!(ty, VarType::F32 | VarType::F64)
+}
+
+/// A checkpointed loop inside a frozen function's recording or replay: the segments end where
+/// the host decides and replay in `backward`, which a replay could not repeat. A loop that can
+/// carry its Jacobian (a lane-local body; captured gradients of one element or one per lane)
+/// needs no saved state at all, so it runs in that mode, which replays — within any memory
+/// budget. One whose body mixes lanes is refused, naming the ways out.
+fn in_frozen_function<S: Traverse + Clone + Send + Sync + 'static>(
+    lp: Loop<S>,
+    cond: impl FnMut(&S) -> Bool + Send + 'static,
+    mut body: impl FnMut(&S) -> S + Send + 'static,
+) -> Result<S> {
+    let (ids, _) = arrays(&lp.state);
+    if !super::higher_order() && super::control::carries_jacobian(&mut body, &lp.state, lanes(&ids))
+    {
+        tracing::debug!(target: "kiln::ad", "loop {}: checkpointed inside a frozen function: its Jacobian travels with it instead (no state kept)", lp.label);
+        return lp.grad_mode(LoopGrad::Jacobian).run(cond, body);
+    }
+    Err(Error::ControlFlow(format!(
+        "loop {}: a checkpointed loop whose body mixes lanes (or inside a nested transformation) cannot run inside a frozen function: its segments end where the host decides and replay in `backward`, which a frozen function's replay cannot repeat; run the loop outside the frozen function, or make the body lane-local (each lane computed from its own lane of the state), which differentiates without keeping any state",
+        lp.label
+    )))
 }
 
 /// An error if the body uses an array with a gradient that it does not take through the state:
