@@ -338,6 +338,106 @@ fn second_and_third_derivatives_through_branches_switches_and_dispatch() {
     assert_eq!(nodes(), before, "AD nodes leaked");
 }
 
+/// Found by adversarial testing of the recorded branch: a target returning one value (a
+/// captured weight), and a one-element argument under a condition of several lanes, keep their
+/// values inside `hvp` (each lane of the target gets the value, as at first order) and their
+/// second derivatives; a target that mixes the lanes of a tracked argument is refused there too.
+#[test]
+fn recorded_branches_broadcast_one_value_and_refuse_mixing() {
+    let _s = serial();
+    let before = nodes();
+    let xs = [-0.7, 0.4, -1.2, 0.9, 0.3, -0.2, 1.5];
+    let c = Float64::from_slice(&[0.5, -1.0, 0.2, -0.3, 0.8, -0.6, 0.1]);
+    for mode in MODES {
+        let w = Float64::from_slice(&[0.8]);
+        let f = |x: &Float64| {
+            Branch::new()
+                .mode(mode)
+                .run(
+                    &x.detach().lt(0.0),
+                    |x: &Float64| x * x * x,
+                    |_: &Float64| w.clone(),
+                    x,
+                )
+                .unwrap()
+                .sum()
+        };
+        let x = Float64::from_slice(&xs);
+        let inside = std::cell::Cell::new(0.0);
+        let hv = kiln::hvp(
+            |x: &Float64| {
+                let y = f(x);
+                inside.set(y.detach().item());
+                y
+            },
+            &x,
+            &Float64::ones(xs.len()),
+        )
+        .unwrap();
+        let plain = f(&x).item();
+        assert!(
+            (inside.get() - plain).abs() < 1e-12,
+            "{mode:?}: {} vs {plain}",
+            inside.get()
+        );
+        let want: Vec<f64> = xs
+            .iter()
+            .map(|&v| if v < 0.0 { 6.0 * v } else { 0.0 })
+            .collect();
+        close(&hv.to_vec(), &want, 1e-12, &format!("{mode:?} one value"));
+        // a one-element argument under a condition of seven lanes
+        let g = |x: &Float64| {
+            Branch::new()
+                .mode(mode)
+                .run(
+                    &c.lt(0.0),
+                    |x: &Float64| x * x * x,
+                    |x: &Float64| x.sin(),
+                    x,
+                )
+                .unwrap()
+                .sum()
+        };
+        let x1 = Float64::from_slice(&[0.7]);
+        let hv = kiln::hvp(g, &x1, &Float64::from_slice(&[1.0]))
+            .unwrap()
+            .item();
+        // three lanes take x³ (6x), four take sin (−sin x)
+        let want = 3.0 * 6.0 * 0.7 - 4.0 * 0.7f64.sin();
+        assert!((hv - want).abs() < 1e-12, "{mode:?}: {hv} vs {want}");
+        // a target mixing its argument's lanes: refused at any order
+        let m = |x: &Float64| {
+            Branch::new()
+                .mode(mode)
+                .run(
+                    &x.detach().lt(0.0),
+                    |x: &Float64| x * x.sum(),
+                    |x: &Float64| x.clone(),
+                    x,
+                )
+                .map(|y| y.sum())
+        };
+        let said = std::cell::RefCell::new(Vec::new());
+        let caught = |x: &Float64| match m(x) {
+            Ok(v) => v,
+            Err(e) => {
+                said.borrow_mut().push(e.to_string());
+                x.sum()
+            }
+        };
+        kiln::hvp(caught, &x, &x).unwrap();
+        kiln::grad(caught, &x).unwrap();
+        let said = said.borrow();
+        assert_eq!(said.len(), 2, "{mode:?}: both orders refuse: {said:?}");
+        assert!(
+            said.iter()
+                .all(|e| e.contains("sum") && e.contains("lanes")),
+            "{said:?}"
+        );
+    }
+    assert_eq!(nodes(), before, "AD nodes leaked");
+}
+
 /// A weight the targets capture (not an argument) gets mixed second derivatives; side effects
 /// in a target happen only on its lanes, also when the branch is recorded for second order.
 #[test]

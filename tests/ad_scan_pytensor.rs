@@ -1022,3 +1022,75 @@ fn mitsot_and_sequence_taps_are_gradient_scans() {
         }
     });
 }
+
+/// Found by adversarial testing: truncated so that a kept step still reads a MITSOT's initial
+/// rows (with `until`, and with sequence taps that leave fewer steps than the window), those
+/// rows get their gradient as the step-by-step oracle gives it, both modes.
+#[test]
+fn truncation_that_keeps_reads_of_initial_rows() {
+    let _s = serial();
+    no_leak(|| {
+        let run = |init: &Float64, seq: &Float64, stepwise: bool, case: usize| -> Float64 {
+            let r = if case == 0 {
+                Scan::new()
+                    .sequence(&t(seq, &[4]))
+                    .output_taps(&t(init, &[2]), &[-2])
+                    .n_steps(3)
+                    .truncate_gradient(1)
+                    .keep_states(stepwise)
+                    .run(|s| {
+                        s.until(&s.t().ge(&Tensor::scalar(1u32)));
+                        (s.out(0, -2) * 1.5).sin() + s.seq(0, 0)
+                    })
+                    .unwrap()
+            } else {
+                Scan::new()
+                    .sequence_taps(&t(seq, &[6, 2]), &[-1, 1])
+                    .output_taps(&t(init, &[3, 2]), &[-3, -1])
+                    .truncate_gradient(2)
+                    .keep_states(stepwise)
+                    .run(|s| {
+                        (s.out(0, -3) * s.seq(0, 1) + s.out(0, -1) * 0.5).tanh() + s.seq(0, -1)
+                    })
+                    .unwrap()
+            };
+            r.output::<f64>(0).array().clone()
+        };
+        for case in 0..2 {
+            let (ni, ns) = if case == 0 { (2, 4) } else { (6, 12) };
+            let (i0, s0) = (rand(ni, 120), rand(ns, 121));
+            let mut got = Vec::new();
+            for stepwise in [false, true] {
+                let (mut init, mut seq) = (Float64::from_slice(&i0), Float64::from_slice(&s0));
+                init.enable_grad();
+                seq.enable_grad();
+                let y = run(&init, &seq, stepwise, case);
+                kiln::ad::backward_from(&y, &Float64::from_slice(&rand(y.len(), 122))).unwrap();
+                let (mut ti, ts) = (Float64::from_slice(&i0), Float64::from_slice(&s0));
+                ti.enable_grad();
+                ti.set_grad(&Float64::from_slice(&rand(ni, 123)));
+                let yt = run(&ti, &ts, stepwise, case);
+                kiln::ad::forward(&ti).unwrap();
+                got.push([
+                    init.grad().to_vec(),
+                    seq.grad().to_vec(),
+                    yt.grad().to_vec(),
+                ]);
+            }
+            for k in 0..3 {
+                for (a, b) in got[0][k].iter().zip(&got[1][k]) {
+                    assert!(
+                        (a - b).abs() <= 1e-12 * (1.0 + b.abs()),
+                        "case {case}, result {k}: {:?} vs {:?}",
+                        got[0][k],
+                        got[1][k]
+                    );
+                }
+            }
+            assert!(
+                got[1][0].iter().any(|&g| g != 0.0),
+                "case {case}: the oracle reaches the initial rows"
+            );
+        }
+    });
+}

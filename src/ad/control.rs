@@ -652,6 +652,7 @@ pub(crate) fn recorded_call<A: Traverse + Clone, O: Traverse + Clone>(
         {
             continue;
         }
+        let start = graph::with(|g| g.next_seq());
         let (mut ids, mut ads) = (Ids::new(), Nodes(Vec::new()));
         for (&a, &ad) in arg_ids.iter().zip(&arg_ads) {
             let (id, ad) = if kiln_core::freeze::size_of(a).is_one() && crate::control::several(n) {
@@ -666,13 +667,19 @@ pub(crate) fn recorded_call<A: Traverse + Clone, O: Traverse + Clone>(
             ads.0.push(ad);
         }
         let local = rebuild_with(args, ids.ids(), &ads.0);
-        drop((ids, ads));
         let out = {
             let _lanes = kiln_core::lanes::push_compact(lanes.id(), n.peek(), Some(mask.id()))?;
             f(&local)
         };
         drop(local);
         let (out_ids, out_ads) = arrays(&out);
+        // a target that mixes the lanes of its arguments would see only its own lanes here, not
+        // every lane as a symbolic target does: refused, as at first order
+        let k_lanes = kiln_core::size(lanes.id());
+        for &o in out_ads.iter().filter(|&&o| o != 0) {
+            drop(lane_local_captures(what, o, &ads.0, start, k_lanes)?);
+        }
+        drop((ids, ads));
         if result.is_none() {
             let mut zeros = Ids::new();
             for &o in &out_ids {
@@ -688,7 +695,15 @@ pub(crate) fn recorded_call<A: Traverse + Clone, O: Traverse + Clone>(
         // lane i of the call takes element (its rank among the target's lanes) of the results
         let rank = crate::ops::select(&mask, 1u32, 0u32).prefix_sum(true);
         for j in 0..out_ids.len() {
-            let (placed, placed_ad) = gather_entry(out_ids[j], out_ads[j], &rank, Some(&mask))?;
+            let (placed, placed_ad) = if kiln_core::freeze::size_of(out_ids[j]).is_one() {
+                // one value for every lane of the target (a constant, a size-1 argument's
+                // function): broadcast by the select
+                kiln_core::inc_ref(out_ids[j]);
+                graph::inc_ref(out_ads[j]);
+                (out_ids[j], out_ads[j])
+            } else {
+                gather_entry(out_ids[j], out_ads[j], &rank, Some(&mask))?
+            };
             let placed = (Ids::own(vec![placed]), Nodes(vec![placed_ad]));
             let old = (acc.ids()[j], acc_ads.0[j]);
             let (id, ad) = select_ids(&mask, (placed.0.ids()[0], placed.1 .0[0]), old)?;

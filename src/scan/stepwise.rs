@@ -241,6 +241,12 @@ fn gradient_scan(
     if steps_run == 0 {
         return Ok(None);
     }
+    // truncated where a kept step still reads a MITSOT's initial rows: the gradient scan stops
+    // its carry's cotangent at the first kept step, which would drop their part
+    let first_kept = spec.truncate.map_or(0, |k| steps_run.saturating_sub(k));
+    if first_kept > 0 && layout.iter().any(|&(_, w)| first_kept < w) {
+        return Ok(None);
+    }
     captured.extend(spec.non_seqs.iter().cloned());
     let fw = super::grad::Forward {
         init,
