@@ -26,12 +26,13 @@
 //! lanes but reads no tap, takes each one's per-lane partial `p_w` by a forward pass from it
 //! through the trace alone, and the node gets them as parents: reverse mode gives `ct · p_w`
 //! (summed for a weight), forward mode adds `p_w · t_w`. The graph beyond them is neither
-//! walked nor consumed by these passes. Reads at value-dependent offsets (`at_var`) are refused,
-//! as is a kernel that mixes the lanes of its taps.
+//! walked nor consumed by these passes. A kernel that mixes the lanes of its taps is refused.
 //!
-//! This rule is first order. Inside a transformation whose derivatives are differentiated again
-//! (`kiln::hvp`, a nested `grad`), `Stencil::apply` records the application as gathers of its
-//! inputs instead (`Ctx::recorded`), which any order differentiates (and `at_var` with them).
+//! This rule is first order and reads at constant offsets. Inside a transformation whose
+//! derivatives are differentiated again (`kiln::hvp`, a nested `grad`), and for an application
+//! that reads at value-dependent offsets (`at_var`), `Stencil::apply` records the application as
+//! gathers of its inputs instead (`Ctx::recorded`), which any order differentiates (the
+//! adjoint is then scatter-adds: exact, slower than the mirrored stencil).
 
 use super::{
     box_mask, coordinates, fold_coordinate, interior_mask, readable_at_offsets, Boundary, Ctx,
@@ -90,16 +91,6 @@ fn captured_refusal(name: &str, size: usize, ty: VarType, lanes: usize) -> Error
         construct: "stencil".into(),
         detail: format!(
             "the kernel applied to `{name}` ({lanes} lanes) captures a {size}-element {ty} array that carries a gradient; a captured array is differentiated when it has one element (a weight) or one per lane (a field read at the lane itself) — pass an array read at other positions as a relatively indexed input (a tuple of inputs), or `detach()` it"
-        ),
-    }
-}
-
-/// The error for reads at value-dependent offsets of an application that is differentiated.
-pub(super) fn at_var_refusal(name: &str) -> Error {
-    Error::NotDifferentiable {
-        construct: "stencil".into(),
-        detail: format!(
-            "the kernel applied to `{name}` reads at value-dependent offsets (`at_var`), whose gradient would land at offsets known only as it runs; read at constant offsets (`at`, `window`), or `detach()` the inputs"
         ),
     }
 }

@@ -727,32 +727,39 @@ impl<F> Stencil<F> {
             .zip(&names)
             .map(|(&id, name)| readable_at_offsets(id, name, taps_guess, false))
             .collect::<Result<Vec<bool>>>()?;
-        let params = Params::default();
-        let coords = coordinates(&domain, &Int64::arange(n), &params);
-        let mut ctx = Ctx::new(
-            &domain,
-            coords,
-            n,
-            self.boundary,
-            self.neighborhood.clone(),
-            params,
-        );
-        // inside a transformation whose derivatives are differentiated again, the application is
-        // recorded as gathers (any order; the adjoint stencil's rule is first order)
-        ctx.recorded =
+        // recorded: the application as gathers with their derivatives recorded, which any order
+        // differentiates — inside a transformation whose derivatives are differentiated again,
+        // and for reads at value-dependent offsets (`at_var`), which the adjoint-stencil rule
+        // (first order, constant offsets) does not take
+        let trace = |recorded: bool| {
+            let params = Params::default();
+            let coords = coordinates(&domain, &Int64::arange(n), &params);
+            let mut ctx = Ctx::new(
+                &domain,
+                coords,
+                n,
+                self.boundary,
+                self.neighborhood.clone(),
+                params,
+            );
+            ctx.recorded = recorded;
+            let ctx = Rc::new(ctx);
+            let rels = inputs.rels(&ctx, &|i| fast[i] && !recorded);
+            let value = self.f.call(&rels);
+            drop(rels);
+            (ctx, value)
+        };
+        let mut recorded =
             crate::ad::recording() && crate::ad::higher_order() && F::Out::TYPE.is_float();
-        let recorded = ctx.recorded;
-        let ctx = Rc::new(ctx);
-        let rels = inputs.rels(&ctx, &|i| fast[i] && !recorded);
-        let value = self.f.call(&rels);
-        drop(rels);
+        let (mut ctx, mut value) = trace(recorded);
         // an array with a gradient the kernel captured (a weight, a per-lane field)
         differentiate |= crate::ad::recording() && value.grad_enabled();
         if let Some(e) = ctx.errors.borrow().first() {
             return Err(Error::Stencil(e.clone()));
         }
         if differentiate && !recorded && !ctx.clamped.borrow().is_empty() {
-            return Err(grad::at_var_refusal(&names[0]));
+            recorded = true;
+            (ctx, value) = trace(true);
         }
         let taps: Vec<Vec<i64>> = ctx.taps.borrow().iter().map(|t| t.1.clone()).collect();
         if taps.is_empty() && ctx.clamped.borrow().is_empty() {
