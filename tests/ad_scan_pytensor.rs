@@ -754,6 +754,25 @@ struct Variant {
     n_steps: Option<usize>,
 }
 
+impl Variant {
+    /// No option set.
+    const PLAIN: Variant = Variant {
+        go_backwards: false,
+        reverse: false,
+        until: false,
+        truncate: None,
+        n_steps: None,
+    };
+}
+
+/// `a` equals `b` to 1e-12 of `b`'s largest magnitude.
+fn same_to_1e12(a: &[f64], b: &[f64], what: &str) {
+    let scale = b.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= 1e-12 * scale, "{what}: {a:?} vs {b:?}");
+    }
+}
+
 /// An RNN over `[7, 2, 3]` rows in PyTensor's face with every input carrying a gradient, run as
 /// `v` says: the outputs, the reverse-mode gradient of `Σ w ⊙ outputs` for each input, and the
 /// forward-mode tangent of the outputs along each input (a fixed direction). `stepwise` keeps the
@@ -831,13 +850,7 @@ fn rnn_variant(v: Variant, stepwise: bool) -> Ran {
 #[test]
 fn backwards_until_and_truncated_scans_are_gradient_scans() {
     let _s = serial();
-    let plain = Variant {
-        go_backwards: false,
-        reverse: false,
-        until: false,
-        truncate: None,
-        n_steps: None,
-    };
+    let plain = Variant::PLAIN;
     let variants = [
         plain,
         Variant {
@@ -896,13 +909,7 @@ fn backwards_until_and_truncated_scans_are_gradient_scans() {
             assert_eq!(ya, yb, "{v:?}: values");
             for (what, a, b) in [("reverse", &ra, &rb), ("forward", &fa, &fb)] {
                 for (k, (ga, gb)) in a.iter().zip(b).enumerate() {
-                    let scale = gb.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-                    for (x, y) in ga.iter().zip(gb) {
-                        assert!(
-                            (x - y).abs() <= 1e-12 * scale,
-                            "{v:?}: {what} mode, input {k}: {ga:?} vs {gb:?}"
-                        );
-                    }
+                    same_to_1e12(ga, gb, &format!("{v:?}: {what} mode, input {k}"));
                 }
             }
         }
@@ -950,13 +957,7 @@ fn mitsot_and_sequence_taps_are_gradient_scans() {
             r.report().mode.to_string(),
         )
     };
-    let plain = Variant {
-        go_backwards: false,
-        reverse: false,
-        until: false,
-        truncate: None,
-        n_steps: None,
-    };
+    let plain = Variant::PLAIN;
     let variants = [
         plain,
         Variant {
@@ -1011,13 +1012,7 @@ fn mitsot_and_sequence_taps_are_gradient_scans() {
                 got.push(all);
             }
             for (k, (a, b)) in got[0].iter().zip(&got[1]).enumerate() {
-                let scale = b.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-                for (x, y) in a.iter().zip(b) {
-                    assert!(
-                        (x - y).abs() <= 1e-12 * scale,
-                        "{v:?}: result {k}: {a:?} vs {b:?}"
-                    );
-                }
+                same_to_1e12(a, b, &format!("{v:?}: result {k}"));
             }
         }
     });

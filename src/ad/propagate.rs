@@ -272,6 +272,23 @@ fn descendants(from: &[AdIndex]) -> Vec<Step> {
     })
 }
 
+/// The tangents of a node's parents (None: that parent has none).
+type Tangents = Vec<Option<Grad>>;
+
+/// A forward pass's next step: the node's rule and its parents' tangents; None when the node
+/// has its tangent already (a seed), has no rule, or no parent has a tangent.
+fn step_inputs<'a>(
+    s: &'a Step,
+    ts: &HashMap<AdIndex, Grad>,
+) -> Option<(&'a Arc<dyn Rule>, Tangents)> {
+    if ts.contains_key(&s.ad) {
+        return None;
+    }
+    let rule = s.rule.as_ref()?;
+    let inputs: Tangents = s.parents.iter().map(|p| ts.get(p).cloned()).collect();
+    inputs.iter().any(Option::is_some).then_some((rule, inputs))
+}
+
 /// The tangent of `out` given tangent `seed` at `from`: pushed through the nodes traced since
 /// `start` on the way to `out` only (a traced closure's own nodes; `from` an array it captured
 /// or one computed from such arrays alone), stopping at the nodes `stops` (`from` among them:
@@ -290,14 +307,9 @@ pub(crate) fn forward_within(
     let mut ts: HashMap<AdIndex, Grad> = HashMap::new();
     ts.insert(from, seed);
     for s in &held.0 {
-        if ts.contains_key(&s.ad) {
+        let Some((rule, inputs)) = step_inputs(s, &ts) else {
             continue;
-        }
-        let Some(rule) = &s.rule else { continue };
-        let inputs: Vec<Option<Grad>> = s.parents.iter().map(|p| ts.get(p).cloned()).collect();
-        if inputs.iter().all(|t| t.is_none()) {
-            continue;
-        }
+        };
         if let Some(t) = rule.try_forward(&inputs)? {
             ts.insert(s.ad, t);
         }
@@ -351,14 +363,9 @@ pub(crate) fn forward_with(
     // rules each tangent went through unevaluated (see LONGEST_COTANGENT)
     let mut depth: HashMap<AdIndex, u32> = HashMap::new();
     for s in steps {
-        if ts.contains_key(&s.ad) {
+        let Some((rule, inputs)) = step_inputs(s, &ts) else {
             continue;
-        }
-        let Some(rule) = &s.rule else { continue };
-        let inputs: Vec<Option<Grad>> = s.parents.iter().map(|p| ts.get(p).cloned()).collect();
-        if inputs.iter().all(|t| t.is_none()) {
-            continue;
-        }
+        };
         let d = s
             .parents
             .iter()
