@@ -726,12 +726,21 @@ impl Rule for StencilRule {
             };
             out.push(Some(g));
         }
-        for w in &self.weights {
-            out.push(Some(match self.out_ty {
+        let weights: Vec<Grad> = self
+            .weights
+            .iter()
+            .map(|w| match self.out_ty {
                 VarType::F32 => self.weight_adjoint::<f32>(w, ct),
                 _ => self.weight_adjoint::<f64>(w, ct),
-            }));
-        }
+            })
+            .collect();
+        // evaluated now, together (one kernel for a filter's nine sums): left lazy, each
+        // application's terms would keep its partials' inputs (the step's state) alive until the
+        // end of the pass, and every evaluation on the way would walk them all (40 heat steps
+        // with a captured coefficient: 4× slower)
+        let ids: Vec<kiln_core::VarId> = weights.iter().map(Grad::id).collect();
+        ok(kiln_core::eval(&ids));
+        out.extend(weights.into_iter().map(Some));
         if self.out_border {
             out.push(self.interior.as_ref().map(|inside| match self.out_ty {
                 VarType::F32 => Grad::of(select(inside, 0.0f32, self.wide::<f32>(ct))),
@@ -757,22 +766,14 @@ impl Rule for StencilRule {
 
 impl StencilRule {
     /// A captured weight's gradient: `ct · ∂f/∂w` at the lanes that computed (the forward's
-    /// interior for `Skip`), summed for a one-element weight; evaluated.
+    /// interior for `Skip`), summed for a one-element weight.
     fn weight_adjoint<U: Float>(&self, w: &Weight, ct: &Grad) -> Grad {
         let g = self.wide::<U>(ct) * w.p.array::<U>();
         let g = match &self.interior {
             Some(inside) => select(inside, g, U::zero()),
             None => g,
         };
-        let g = crate::ad::rules::cast_grad(
-            &crate::ad::control::fit(&Grad::of(g), w.size, self.n),
-            w.ty,
-        );
-        // evaluated now: left lazy, each application's term would keep its partial's inputs
-        // (the step's state) alive until the end of the pass, and every evaluation on the way
-        // would walk them all (40 heat steps: 4× slower)
-        ok(kiln_core::eval(&[g.id()]));
-        g
+        crate::ad::rules::cast_grad(&crate::ad::control::fit(&Grad::of(g), w.size, self.n), w.ty)
     }
 
     /// The cotangent as an array of the domain's lanes (a size-1 one widened), detached.
