@@ -86,7 +86,7 @@ fn differentiable(ty: VarType) -> bool {
     matches!(ty, VarType::F32 | VarType::F64)
 }
 
-fn one_bits(ty: VarType) -> u64 {
+pub(crate) fn one_bits(ty: VarType) -> u64 {
     match ty {
         VarType::F32 => 1.0f32.to_bits() as u64,
         _ => 1.0f64.to_bits(),
@@ -1222,11 +1222,7 @@ pub(crate) fn select_state<S: Traverse + Clone>(
             ads.0.push(x.1);
             continue;
         }
-        let (id, ad) = match kiln_core::var_type(a_ids[k]) {
-            VarType::F32 => select_entry::<f32>(mask, x, y),
-            VarType::F64 => select_entry::<f64>(mask, x, y),
-            _ => (kiln_core::op(Op::Select, &[mask.id(), x.0, y.0])?, 0),
-        };
+        let (id, ad) = select_ids(mask, x, y)?;
         ids.push(id);
         ads.0.push(ad);
     }

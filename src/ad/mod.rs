@@ -527,11 +527,7 @@ pub(crate) fn lane_partials_within(
     let mut of_captured = Vec::with_capacity(captured.len());
     for &c in captured {
         let (size, ty) = graph::with(|g| (g.node(c).size, g.node(c).ty));
-        let one = match ty {
-            kiln_core::VarType::F32 => 1.0f32.to_bits() as u64,
-            _ => 1.0f64.to_bits(),
-        };
-        let seed = Grad::own(kiln_core::literal(ty, one, size), 0);
+        let seed = Grad::own(kiln_core::literal(ty, control::one_bits(ty), size), 0);
         of_captured.push(propagate::forward_within(y.ad(), c, seed, start, captured)?);
     }
     Ok((lane_partials(y, leaves, captured)?, of_captured))
@@ -547,10 +543,7 @@ fn lane_partials(y: &Grad, leaves: &[AdIndex], stops: &[AdIndex]) -> Result<Vec<
         return Ok(vec![None; leaves.len()]);
     }
     let ty = y.ty();
-    let one = match ty {
-        kiln_core::VarType::F32 => 1.0f32.to_bits() as u64,
-        _ => 1.0f64.to_bits(),
-    };
+    let one = control::one_bits(ty);
     let seed = Grad::own(
         kiln_core::literal(ty, one, kiln_core::freeze::size_of(y.id())),
         0,
