@@ -20,6 +20,7 @@ component; the math library, ``dot``/``cross``/``norm``/``normalize``, ``select`
 from ._kiln import *  # noqa: F401,F403
 from ._kiln import __version__  # noqa: F401
 from . import _kiln
+import builtins as _builtins
 from . import _vectors
 
 # Vectors (Array3f, ...) and the module functions that take them, in place of the native ones.
@@ -102,6 +103,11 @@ def allclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
         if len(ca) != len(cb):
             return False
         return all(allclose(x, y, rtol, atol, equal_nan) for x, y in zip(ca, cb))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and not _builtins.all(
+            isinstance(v, (int, float)) for v in (*a, *b)):
+        # sequences of arrays (a gradient per argument): pair by pair, each broadcasting itself
+        return len(a) == len(b) and _builtins.all(
+            allclose(x, y, rtol, atol, equal_nan) for x, y in zip(a, b))
 
     def values(v):
         if isinstance(v, (_kiln.ArrayBase, _kiln.TensorBase)):
@@ -166,7 +172,9 @@ def atanh(x):
     return select(_small(x), near, 0.5 * log((1.0 + x) / (1.0 - x)))  # noqa: F405
 
 
-forward_from = forward  # noqa: F405 (Dr.Jit's name for forward mode from one array)
+# Dr.Jit's AD calls with their flags, over trees of arrays (in place of the ones above)
+from . import _ad  # noqa: E402
+from ._ad import *  # noqa: F401,F403,E402
 
 
 # Dr.Jit's aliases
@@ -177,7 +185,8 @@ __all__ = sorted(
     {n for n in dir(_kiln) if not n.startswith("_")}
     | set(_vectors.__all__)
     | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax", "allclose", "shape",
-       "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "forward_from", "syntax", "hint"}
+       "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "syntax", "hint"}
+    | set(_ad.__all__)
     | set(_traits.__all__)
     | {"JitFlag", "flag", "scoped_set_flag", "set_flag"}
 )

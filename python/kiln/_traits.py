@@ -6,6 +6,8 @@ element type. kiln has one array class per element type for AD and plain use ali
 
 from __future__ import annotations
 
+import enum as _enum
+
 from . import _kiln as _k
 from . import _vectors as _v
 
@@ -152,6 +154,105 @@ def detached_t(x):
     return _class(x)
 
 
+class JitBackend(_enum.IntEnum):
+    """Dr.Jit's backends; kiln's arrays all live on its CPU backend, Dr.Jit's ``LLVM``."""
+
+    Invalid = 0
+    CUDA = 1
+    LLVM = 2
+
+
+def _elem_or_none(x):
+    try:
+        return _kind(x)
+    except TypeError:
+        return None, None
+
+
+def backend_v(x):
+    """``JitBackend.LLVM`` for kiln types and values, ``JitBackend.Invalid`` for anything else."""
+    kind, _ = _elem_or_none(x)
+    return JitBackend.Invalid if kind in (None, "python") else JitBackend.LLVM
+
+
+def is_array_v(x):
+    """Whether ``x`` is a kiln array, vector or tensor type (or value)."""
+    return _elem_or_none(x)[0] not in (None, "python")
+
+
+def is_jit_v(x):
+    """Whether ``x`` is traced and compiled by kiln (every kiln type)."""
+    return is_array_v(x)
+
+
+def is_tensor_v(x):
+    """Whether ``x`` is a tensor type (or value)."""
+    return _elem_or_none(x)[0] == "tensor"
+
+
+def is_vector_v(x):
+    """Whether ``x`` is a fixed-size vector type ``ArrayNx`` (or value)."""
+    return isinstance(_elem_or_none(x)[0], tuple)
+
+
+is_static_array_v = is_vector_v
+
+
+def is_float_v(x):
+    """Whether the elements of ``x`` are floats (Python ``float`` too)."""
+    return _elem_or_none(x)[1] in ("f32", "f64")
+
+
+def is_integral_v(x):
+    """Whether the elements of ``x`` are integers (Python ``int`` too; not masks)."""
+    return _elem_or_none(x)[1] in ("i32", "u32", "i64", "u64")
+
+
+def is_signed_v(x):
+    """Whether the elements of ``x`` are signed (floats and signed integers)."""
+    return _elem_or_none(x)[1] in ("f32", "f64", "i32", "i64")
+
+
+def is_unsigned_v(x):
+    """Whether the elements of ``x`` are unsigned integers."""
+    return _elem_or_none(x)[1] in ("u32", "u64")
+
+
+def is_mask_v(x):
+    """Whether the elements of ``x`` are booleans."""
+    return _elem_or_none(x)[1] == "bool"
+
+
+def is_diff_v(x):
+    """Whether ``x`` can carry gradients: kiln's float types (integer and mask arrays cannot)."""
+    return is_array_v(x) and is_float_v(x)
+
+
+#: Dr.Jit's size of a dynamic dimension.
+Dynamic = -1
+
+
+def size_v(x):
+    """The number of components: ``N`` for a vector ``ArrayNx``, ``Dynamic`` (-1) for arrays and
+    tensors, 1 for Python numbers."""
+    kind, _ = _elem_or_none(x)
+    if isinstance(kind, tuple):
+        return kind[1]
+    return 1 if kind in (None, "python") else Dynamic
+
+
+def depth_v(x):
+    """How deep the array types nest: 0 for Python numbers, 1 for arrays and tensors, 2 for
+    vectors of arrays."""
+    kind, _ = _elem_or_none(x)
+    if isinstance(kind, tuple):
+        return 2
+    return 0 if kind in (None, "python") else 1
+
+
 __all__ = ["uint32_array_t", "int32_array_t", "uint64_array_t", "int64_array_t",
            "float32_array_t", "float64_array_t", "mask_t", "float_array_t", "int_array_t",
-           "uint_array_t", "value_t", "scalar_t", "array_t", "leaf_t", "tensor_t", "detached_t"]
+           "uint_array_t", "value_t", "scalar_t", "array_t", "leaf_t", "tensor_t", "detached_t",
+           "JitBackend", "backend_v", "is_array_v", "is_jit_v", "is_tensor_v", "is_vector_v",
+           "is_static_array_v", "is_float_v", "is_integral_v", "is_signed_v", "is_unsigned_v",
+           "is_mask_v", "is_diff_v", "Dynamic", "size_v", "depth_v"]

@@ -52,6 +52,8 @@ class StaticArrayBase:
 
     #: The number of components.
     Size = 0
+    #: The number of dimensions, as Dr.Jit counts them (components, lanes).
+    ndim = 2
     #: The class of each component (``kiln.Float32`` for ``Array3f``).
     Value = None
     #: The components by name, with their class (``{"x": Float32, ...}``): Dr.Jit's struct

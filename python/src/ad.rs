@@ -285,6 +285,32 @@ fn forward(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<()> {
     }
 }
 
+/// Forward mode from all these arrays at once (Dr.Jit's `enqueue(ADMode.Forward, ...)` then
+/// `traverse`): each one's gradient (an array without one adds nothing) is pushed through
+/// everything computed from them, the tangents adding where paths meet; read them with `grad`.
+#[pyfunction]
+#[pyo3(signature = (*args))]
+fn forward_from_all(py: Python<'_>, args: &Bound<PyTuple>) -> PyResult<()> {
+    crate::reads::check("a forward pass")?;
+    let mut found = Vec::new();
+    arrays(args.as_any(), &mut found)?;
+    let xs: Vec<Dyn> = found.iter().map(|h| h.get()).collect();
+    py.detach(|| try_guard(|| kiln::ad::forward_from_all(&xs)))
+}
+
+/// Reverse mode from all these arrays at once (Dr.Jit's `enqueue(ADMode.Backward, ...)` then
+/// `traverse`): each one's gradient is its seed, and one pass carries them all back to the arrays
+/// with `enable_grad`. The graph is consumed unless `retain_graph=True`.
+#[pyfunction]
+#[pyo3(signature = (*args, retain_graph = false))]
+fn backward_from_all(py: Python<'_>, args: &Bound<PyTuple>, retain_graph: bool) -> PyResult<()> {
+    crate::reads::check("a backward pass")?;
+    let mut found = Vec::new();
+    arrays(args.as_any(), &mut found)?;
+    let ys: Vec<Dyn> = found.iter().map(|h| h.get()).collect();
+    py.detach(|| try_guard(|| kiln::ad::backward_from_all(&ys, retain_graph)))
+}
+
 /// Forward mode from every array whose gradient is set, towards `y` only (Dr.Jit's
 /// `dr.forward_to`); returns `y`'s gradient.
 #[pyfunction]
@@ -367,7 +393,9 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
     add!(
         backward,
         backward_from,
+        backward_from_all,
         forward,
+        forward_from_all,
         forward_to,
         suspend_grad,
         resume_grad

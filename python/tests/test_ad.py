@@ -1,6 +1,8 @@
 """Dr.Jit's AD calls from Python: reverse and forward mode against central differences in float64
 and against each other, suspend/resume, detach, errors for arrays that carry no gradient."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -127,9 +129,11 @@ def test_gradients_through_gather_scatter_and_select():
 
 
 def test_integer_arrays_carry_no_gradient():
-    with pytest.raises(TypeError, match="Float32 and Float64"):
-        kiln.enable_grad(kiln.Int32([1]))
-    with pytest.raises(TypeError):
+    # as in Dr.Jit, enable_grad leaves integer arrays as they are (generic code over types runs)
+    i, f = kiln.Int32([1]), kiln.Float32([1.0])
+    kiln.enable_grad(i, f)
+    assert not kiln.grad_enabled(i) and kiln.grad_enabled(f)
+    with pytest.raises(kiln.InvalidArgument, match="enable_grad"):
         kiln.backward(kiln.Int32([1]))
     assert kiln.grad(kiln.Int32([1, 2])).tolist() == [0, 0]
 
@@ -147,3 +151,63 @@ def test_gradient_descent_fits_a_line():
         w = kiln.detach(w) - 0.5 * w.grad
         b = kiln.detach(b) - 0.5 * b.grad
     assert abs(float(w) - 3.0) < 0.01 and abs(float(b) + 0.5) < 0.01
+
+
+# ---- Dr.Jit's flags, queues and trees ------------------------------------------------------------
+
+
+def test_flags_choose_what_a_reverse_pass_clears():
+    x = kiln.Float64([1.0, 2.0])
+    kiln.enable_grad(x)
+    y = x * x
+    kiln.backward(y, kiln.ADFlag.ClearNone)  # keeps the graph
+    kiln.backward(y)  # Default: consumes it
+    assert x.grad.tolist() == [4.0, 8.0]
+    with pytest.raises(kiln.InvalidArgument, match="consumed"):
+        kiln.backward(y)
+    with pytest.raises(kiln.InvalidArgument, match="AllowNoGrad"):
+        kiln.backward(kiln.Float64([1.0]))
+    kiln.backward_from(kiln.Float64([1.0]), flags=kiln.ADFlag.Default | kiln.ADFlag.AllowNoGrad)
+
+
+def test_enqueue_and_traverse_run_one_pass_from_several_arrays():
+    a, b = kiln.Float64([2.0]), kiln.Float64([5.0])
+    kiln.enable_grad(a, b)
+    y, z = a * b, a * a
+    # forward: tangents from both seeds add up where their paths meet
+    kiln.set_grad(a, 1.0)
+    kiln.set_grad(b, 10.0)
+    kiln.enqueue(kiln.ADMode.Forward, a, b)
+    kiln.traverse(kiln.ADMode.Forward, kiln.ADFlag.ClearEdges)
+    assert kiln.grad(y).tolist() == [5.0 + 10.0 * 2.0] and kiln.grad(z).tolist() == [4.0]
+    assert kiln.grad(a).tolist() == [1.0]  # ClearInput left out: the seeds keep theirs
+    # reverse: the seeds' gradients are the cotangents of one pass
+    kiln.clear_grad(a, b)
+    kiln.set_grad(y, 1.0)
+    kiln.set_grad(z, 100.0)
+    kiln.enqueue(kiln.ADMode.Backward, (y, z))
+    kiln.traverse(kiln.ADMode.Backward)  # Default: clears the seeds' gradients
+    assert kiln.grad(a).tolist() == [5.0 + 100.0 * 4.0] and kiln.grad(b).tolist() == [2.0]
+    assert kiln.grad(y).tolist() == [0.0] and kiln.grad(z).tolist() == [0.0]
+
+
+def test_grad_and_detach_keep_the_structure_of_trees():
+    @dataclasses.dataclass
+    class Params:
+        w: kiln.Float64
+        n: kiln.UInt32
+
+    p = Params(kiln.Float64([1.0, 2.0]), kiln.UInt32([3]))
+    tree = {"p": p, "v": [kiln.Array2f64(1.0, 2.0)]}
+    kiln.enable_grad(tree)  # the integer field is left as it is, as in Dr.Jit
+    assert kiln.grad_enabled(p.w) and not kiln.grad_enabled(p.n)
+    loss = kiln.sum(p.w * p.w) + kiln.sum(tree["v"][0].x * 3.0)
+    kiln.backward(loss)
+    g = kiln.grad(tree)
+    assert isinstance(g["p"], Params) and g["p"].w.tolist() == [2.0, 4.0]
+    assert g["v"][0].x.tolist() == [3.0] and g["v"][0].y.tolist() == [0.0]
+    d = kiln.detach(tree)
+    assert not kiln.grad_enabled(d) and kiln.grad_enabled(tree)
+    kiln.set_grad(kiln.Float64([1.0]), 5.0)  # no tracking: nothing to set (Dr.Jit's rule)
+    assert kiln.is_float_v(kiln.Array3f) and not kiln.is_float_v(kiln.UInt32)
+    assert kiln.backend_v(kiln.Float32) == kiln.JitBackend.LLVM and kiln.size_v(kiln.Array3f) == 3

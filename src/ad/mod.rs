@@ -32,11 +32,13 @@ pub(crate) use propagate::current_pass;
 pub(crate) mod reduce;
 pub(crate) mod rules;
 pub(crate) mod tensor;
+mod traversal;
 mod value;
 
 pub use custom::{custom, CustomOp};
 pub(crate) use graph::AdIndex;
 pub use jax::{clear_grads, detach, enable_grad, grad, grads, hvp, jvp, value_and_grad, vjp};
+pub use traversal::{backward_from_all, forward_from_all};
 pub(crate) use value::Grad;
 
 use crate::array::{ok, Array};

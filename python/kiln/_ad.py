@@ -1,0 +1,296 @@
+"""Dr.Jit's AD calls over kiln's passes: ``ADFlag`` and ``ADMode``, the ``flags=`` argument of
+``backward``/``forward`` and their ``_from``/``_to`` forms, ``enqueue`` + ``traverse``, and
+``enable_grad``/``grad``/``detach`` over nested lists, tuples, dicts, dataclasses and classes
+with a ``DRJIT_STRUCT``.
+
+What Dr.Jit's flags mean in kiln's model of AD:
+
+* ``ClearEdges``: a reverse pass consumes the graph it crossed (kiln's ``retain_graph=False``).
+  kiln's forward passes never consume the graph, so the flag does not change them.
+* ``ClearInput``: the gradients of the arrays a pass starts from are cleared after it.
+* ``ClearInterior``: changes nothing. A reverse pass stores gradients only in arrays that
+  ``enable_grad`` was called on; a forward pass leaves each array it reaches holding its tangent
+  until the next forward pass replaces it (Dr.Jit adds to it instead).
+* ``AllowNoGrad``: a pass from arrays that carry no gradient does nothing. Without it such a pass
+  is an error, as in Dr.Jit: it almost always means a missing ``enable_grad``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import threading
+
+from . import _kiln as _k
+from . import _vectors as _v
+
+
+class ADFlag(enum.IntFlag):
+    """What a pass clears when it is done (Dr.Jit's values; see the module's notes)."""
+
+    ClearNone = 0
+    ClearEdges = 1
+    ClearInput = 2
+    ClearInterior = 4
+    ClearVertices = 6
+    Default = 7
+    AllowNoGrad = 8
+
+
+class ADMode(enum.IntEnum):
+    """The direction of a pass queued with ``enqueue`` and run by ``traverse``."""
+
+    Primal = 0
+    Forward = 1
+    Backward = 2
+
+
+_FLOATS = (_k.Float32, _k.Float64, _k.TensorXf, _k.TensorXf64)
+_ARRAYS = (_k.ArrayBase, _k.TensorBase)
+
+
+def _fields(x):
+    """The attribute names of a ``DRJIT_STRUCT`` class or a dataclass instance, else ``None``."""
+    if isinstance(x, type):
+        return None
+    struct = getattr(type(x), "DRJIT_STRUCT", None)
+    if isinstance(struct, dict):
+        return list(struct)
+    if dataclasses.is_dataclass(x):
+        return [f.name for f in dataclasses.fields(x)]
+    return None
+
+
+def _leaves(x, out):
+    """Append every kiln array of ``x`` (a vector's components; the arrays in lists, tuples,
+    dicts, dataclasses and ``DRJIT_STRUCT`` classes) to ``out``; anything else is skipped."""
+    if isinstance(x, _ARRAYS):
+        out.append(x)
+    elif isinstance(x, _v.StaticArrayBase):
+        out.extend(x._c)
+    elif isinstance(x, (list, tuple)):
+        for e in x:
+            _leaves(e, out)
+    elif isinstance(x, dict):
+        for e in x.values():
+            _leaves(e, out)
+    else:
+        for name in _fields(x) or ():
+            _leaves(getattr(x, name), out)
+    return out
+
+
+def _map(fn, x):
+    """``x`` with ``fn`` applied to each array, tensor and vector in it, the structure kept."""
+    if isinstance(x, (_k.ArrayBase, _k.TensorBase, _v.StaticArrayBase)):
+        return fn(x)
+    if isinstance(x, list):
+        return [_map(fn, e) for e in x]
+    if isinstance(x, tuple):
+        items = [_map(fn, e) for e in x]
+        return tuple(items) if type(x) is tuple else type(x)(*items)
+    if isinstance(x, dict):
+        return type(x)((k, _map(fn, e)) for k, e in x.items())
+    names = _fields(x)
+    if names is None:
+        return fn(x)
+    if dataclasses.is_dataclass(x):
+        return dataclasses.replace(x, **{n: _map(fn, getattr(x, n)) for n in names})
+    out = object.__new__(type(x))
+    out.__dict__.update(x.__dict__)
+    for n in names:
+        setattr(out, n, _map(fn, getattr(x, n)))
+    return out
+
+
+def enable_grad(*args):
+    """Track derivatives of the float arrays in ``args`` from now on, in place (Dr.Jit's
+    ``dr.enable_grad``). As in Dr.Jit, integer and mask arrays are left as they are: they carry
+    no gradient."""
+    floats = [a for a in _leaves(args, []) if isinstance(a, _FLOATS)]
+    if floats:
+        _k.enable_grad(*floats)
+
+
+def disable_grad(*args):
+    """Stop tracking derivatives of the arrays in ``args``, in place."""
+    arrays = _leaves(args, [])
+    if arrays:
+        _k.disable_grad(*arrays)
+
+
+def grad_enabled(*args):
+    """Whether any array in ``args`` tracks derivatives (always ``False`` in ``suspend_grad``)."""
+    arrays = _leaves(args, [])
+    return bool(arrays) and _k.grad_enabled(*arrays)
+
+
+def clear_grad(*args):
+    """Forget the gradient of every array in ``args``."""
+    arrays = _leaves(args, [])
+    if arrays:
+        _k.clear_grad(*arrays)
+
+
+def _set_or_accum(native, x, g):
+    if not grad_enabled(x):
+        return  # Dr.Jit's rule: an array without derivative tracking takes no gradient
+    if native is _k.set_grad and isinstance(g, _ARRAYS) and len(g) == 0:
+        clear_grad(x)  # Dr.Jit's ``set_grad(x, Float32())``: no gradient
+        return
+    _v._set_grads(native, x, g)
+
+
+def set_grad(x, g):
+    """Set the gradient of ``x`` to ``g`` (one value, one per element, or a vector of the same
+    size for a vector ``x``; an empty array clears it). As in Dr.Jit, an array that does not
+    track derivatives is left as it is (see ``enable_grad``)."""
+    _set_or_accum(_k.set_grad, x, g)
+
+
+def accum_grad(x, g):
+    """Add ``g`` to the gradient of ``x`` (per component for a vector); as ``set_grad``, nothing
+    on an array that does not track derivatives."""
+    _set_or_accum(_k.accum_grad, x, g)
+
+
+def grad(x, preserve_type=True):
+    """The gradient of ``x``, of the same structure (Dr.Jit's ``dr.grad``): zeros where none
+    arrived. ``preserve_type`` is accepted for Dr.Jit's sake; kiln's array types are the same
+    with and without derivative tracking."""
+    return _map(_v.grad, x)
+
+
+_detach_one = _v.lift_unary(_k.detach)
+
+
+def detach(x, preserve_type=True):
+    """``x`` without derivative tracking, of the same structure (Dr.Jit's ``dr.detach``).
+    ``preserve_type`` is accepted for Dr.Jit's sake; kiln's types are the same either way."""
+    return _map(lambda a: a if isinstance(a, (int, float, bool)) else _detach_one(a), x)
+
+
+def _describe(x):
+    arrays = _leaves(x, [])
+    if not arrays:
+        return f"a `{type(x).__name__}` holding no kiln array"
+    kinds = sorted({type(a).__name__ for a in arrays})
+    return f"{'/'.join(kinds)} ({len(arrays)} array{'s' if len(arrays) != 1 else ''})"
+
+
+def _differentiable(what, x, flags):
+    """Whether a pass from ``x`` has anything to do; an error when not, unless ``AllowNoGrad``."""
+    if grad_enabled(x):
+        return True
+    if ADFlag(flags) & ADFlag.AllowNoGrad:
+        return False
+    raise _k.InvalidArgument(
+        f"{what}: {_describe(x)} does not depend on any array with enable_grad, so every gradient "
+        "would be zero; call kiln.enable_grad(x) on the inputs before computing from them, or pass "
+        "flags=kiln.ADFlag.AllowNoGrad to make this pass do nothing"
+    )
+
+
+def _retain(flags, retain_graph):
+    if retain_graph is not None:
+        return bool(retain_graph)
+    return not ADFlag(flags) & ADFlag.ClearEdges
+
+
+def backward_from(y, seed=None, flags=ADFlag.Default, *, retain_graph=None):
+    """Reverse mode from ``y`` seeded with ``seed`` (default: 1 for every element), Dr.Jit's
+    ``dr.backward_from``: the gradients reach every array with ``enable_grad`` that ``y`` depends
+    on. ``flags`` as in Dr.Jit (see ``ADFlag``); ``retain_graph=True`` is ``ClearEdges`` left
+    out. The GIL is released while the pass runs."""
+    if not _differentiable("backward_from", y, flags):
+        return
+    _v.backward_from(y, seed, _retain(flags, retain_graph))
+    if ADFlag(flags) & ADFlag.ClearInput:
+        clear_grad(y)
+
+
+def backward(y, flags=ADFlag.Default, *, retain_graph=None):
+    """Reverse mode from ``y`` with a seed of ones (Dr.Jit's ``dr.backward``)."""
+    backward_from(y, None, flags, retain_graph=retain_graph)
+
+
+def backward_to(*args, flags=ADFlag.Default):
+    """Dr.Jit's ``dr.backward_to`` (reverse mode from every array holding a gradient, towards
+    ``args`` only) is not in kiln: it raises, naming what to use instead."""
+    raise _k.InvalidArgument(
+        "kiln has no backward_to: seed the outputs instead, with kiln.backward_from(y, seed) for "
+        "each output y (the gradients add up in the inputs), then read kiln.grad(x)"
+    )
+
+
+def forward_from(x, flags=ADFlag.Default):
+    """Forward mode from ``x`` (Dr.Jit's ``dr.forward_from``): its gradient (1 for every element
+    unless one was set) is pushed to every array computed from it; read them with ``grad``.
+    With ``ClearInput`` (in ``Default``) ``x``'s gradient is cleared afterwards."""
+    if not _differentiable("forward_from", x, flags):
+        return
+    _v.forward(x)
+    if ADFlag(flags) & ADFlag.ClearInput:
+        clear_grad(x)
+
+
+forward = forward_from
+
+
+def forward_to(*args, flags=ADFlag.Default):
+    """Forward mode from every array whose gradient is set, towards ``args`` (Dr.Jit's
+    ``dr.forward_to``); returns their gradients (one value for one argument, else a tuple).
+    Dr.Jit's ``flags`` may also come last among ``args``."""
+    if args and isinstance(args[-1], ADFlag):
+        args, flags = args[:-1], args[-1]
+    if not _differentiable("forward_to", args, flags):
+        out = tuple(grad(a) for a in args)
+        return out[0] if len(out) == 1 else out
+    out = tuple(_v.forward_to(a) if grad_enabled(a) else grad(a) for a in args)
+    return out[0] if len(out) == 1 else out
+
+
+_queue = threading.local()
+
+
+def _queued():
+    if not hasattr(_queue, "items"):
+        _queue.items = []
+    return _queue.items
+
+
+def enqueue(mode, *args):
+    """Queue the arrays in ``args`` as starting points of the next ``traverse(mode)`` (Dr.Jit's
+    ``dr.enqueue``); their gradients (set with ``set_grad``/``accum_grad``) are the seeds.
+    The queue is this thread's."""
+    mode = ADMode(mode)
+    if mode == ADMode.Primal:
+        raise _k.InvalidArgument("enqueue: give ADMode.Forward or ADMode.Backward")
+    _queued().extend((mode, a) for a in _leaves(args, []))
+
+
+def traverse(mode, flags=ADFlag.Default):
+    """Run the pass queued with ``enqueue(mode, ...)`` (Dr.Jit's ``dr.traverse``). Forward: the
+    seeds' gradients are pushed at once, tangents adding where paths meet. Backward: the
+    seeds' gradients are carried back in one pass to the arrays with ``enable_grad``. ``flags`` as in Dr.Jit (see ``ADFlag``)."""
+    mode, flags = ADMode(mode), ADFlag(flags)
+    items = _queued()
+    seeds = [a for m, a in items if m == mode]
+    items[:] = [(m, a) for m, a in items if m != mode]
+    seeds = [a for a in seeds if grad_enabled(a)]
+    if not seeds:
+        return
+    if mode == ADMode.Forward:
+        _k.forward_from_all(*seeds)
+    else:
+        _k.backward_from_all(*seeds, retain_graph=_retain(flags, None))
+    if flags & ADFlag.ClearInput:
+        clear_grad(seeds)
+
+
+__all__ = [
+    "ADFlag", "ADMode", "enable_grad", "disable_grad", "grad_enabled", "clear_grad", "grad",
+    "set_grad", "accum_grad",
+    "detach", "backward", "backward_from", "backward_to", "forward", "forward_from",
+    "forward_to", "enqueue", "traverse",
+]  # fmt: skip
