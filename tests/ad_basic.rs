@@ -161,7 +161,7 @@ fn passes_from_several_arrays_add_up_as_single_passes() {
     b.clear_grad();
     v.set_grad(&cv);
     w.set_grad(&cw);
-    kiln::ad::backward_from_all(&(v.clone(), w.clone()), false).unwrap();
+    kiln::ad::backward_from_all(&(v.clone(), w.clone()), false, false).unwrap();
     let add = |p: &[f64], q: &[f64]| -> Vec<f64> { p.iter().zip(q).map(|(x, y)| x + y).collect() };
     close(&a.grad().to_vec(), &add(&va, &wa), 1e-12);
     let bg: Vec<f64> = b.grad().to_vec().iter().map(|&g| g as f64).collect();
@@ -173,4 +173,46 @@ fn passes_from_several_arrays_add_up_as_single_passes() {
     close(&v.grad().to_vec(), &cv.to_vec(), 0.0);
     // the pass consumed the graph
     assert!(kiln::ad::backward_from(&w, &Float64::from(1.0)).is_err());
+}
+
+/// `backward_to` (Dr.Jit's): the arrays below the targets that hold gradients are the seeds, only
+/// the targets receive, and what they get equals a seeded pass restricted to them.
+#[test]
+fn backward_to_delivers_to_its_targets_only() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut a, mut b, mut c) = (
+        Float64::from_slice(&[1.0, 2.0]),
+        Float64::from_slice(&[2.0, -1.0]),
+        Float64::from_slice(&[3.0, 0.5]),
+    );
+    a.enable_grad();
+    b.enable_grad();
+    c.enable_grad();
+    let (d, e, f) = (&a + &b, &a + &c, &b + &c);
+    let (g, h, i) = (&d * &d, &e * &e, &f * &f);
+    let seeds = [(&g, 10.0), (&h, 100.0), (&i, 1000.0)];
+    for (y, s) in &seeds {
+        y.set_grad(&Float64::from(*s));
+    }
+    b.set_grad(&Float64::from(-7.0)); // a non-target keeps what it holds
+    kiln::ad::backward_to(&a, true, false).unwrap();
+    // dg/da = 2d, dh/da = 2e; i does not depend on a
+    let want: Vec<f64> = (0..2)
+        .map(|k| 10.0 * 2.0 * d.to_vec()[k] + 100.0 * 2.0 * e.to_vec()[k])
+        .collect();
+    close(&a.grad().to_vec(), &want, 1e-12);
+    close(&b.grad().to_vec(), &[-7.0, -7.0], 0.0);
+    close(&c.grad().to_vec(), &[0.0, 0.0], 0.0);
+    close(&g.grad().to_vec(), &[10.0, 10.0], 0.0);
+    // a second call adds; clear_seeds leaves the seeds without gradients; without retain_graph
+    // the graph is consumed
+    kiln::ad::backward_to(&(a.clone(), c.clone()), false, true).unwrap();
+    let twice: Vec<f64> = want.iter().map(|w| 2.0 * w).collect();
+    close(&a.grad().to_vec(), &twice, 1e-12);
+    let wc: Vec<f64> = (0..2)
+        .map(|k| 100.0 * 2.0 * e.to_vec()[k] + 1000.0 * 2.0 * f.to_vec()[k])
+        .collect();
+    close(&c.grad().to_vec(), &wc, 1e-12);
+    assert_eq!(h.grad().to_vec(), vec![0.0, 0.0]);
+    assert!(kiln::ad::backward_from(&g, &Float64::from(1.0)).is_err());
 }

@@ -7,12 +7,13 @@ What Dr.Jit's flags mean in kiln's model of AD:
 
 * ``ClearEdges``: a reverse pass consumes the graph it crossed (kiln's ``retain_graph=False``).
   kiln's forward passes never consume the graph, so the flag does not change them.
-* ``ClearInput``: the gradients of the arrays a pass starts from are cleared after it.
+* ``ClearInput``: the gradients of the arrays a pass starts from are cleared after it; in reverse
+  mode, except those with ``enable_grad``, which keep what arrived (their own seed among it).
 * ``ClearInterior``: changes nothing. A reverse pass stores gradients only in arrays that
   ``enable_grad`` was called on; a forward pass leaves each array it reaches holding its tangent
   until the next forward pass replaces it (Dr.Jit adds to it instead).
 * ``AllowNoGrad``: a pass from arrays that carry no gradient does nothing. Without it such a pass
-  is an error, as in Dr.Jit: it almost always means a missing ``enable_grad``.
+  is an error (``NoGradient``), as in Dr.Jit: it almost always means a missing ``enable_grad``.
 """
 
 from __future__ import annotations
@@ -138,12 +139,19 @@ def _set_or_accum(native, x, g):
     if native is _k.set_grad and isinstance(g, _ARRAYS) and len(g) == 0:
         clear_grad(x)  # Dr.Jit's ``set_grad(x, Float32())``: no gradient
         return
+    if isinstance(x, _k.ArrayBase) and len(x) == 1 and not isinstance(g, (int, float)):
+        # the gradient of one value used for many lanes is the sum over them (Dr.Jit's rule:
+        # the adjoint of broadcasting)
+        g = g if isinstance(g, _k.ArrayBase) else type(x)(g)
+        if len(g) > 1:
+            g = _k.sum(g)
     _v._set_grads(native, x, g)
 
 
 def set_grad(x, g):
     """Set the gradient of ``x`` to ``g`` (one value, one per element, or a vector of the same
-    size for a vector ``x``; an empty array clears it). As in Dr.Jit, an array that does not
+    size for a vector ``x``; an empty array clears it; for an ``x`` of one element, the sum of a
+    longer ``g``). As in Dr.Jit, an array that does not
     track derivatives is left as it is (see ``enable_grad``)."""
     _set_or_accum(_k.set_grad, x, g)
 
@@ -178,15 +186,21 @@ def _describe(x):
     return f"{'/'.join(kinds)} ({len(arrays)} array{'s' if len(arrays) != 1 else ''})"
 
 
+class NoGradient(_k.InvalidArgument, RuntimeError):
+    """A pass from (or to) arrays that carry no gradient: an ``InvalidArgument`` (a
+    ``ValueError``), and a ``RuntimeError`` as Dr.Jit raises for it."""
+
+
 def _differentiable(what, x, flags):
     """Whether a pass from ``x`` has anything to do; an error when not, unless ``AllowNoGrad``."""
     if grad_enabled(x):
         return True
     if ADFlag(flags) & ADFlag.AllowNoGrad:
         return False
-    raise _k.InvalidArgument(
-        f"{what}: {_describe(x)} does not depend on any array with enable_grad, so every gradient "
-        "would be zero; call kiln.enable_grad(x) on the inputs before computing from them, or pass "
+    raise NoGradient(
+        f"{what}: the argument does not depend on the input: {_describe(x)} carries no gradient "
+        "(no array it was computed from has enable_grad), so every gradient would be zero; call "
+        "kiln.enable_grad(x) on the inputs before computing from them, or pass "
         "flags=kiln.ADFlag.AllowNoGrad to make this pass do nothing"
     )
 
@@ -204,9 +218,9 @@ def backward_from(y, seed=None, flags=ADFlag.Default, *, retain_graph=None):
     out. The GIL is released while the pass runs."""
     if not _differentiable("backward_from", y, flags):
         return
+    # ClearInput: the pass stores nothing into ``y`` unless it has enable_grad (then ``y`` keeps
+    # what arrived, as every array with enable_grad does), so there is nothing to clear
     _v.backward_from(y, seed, _retain(flags, retain_graph))
-    if ADFlag(flags) & ADFlag.ClearInput:
-        clear_grad(y)
 
 
 def backward(y, flags=ADFlag.Default, *, retain_graph=None):
@@ -215,12 +229,18 @@ def backward(y, flags=ADFlag.Default, *, retain_graph=None):
 
 
 def backward_to(*args, flags=ADFlag.Default):
-    """Dr.Jit's ``dr.backward_to`` (reverse mode from every array holding a gradient, towards
-    ``args`` only) is not in kiln: it raises, naming what to use instead."""
-    raise _k.InvalidArgument(
-        "kiln has no backward_to: seed the outputs instead, with kiln.backward_from(y, seed) for "
-        "each output y (the gradients add up in the inputs), then read kiln.grad(x)"
-    )
+    """Reverse mode towards ``args`` only (Dr.Jit's ``dr.backward_to``): every array computed
+    from them that holds a gradient (set with ``set_grad``) is a seed; only ``args`` get what
+    arrives, added to what they hold. Returns their gradients (one value for one argument, else a
+    tuple). With ``ClearInput`` (in ``Default``) the seeds' gradients are cleared afterwards."""
+    if args and isinstance(args[-1], ADFlag):
+        args, flags = args[:-1], args[-1]
+    flags = ADFlag(flags)
+    if _differentiable("backward_to", args, flags):
+        _k.backward_to_all(*_leaves(args, []), retain_graph=_retain(flags, None),
+                           clear_seeds=bool(flags & ADFlag.ClearInput))
+    out = tuple(grad(a) for a in args)
+    return out[0] if len(out) == 1 else out
 
 
 def forward_from(x, flags=ADFlag.Default):
@@ -280,16 +300,17 @@ def traverse(mode, flags=ADFlag.Default):
     seeds = [a for a in seeds if grad_enabled(a)]
     if not seeds:
         return
+    clear = bool(flags & ADFlag.ClearInput)
     if mode == ADMode.Forward:
         _k.forward_from_all(*seeds)
+        if clear:
+            clear_grad(seeds)
     else:
-        _k.backward_from_all(*seeds, retain_graph=_retain(flags, None))
-    if flags & ADFlag.ClearInput:
-        clear_grad(seeds)
+        _k.backward_from_all(*seeds, retain_graph=_retain(flags, None), clear_seeds=clear)
 
 
 __all__ = [
-    "ADFlag", "ADMode", "enable_grad", "disable_grad", "grad_enabled", "clear_grad", "grad",
+    "ADFlag", "ADMode", "NoGradient", "enable_grad", "disable_grad", "grad_enabled", "clear_grad", "grad",
     "set_grad", "accum_grad",
     "detach", "backward", "backward_from", "backward_to", "forward", "forward_from",
     "forward_to", "enqueue", "traverse",

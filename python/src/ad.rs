@@ -300,15 +300,39 @@ fn forward_from_all(py: Python<'_>, args: &Bound<PyTuple>) -> PyResult<()> {
 
 /// Reverse mode from all these arrays at once (Dr.Jit's `enqueue(ADMode.Backward, ...)` then
 /// `traverse`): each one's gradient is its seed, and one pass carries them all back to the arrays
-/// with `enable_grad`. The graph is consumed unless `retain_graph=True`.
+/// with `enable_grad`. The graph is consumed unless `retain_graph=True`; the seeds without
+/// `enable_grad` keep their gradients unless `clear_seeds=True`.
 #[pyfunction]
-#[pyo3(signature = (*args, retain_graph = false))]
-fn backward_from_all(py: Python<'_>, args: &Bound<PyTuple>, retain_graph: bool) -> PyResult<()> {
+#[pyo3(signature = (*args, retain_graph = false, clear_seeds = false))]
+fn backward_from_all(
+    py: Python<'_>,
+    args: &Bound<PyTuple>,
+    retain_graph: bool,
+    clear_seeds: bool,
+) -> PyResult<()> {
     crate::reads::check("a backward pass")?;
     let mut found = Vec::new();
     arrays(args.as_any(), &mut found)?;
     let ys: Vec<Dyn> = found.iter().map(|h| h.get()).collect();
-    py.detach(|| try_guard(|| kiln::ad::backward_from_all(&ys, retain_graph)))
+    py.detach(|| try_guard(|| kiln::ad::backward_from_all(&ys, retain_graph, clear_seeds)))
+}
+
+/// Reverse mode towards these arrays only (the engine of Dr.Jit's `backward_to`): every array
+/// computed from them that holds a gradient is a seed; of the arrays with `enable_grad`, only
+/// these get what arrives. The seeds keep their gradients unless `clear_seeds=True`.
+#[pyfunction]
+#[pyo3(signature = (*args, retain_graph = false, clear_seeds = false))]
+fn backward_to_all(
+    py: Python<'_>,
+    args: &Bound<PyTuple>,
+    retain_graph: bool,
+    clear_seeds: bool,
+) -> PyResult<()> {
+    crate::reads::check("a backward pass")?;
+    let mut found = Vec::new();
+    arrays(args.as_any(), &mut found)?;
+    let xs: Vec<Dyn> = found.iter().map(|h| h.get()).collect();
+    py.detach(|| try_guard(|| kiln::ad::backward_to(&xs, retain_graph, clear_seeds)))
 }
 
 /// Forward mode from every array whose gradient is set, towards `y` only (Dr.Jit's
@@ -374,9 +398,49 @@ fn resume_grad(args: &Bound<PyTuple>) -> PyResult<GradScope> {
     scope(args, true, "resume_grad")
 }
 
+/// A `with` block whose backward passes stop at the arrays that existed before it; what reaches
+/// them is carried further when the block ends (Dr.Jit's `dr.isolate_grad`).
+#[pyclass(module = "kiln", unsendable)]
+struct IsolateGrad {
+    scope: Option<kiln::ad::IsolateScope>,
+}
+
+#[pymethods]
+impl IsolateGrad {
+    fn __enter__(mut slf: PyRefMut<Self>) -> PyResult<PyRefMut<Self>> {
+        if slf.scope.is_some() {
+            return Err(value_error(
+                "this isolate_grad() block is already open: make a new one with kiln.isolate_grad()",
+            ));
+        }
+        slf.scope = Some(kiln::ad::IsolateScope::begin());
+        Ok(slf)
+    }
+    #[pyo3(signature = (*exc))]
+    fn __exit__(&mut self, exc: &Bound<PyTuple>) -> PyResult<bool> {
+        let Some(scope) = self.scope.take() else {
+            return Ok(false);
+        };
+        if exc.get_item(0).map(|e| !e.is_none()).unwrap_or(false) {
+            drop(scope); // the block raised: end the scope, let its exception through
+            return Ok(false);
+        }
+        // the scope belongs to this thread (its state is thread-local), so the GIL stays held
+        try_guard(|| scope.end())?;
+        Ok(false)
+    }
+}
+
+/// `with kiln.isolate_grad():` bounds the backward passes inside to what the block computes.
+#[pyfunction]
+fn isolate_grad() -> IsolateGrad {
+    IsolateGrad { scope: None }
+}
+
 /// Put the functions on the module.
 pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
     m.add_class::<GradScope>()?;
+    m.add_class::<IsolateGrad>()?;
     macro_rules! add {
         ($($f:ident),*) => { $(m.add_function(wrap_pyfunction!($f, m)?)?;)* };
     }
@@ -394,11 +458,13 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
         backward,
         backward_from,
         backward_from_all,
+        backward_to_all,
         forward,
         forward_from_all,
         forward_to,
         suspend_grad,
-        resume_grad
+        resume_grad,
+        isolate_grad
     );
     Ok(())
 }

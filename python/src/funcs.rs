@@ -791,9 +791,17 @@ fn prefix_sum(x: &Bound<PyAny>, exclusive: bool) -> PyResult<Py<PyAny>> {
 fn cumsum(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
     prefix_sum(x, false)
 }
-/// Sums of consecutive blocks of `block_size` elements.
+/// Sums of consecutive blocks of `block_size` elements (the last block may be shorter).
+/// `mode` is Dr.Jit's choice of strategy ("evaluated" or "symbolic"); kiln picks its own, so it
+/// is checked and otherwise has no effect.
 #[pyfunction]
-fn block_sum(x: &Bound<PyAny>, block_size: usize) -> PyResult<Py<PyAny>> {
+#[pyo3(signature = (x, block_size, mode = None))]
+fn block_sum(x: &Bound<PyAny>, block_size: usize, mode: Option<&str>) -> PyResult<Py<PyAny>> {
+    if let Some(m) = mode.filter(|m| !matches!(*m, "evaluated" | "symbolic")) {
+        return Err(value_error(format!(
+            "block_sum: mode is \"evaluated\", \"symbolic\" or None, not {m:?}"
+        )));
+    }
     let a = arr(x)?;
     wrap(
         x.py(),

@@ -211,3 +211,49 @@ def test_grad_and_detach_keep_the_structure_of_trees():
     kiln.set_grad(kiln.Float64([1.0]), 5.0)  # no tracking: nothing to set (Dr.Jit's rule)
     assert kiln.is_float_v(kiln.Array3f) and not kiln.is_float_v(kiln.UInt32)
     assert kiln.backend_v(kiln.Float32) == kiln.JitBackend.LLVM and kiln.size_v(kiln.Array3f) == 3
+
+
+def test_backward_to_reaches_its_targets_only():
+    a, b = kiln.Float64([1.0]), kiln.Float64([3.0])
+    with pytest.raises(RuntimeError, match="does not depend on the input"):
+        kiln.backward_to(a)  # Dr.Jit's RuntimeError; also a kiln.InvalidArgument
+    kiln.enable_grad(a, b)
+    c = a * b * 2.0
+    kiln.set_grad(c, 1.0)
+    assert kiln.backward_to(a, flags=kiln.ADFlag.ClearInterior).tolist() == [6.0]
+    assert kiln.grad(b).tolist() == [0.0] and kiln.grad(c).tolist() == [1.0]
+    ga, gb = kiln.backward_to(a, b)  # Default: consumes the graph, clears the seed c
+    assert ga.tolist() == [12.0] and gb.tolist() == [2.0] and kiln.grad(c).tolist() == [0.0]
+
+
+def test_isolate_grad_holds_gradients_at_its_boundary_until_it_ends():
+    a = kiln.Float64([1.0])
+    kiln.enable_grad(a)
+    b = a * 2.0
+    with kiln.isolate_grad():
+        c = b * 2.0
+        with kiln.isolate_grad():
+            kiln.backward(c * 2.0)
+            assert kiln.grad(a).tolist() == [0.0]
+        assert kiln.grad(a).tolist() == [0.0]  # still held at b
+    assert kiln.grad(a).tolist() == [8.0]
+    with pytest.raises(ZeroDivisionError):  # an exception in the block ends the scope and passes
+        with kiln.isolate_grad():
+            1 / 0
+    x = kiln.Float64([3.0])
+    kiln.enable_grad(x)
+    kiln.backward(x * x)  # no scope left open: the pass reaches x at once
+    assert kiln.grad(x).tolist() == [6.0]
+
+
+def test_a_gradient_for_one_value_used_by_many_lanes_is_their_sum():
+    a = kiln.Float64([1.0])
+    kiln.enable_grad(a)
+    kiln.set_grad(a, kiln.Float64([3.0, 4.0, 5.0]))
+    assert kiln.grad(a).tolist() == [12.0]
+    kiln.accum_grad(a, [1.0, 2.0])
+    assert kiln.grad(a).tolist() == [15.0]
+    with pytest.raises(kiln.InvalidArgument, match="2 elements"):
+        b = kiln.Float64([1.0, 2.0, 3.0])
+        kiln.enable_grad(b)
+        kiln.set_grad(b, kiln.Float64([1.0, 2.0]))

@@ -38,7 +38,7 @@ mod value;
 pub use custom::{custom, CustomOp};
 pub(crate) use graph::AdIndex;
 pub use jax::{clear_grads, detach, enable_grad, grad, grads, hvp, jvp, value_and_grad, vjp};
-pub use traversal::{backward_from_all, forward_from_all};
+pub use traversal::{backward_from_all, backward_to, forward_from_all};
 pub(crate) use value::Grad;
 
 use crate::array::{ok, Array};
@@ -188,24 +188,65 @@ pub fn resume_grad<R>(f: impl FnOnce() -> R) -> R {
 /// assert_eq!(x.grad().item(), 24.0);
 /// ```
 pub fn isolate_grad<R>(f: impl FnOnce() -> R) -> R {
-    let start = graph::with(|g| g.next_seq());
-    ISOLATE.with(|s| s.borrow_mut().push(start));
-    STASH.with(|s| s.borrow_mut().push(Vec::new()));
-    struct Pop;
-    impl Drop for Pop {
-        fn drop(&mut self) {
-            ISOLATE.with(|s| s.borrow_mut().pop());
-            let held = STASH.with(|s| s.borrow_mut().pop()).unwrap_or_default();
-            if !held.is_empty() && !std::thread::panicking() {
-                let r = propagate::backward(held, Backward::default(), &[]);
-                if let Err(e) = r {
-                    tracing::warn!(target: "kiln::ad", "isolate_grad: propagating past the scope failed: {e}");
-                }
+    let _scope = IsolateScope::begin();
+    f()
+}
+
+/// An open [`isolate_grad`] scope, for a caller that cannot pass a closure (a Python `with`
+/// block): begun by [`IsolateScope::begin`], ended by [`IsolateScope::end`] or by dropping it
+/// (which logs a failure to carry the held gradients on instead of returning it). Scopes end in
+/// the reverse order of their beginning, on the thread that began them (the type is not `Send`).
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut x = Float64::from_slice(&[3.0]);
+/// x.enable_grad();
+/// let y = &x * 2.0;
+/// let scope = kiln::ad::IsolateScope::begin();
+/// (&y * &y).backward();
+/// assert_eq!(x.grad().item(), 0.0);
+/// scope.end().unwrap();
+/// assert_eq!(x.grad().item(), 24.0);
+/// ```
+pub struct IsolateScope {
+    ended: bool,
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl IsolateScope {
+    /// Begin a scope: backward passes stop at the nodes that exist now until it ends.
+    pub fn begin() -> IsolateScope {
+        let start = graph::with(|g| g.next_seq());
+        ISOLATE.with(|s| s.borrow_mut().push(start));
+        STASH.with(|s| s.borrow_mut().push(Vec::new()));
+        IsolateScope {
+            ended: false,
+            _thread: std::marker::PhantomData,
+        }
+    }
+    /// End the scope: what reached the older nodes is propagated further now.
+    pub fn end(mut self) -> Result<()> {
+        self.ended = true;
+        Self::finish(true)
+    }
+    fn finish(propagate: bool) -> Result<()> {
+        ISOLATE.with(|s| s.borrow_mut().pop());
+        let held = STASH.with(|s| s.borrow_mut().pop()).unwrap_or_default();
+        if held.is_empty() || !propagate {
+            return Ok(());
+        }
+        propagate::backward(held, Backward::default(), &[]).map(|_| ())
+    }
+}
+
+impl Drop for IsolateScope {
+    fn drop(&mut self) {
+        if !self.ended {
+            if let Err(e) = Self::finish(!std::thread::panicking()) {
+                tracing::warn!(target: "kiln::ad", "isolate_grad: propagating past the scope failed: {e}");
             }
         }
     }
-    let _pop = Pop;
-    f()
 }
 
 impl<T: Scalar> Array<T> {

@@ -43,9 +43,9 @@ pub fn forward_from_all<V: Traverse + ?Sized>(xs: &V) -> Result<()> {
 
 /// Reverse mode from every array of `ys` at once (Dr.Jit's `enqueue(Backward, ..)` +
 /// `traverse`): each one's gradient (set with `set_grad`; an array without one adds nothing) is
-/// its cotangent, and one pass carries them all back to the arrays with `enable_grad`. The seeds
-/// keep their gradients (a seed that is itself such an array also gets what the others send
-/// it). With `retain_graph` the graph stays for another pass.
+/// its cotangent, and one pass carries them all back to the arrays with `enable_grad`. A seed that
+/// is itself such an array keeps what arrives (its own seed among it); the other seeds keep their
+/// gradients unless `clear_seeds`. With `retain_graph` the graph stays for another pass.
 ///
 /// ```
 /// use kiln::prelude::*;
@@ -54,11 +54,15 @@ pub fn forward_from_all<V: Traverse + ?Sized>(xs: &V) -> Result<()> {
 /// let (y, z) = (&x * &x, &x * 2.0);
 /// y.set_grad(&Float64::from(1.0));
 /// z.set_grad(&Float64::from(10.0));
-/// kiln::ad::backward_from_all(&(y.clone(), z.clone()), false).unwrap();
+/// kiln::ad::backward_from_all(&(y.clone(), z.clone()), false, false).unwrap();
 /// assert_eq!(x.grad().item(), 2.0 * 3.0 + 10.0 * 2.0);
 /// assert_eq!(y.grad().item(), 1.0);
 /// ```
-pub fn backward_from_all<V: Traverse + ?Sized>(ys: &V, retain_graph: bool) -> Result<()> {
+pub fn backward_from_all<V: Traverse + ?Sized>(
+    ys: &V,
+    retain_graph: bool,
+    clear_seeds: bool,
+) -> Result<()> {
     let seeds = held_grads(&items(ys));
     if seeds.is_empty() {
         return Ok(());
@@ -80,7 +84,7 @@ pub fn backward_from_all<V: Traverse + ?Sized>(ys: &V, retain_graph: bool) -> Re
     };
     let r = propagate::backward(seeds, how, &[]);
     for (ad, g, keeps) in taken {
-        if !keeps {
+        if !keeps && !clear_seeds {
             let prev = graph::with(|gr| std::mem::replace(&mut gr.node_mut(ad).grad, g));
             drop(prev);
         }
@@ -100,4 +104,94 @@ fn held_grads(its: &[Item]) -> Vec<(AdIndex, Grad)> {
         })
         .filter_map(|it| graph::with(|g| g.node(it.ad).grad.clone()).map(|g| (it.ad, g)))
         .collect()
+}
+
+/// Reverse mode towards `xs` only (Dr.Jit's `backward_to`): every array computed from them that
+/// holds a gradient (set with `set_grad`, or left by an earlier pass) is a seed, and one pass
+/// carries the seeds' gradients back. Of the arrays with `enable_grad`, only those of `xs` get
+/// what arrives (added to what they hold); the others keep what they had. The seeds keep their
+/// gradients unless `clear_seeds` (a seed with `enable_grad` keeps its own always). With `retain_graph` the graph stays for another pass.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let (mut a, mut b) = (Float64::from(1.0), Float64::from(3.0));
+/// a.enable_grad();
+/// b.enable_grad();
+/// let c = &a * &b * 2.0;
+/// c.set_grad(&Float64::from(1.0));
+/// kiln::ad::backward_to(&a, true, false).unwrap();
+/// assert_eq!((a.grad().item(), b.grad().item(), c.grad().item()), (6.0, 0.0, 1.0));
+/// ```
+pub fn backward_to<V: Traverse + ?Sized>(
+    xs: &V,
+    retain_graph: bool,
+    clear_seeds: bool,
+) -> Result<()> {
+    let targets: Vec<AdIndex> = items(xs)
+        .iter()
+        .map(|it| it.ad)
+        .filter(|&a| a != 0)
+        .collect();
+    let seeds = graph::with(|g| {
+        walk(g, &targets, |n| &n.children)
+            .into_iter()
+            .filter(|i| !targets.contains(i))
+            .filter_map(|i| g.node(i).grad.clone().map(|gr| (i, gr)))
+            .collect::<Vec<_>>()
+    });
+    if seeds.is_empty() {
+        return Ok(());
+    }
+    // what the pass may store into besides the targets: the arrays with `enable_grad` above the
+    // seeds (the seeds among them), put back as they were after it
+    let from: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
+    let saved: Vec<(AdIndex, Option<Grad>)> = graph::with(|g| {
+        walk(g, &from, |n| &n.parents)
+            .into_iter()
+            .filter(|i| !targets.contains(i) && g.node(*i).keeps_grad)
+            .map(|i| (i, g.node(i).grad.clone()))
+            .collect()
+    });
+    let how = Backward {
+        retain_graph,
+        create_graph: false,
+    };
+    let r = propagate::backward(seeds, how, &[]);
+    for (ad, g) in saved {
+        let prev = graph::with(|gr| std::mem::replace(&mut gr.node_mut(ad).grad, g));
+        drop(prev);
+    }
+    if clear_seeds {
+        for ad in from {
+            // a seed with `enable_grad` keeps its gradient, as every such array does
+            let prev = graph::with(|gr| {
+                let n = gr.node_mut(ad);
+                if n.keeps_grad {
+                    None
+                } else {
+                    n.grad.take()
+                }
+            });
+            drop(prev);
+        }
+    }
+    r.map(|_| ())
+}
+
+/// The nodes reachable from `from` (themselves included) along `next` (parents or children).
+fn walk(
+    g: &graph::Graph,
+    from: &[AdIndex],
+    next: impl Fn(&graph::Node) -> &graph::Edges,
+) -> Vec<AdIndex> {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = from.to_vec();
+    let mut out = Vec::new();
+    while let Some(i) = stack.pop() {
+        if seen.insert(i) {
+            out.push(i);
+            stack.extend(next(g.node(i)).iter().copied());
+        }
+    }
+    out
 }
