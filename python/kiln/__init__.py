@@ -172,6 +172,20 @@ def atanh(x):
     return select(_small(x), near, 0.5 * log((1.0 + x) / (1.0 - x)))  # noqa: F405
 
 
+def dispatch(index, instances, target, *args, mode=None, label=None):
+    """Indirect call (Dr.Jit's ``dr.dispatch``): lane ``i`` runs
+    ``target(instances[index[i]], *args)``, each instance's call traced once (or, in evaluated
+    mode, run on its lanes alone), gradients flowing through as in ``switch``; a lane whose index
+    is out of range gets zeros. Where kiln differs: Dr.Jit dispatches on an array of instance
+    pointers from its registry; kiln has no such arrays, so ``instances`` is a Python sequence of
+    any objects and ``index`` a ``UInt32`` of positions in it. An ``int`` index calls that
+    instance alone."""
+    import functools as _functools
+
+    targets = [_functools.partial(target, inst) for inst in instances]
+    return switch(index, targets, *args, mode=mode, label=label)  # noqa: F405
+
+
 # Dr.Jit's AD calls with their flags, over trees of arrays (in place of the ones above)
 from . import _ad  # noqa: E402
 from ._ad import *  # noqa: F401,F403,E402
@@ -185,7 +199,7 @@ __all__ = sorted(
     {n for n in dir(_kiln) if not n.startswith("_")}
     | set(_vectors.__all__)
     | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax", "allclose", "shape",
-       "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "syntax", "hint"}
+       "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "syntax", "hint", "dispatch"}
     | set(_ad.__all__)
     | set(_traits.__all__)
     | {"JitFlag", "flag", "scoped_set_flag", "set_flag"}

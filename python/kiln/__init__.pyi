@@ -912,6 +912,15 @@ def switch(
     **kwargs: Any,
 ) -> _R: ...
 
+def dispatch(
+    index: UInt32 | int,
+    instances: Sequence[Any],
+    target: Callable[..., _R],
+    *args: Any,
+    mode: str | None = None,
+    label: str | None = None,
+) -> _R: ...
+
 class FrozenFunction:
     """A function frozen by ``kiln.freeze``: call it like the function."""
 

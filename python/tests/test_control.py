@@ -178,3 +178,32 @@ def test_flags_choose_the_default_modes_and_restore():
         assert s.tolist() == [6, 50]
     with pytest.raises(ValueError, match="evaluated|mode"):
         kiln.if_stmt((kiln.Int32(1),), kiln.Int32(1) > 0, lambda x: (x,), lambda x: (x,), mode="bogus")
+
+
+def test_dispatch_calls_each_lanes_instance_with_gradients():
+    class Disc:
+        def __init__(self, r):
+            self.r = r
+
+        def area(self, scale):
+            return self.r * self.r * 3.0 * scale
+
+    class Square:
+        def __init__(self, side):
+            self.side = side
+
+        def area(self, scale):
+            return self.side * self.side * scale
+
+    r = kiln.Float64([2.0])
+    kiln.enable_grad(r)
+    shapes = [Disc(r), Square(kiln.Float64([3.0]))]
+    idx = kiln.UInt32([0, 1, 1, 0, 7])
+    scale = kiln.Float64([1.0, 2.0, 3.0, 4.0, 5.0])
+    for mode in (None, "evaluated"):
+        kiln.clear_grad(r)
+        a = kiln.dispatch(idx, shapes, lambda s, x: s.area(x), scale, mode=mode)
+        assert a.tolist() == [12.0, 18.0, 27.0, 48.0, 0.0]  # index 7 has no instance: 0
+        kiln.backward(kiln.sum(a))
+        assert r.grad.tolist() == [6.0 * 2.0 * (1.0 + 4.0)]  # d(3 r² s)/dr over lanes 0 and 3
+    assert kiln.dispatch(1, shapes, lambda s, x: s.area(x), scale).tolist() == [9.0, 18.0, 27.0, 36.0, 45.0]
