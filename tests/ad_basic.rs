@@ -144,7 +144,7 @@ fn passes_from_several_arrays_add_up_as_single_passes() {
     a.set_grad(&ta);
     b.set_grad(&tb);
     let unseeded = Float64::from(7.0);
-    kiln::ad::forward_from_all(&(a.clone(), b.clone(), unseeded)).unwrap();
+    kiln::ad::forward_from_all(&(a.clone(), b.clone(), unseeded), false).unwrap();
     let sum: Vec<f64> = wa.iter().zip(&wb).map(|(x, y)| x + y).collect();
     close(&w.grad().to_vec(), &sum, 1e-6);
     close(&a.grad().to_vec(), &ta.to_vec(), 0.0);
@@ -215,4 +215,107 @@ fn backward_to_delivers_to_its_targets_only() {
     close(&c.grad().to_vec(), &wc, 1e-12);
     assert_eq!(h.grad().to_vec(), vec![0.0, 0.0]);
     assert!(kiln::ad::backward_from(&g, &Float64::from(1.0)).is_err());
+}
+
+/// An `isolate_grad` scope keeps the nodes it holds cotangents for alive until it ends (a freed
+/// node's number may be reused by another array, which must not get them), and carries them on
+/// keeping the graph when the pass that parked them kept it.
+#[test]
+fn isolate_scope_holds_its_nodes_and_the_passes_retain_flag() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut x = Float64::from(3.0);
+    x.enable_grad();
+    let z = &x * 2.0;
+    let scope = kiln::ad::IsolateScope::begin();
+    let y = &z * &z;
+    y.backward();
+    drop((y, z));
+    let mut w = Float64::from(1.0);
+    w.enable_grad(); // may take the freed number of a node the scope holds a cotangent for
+    scope.end().unwrap();
+    assert_eq!((x.grad().item(), w.grad().item()), (24.0, 0.0));
+    // a retained pass inside: the graph stays for a pass after the scope
+    let a = &x * 1.0;
+    x.clear_grad();
+    let scope = kiln::ad::IsolateScope::begin();
+    kiln::ad::backward_with(&(&a * &a), &Float64::from(1.0), true).unwrap();
+    scope.end().unwrap();
+    (&a * 3.0).backward();
+    assert_eq!(x.grad().item(), 2.0 * 3.0 + 3.0);
+}
+
+/// `backward_to` ends at its targets: an interior target without `enable_grad` gets its
+/// gradient, the graph above it is neither consumed nor required, no other array's gradient
+/// changes (also while another thread runs passes into them), and inside an `isolate_grad`
+/// scope it still reaches its targets.
+#[test]
+fn backward_to_ends_at_its_targets() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut x, mut w) = (Float64::from(3.0), Float64::from(2.0));
+    x.enable_grad();
+    w.enable_grad();
+    let a = &x * &w; // 6
+    let c = &a * &a;
+    c.set_grad(&Float64::from(1.0));
+    kiln::ad::backward_to(&a, false, false).unwrap();
+    assert_eq!(a.grad().item(), 12.0);
+    assert_eq!((x.grad().item(), w.grad().item()), (0.0, 0.0));
+    (&a * 5.0).backward(); // the graph above `a` was not consumed
+    assert_eq!((x.grad().item(), w.grad().item()), (10.0, 15.0));
+    // the part above the target already consumed: not needed
+    let b = &x * 1.0;
+    (&b * 1.0).backward();
+    let d = &b * &b;
+    d.set_grad(&Float64::from(1.0));
+    kiln::ad::backward_to(&b, true, false).unwrap();
+    assert_eq!(b.grad().item(), 6.0);
+    // inside an isolate scope
+    x.clear_grad();
+    let e = &x * &w;
+    let scope = kiln::ad::IsolateScope::begin();
+    let f = &e * &e;
+    f.set_grad(&Float64::from(1.0));
+    kiln::ad::backward_to(&x, true, false).unwrap();
+    assert_eq!(x.grad().item(), 2.0 * 6.0 * 2.0);
+    scope.end().unwrap();
+    assert_eq!(w.grad().item(), 15.0, "backward_to reached only x");
+    // another thread's passes into x while backward_to runs again and again
+    x.clear_grad();
+    let g = &x * &w;
+    let h = &g * &g;
+    h.set_grad(&Float64::from(1.0));
+    let xs = x.clone();
+    let runs = 200;
+    let other = std::thread::spawn(move || {
+        for _ in 0..runs {
+            (&xs * 1.0).backward();
+        }
+    });
+    for _ in 0..50 {
+        kiln::ad::backward_to(&g, true, false).unwrap();
+    }
+    other.join().unwrap();
+    assert_eq!(x.grad().item(), runs as f64);
+    assert_eq!(g.grad().item(), 50.0 * 2.0 * 6.0);
+}
+
+/// Forward mode from several seeds where one is computed from another: that seed's tangent is
+/// its own plus what flows into it, the sum of the single passes.
+#[test]
+fn forward_from_a_seed_below_another_adds_both() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut x = Float64::from(3.0);
+    x.enable_grad();
+    let y = &x * 2.0; // 6
+    let z = &y * &y;
+    x.set_grad(&Float64::from(1.0));
+    y.set_grad(&Float64::from(10.0));
+    kiln::ad::forward_from_all(&(x.clone(), y.clone()), false).unwrap();
+    // dz = 2y (dy_own + 2 dx) = 12 (10 + 2)
+    assert_eq!(z.grad().item(), 144.0);
+    assert_eq!(
+        y.grad().item(),
+        10.0,
+        "a seed keeps the gradient it was given"
+    );
 }

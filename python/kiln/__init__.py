@@ -102,7 +102,7 @@ def allclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
         cb = b._c if isinstance(b, _vectors.StaticArrayBase) else [b] * len(ca)
         if len(ca) != len(cb):
             return False
-        return all(allclose(x, y, rtol, atol, equal_nan) for x, y in zip(ca, cb))
+        return _builtins.all(allclose(x, y, rtol, atol, equal_nan) for x, y in zip(ca, cb))
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and not _builtins.all(
             isinstance(v, (int, float)) for v in (*a, *b)):
         # sequences of arrays (a gradient per argument): pair by pair, each broadcasting itself
@@ -189,6 +189,8 @@ def dispatch(index, instances, target, *args, mode=None, label=None):
 # Dr.Jit's AD calls with their flags, over trees of arrays (in place of the ones above)
 from . import _ad  # noqa: E402
 from ._ad import *  # noqa: F401,F403,E402
+from . import _custom  # noqa: E402
+from ._custom import *  # noqa: F401,F403,E402
 
 
 # Dr.Jit's aliases
@@ -201,6 +203,7 @@ __all__ = sorted(
     | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax", "allclose", "shape",
        "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "syntax", "hint", "dispatch"}
     | set(_ad.__all__)
+    | set(_custom.__all__)
     | set(_traits.__all__)
     | {"JitFlag", "flag", "scoped_set_flag", "set_flag"}
 )

@@ -11,7 +11,9 @@ What Dr.Jit's flags mean in kiln's model of AD:
   mode, except those with ``enable_grad``, which keep what arrived (their own seed among it).
 * ``ClearInterior``: changes nothing. A reverse pass stores gradients only in arrays that
   ``enable_grad`` was called on; a forward pass leaves each array it reaches holding its tangent
-  until the next forward pass replaces it (Dr.Jit adds to it instead).
+  until the next forward pass replaces it (Dr.Jit adds to it instead). Such a tangent counts as
+  a gradient set with ``set_grad`` for ``forward_to`` and ``backward_to``: ``clear_grad`` the
+  arrays first when they should start afresh.
 * ``AllowNoGrad``: a pass from arrays that carry no gradient does nothing. Without it such a pass
   is an error (``NoGradient``), as in Dr.Jit: it almost always means a missing ``enable_grad``.
 """
@@ -205,7 +207,19 @@ def _differentiable(what, x, flags):
     )
 
 
+def _trailing_flags(args, flags):
+    """Dr.Jit's ``forward_to(a, b, flags)``: an ``ADFlag`` or ``int`` last among the arrays."""
+    if args and isinstance(args[-1], int) and not isinstance(args[-1], bool):
+        return args[:-1], ADFlag(args[-1])
+    return args, ADFlag(flags)
+
+
 def _retain(flags, retain_graph):
+    if isinstance(flags, bool):
+        raise TypeError(
+            "the second argument of kiln.backward/backward_from's flags is Dr.Jit's ADFlag, not a "
+            "bool: write retain_graph=True (or flags=kiln.ADFlag.ClearNone) to keep the graph"
+        )
     if retain_graph is not None:
         return bool(retain_graph)
     return not ADFlag(flags) & ADFlag.ClearEdges
@@ -233,9 +247,7 @@ def backward_to(*args, flags=ADFlag.Default):
     from them that holds a gradient (set with ``set_grad``) is a seed; only ``args`` get what
     arrives, added to what they hold. Returns their gradients (one value for one argument, else a
     tuple). With ``ClearInput`` (in ``Default``) the seeds' gradients are cleared afterwards."""
-    if args and isinstance(args[-1], ADFlag):
-        args, flags = args[:-1], args[-1]
-    flags = ADFlag(flags)
+    args, flags = _trailing_flags(args, flags)
     if _differentiable("backward_to", args, flags):
         _k.backward_to_all(*_leaves(args, []), retain_graph=_retain(flags, None),
                            clear_seeds=bool(flags & ADFlag.ClearInput))
@@ -245,13 +257,15 @@ def backward_to(*args, flags=ADFlag.Default):
 
 def forward_from(x, flags=ADFlag.Default):
     """Forward mode from ``x`` (Dr.Jit's ``dr.forward_from``): its gradient (1 for every element
-    unless one was set) is pushed to every array computed from it; read them with ``grad``.
-    With ``ClearInput`` (in ``Default``) ``x``'s gradient is cleared afterwards."""
+    unless one was set; every component's, for a vector; every array's, for a tree) is pushed to
+    every array computed from it; read the tangents with ``grad``. With ``ClearInput`` (in
+    ``Default``) ``x``'s gradient is cleared afterwards."""
     if not _differentiable("forward_from", x, flags):
         return
-    _v.forward(x)
+    seeds = [a for a in _leaves(x, []) if _k.grad_enabled(a)]
+    _k.forward_from_all(*seeds, unset_is_one=True)
     if ADFlag(flags) & ADFlag.ClearInput:
-        clear_grad(x)
+        clear_grad(seeds)
 
 
 forward = forward_from
@@ -261,8 +275,7 @@ def forward_to(*args, flags=ADFlag.Default):
     """Forward mode from every array whose gradient is set, towards ``args`` (Dr.Jit's
     ``dr.forward_to``); returns their gradients (one value for one argument, else a tuple).
     Dr.Jit's ``flags`` may also come last among ``args``."""
-    if args and isinstance(args[-1], ADFlag):
-        args, flags = args[:-1], args[-1]
+    args, flags = _trailing_flags(args, flags)
     if not _differentiable("forward_to", args, flags):
         out = tuple(grad(a) for a in args)
         return out[0] if len(out) == 1 else out

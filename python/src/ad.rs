@@ -5,7 +5,7 @@
 use crate::array::{wrap, ArrayBase};
 use crate::convert::to_dyn;
 use crate::dynarray::{Dyn, IntoDyn};
-use crate::errors::{try_guard, type_error, value_error};
+use crate::errors::{guard, try_guard, type_error, value_error};
 use crate::tensor::TensorBase;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -286,16 +286,17 @@ fn forward(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<()> {
 }
 
 /// Forward mode from all these arrays at once (Dr.Jit's `enqueue(ADMode.Forward, ...)` then
-/// `traverse`): each one's gradient (an array without one adds nothing) is pushed through
-/// everything computed from them, the tangents adding where paths meet; read them with `grad`.
+/// `traverse`): each one's gradient (for an array without one: ones if `unset_is_one`, else
+/// nothing) is pushed through everything computed from them, the tangents adding where paths
+/// meet; read them with `grad`.
 #[pyfunction]
-#[pyo3(signature = (*args))]
-fn forward_from_all(py: Python<'_>, args: &Bound<PyTuple>) -> PyResult<()> {
+#[pyo3(signature = (*args, unset_is_one = false))]
+fn forward_from_all(py: Python<'_>, args: &Bound<PyTuple>, unset_is_one: bool) -> PyResult<()> {
     crate::reads::check("a forward pass")?;
     let mut found = Vec::new();
     arrays(args.as_any(), &mut found)?;
     let xs: Vec<Dyn> = found.iter().map(|h| h.get()).collect();
-    py.detach(|| try_guard(|| kiln::ad::forward_from_all(&xs)))
+    py.detach(|| try_guard(|| kiln::ad::forward_from_all(&xs, unset_is_one)))
 }
 
 /// Reverse mode from all these arrays at once (Dr.Jit's `enqueue(ADMode.Backward, ...)` then
@@ -422,7 +423,9 @@ impl IsolateGrad {
             return Ok(false);
         };
         if exc.get_item(0).map(|e| !e.is_none()).unwrap_or(false) {
-            drop(scope); // the block raised: end the scope, let its exception through
+            // the block raised: end the scope (carrying on what it holds) and let the block's
+            // exception through, whatever ending the scope says
+            let _ = guard(|| drop(scope));
             return Ok(false);
         }
         // the scope belongs to this thread (its state is thread-local), so the GIL stays held

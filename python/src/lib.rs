@@ -15,6 +15,7 @@ mod ad;
 mod array;
 mod control;
 mod convert;
+mod custom;
 mod errors;
 mod freeze;
 mod funcs;
@@ -35,6 +36,7 @@ fn _kiln(m: &Bound<PyModule>) -> PyResult<()> {
     array::register(m)?;
     funcs::register(m)?;
     ad::register(m)?;
+    custom::register(m)?;
     control::register(m)?;
     freeze::register(m)?;
     tensor::register(m)?;

@@ -199,6 +199,48 @@ impl Tree {
         Ok(Tree::Opaque(x.clone().unbind()))
     }
 
+    /// The same value without references to the Python objects its arrays came from (a struct
+    /// keeps a copy of its object with those fields detached, as the template `to_py` copies):
+    /// for a value kiln keeps, so that it holds the arrays' values and not the caller's objects
+    /// (whose AD nodes would stay alive with them).
+    pub fn stripped(&self, py: Python<'_>) -> PyResult<Tree> {
+        Ok(match self {
+            Tree::Array(d, _) => Tree::Array(d.clone(), None),
+            Tree::Tensor(d, s, _) => Tree::Tensor(d.clone(), s.clone(), None),
+            Tree::Seq { tuple, items } => Tree::Seq {
+                tuple: *tuple,
+                items: items
+                    .iter()
+                    .map(|i| i.stripped(py))
+                    .collect::<PyResult<_>>()?,
+            },
+            Tree::Dict(e) => Tree::Dict(
+                e.iter()
+                    .map(|(k, n, v)| Ok((k.clone_ref(py), n.clone(), v.stripped(py)?)))
+                    .collect::<PyResult<_>>()?,
+            ),
+            Tree::Struct(o, f) => {
+                let template = py.import("copy")?.call_method1("copy", (o.bind(py),))?;
+                let set = py
+                    .import("builtins")?
+                    .getattr("object")?
+                    .getattr("__setattr__")?;
+                // its fields detached (a vector's components must stay arrays)
+                let detach = py.import("kiln")?.getattr("detach")?;
+                for (n, _) in f {
+                    let v = o.bind(py).getattr(n.as_str())?;
+                    set.call1((&template, n.as_str(), detach.call1((v,))?))?;
+                }
+                let fields = f
+                    .iter()
+                    .map(|(n, v)| Ok((n.clone(), v.stripped(py)?)))
+                    .collect::<PyResult<_>>()?;
+                Tree::Struct(template.unbind(), fields)
+            }
+            other => other.clone_in(py),
+        })
+    }
+
     /// The Python value. `reuse`: arrays go back into the objects they came from (a function's
     /// own arguments); otherwise every array is a new object and structs are copies.
     pub fn to_py(&self, py: Python<'_>, reuse: bool) -> PyResult<Py<PyAny>> {

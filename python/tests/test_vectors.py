@@ -499,8 +499,10 @@ def test_forward_mode_through_a_vector():
     r = np.linalg.norm(a, axis=1, keepdims=True)
     unit = a / r
     np.testing.assert_allclose(kiln.grad(u).numpy(), ([1, 0, 0] - unit * unit[:, :1]) / r, rtol=1e-12, atol=1e-14)
-    with pytest.raises(ValueError, match=r"forward_to\(y\)"):
-        kiln.forward(v)
+    kiln.clear_grad(v)
+    kiln.forward(v)  # as in Dr.Jit: every component seeded with 1 (its gradient, when one is set)
+    np.testing.assert_allclose(kiln.grad(u).numpy(), (1.0 - unit * unit.sum(axis=1, keepdims=True)) / r,
+                               rtol=1e-12, atol=1e-14)
 
 
 def test_grad_calls_walk_containers_of_vectors():
@@ -809,3 +811,9 @@ def test_stub_classes_have_the_modules_members_and_bases():
                 assert params(fn.args)[1:] == runtime_params(getattr(cls, m))[1:], f"{name}.{m}"
         for m in public(vars(cls)):
             assert m in stubbed, f"{name}.{m} is in the module, not in the stub"
+
+
+def test_allclose_compares_vectors_component_by_component():
+    assert kiln.allclose(kiln.Array3f(1, 2, 3), kiln.Array3f(1, 2, 3))
+    assert not kiln.allclose(kiln.Array3f(1, 2, 3), kiln.Array3f(1, 2, 4))
+    assert kiln.allclose(kiln.Array2f([1, 2], [3, 4]), 2.5, atol=1.6)

@@ -7,7 +7,7 @@
 //! a sequence (a leaf the caller names), its gradient `c · bᵀ` is deferred with it: the caller
 //! computes every row's as one product `C · bᵀ` after the loop.
 
-use super::graph::AdIndex;
+use super::graph::{self, AdIndex};
 use super::propagate::{self, Backward};
 use super::value::Grad;
 use super::{ISOLATE, STASH};
@@ -124,8 +124,17 @@ pub(crate) fn pass_within(
     let deferred = COLLECT.with(|c| c.borrow_mut().as_mut().map(|(_, l, _)| std::mem::take(l)));
     drop(scope);
     r?;
+    // the stash retains each node it names; these older nodes are the caller's to keep alive
+    let reached: Vec<(AdIndex, Grad)> = reached
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(ad, ct, _)| {
+            graph::dec_ref(ad);
+            (ad, ct)
+        })
+        .collect();
     Ok(StepPass {
-        reached: reached.unwrap_or_default(),
+        reached,
         deferred: deferred.unwrap_or_default(),
     })
 }

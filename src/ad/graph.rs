@@ -330,6 +330,12 @@ impl Graph {
         (n.handles > 0 && n.var != 0).then_some(n.var)
     }
 
+    /// Whether an array handle (not only a child's edge or a pass) refers to node `ad`: only
+    /// then can anyone read or set its gradient.
+    pub fn has_handles(&self, ad: AdIndex) -> bool {
+        self.node(ad).handles > 0
+    }
+
     /// The sequence number the next node will get.
     pub fn next_seq(&self) -> u64 {
         self.seq + 1

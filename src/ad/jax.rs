@@ -177,8 +177,12 @@ impl Boundary {
 impl Drop for Boundary {
     fn drop(&mut self) {
         ISOLATE.with(|s| s.borrow_mut().pop());
-        let held = STASH.with(|s| s.borrow_mut().pop());
-        drop(held);
+        let held = STASH.with(|s| s.borrow_mut().pop()).unwrap_or_default();
+        // the stash retained each node it names
+        for (ad, ct, _) in held {
+            drop(ct);
+            graph::dec_ref(ad);
+        }
     }
 }
 

@@ -46,14 +46,16 @@ use crate::types::Float;
 use kiln_core::{Error, Result, Scalar};
 use propagate::Backward;
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 
 thread_local! {
     /// Whether ops on this thread record AD nodes (`suspend_grad` / `resume_grad`).
     static RECORDING: Cell<bool> = const { Cell::new(true) };
     /// Sequence numbers at which the open `isolate_grad` scopes began (innermost last).
     static ISOLATE: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
-    /// Cotangents that reached a node older than the innermost isolate scope.
-    static STASH: RefCell<Vec<Vec<(AdIndex, Grad)>>> = const { RefCell::new(Vec::new()) };
+    /// Cotangents that reached a node older than the innermost isolate scope (the node retained
+    /// until the scope ends), and whether the pass that sent each kept its graph.
+    static STASH: RefCell<Vec<Vec<(AdIndex, Grad, bool)>>> = const { RefCell::new(Vec::new()) };
     /// Open transformations whose function's derivatives will be differentiated again.
     static HIGHER: Cell<u32> = const { Cell::new(0) };
 }
@@ -116,12 +118,30 @@ fn isolate_boundary() -> u64 {
     ISOLATE.with(|s| s.borrow().last().copied().unwrap_or(0))
 }
 
-fn stash_isolated(ad: AdIndex, ct: Grad) {
+fn stash_isolated(ad: AdIndex, ct: Grad, retain_graph: bool) {
     STASH.with(|s| {
         if let Some(top) = s.borrow_mut().last_mut() {
-            top.push((ad, ct));
+            // the node must outlive the scope: its number is what the scope's end sends to
+            graph::inc_ref(ad);
+            top.push((ad, ct, retain_graph));
         }
     })
+}
+
+/// Run `f` with no isolation boundary (a pass that must reach its own targets, `backward_to`,
+/// inside an `isolate_grad` scope).
+fn without_isolation<R>(f: impl FnOnce() -> R) -> R {
+    ISOLATE.with(|s| s.borrow_mut().push(0));
+    STASH.with(|s| s.borrow_mut().push(Vec::new()));
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            ISOLATE.with(|s| s.borrow_mut().pop());
+            STASH.with(|s| s.borrow_mut().pop());
+        }
+    }
+    let _pop = Pop;
+    f()
 }
 
 /// Run `f` without recording derivatives: arrays computed inside carry no gradient.
@@ -232,10 +252,20 @@ impl IsolateScope {
     fn finish(propagate: bool) -> Result<()> {
         ISOLATE.with(|s| s.borrow_mut().pop());
         let held = STASH.with(|s| s.borrow_mut().pop()).unwrap_or_default();
-        if held.is_empty() || !propagate {
-            return Ok(());
-        }
-        propagate::backward(held, Backward::default(), &[]).map(|_| ())
+        let ads: Vec<AdIndex> = held.iter().map(|h| h.0).collect();
+        let r = if held.is_empty() || !propagate {
+            Ok(())
+        } else {
+            // the graph stays if any pass that reached the boundary kept it
+            let how = Backward {
+                retain_graph: held.iter().any(|h| h.2),
+                create_graph: false,
+            };
+            let seeds = held.into_iter().map(|(ad, ct, _)| (ad, ct)).collect();
+            propagate::backward(seeds, how, &[]).map(|_| ())
+        };
+        ads.into_iter().for_each(graph::dec_ref);
+        r
     }
 }
 
@@ -537,13 +567,27 @@ fn push_forward<T: Float>(x: &Array<T>, to: Option<&[AdIndex]>) -> Result<()> {
         None => Grad::of(Array::<T>::ones(x.size())),
     };
     let ts = propagate::forward(vec![(x.ad, seed)], to)?;
+    store_tangents(ts, &[x.ad]);
+    Ok(())
+}
+
+/// Store the tangents of a forward pass as the gradients of the arrays reached, except the seeds
+/// `from`. A node no array refers to (an intermediate dropped already, an op's internal node)
+/// gets none: nobody could read it, and it would only hold memory and act as a seed of a later
+/// pass.
+pub(crate) fn store_tangents(ts: HashMap<AdIndex, Grad>, from: &[AdIndex]) {
     for (ad, t) in ts {
-        if ad != x.ad {
-            let prev = graph::with(|g| g.node_mut(ad).grad.replace(t.detached()));
+        if !from.contains(&ad) {
+            let prev = graph::with(|g| {
+                if g.has_handles(ad) {
+                    g.node_mut(ad).grad.replace(t.detached())
+                } else {
+                    None
+                }
+            });
             drop(prev);
         }
     }
-    Ok(())
 }
 
 /// The AD graph's size now: (nodes, edges, bytes of gradients held). Also in `kiln::stats()`.

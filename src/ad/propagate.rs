@@ -7,7 +7,7 @@
 
 use super::graph::{self, AdIndex, Edges, Rule};
 use super::value::Grad;
-use super::{isolate_boundary, stash_isolated, RecordingGuard};
+use super::{isolate_boundary, stash_isolated, without_isolation, RecordingGuard};
 use kiln_core::{Error, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -196,10 +196,33 @@ pub(crate) fn backward_stopping(
     want: &[AdIndex],
     stops: &[AdIndex],
 ) -> Result<HashMap<AdIndex, Grad>> {
+    run_backward(seeds, how, want, stops, &[])
+}
+
+/// A backward pass that ends at `targets`: each gets what reaches it added to its gradient
+/// (whether or not it has `enable_grad`), nothing goes past them, and what reaches a node of
+/// `drops` is dropped. No isolation boundary applies: the targets are the pass's own.
+pub(crate) fn backward_between(
+    seeds: Vec<(AdIndex, Grad)>,
+    how: Backward,
+    targets: &[AdIndex],
+    drops: &[AdIndex],
+) -> Result<()> {
+    without_isolation(|| run_backward(seeds, how, &[], drops, targets)).map(|_| ())
+}
+
+fn run_backward(
+    seeds: Vec<(AdIndex, Grad)>,
+    how: Backward,
+    want: &[AdIndex],
+    stops: &[AdIndex],
+    deliver: &[AdIndex],
+) -> Result<HashMap<AdIndex, Grad>> {
     let _pass = Pass::begin();
     let roots: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
     let boundary = isolate_boundary();
-    let held = Held(ancestors(&roots, boundary, stops)?);
+    let ends: Vec<AdIndex> = stops.iter().chain(deliver).copied().collect();
+    let held = Held(ancestors(&roots, boundary, &ends)?);
     let steps = &held.0;
     let _rec = RecordingGuard::set(how.create_graph);
     let mut cts = Cotangents::default();
@@ -211,16 +234,21 @@ pub(crate) fn backward_stopping(
         let Some((ct, depth)) = cts.0.remove(&s.ad) else {
             continue;
         };
+        if deliver.contains(&s.ad) {
+            store(s.ad, ct.detached());
+            continue;
+        }
         if stops.contains(&s.ad) {
             continue;
         }
         if s.seq < boundary {
-            stash_isolated(s.ad, ct);
+            stash_isolated(s.ad, ct, how.retain_graph);
             continue;
         }
         if how.create_graph && want.contains(&s.ad) {
             out.insert(s.ad, ct.clone());
-        } else if s.keeps_grad && !how.create_graph {
+        } else if s.keeps_grad && !how.create_graph && deliver.is_empty() {
+            // (a pass with targets changes their gradients alone)
             store(s.ad, ct.detached());
         }
         if let Some(rule) = &s.rule {
@@ -329,12 +357,27 @@ pub(crate) fn forward(
     forward_with(seeds, to, false)
 }
 
+/// [`forward`] from several seeds where a seed computed from another gets its own tangent plus
+/// what flows into it (Dr.Jit's `enqueue` + `traverse`), rather than its own alone.
+pub(crate) fn forward_adding(seeds: Vec<(AdIndex, Grad)>) -> Result<HashMap<AdIndex, Grad>> {
+    forward_inner(seeds, None, false, true)
+}
+
 /// [`forward`]; with `record` the pass is itself recorded in the AD graph (the tangents are
 /// differentiable: a `kiln::jvp` inside a function being differentiated).
 pub(crate) fn forward_with(
     seeds: Vec<(AdIndex, Grad)>,
     to: Option<&[AdIndex]>,
     record: bool,
+) -> Result<HashMap<AdIndex, Grad>> {
+    forward_inner(seeds, to, record, false)
+}
+
+fn forward_inner(
+    seeds: Vec<(AdIndex, Grad)>,
+    to: Option<&[AdIndex]>,
+    record: bool,
+    seeds_add: bool,
 ) -> Result<HashMap<AdIndex, Grad>> {
     let from: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
     let mut held = Held(descendants(&from));
@@ -363,7 +406,12 @@ pub(crate) fn forward_with(
     // rules each tangent went through unevaluated (see LONGEST_COTANGENT)
     let mut depth: HashMap<AdIndex, u32> = HashMap::new();
     for s in steps {
+        // a seed's own tangent, taken out so that what flows into it is computed too
+        let own = if seeds_add { ts.remove(&s.ad) } else { None };
         let Some((rule, inputs)) = step_inputs(s, &ts) else {
+            if let Some(o) = own {
+                ts.insert(s.ad, o);
+            }
             continue;
         };
         let d = s
@@ -378,6 +426,10 @@ pub(crate) fn forward_with(
                 // the tangents go before the pass's references (`held`, declared first)
                 return Err(e);
             }
+        };
+        let t = match (t, own) {
+            (Some(t), Some(o)) => Some(o.plus(&t)),
+            (t, o) => t.or(o),
         };
         if let Some(t) = t {
             if d >= LONGEST_COTANGENT && !kiln_core::is_evaluated(t.id()) {

@@ -7,12 +7,15 @@ use super::propagate::{self, Backward};
 use super::{AdIndex, Grad};
 use crate::freeze::traverse::Traverse;
 use kiln_core::Result;
+use std::collections::HashSet;
 
-/// Forward mode from every array of `xs` at once: each one's gradient (set with `set_grad`; an
-/// array without one, or one that carries no gradient, adds nothing) is pushed through everything
-/// computed from them, tangents adding where paths meet, and each array reached holds its tangent
-/// in its gradient (replacing what an earlier forward pass left there), as after
-/// [`forward`](super::forward). The seeds keep their gradients.
+/// Forward mode from every array of `xs` at once: each one's gradient (set with `set_grad`; for an
+/// array without one, ones with `unset_is_one`, else nothing; an array that carries no gradient
+/// adds nothing) is pushed through everything
+/// computed from them, tangents adding where paths meet (a seed computed from another gets its
+/// own plus what flows into it), and each array reached holds its tangent in its gradient
+/// (replacing what an earlier forward pass left there), as after [`forward`](super::forward).
+/// The seeds keep the gradients they were given.
 ///
 /// ```
 /// use kiln::prelude::*;
@@ -22,22 +25,25 @@ use kiln_core::Result;
 /// let y = &a * &b;
 /// a.set_grad(&Float64::from(1.0));
 /// b.set_grad(&Float64::from(10.0));
-/// kiln::ad::forward_from_all(&(a.clone(), b.clone())).unwrap();
+/// kiln::ad::forward_from_all(&(a.clone(), b.clone()), false).unwrap();
 /// assert_eq!(y.grad().item(), 5.0 + 10.0 * 2.0);
 /// ```
-pub fn forward_from_all<V: Traverse + ?Sized>(xs: &V) -> Result<()> {
-    let seeds = held_grads(&items(xs));
+pub fn forward_from_all<V: Traverse + ?Sized>(xs: &V, unset_is_one: bool) -> Result<()> {
+    let its = items(xs);
+    let mut seeds = held_grads(&its);
+    if unset_is_one {
+        for it in its.iter().filter(|it| it.ad != 0) {
+            if !seeds.iter().any(|s| s.0 == it.ad) {
+                seeds.push((it.ad, ones_like(it.id)));
+            }
+        }
+    }
     if seeds.is_empty() {
         return Ok(());
     }
     let from: Vec<_> = seeds.iter().map(|s| s.0).collect();
-    let ts = propagate::forward(seeds, None)?;
-    for (ad, t) in ts {
-        if !from.contains(&ad) {
-            let prev = graph::with(|g| g.node_mut(ad).grad.replace(t.detached()));
-            drop(prev);
-        }
-    }
+    let ts = propagate::forward_adding(seeds)?;
+    super::store_tangents(ts, &from);
     Ok(())
 }
 
@@ -92,6 +98,15 @@ pub fn backward_from_all<V: Traverse + ?Sized>(
     r.map(|_| ())
 }
 
+/// Ones of the type and size of float array `id`.
+fn ones_like(id: kiln_core::VarId) -> Grad {
+    let n = kiln_core::size(id);
+    match kiln_core::var_type(id) {
+        kiln_core::VarType::F32 => Grad::of(crate::Array::<f32>::ones(n)),
+        _ => Grad::of(crate::Array::<f64>::ones(n)),
+    }
+}
+
 /// The arrays among `its` that carry a gradient and hold one, with it.
 fn held_grads(its: &[Item]) -> Vec<(AdIndex, Grad)> {
     let mut seen = Vec::new();
@@ -107,10 +122,12 @@ fn held_grads(its: &[Item]) -> Vec<(AdIndex, Grad)> {
 }
 
 /// Reverse mode towards `xs` only (Dr.Jit's `backward_to`): every array computed from them that
-/// holds a gradient (set with `set_grad`, or left by an earlier pass) is a seed, and one pass
-/// carries the seeds' gradients back. Of the arrays with `enable_grad`, only those of `xs` get
-/// what arrives (added to what they hold); the others keep what they had. The seeds keep their
-/// gradients unless `clear_seeds` (a seed with `enable_grad` keeps its own always). With `retain_graph` the graph stays for another pass.
+/// holds a gradient (set with `set_grad`, or a tangent an earlier forward pass left) is a seed,
+/// and one pass carries the seeds' gradients back to `xs`, which get what arrives added to what
+/// they hold (with or without `enable_grad`). The pass crosses only what was computed from `xs`:
+/// no other array's gradient changes, and the graph above `xs` is neither walked nor consumed.
+/// The seeds keep their gradients unless `clear_seeds` (one with `enable_grad` keeps its own
+/// always). An `isolate_grad` scope does not stop this pass: its targets are its own. With `retain_graph` the graph stays for another pass.
 ///
 /// ```
 /// use kiln::prelude::*;
@@ -132,35 +149,34 @@ pub fn backward_to<V: Traverse + ?Sized>(
         .map(|it| it.ad)
         .filter(|&a| a != 0)
         .collect();
-    let seeds = graph::with(|g| {
-        walk(g, &targets, |n| &n.children)
+    let (seeds, drops) = graph::with(|g| {
+        // the targets and what was computed from them: the only nodes the pass crosses
+        let below: HashSet<AdIndex> = walk(g, &targets, |n| &n.children).into_iter().collect();
+        let inner = below.iter().filter(|i| !targets.contains(i));
+        // (a gradient only an array can have been given: a node no array refers to is none)
+        let seeds: Vec<(AdIndex, Grad)> = inner
+            .clone()
+            .filter(|&&i| g.has_handles(i))
+            .filter_map(|&i| g.node(i).grad.clone().map(|gr| (i, gr)))
+            .collect();
+        // what reaches a parent outside them is dropped (it would not reach a target)
+        let drops: Vec<AdIndex> = inner
+            .flat_map(|&i| g.node(i).parents.iter().copied())
+            .filter(|p| !below.contains(p))
+            .collect::<HashSet<_>>()
             .into_iter()
-            .filter(|i| !targets.contains(i))
-            .filter_map(|i| g.node(i).grad.clone().map(|gr| (i, gr)))
-            .collect::<Vec<_>>()
+            .collect();
+        (seeds, drops)
     });
     if seeds.is_empty() {
         return Ok(());
     }
-    // what the pass may store into besides the targets: the arrays with `enable_grad` above the
-    // seeds (the seeds among them), put back as they were after it
     let from: Vec<AdIndex> = seeds.iter().map(|s| s.0).collect();
-    let saved: Vec<(AdIndex, Option<Grad>)> = graph::with(|g| {
-        walk(g, &from, |n| &n.parents)
-            .into_iter()
-            .filter(|i| !targets.contains(i) && g.node(*i).keeps_grad)
-            .map(|i| (i, g.node(i).grad.clone()))
-            .collect()
-    });
     let how = Backward {
         retain_graph,
         create_graph: false,
     };
-    let r = propagate::backward(seeds, how, &[]);
-    for (ad, g) in saved {
-        let prev = graph::with(|gr| std::mem::replace(&mut gr.node_mut(ad).grad, g));
-        drop(prev);
-    }
+    propagate::backward_between(seeds, how, &targets, &drops)?;
     if clear_seeds {
         for ad in from {
             // a seed with `enable_grad` keeps its gradient, as every such array does
@@ -175,7 +191,7 @@ pub fn backward_to<V: Traverse + ?Sized>(
             drop(prev);
         }
     }
-    r.map(|_| ())
+    Ok(())
 }
 
 /// The nodes reachable from `from` (themselves included) along `next` (parents or children).

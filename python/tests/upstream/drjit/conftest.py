@@ -14,7 +14,7 @@ provides them for kiln:
   quaternions, complex numbers, ArrayXf, ...) gives one skipped test that names the missing type
   instead of Dr.Jit's collection error.
 * ``pytest_make_collect_report`` sets stand-ins for the Dr.Jit names that the test modules use
-  while they are imported (``@dr.syntax``, ``dr.CustomOp``) on the kiln module
+  while they are imported (``@dr.syntax``) on the kiln module
   for the duration of the import only, so that the tests needing them fail one by one instead
   of the whole file failing to import.
 * ``pytest_collection_modifyitems`` marks the tests that fail on kiln ``xfail(strict=True)``
@@ -185,19 +185,10 @@ def _syntax_placeholder(f=None, **kwargs):
     return wrapper
 
 
-class _CustomOpPlaceholder:
-    """Stands in for Dr.Jit's ``dr.CustomOp`` while a test module is imported: test_autodiff.py
-    derives module-level classes from it. kiln has no custom AD operations (nor dr.custom)."""
-
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("Dr.Jit feature not in kiln: dr.CustomOp / dr.custom")
-
-
 # Dr.Jit names that the test modules use when they are imported (in decorators, parametrize
 # lists and base classes), so that without them a whole file fails to import.
 IMPORT_TIME_PLACEHOLDERS = {
     "syntax": _syntax_placeholder,
-    "CustomOp": _CustomOpPlaceholder,
 }
 
 
@@ -206,8 +197,8 @@ def pytest_make_collect_report(collector):
     # While (and only while) one of the test modules in this directory is imported, the names
     # above that kiln lacks are set on the kiln module to the placeholders, and removed again
     # afterwards. Each test that depends on them then fails on its own: a test decorated with
-    # @dr.syntax raises NotImplementedError, and test bodies that use dr.syntax or
-    # dr.CustomOp when they run get AttributeError, as for any other missing Dr.Jit name.
+    # @dr.syntax raises NotImplementedError, and test bodies that use dr.syntax when they run
+    # get AttributeError, as for any other missing Dr.Jit name.
     if not (isinstance(collector, pytest.Module)
             and os.path.dirname(str(collector.path)) == HERE):
         return (yield)
@@ -674,6 +665,22 @@ XFAIL = {
 # functions that keep their shape). Found by running the directory with --runxfail; they run as
 # ordinary tests.
 PASSING = {
+    "test_autodiff.py::test098_custom_op_fwd_2[kiln.Float32]",
+    "test_autodiff.py::test098_custom_op_fwd_2[kiln.Float64]",
+    "test_autodiff.py::test099_custom_op_fwd_3[kiln.Float32]",
+    "test_autodiff.py::test099_custom_op_fwd_3[kiln.Float64]",
+    "test_autodiff.py::test100_custom_op_bwd_1[kiln.Array3f64]",
+    "test_autodiff.py::test100_custom_op_bwd_1[kiln.Array3f]",
+    "test_autodiff.py::test101_custom_op_bwd_2[kiln.Float32]",
+    "test_autodiff.py::test101_custom_op_bwd_2[kiln.Float64]",
+    "test_autodiff.py::test102_custom_op_bwd_3[kiln.Float32]",
+    "test_autodiff.py::test102_custom_op_bwd_3[kiln.Float64]",
+    "test_autodiff.py::test106_custom_op_leak[kiln.Float32]",
+    "test_autodiff.py::test107_custom_op_fail_fwd[kiln.Float32]",
+    "test_autodiff.py::test108_custom_op_fail_bwd[kiln.Float32]",
+    "test_autodiff.py::test111_custom_op_args_kwargs[kiln.Float32]",
+    "test_freeze.py::test27_calling_frozen_from_frozen[False-kiln.Float32-False]",
+    "test_freeze.py::test27_calling_frozen_from_frozen[True-kiln.Float32-False]",
     "test_autodiff.py::test004_accum_grad[kiln.Float32]",
     "test_autodiff.py::test004_accum_grad[kiln.Float64]",
     "test_autodiff.py::test013_backward_from[kiln.Float32]",
@@ -1063,8 +1070,6 @@ NOW_FAILS_ON = {
     'test_autodiff.py::test136_backward_from_existing_gradient[kiln.Float64]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert False',
     'test_freeze.py::test11_optimization[False-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError: assert False',
     'test_freeze.py::test11_optimization[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError: assert False',
-    'test_freeze.py::test27_calling_frozen_from_frozen[False-kiln.Float32-False]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.TypeMismatch: kiln cannot make an array of a `generator`: pass a kiln array, a Python number, a list of numbers or a NumPy array',
-    'test_freeze.py::test27_calling_frozen_from_frozen[True-kiln.Float32-False]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.TypeMismatch: kiln cannot make an array of a `generator`: pass a kiln array, a Python number, a list of numbers or a NumPy array',
     'test_freeze.py::test34_global_flag[False-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: KernelFreezing',
     'test_freeze.py::test34_global_flag[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: KernelFreezing',
     'test_freeze.py::test68_state_decorator[False-kiln.Float32]': "Dr.Jit feature not in kiln: the `n_recordings` attribute (AttributeError: 'functools.partial' object has no attribute 'n_recordings')",
@@ -1140,11 +1145,11 @@ NOW_FAILS_ON = {
     'test_while_loop.py::test30_tensor_loop[kiln.TensorXu-1-False-symbolic]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError',
     'test_while_loop.py::test30_tensor_loop[kiln.TensorXu-1-True-evaluated]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError',
     'test_while_loop.py::test30_tensor_loop[kiln.TensorXu-1-True-symbolic]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError',
-    'test_while_loop.py::test32_loop_with_only_side_effects[kiln.UInt32-evaluated]': "fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: scatter into r346 (u32 × 5): its index (r268 (u32 × 3)) or values have 3 elements, but it runs inside a loop body, branch or call in evaluated mode over 1 lanes; a scatter there must have one element per lane (or be of size 1, then it runs once per lane) — build the index from the body's...",
-    'test_while_loop.py::test32_loop_with_only_side_effects[kiln.UInt32-symbolic]': "fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: scatter into r346 (u32 × 5): its index (r339 (u32 × 3)) or values have 3 elements, but it runs inside a loop body, branch or call in evaluated mode over 1 lanes; a scatter there must have one element per lane (or be of size 1, then it runs once per lane) — build the index from the body's ...",
+    'test_while_loop.py::test32_loop_with_only_side_effects[kiln.UInt32-evaluated]': "fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: scatter into r305 (u32 × 5): its index (r224 (u32 × 3)) or values have 3 elements, but it runs inside a loop body, branch or call in evaluated mode over 1 lanes; a scatter there must have one element per lane (or be of size 1, then it runs once per lane) — build the index from the body's...",
+    'test_while_loop.py::test32_loop_with_only_side_effects[kiln.UInt32-symbolic]': "fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: scatter into r305 (u32 × 5): its index (r23 (u32 × 3)) or values have 3 elements, but it runs inside a loop body, branch or call in evaluated mode over 1 lanes; a scatter there must have one element per lane (or be of size 1, then it runs once per lane) — build the index from the body's a...",
     'test_while_loop.py::test33_tensor_loop_ad[kiln.TensorXf-evaluated]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: \'kiln.TensorXf\' object has no attribute \'grad\'',
     'test_while_loop.py::test33_tensor_loop_ad[kiln.TensorXf-symbolic]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: \'kiln.TensorXf\' object has no attribute \'grad\'',
-    'test_while_loop.py::test37_loop_multi_size_side_effects[kiln.UInt32-evaluated]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: scatter into r100 (u32 × 200): its index (r226 (u32 × 100)) or values have 100 elements, but it runs inside a loop body, branch or call in evaluated mode over 1 lanes; a scatter there must have one element per lane (or be of size 1, then it runs once per lane) — build the index from the...',
+    'test_while_loop.py::test37_loop_multi_size_side_effects[kiln.UInt32-evaluated]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: scatter into r48 (u32 × 200): its index (r274 (u32 × 100)) or values have 100 elements, but it runs inside a loop body, branch or call in evaluated mode over 1 lanes; a scatter there must have one element per lane (or be of size 1, then it runs once per lane) — build the index from the ...',
     'test_while_loop.py::test37_loop_multi_size_side_effects[kiln.UInt32-symbolic]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: loop while_loop: a scatter in it has 100 elements (its index, values or mask), but it runs over 1 lanes; a scatter in a loop body, branch or call needs one element per lane (or size 1: it then runs once per lane that runs it) — build its index from the state or the arguments',
     'test_autodiff.py::test131_prefix_sum_tensor[kiln.TensorXf-0]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.TypeMismatch: make_opaque takes kiln arrays',
     'test_autodiff.py::test131_prefix_sum_tensor[kiln.TensorXf-1]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.TypeMismatch: make_opaque takes kiln arrays',
