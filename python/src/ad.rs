@@ -285,6 +285,14 @@ fn forward(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<()> {
     }
 }
 
+/// The arrays of `args` for a pass over several of them (refused where values may not be read).
+fn pass_arrays(args: &Bound<PyTuple>, what: &str) -> PyResult<Vec<Dyn>> {
+    crate::reads::check(what)?;
+    let mut found = Vec::new();
+    arrays(args.as_any(), &mut found)?;
+    Ok(found.iter().map(|h| h.get()).collect())
+}
+
 /// Forward mode from all these arrays at once (Dr.Jit's `enqueue(ADMode.Forward, ...)` then
 /// `traverse`): each one's gradient (for an array without one: ones if `unset_is_one`, else
 /// nothing) is pushed through everything computed from them, the tangents adding where paths
@@ -292,10 +300,7 @@ fn forward(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<()> {
 #[pyfunction]
 #[pyo3(signature = (*args, unset_is_one = false))]
 fn forward_from_all(py: Python<'_>, args: &Bound<PyTuple>, unset_is_one: bool) -> PyResult<()> {
-    crate::reads::check("a forward pass")?;
-    let mut found = Vec::new();
-    arrays(args.as_any(), &mut found)?;
-    let xs: Vec<Dyn> = found.iter().map(|h| h.get()).collect();
+    let xs = pass_arrays(args, "a forward pass")?;
     py.detach(|| try_guard(|| kiln::ad::forward_from_all(&xs, unset_is_one)))
 }
 
@@ -311,10 +316,7 @@ fn backward_from_all(
     retain_graph: bool,
     clear_seeds: bool,
 ) -> PyResult<()> {
-    crate::reads::check("a backward pass")?;
-    let mut found = Vec::new();
-    arrays(args.as_any(), &mut found)?;
-    let ys: Vec<Dyn> = found.iter().map(|h| h.get()).collect();
+    let ys = pass_arrays(args, "a backward pass")?;
     py.detach(|| try_guard(|| kiln::ad::backward_from_all(&ys, retain_graph, clear_seeds)))
 }
 
@@ -329,10 +331,7 @@ fn backward_to_all(
     retain_graph: bool,
     clear_seeds: bool,
 ) -> PyResult<()> {
-    crate::reads::check("a backward pass")?;
-    let mut found = Vec::new();
-    arrays(args.as_any(), &mut found)?;
-    let xs: Vec<Dyn> = found.iter().map(|h| h.get()).collect();
+    let xs = pass_arrays(args, "a backward pass")?;
     py.detach(|| try_guard(|| kiln::ad::backward_to(&xs, retain_graph, clear_seeds)))
 }
 
