@@ -836,28 +836,7 @@ def type_of(x):
     return _k.type_of(x)
 
 
-# ---- automatic differentiation ---------------------------------------------------------------
-
-
-def enable_grad(*args):
-    """Track derivatives of these arrays and vectors (lists, tuples, dicts of them too) from now
-    on, in place (Dr.Jit's ``dr.enable_grad``)."""
-    _k.enable_grad(*(_expand(args) if _has_vector(args) else args))
-
-
-def disable_grad(*args):
-    """Stop tracking derivatives of these arrays and vectors, in place."""
-    _k.disable_grad(*(_expand(args) if _has_vector(args) else args))
-
-
-def grad_enabled(*args):
-    """Whether any of these arrays, or any component of these vectors, tracks derivatives."""
-    return _k.grad_enabled(*(_expand(args) if _has_vector(args) else args))
-
-
-def clear_grad(*args):
-    """Forget the gradient of each array and of each vector's components."""
-    _k.clear_grad(*(_expand(args) if _has_vector(args) else args))
+# ---- automatic differentiation (the module's AD calls are kiln/_ad.py's, over these) ----------
 
 
 def grad(x):
@@ -887,11 +866,6 @@ def set_grad(x, g):
     _set_grads(_k.set_grad, x, g)
 
 
-def accum_grad(x, g):
-    """Add ``g`` to the gradient of ``x``; of a vector, per component."""
-    _set_grads(_k.accum_grad, x, g)
-
-
 def _seeded_sum(y, seed):
     """One array whose reverse pass from a seed of ones seeds component ``k`` of ``y`` with
     ``seed[k]`` (or 1): a single pass, where a pass per component would find the graph that the
@@ -900,14 +874,6 @@ def _seeded_sum(y, seed):
         return _fold(_op.add, y._c)
     parts = seed._c if isinstance(seed, StaticArrayBase) else (seed,) * y.Size
     return _fold(_op.add, [c * _k.detach(y.Value(s)) for c, s in zip(y._c, parts)])
-
-
-def backward(y, retain_graph=False):
-    """Reverse mode from ``y`` with a seed of ones (Dr.Jit's ``dr.backward``); a vector ``y``
-    seeds every component."""
-    if isinstance(y, StaticArrayBase):
-        y = _seeded_sum(y, None)
-    _k.backward(y, retain_graph)
 
 
 def backward_from(y, seed=None, retain_graph=False):
@@ -921,19 +887,6 @@ def backward_from(y, seed=None, retain_graph=False):
         _k.backward_from(_seeded_sum(y, seed), None, retain_graph)
     else:
         _k.backward_from(y, seed, retain_graph)
-
-
-def forward(x):
-    """Forward mode from one array ``x`` (Dr.Jit's ``dr.forward``). Unlike Dr.Jit's, it takes no
-    vector: kiln pushes one array's tangent at a time, and a second push replaces the first.
-    For a vector, set its tangent and push it to each output:
-    ``kiln.set_grad(v, 1.0); kiln.forward_to(y)``."""
-    if isinstance(x, StaticArrayBase):
-        raise _k.InvalidArgument(
-            f"kiln.forward takes one array, not {_a(type(x))}: set the vector's tangent "
-            "with kiln.set_grad(v, 1.0), then push it with kiln.forward_to(y) for each output y"
-        )
-    _k.forward(x)
 
 
 def forward_to(y):
@@ -954,6 +907,5 @@ __all__ = [
     "zeros", "ones", "empty", "full", "opaque", "make_opaque",
     "gather", "scatter", "scatter_add", "scatter_reduce",
     "eval", "set_label", "width", "type_of",
-    "enable_grad", "disable_grad", "grad_enabled", "clear_grad", "grad", "set_grad",
-    "accum_grad", "backward", "backward_from", "forward", "forward_to",
+    "grad", "set_grad", "backward_from", "forward_to",
 ]  # fmt: skip
