@@ -11,9 +11,8 @@ use crate::device;
 use crate::kernel::{Inst, Kernel, Param, ParamKind, Reg};
 use crate::launch::block_for;
 use crate::op::Op;
-use crate::registry::{Buffer, State};
+use crate::registry::{Buffer, FxMap, FxSet, State};
 use crate::ty::VarType;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Where a kernel parameter's buffer comes from.
@@ -73,13 +72,13 @@ struct Builder<'a> {
     modified: Vec<u32>,
     kernel: Kernel,
     bindings: Vec<Binding>,
-    reg_of: HashMap<u32, Reg>,
+    reg_of: FxMap<u32, Reg>,
     /// Values of lazily viewed expressions at gathered indices: (variable, index register).
-    reg_at: HashMap<(u32, Reg), Reg>,
-    param_of: HashMap<(u32, ParamKind), u32>,
+    reg_at: FxMap<(u32, Reg), Reg>,
+    param_of: FxMap<(u32, ParamKind), u32>,
     /// Emitted region nodes: their opening register and their result registers (a loop's phis,
     /// a switch's own register).
-    region_regs: HashMap<u32, (Reg, Vec<Reg>)>,
+    region_regs: FxMap<u32, (Reg, Vec<Reg>)>,
     /// Labels of the loops with an iteration limit (for truncation messages).
     loop_labels: Vec<String>,
     /// Building a stencil's interior kernel: taps are shifted loads, splits their fast value.
@@ -87,7 +86,7 @@ struct Builder<'a> {
     /// Stencil nodes resolved so far.
     stencil_seen: Vec<u32>,
     /// Shifted input parameters: (source, flat offset) → parameter.
-    shifted_of: HashMap<(u32, i64), u32>,
+    shifted_of: FxMap<(u32, i64), u32>,
     /// The variable bound to each parameter (an output's: its root).
     param_vars: Vec<u32>,
     /// The lazy (not evaluated, not literal) variables computed in registers, in visit order.
@@ -108,7 +107,7 @@ impl<'a> Builder<'a> {
     /// region, gather or side effect, to stay simple and safe).
     fn hoist(&mut self, roots: &[u32], phis: &[u32]) {
         // dependent[id]: whether id must stay in the loop
-        let mut dependent: HashMap<u32, bool> = HashMap::new();
+        let mut dependent: FxMap<u32, bool> = FxMap::default();
         // the order ids were decided in: a function of the graph's shape, not of its ids, so
         // that the same program gives the same kernel (and hash) whatever ids its variables got
         let mut order: Vec<u32> = Vec::new();
@@ -156,7 +155,7 @@ impl<'a> Builder<'a> {
         }
         // hoist the independent operands of dependent values
         let mut wanted: Vec<u32> = Vec::new();
-        let mut picked: std::collections::HashSet<u32> = std::collections::HashSet::new();
+        let mut picked: FxSet<u32> = FxSet::default();
         for &id in &order {
             if !dependent[&id] {
                 continue;
@@ -506,7 +505,20 @@ impl<'a> Builder<'a> {
                     _ => {
                         // gather sources and scatter targets are parameters, not registers
                         let skip = usize::from(matches!(v.op, Op::Gather | Op::Scatter(_)));
-                        let deps: Vec<u32> = v.dep_ids().skip(skip).collect();
+                        // operands on the stack, not the heap: this runs once per node of every
+                        // kernel built (a node with a region's ids is the rare exception)
+                        let (mut inline, mut n) = ([0u32; 4], 0);
+                        let spilled: Vec<u32>;
+                        let deps: &[u32] = if v.region.is_none() {
+                            for d in v.deps.iter().copied().filter(|&d| d != 0).skip(skip) {
+                                inline[n] = d;
+                                n += 1;
+                            }
+                            &inline[..n]
+                        } else {
+                            spilled = v.dep_ids().skip(skip).collect();
+                            &spilled
+                        };
                         if !expanded {
                             stack.push((id, true));
                             for &d in deps.iter().rev() {
@@ -516,7 +528,17 @@ impl<'a> Builder<'a> {
                             }
                             continue;
                         }
-                        let args: Vec<Reg> = deps.iter().map(|d| self.reg_of[d]).collect();
+                        let mut regs = [0 as Reg; 4];
+                        let many: Vec<Reg>;
+                        let args: &[Reg] = if deps.len() <= regs.len() {
+                            for (r, d) in regs.iter_mut().zip(deps) {
+                                *r = self.reg_of[d];
+                            }
+                            &regs[..deps.len()]
+                        } else {
+                            many = deps.iter().map(|d| self.reg_of[d]).collect();
+                            &many
+                        };
                         match v.op {
                             Op::Gather => self.gather(v.deps[0], v.ty, args[0], args[1]),
                             Op::Scatter(_) => {
@@ -524,9 +546,9 @@ impl<'a> Builder<'a> {
                                 if !self.modified.contains(&p) {
                                     self.modified.push(p);
                                 }
-                                self.emit(Inst::new(v.op, v.ty, &args, p as u64))
+                                self.emit(Inst::new(v.op, v.ty, args, p as u64))
                             }
-                            op => self.emit(Inst::new(op, v.ty, &args, 0)),
+                            op => self.emit(Inst::new(op, v.ty, args, 0)),
                         }
                     }
                 }
@@ -554,14 +576,14 @@ fn build_as(st: &State, g: Group, interior: bool) -> Built {
         modified: Vec::new(),
         kernel: Kernel::default(),
         bindings: Vec::new(),
-        reg_of: HashMap::new(),
-        reg_at: HashMap::new(),
-        param_of: HashMap::new(),
-        region_regs: HashMap::new(),
+        reg_of: FxMap::default(),
+        reg_at: FxMap::default(),
+        param_of: FxMap::default(),
+        region_regs: FxMap::default(),
         loop_labels: Vec::new(),
         interior,
         stencil_seen: Vec::new(),
-        shifted_of: HashMap::new(),
+        shifted_of: FxMap::default(),
         param_vars: Vec::new(),
         computed: Vec::new(),
     };

@@ -83,7 +83,7 @@ pub fn dec_ref(id: VarId) {
 /// lanes (a gather or a stencil node), which makes recomputing it at other indices dearer still.
 pub fn lazy_cost(id: VarId, limit: usize) -> (usize, bool) {
     let st = STATE.lock();
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = registry::FxSet::default();
     let mut stack = vec![id.0];
     let mut reads_others = false;
     while let Some(i) = stack.pop() {
@@ -110,7 +110,7 @@ pub fn shared_operands(id: VarId, limit: usize) -> Vec<VarId> {
     let st = STATE.lock();
     let size = st.var(id.0).size;
     let reads_others = |root: u32| {
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = registry::FxSet::default();
         let mut stack = vec![root];
         while let Some(i) = stack.pop() {
             let v = st.var(i);
@@ -124,7 +124,7 @@ pub fn shared_operands(id: VarId, limit: usize) -> Vec<VarId> {
         }
         false
     };
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = registry::FxSet::default();
     let mut stack: Vec<u32> = st.var(id.0).dep_ids().collect();
     let mut out = Vec::new();
     while let Some(i) = stack.pop() {

@@ -46,6 +46,12 @@ impl Hasher for FxHasher {
     }
 }
 
+/// A hash map with [`FxHasher`]: for the engine's tables keyed by variable ids and registers,
+/// built and probed once per traced op or per node of a kernel (SipHash's cost showed in profiles).
+pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+/// A hash set with [`FxHasher`] (see [`FxMap`]).
+pub(crate) type FxSet<K> = std::collections::HashSet<K, BuildHasherDefault<FxHasher>>;
+
 /// Identifier of a variable (0 is never used).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VarId(pub u32);

@@ -511,7 +511,7 @@ pub fn gather_view(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
 /// scatter's result cannot be: they are evaluated first). Bounded: a larger expression counts as
 /// not recomputable, which only costs an evaluation.
 fn recomputable_at_other_lanes(st: &State, id: u32) -> bool {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = crate::registry::FxSet::default();
     let mut stack = vec![id];
     while let Some(i) = stack.pop() {
         let v = st.var(i);
