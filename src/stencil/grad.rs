@@ -159,8 +159,6 @@ struct StencilRule {
     weights: Vec<Weight>,
     /// The last parent is `out`, whose values stand at the border lanes.
     out_border: bool,
-    /// The forward's interior for `Skip` (None: every lane, or another mode).
-    interior: Option<Bool>,
     /// Every parent's node (for the refusal of second order).
     parents: Vec<u32>,
 }
@@ -224,7 +222,6 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
     if out_border {
         parents.push(app.out_ad);
     }
-    let dims: Vec<Int64> = ctx.domain.iter().map(|&d| ctx.params.get(d)).collect();
     let rule = StencilRule {
         domain: ctx.domain.clone(),
         n: ctx.n,
@@ -236,11 +233,6 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
         inputs: built,
         weights,
         out_border,
-        interior: if ctx.boundary == Boundary::Skip {
-            interior_mask(&ctx.coords, &dims, app.nb)
-        } else {
-            None
-        },
         parents: parents.clone(),
     };
     let ad = graph::new_node_with(U::TYPE, ctx.n, &parents, Some(Arc::new(rule)), result.id());
@@ -366,6 +358,16 @@ fn border_lanes(domain: &[usize], nb: &[(i64, i64)]) -> Vec<i64> {
 }
 
 impl StencilRule {
+    /// The forward's interior for `Skip` (None: every lane, or another mode). Built when a pass
+    /// needs it, not with the rule: the affine adjoint never does, and a mask is a dozen traced
+    /// ops per application.
+    fn interior(&self) -> Option<Bool> {
+        if self.boundary != Boundary::Skip {
+            return None;
+        }
+        let (dims, _) = self.dims(&self.params(), &self.domain);
+        interior_mask(&self.coords, &dims, &self.nb)
+    }
     fn params(&self) -> Params {
         Params(std::cell::RefCell::new(self.params.clone()))
     }
@@ -601,6 +603,7 @@ impl StencilRule {
         let (dims, strides) = self.dims(&params, &x.shape);
         let mut adj = Array::<T>::zeros(x.shape.iter().product::<usize>());
         let ct = ct.cast::<T>();
+        let interior = self.interior();
         for (o, p) in x.taps.iter().zip(&x.p) {
             let Some(p) = p else { continue };
             let (idx, outside) = self.landing(&self.coords, o, &dims, &strides);
@@ -608,7 +611,7 @@ impl StencilRule {
                 (Some(out), Boundary::Skip | Boundary::Constant(_)) => Some(!out),
                 _ => None,
             };
-            if let Some(inside) = &self.interior {
+            if let Some(inside) = &interior {
                 keep = Some(match keep {
                     None => inside.clone(),
                     Some(k) => &k & inside,
@@ -661,7 +664,7 @@ impl StencilRule {
             (true, Some(Some(t))) => t.array::<U>(),
             _ => Array::zeros(1),
         };
-        match &self.interior {
+        match &self.interior() {
             Some(inside) => {
                 let general = select(inside, &value, &border);
                 let meta = StencilMeta {
@@ -742,7 +745,7 @@ impl Rule for StencilRule {
         ok(kiln_core::eval(&ids));
         out.extend(weights.into_iter().map(Some));
         if self.out_border {
-            out.push(self.interior.as_ref().map(|inside| match self.out_ty {
+            out.push(self.interior().as_ref().map(|inside| match self.out_ty {
                 VarType::F32 => Grad::of(select(inside, 0.0f32, self.wide::<f32>(ct))),
                 _ => Grad::of(select(inside, 0.0f64, self.wide::<f64>(ct))),
             }));
@@ -769,7 +772,7 @@ impl StencilRule {
     /// interior for `Skip`), summed for a one-element weight.
     fn weight_adjoint<U: Float>(&self, w: &Weight, ct: &Grad) -> Grad {
         let g = self.wide::<U>(ct) * w.p.array::<U>();
-        let g = match &self.interior {
+        let g = match &self.interior() {
             Some(inside) => select(inside, g, U::zero()),
             None => g,
         };
