@@ -215,6 +215,119 @@ fn reverse_equals_forward_on_split_grids() {
     }
 }
 
+/// Kernels whose neighbourhood leaves out the lane itself (reads on one side only): the lanes a
+/// `Skip` forward computed are those inside the domain whose neighbourhood is, which the adjoint
+/// must mask as one box; affine (constant partials) and not.
+#[test]
+fn one_sided_neighbourhoods_in_every_mode() {
+    let _s = serial();
+    let affine = |a: &Rel<f64>| a.at([1, 2]) * 3.0 - a.at([2, 1]) + a.at([1, 1]) * 0.5;
+    let curved = |a: &Rel<f64>| a.at([1, 2]) * a.at([2, 1]) - a.at([1, 1]).sin();
+    let ahead = |a: &Rel<f64>| a.at([2]) * 2.0 - a.at([3]);
+    for mode in MODES {
+        for shape in [[1usize, 1], [2, 3], [4, 5], [6, 7]] {
+            let n = shape[0] * shape[1];
+            let fd = |k: &dyn Fn(&Tensor<f64>) -> Tensor<f64>| {
+                check(
+                    &[rand(n, 31 + n as u64)],
+                    |x| k(&Tensor::from_array(x[0].clone(), &shape)).array().clone(),
+                    1e-6,
+                )
+            };
+            let (k1, k2) = (
+                kiln::stencil(affine).boundary(mode),
+                kiln::stencil(curved).boundary(mode),
+            );
+            fd(&|t| k1.apply(t).unwrap());
+            fd(&|t| k2.apply(t).unwrap());
+        }
+        for n in [1usize, 3, 4, 6, 40] {
+            let k = kiln::stencil(ahead).boundary(mode);
+            check(
+                &[rand(n, 41 + n as u64)],
+                |x| {
+                    let t = Tensor::from_array(x[0].clone(), &[n]);
+                    k.apply(&t).unwrap().array().clone()
+                },
+                1e-6,
+            );
+        }
+        // grids large enough for the interior/border split: reverse against forward mode
+        for (shape, k) in [([30usize, 70], affine), ([67, 65], affine)] {
+            let n = shape[0] * shape[1];
+            let k = kiln::stencil(k).boundary(mode);
+            let (x0, v, w) = (rand(n, 51), rand(n, 52), rand(n, 53));
+            let mut x = Float64::from_slice(&x0);
+            x.enable_grad();
+            let y = k.apply(&Tensor::from_array(x.clone(), &shape)).unwrap();
+            kiln::ad::backward_from(y.array(), &Float64::from_slice(&w)).unwrap();
+            let jt_w = x.grad().to_vec();
+            let mut x = Float64::from_slice(&x0);
+            x.enable_grad();
+            x.set_grad(&Float64::from_slice(&v));
+            let y = k.apply(&Tensor::from_array(x.clone(), &shape)).unwrap();
+            kiln::ad::forward(&x).unwrap();
+            let j_v = y.array().grad().to_vec();
+            let lhs: f64 = j_v.iter().zip(&w).map(|(a, b)| a * b).sum();
+            let rhs: f64 = v.iter().zip(&jt_w).map(|(a, b)| a * b).sum();
+            assert!(
+                (lhs - rhs).abs() <= 1e-9 * (1.0 + lhs.abs()),
+                "{mode:?} {shape:?}: <Jv, w> = {lhs} but <v, J^T w> = {rhs}"
+            );
+        }
+    }
+}
+
+/// A stencil keeps the constant partials of its last application under the structure of the
+/// traced value: a kernel whose constant changes between applications (a value it reads from a
+/// cell), or that captures an array with a gradient at one application and not at the next, must
+/// not be given the partials of another.
+#[test]
+fn kept_partials_follow_what_the_kernel_traced() {
+    let _s = serial();
+    let c = std::cell::Cell::new(2.0f64);
+    let w = std::cell::RefCell::new(Float64::scalar(0.5));
+    let tracked = std::cell::Cell::new(false);
+    let k = kiln::stencil(|a: &Rel<f64>| {
+        let base = a.at([1]) * c.get() - a.at([-1]);
+        if tracked.get() {
+            base * &*w.borrow()
+        } else {
+            base * 0.5
+        }
+    });
+    let n = 12;
+    let x0 = rand(n, 61);
+    let grad_of = |k: &kiln::Stencil<_>| {
+        let mut x = Float64::from_slice(&x0);
+        x.enable_grad();
+        let y = k.apply(&Tensor::from_array(x.clone(), &[n])).unwrap();
+        y.array().sum().backward();
+        x.grad().to_vec()
+    };
+    // Σ_y 0.5 (c x[y+1] − x[y−1]) over y in 1..n−1: x[j] gets 0.5 c if 2 ≤ j, minus 0.5 if j ≤ n−3
+    let want = |c: f64| -> Vec<f64> {
+        (0..n)
+            .map(|j| {
+                let a = if j >= 2 { 0.5 * c } else { 0.0 };
+                let b = if j + 3 <= n { 0.5 } else { 0.0 };
+                a - b
+            })
+            .collect()
+    };
+    assert_eq!(grad_of(&k), want(2.0));
+    assert_eq!(grad_of(&k), want(2.0), "again, from what was kept");
+    c.set(3.0);
+    assert_eq!(grad_of(&k), want(3.0), "the constant changed");
+    // the same structure, the weight now an array with a gradient: it gets one too
+    w.borrow_mut().enable_grad();
+    tracked.set(true);
+    assert_eq!(grad_of(&k), want(3.0));
+    let gw = w.borrow().grad().item();
+    let xs: f64 = (1..n - 1).map(|y| 3.0 * x0[y + 1] - x0[y - 1]).sum();
+    assert!((gw - xs).abs() <= 1e-12 * xs.abs().max(1.0), "{gw} vs {xs}");
+}
+
 #[test]
 fn a_linear_stencil_adjoint_is_its_transpose_and_runs_split() {
     let _s = serial();

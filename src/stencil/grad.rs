@@ -35,8 +35,8 @@
 //! adjoint is then scatter-adds: exact, slower than the mirrored stencil).
 
 use super::{
-    box_mask, coordinates, fold_coordinate, interior_mask, readable_at_offsets, Boundary, Ctx,
-    Neighborhood, Params, Rel,
+    coordinates, fold_coordinate, interior_mask, readable_at_offsets, Boundary, Ctx, Neighborhood,
+    Params, Rel,
 };
 use crate::ad::control::{lane_local_captures, Nodes};
 use crate::ad::graph::{self, Rule};
@@ -49,6 +49,7 @@ use crate::tensor::Tensor;
 use crate::types::Float;
 use kiln_core::stencil::StencilMeta;
 use kiln_core::{Error, Op, ReduceOp, Result, Scalar, VarType};
+use parking_lot::Mutex;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -110,6 +111,52 @@ pub(super) struct Application<'a, U: Scalar> {
     pub out_ad: u32,
     /// Trace the kernel in a context (`false`: no shifted-pointer reads).
     pub trace: &'a dyn Fn(&Rc<Ctx>, bool) -> Array<U>,
+    /// The stencil's cache of constant partials and the signature of this application's value.
+    pub cache: Option<(&'a Mutex<Option<CachedPartials>>, kiln_core::Signature)>,
+}
+
+/// How many variables a kernel's value may have for its partials to be cached.
+pub(super) const SIGNATURE_LIMIT: usize = 512;
+
+/// An affine kernel's partials (constants), kept under what they follow from: the structure of
+/// the traced value, the boundary rule and the output type. A time loop applies one stencil at
+/// every step; tracing the kernel again with its reads as AD leaves and running a reverse pass
+/// through it, only to find the same constants, cost about as much as the rest of the step.
+pub(super) struct CachedPartials {
+    key: (kiln_core::Signature, Boundary, VarType),
+    /// Per read (input, offset): its partial's type, bits and whether it is one element.
+    partials: Vec<(usize, Vec<i64>, Option<(VarType, u64, bool)>)>,
+}
+
+impl CachedPartials {
+    /// The partials as literals over `n` lanes.
+    fn rebuild(&self, n: usize) -> Vec<Partial> {
+        self.partials
+            .iter()
+            .map(|(i, off, p)| {
+                let g = p.map(|(ty, bits, one)| {
+                    Grad::own(kiln_core::literal(ty, bits, if one { 1 } else { n }), 0)
+                });
+                (*i, off.clone(), g)
+            })
+            .collect()
+    }
+
+    /// `ps` kept, if every one is a constant.
+    fn of(key: (kiln_core::Signature, Boundary, VarType), ps: &[Partial]) -> Option<Self> {
+        let mut partials = Vec::with_capacity(ps.len());
+        for (i, off, g) in ps {
+            let p = match g {
+                None => None,
+                Some(g) => {
+                    let bits = kiln_core::literal_value(g.id())?;
+                    Some((g.ty(), bits, kiln_core::size(g.id()) == 1))
+                }
+            };
+            partials.push((*i, off.clone(), p));
+        }
+        Some(CachedPartials { key, partials })
+    }
 }
 
 /// One input that carries a gradient.
@@ -185,8 +232,28 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
         inputs.push((i, ty, taps));
         parents.push(ad);
     }
-    // p: every read a leaf, one trace
-    let (at_lane, captured, captured_p) = partials(app, derived(ctx), true)?;
+    // p: every read a leaf, one trace — or the constants found for the same kernel before
+    let key = app
+        .cache
+        .as_ref()
+        .map(|(_, sig)| (sig.clone(), ctx.boundary, U::TYPE));
+    let hit = app.cache.as_ref().and_then(|(cache, _)| {
+        let cache = cache.lock();
+        let c = cache.as_ref()?;
+        (Some(&c.key) == key.as_ref()).then(|| c.rebuild(ctx.n))
+    });
+    let (at_lane, captured, captured_p) = match hit {
+        Some(at_lane) => (at_lane, Nodes(Vec::new()), Vec::new()),
+        None => {
+            let found = partials(app, derived(ctx), true)?;
+            if let (Some((cache, _)), Some(key), true) = (&app.cache, key, found.1 .0.is_empty()) {
+                if let Some(c) = CachedPartials::of(key, &found.0) {
+                    *cache.lock() = Some(c);
+                }
+            }
+            found
+        }
+    };
     let mut built = Vec::new();
     for (i, ty, taps) in inputs {
         let p: Vec<Option<Grad>> = taps.iter().map(|o| find(&at_lane, i, o)).collect();
@@ -404,49 +471,42 @@ impl StencilRule {
         } else {
             Boundary::Constant(0.0)
         });
-        // per tap: `ct · p_k`, and the same read at the lane x − o_k
-        let (products, reads) = if x.affine {
-            (Vec::new(), self.affine_reads::<T, U>(x, ct, &ctx))
-        } else {
-            self.stored_reads::<T, U>(x, ct, &ctx)
-        };
-        // the lanes x − o_k that computed: the domain, or the forward's interior (Skip)
+        // the lanes x − o_k that computed: the domain, or the forward's interior (Skip: the
+        // lanes inside the domain whose neighbourhood is; the box holds 0 to say the first)
         let reach: Neighborhood = if self.boundary == Boundary::Skip {
-            self.nb.clone()
+            self.nb.iter().map(|&(l, h)| (l.min(0), h.max(0))).collect()
         } else {
             vec![(0, 0); self.domain.len()]
         };
-        let params = self.params();
-        let (dims, _) = self.dims(&params, &self.domain);
+        // per tap: `ct · p_k` read at the lane x − o_k where that lane computed, 0 elsewhere
+        let (products, reads) = if x.affine {
+            (Vec::new(), self.affine_reads::<T, U>(x, ct, &ctx, &reach))
+        } else {
+            self.stored_reads::<T, U>(x, ct, &ctx, &reach)
+        };
+        let rank = self.domain.len();
         let mut value: Option<Array<T>> = None;
-        let mut general: Option<Array<T>> = None;
-        let (mut lo, mut hi) = (vec![i64::MAX; dims.len()], vec![i64::MIN; dims.len()]);
+        let (mut lo, mut hi) = (vec![i64::MAX; rank], vec![i64::MIN; rank]);
         for (o, term) in x.taps.iter().zip(reads) {
             let Some(term) = term else { continue };
-            let back: Vec<i64> = o.iter().map(|v| -v).collect();
-            for d in 0..dims.len() {
-                lo[d] = lo[d].min(back[d] + reach[d].0);
-                hi[d] = hi[d].max(back[d] + reach[d].1);
+            for d in 0..rank {
+                lo[d] = lo[d].min(reach[d].0 - o[d]);
+                hi[d] = hi[d].max(reach[d].1 - o[d]);
             }
-            let masked = match box_mask(&self.coords, &dims, &back, &reach) {
-                Some(m) if !wrap => select(&m, &term, T::zero()),
-                _ => term.clone(),
-            };
             value = Some(match value.take() {
                 None => term,
                 Some(v) => v + term,
             });
-            general = Some(match general.take() {
-                None => masked,
-                Some(g) => g + masked,
-            });
         }
-        let (Some(value), Some(general)) = (value, general) else {
+        let Some(value) = value else {
             return Array::zeros(self.n);
         };
         let adj = if wrap {
             value
         } else {
+            // the reads are masked where they must be, so the value is right at every lane; the
+            // split narrows the interior (plain shifted loads) to the lanes whose every read is
+            // unmasked
             let meta = StencilMeta {
                 shape: self.domain.clone(),
                 lo,
@@ -455,7 +515,7 @@ impl StencilRule {
             Array::from_id(ok(kiln_core::stencil_node(
                 Op::Split,
                 value.id(),
-                general.id(),
+                value.id(),
                 meta,
             )))
         };
@@ -472,6 +532,7 @@ impl StencilRule {
         x: &Input,
         ct: &Array<U>,
         ctx: &Rc<Ctx>,
+        reach: &[(i64, i64)],
     ) -> Vec<Option<Array<T>>> {
         // a cotangent `c · y` (the chain rule through a scaling) is read as `y`, scaled after,
         // so that `y` is stored once rather than `y` and `c · y`
@@ -497,8 +558,7 @@ impl StencilRule {
             .zip(&x.p)
             .map(|(o, p)| {
                 let p = p.as_ref()?;
-                let back: Vec<i64> = o.iter().map(|v| -v).collect();
-                let read = rel.tap(&back).cast::<T>();
+                let read = self.read_back(&rel, o, reach).cast::<T>();
                 Some(match &scale {
                     Some(c) => p.array::<T>() * read * c,
                     None => p.array::<T>() * read,
@@ -515,6 +575,7 @@ impl StencilRule {
         x: &Input,
         ct: &Array<U>,
         ctx: &Rc<Ctx>,
+        reach: &[(i64, i64)],
     ) -> (Vec<Option<Array<T>>>, Vec<Option<Array<T>>>) {
         let ct = ct.cast::<T>();
         let products: Vec<Option<Array<T>>> =
@@ -531,11 +592,21 @@ impl StencilRule {
             .map(|(k, (o, g))| {
                 let g = Tensor::from_array(g.as_ref()?.clone(), &self.domain);
                 let rel = Rel::new(ctx, &g, "cotangent times partial".into(), true, k);
-                let back: Vec<i64> = o.iter().map(|v| -v).collect();
-                Some(rel.tap(&back))
+                Some(self.read_back(&rel, o, reach))
             })
             .collect();
         (products, reads)
+    }
+
+    /// `rel` read at the lane `x − o` where that lane computed (its box `reach` inside the
+    /// domain), 0 elsewhere; under `Wrap` every lane computed and reads wrap.
+    fn read_back<T: Scalar>(&self, rel: &Rel<T>, o: &[i64], reach: &[(i64, i64)]) -> Array<T> {
+        let back: Vec<i64> = o.iter().map(|v| -v).collect();
+        if self.boundary == Boundary::Wrap {
+            rel.tap(&back)
+        } else {
+            rel.tap_within(&back, reach)
+        }
     }
 
     /// `adj` plus the mass the border lanes read outside the array and the rule moved inside:

@@ -64,6 +64,9 @@ pub struct Stencil<F> {
     fuse: bool,
     /// The neighbourhood found by the last application (shared by clones).
     inferred: Arc<Mutex<Option<Neighborhood>>>,
+    /// The constant partial derivatives of the last differentiated application, under the
+    /// structure of its traced value (shared by clones; see `grad::record`).
+    partials: Arc<Mutex<Option<grad::CachedPartials>>>,
 }
 
 impl<F: Clone> Clone for Stencil<F> {
@@ -75,6 +78,7 @@ impl<F: Clone> Clone for Stencil<F> {
             boundary: self.boundary,
             fuse: self.fuse,
             inferred: self.inferred.clone(),
+            partials: self.partials.clone(),
         }
     }
 }
@@ -108,6 +112,7 @@ pub fn stencil<F>(f: F) -> Stencil<F> {
         boundary: Boundary::Skip,
         fuse: true,
         inferred: Arc::new(Mutex::new(None)),
+        partials: Arc::new(Mutex::new(None)),
     }
 }
 
@@ -415,6 +420,49 @@ impl<T: Scalar> Rel<T> {
             )))
         };
         grad::seeded(&self.ctx, self.input, off, value)
+    }
+
+    /// The read at `off` where the whole box `x + off + reach` lies inside the domain, 0 at the
+    /// other lanes (an adjoint's reads of a cotangent that only some lanes produced). One masked
+    /// read: no boundary rule, no second mask and select around it. `reach` must hold 0 in
+    /// every dimension, so that a lane inside the box reads inside the array.
+    fn tap_within(&self, off: &[i64], reach: &[(i64, i64)]) -> Array<T> {
+        debug_assert!(reach.iter().all(|&(lo, hi)| lo <= 0 && hi >= 0));
+        let coords = &self.ctx.coords;
+        let mask = box_mask(coords, &self.dims, off, reach).unwrap_or_else(|| Bool::scalar(true));
+        let mut flat: Option<Int64> = None;
+        for (d, stride) in self.strides.iter().enumerate() {
+            let q = if off[d] == 0 {
+                coords[d].clone()
+            } else {
+                &coords[d] + off[d]
+            };
+            let term = &q * stride;
+            flat = Some(match flat.take() {
+                None => term,
+                Some(f) => &f + &term,
+            });
+        }
+        let flat = flat.expect("rank ≥ 1");
+        let general = Array::<T>::from_id(ok(kiln_core::gather_view(
+            self.src.id(),
+            flat.id(),
+            mask.id(),
+        )));
+        if !self.fast {
+            return general;
+        }
+        let meta = StencilMeta {
+            shape: self.ctx.domain.clone(),
+            lo: off.to_vec(),
+            hi: off.to_vec(),
+        };
+        Array::from_id(ok(kiln_core::stencil_node(
+            Op::Tap,
+            self.src.id(),
+            general.id(),
+            meta,
+        )))
     }
 
     /// The input at coordinates `q` (one per dimension, any integers) under the boundary rule.
@@ -752,8 +800,10 @@ impl<F> Stencil<F> {
         let mut recorded =
             crate::ad::recording() && crate::ad::higher_order() && F::Out::TYPE.is_float();
         let (mut ctx, mut value) = trace(recorded);
-        // an array with a gradient the kernel captured (a weight, a per-lane field)
-        differentiate |= crate::ad::recording() && value.grad_enabled();
+        // an array with a gradient the kernel captured (a weight, a per-lane field): the reads
+        // of the inputs carry none
+        let captures_grad = crate::ad::recording() && value.grad_enabled();
+        differentiate |= captures_grad;
         if let Some(e) = ctx.errors.borrow().first() {
             return Err(Error::Stencil(e.clone()));
         }
@@ -779,6 +829,7 @@ impl<F> Stencil<F> {
                 .collect(),
         };
         *self.inferred.lock() = Some(nb.clone());
+        let value_id = value.id();
         let value = if value.len() == n {
             value
         } else {
@@ -822,6 +873,11 @@ impl<F> Stencil<F> {
         } else {
             value
         };
+        // what the partials of this application may be looked up under: the structure of the
+        // value just traced (a kernel that captured a gradient takes its partials afresh)
+        let signature = (differentiate && !recorded && !captures_grad)
+            .then(|| kiln_core::expression_signature(value_id, &ids, grad::SIGNATURE_LIMIT))
+            .flatten();
         let result = if differentiate && !recorded {
             let trace = |c: &Rc<Ctx>, fast_ok: bool| {
                 let rels = inputs.rels(c, &|i| fast_ok && fast[i]);
@@ -836,6 +892,7 @@ impl<F> Stencil<F> {
                 ads: &ads,
                 out_ad: if self.cval.is_none() { out_ad } else { 0 },
                 trace: &trace,
+                cache: signature.map(|sig| (&*self.partials, sig)),
             };
             grad::record(&what, result)?
         } else {
@@ -917,7 +974,8 @@ fn readable_at_offsets(
     if kiln_core::is_evaluated(id) {
         return Ok(true);
     }
-    let (ops, reads_others) = kiln_core::lazy_cost(id, 64);
+    // (the walk stops where the answer is known: past 24 / taps operations it is evaluated)
+    let (ops, reads_others) = kiln_core::lazy_cost(id, 24 / taps_guess.max(1) + 1);
     if !kiln_core::control::symbolic() && !reads_others && ops * taps_guess <= 24 {
         tracing::debug!(target: "kiln::stencil", "input `{name}`: its {ops}-op expression is recomputed at each of ~{taps_guess} taps (cheaper than storing it)");
         return Ok(false);

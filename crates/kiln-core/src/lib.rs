@@ -141,6 +141,103 @@ pub fn shared_operands(id: VarId, limit: usize) -> Vec<VarId> {
     out
 }
 
+/// One variable of an [`expression_signature`], its operands named by their place in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum SigNode {
+    /// The `i`-th of the inputs given (its type).
+    Input(usize, VarType),
+    /// Another evaluated array: its type and whether it has one element, not its contents.
+    Data(VarType, bool),
+    /// An unevaluated variable: op, type, one element or not, literal bits (a literal's value,
+    /// another op's immediate), operands (places, 0: none), a stencil node's offsets.
+    Node {
+        op: Op,
+        ty: VarType,
+        one: bool,
+        literal: u64,
+        deps: [u32; 4],
+        reach: Option<(Vec<i64>, Vec<i64>)>,
+    },
+}
+
+/// The structure of the unevaluated expression of `id`, compared exactly (no hash): equal
+/// signatures compute the same function of `inputs` (each stands for its place in the list) and
+/// of other evaluated arrays that play the same parts. A caller caches what follows from an
+/// expression's structure alone (a stencil kernel's constant partial derivatives) under it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature(Vec<SigNode>);
+
+/// The [`Signature`] of `id`'s expression over `inputs`; `None` when it passes `limit` variables
+/// or holds a loop or branch region (whose bodies are not walked).
+///
+/// ```
+/// use kiln_core::{expression_signature, from_scalars, literal, trace::op, Op, VarType};
+/// let (a, b) = (from_scalars(&[1.0f32, 2.0]).unwrap(), from_scalars(&[3.0f32, 4.0]).unwrap());
+/// let two = literal(VarType::F32, 2.0f32.to_bits() as u64, 1);
+/// let x = op(Op::Mul, &[a, two]).unwrap();
+/// let y = op(Op::Mul, &[b, two]).unwrap();
+/// // the same function of its one input, whichever array that is
+/// assert_eq!(expression_signature(x, &[a], 16), expression_signature(y, &[b], 16));
+/// let three = literal(VarType::F32, 3.0f32.to_bits() as u64, 1);
+/// let z = op(Op::Mul, &[b, three]).unwrap();
+/// assert_ne!(expression_signature(x, &[a], 16), expression_signature(z, &[b], 16));
+/// ```
+pub fn expression_signature(id: VarId, inputs: &[VarId], limit: usize) -> Option<Signature> {
+    let st = STATE.lock();
+    let mut place: registry::FxMap<u32, u32> = registry::FxMap::default();
+    let mut nodes = Vec::new();
+    let mut stack = vec![(id.0, false)];
+    while let Some((i, expanded)) = stack.pop() {
+        if place.contains_key(&i) {
+            continue;
+        }
+        let v = st.var(i);
+        let leaf = if let Some(k) = inputs.iter().position(|x| x.0 == i) {
+            Some(SigNode::Input(k, v.ty))
+        } else if v.is_evaluated() {
+            Some(SigNode::Data(v.ty, v.size == 1))
+        } else {
+            None
+        };
+        let node = match leaf {
+            Some(leaf) => leaf,
+            None if v.region.is_some() => return None,
+            None if !expanded => {
+                stack.push((i, true));
+                stack.extend(
+                    v.dep_ids()
+                        .filter(|d| !place.contains_key(d))
+                        .map(|d| (d, false)),
+                );
+                continue;
+            }
+            None => {
+                let mut deps = [0u32; 4];
+                for (slot, &d) in deps.iter_mut().zip(&v.deps) {
+                    *slot = if d == 0 { 0 } else { place[&d] + 1 };
+                }
+                let reach = matches!(v.op, Op::Tap | Op::Split)
+                    .then(|| st.stencil.get(&i).map(|m| (m.lo.clone(), m.hi.clone())))
+                    .flatten();
+                SigNode::Node {
+                    op: v.op,
+                    ty: v.ty,
+                    one: v.size == 1,
+                    literal: v.literal,
+                    deps,
+                    reach,
+                }
+            }
+        };
+        if nodes.len() >= limit {
+            return None;
+        }
+        place.insert(i, nodes.len() as u32);
+        nodes.push(node);
+    }
+    Some(Signature(nodes))
+}
+
 /// Number of elements.
 pub fn size(id: VarId) -> usize {
     STATE.lock().var(id.0).size
