@@ -149,21 +149,22 @@ enum SigNode {
     /// Another evaluated array: its type and whether it has one element, not its contents.
     Data(VarType, bool),
     /// An unevaluated variable: op, type, one element or not, literal bits (a literal's value,
-    /// another op's immediate), operands (places, 0: none), a stencil node's offsets.
+    /// another op's immediate), operands (places, 0: none), a stencil node's domain and reach.
     Node {
         op: Op,
         ty: VarType,
         one: bool,
         literal: u64,
         deps: [u32; 4],
-        reach: Option<(Vec<i64>, Vec<i64>)>,
+        meta: Option<Arc<stencil::StencilMeta>>,
     },
 }
 
 /// The structure of the unevaluated expression of `id`, compared exactly (no hash): equal
 /// signatures compute the same function of `inputs` (each stands for its place in the list) and
-/// of other evaluated arrays that play the same parts. A caller caches what follows from an
-/// expression's structure alone (a stencil kernel's constant partial derivatives) under it.
+/// of other evaluated arrays that play the same parts, up to the boundary rule of stencil taps
+/// (a tap is its source, offsets and domain). A caller caches what follows from an expression's
+/// structure alone (a stencil kernel's constant partial derivatives) under it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Signature(Vec<SigNode>);
 
@@ -185,8 +186,9 @@ pub struct Signature(Vec<SigNode>);
 pub fn expression_signature(id: VarId, inputs: &[VarId], limit: usize) -> Option<Signature> {
     let st = STATE.lock();
     let mut place: registry::FxMap<u32, u32> = registry::FxMap::default();
-    let mut nodes = Vec::new();
-    let mut stack = vec![(id.0, false)];
+    let mut nodes = Vec::with_capacity(32);
+    let mut stack = Vec::with_capacity(32);
+    stack.push((id.0, false));
     while let Some((i, expanded)) = stack.pop() {
         if place.contains_key(&i) {
             continue;
@@ -204,20 +206,20 @@ pub fn expression_signature(id: VarId, inputs: &[VarId], limit: usize) -> Option
             None if v.region.is_some() => return None,
             None if !expanded => {
                 stack.push((i, true));
-                stack.extend(
-                    v.dep_ids()
-                        .filter(|d| !place.contains_key(d))
-                        .map(|d| (d, false)),
-                );
+                for &d in signature_operands(v) {
+                    if d != 0 && !place.contains_key(&d) {
+                        stack.push((d, false));
+                    }
+                }
                 continue;
             }
             None => {
                 let mut deps = [0u32; 4];
-                for (slot, &d) in deps.iter_mut().zip(&v.deps) {
+                for (slot, &d) in deps.iter_mut().zip(signature_operands(v)) {
                     *slot = if d == 0 { 0 } else { place[&d] + 1 };
                 }
-                let reach = matches!(v.op, Op::Tap | Op::Split)
-                    .then(|| st.stencil.get(&i).map(|m| (m.lo.clone(), m.hi.clone())))
+                let meta = matches!(v.op, Op::Tap | Op::Split)
+                    .then(|| st.stencil.get(&i).cloned())
                     .flatten();
                 SigNode::Node {
                     op: v.op,
@@ -225,7 +227,7 @@ pub fn expression_signature(id: VarId, inputs: &[VarId], limit: usize) -> Option
                     one: v.size == 1,
                     literal: v.literal,
                     deps,
-                    reach,
+                    meta,
                 }
             }
         };
@@ -236,6 +238,14 @@ pub fn expression_signature(id: VarId, inputs: &[VarId], limit: usize) -> Option
         nodes.push(node);
     }
     Some(Signature(nodes))
+}
+
+/// The operands a signature walks: a tap's source alone, every other variable's all. A tap
+/// counts as its source read at its offsets over its domain; its value at lanes whose read
+/// leaves the domain (the boundary rule's expression) is not compared — a caller that depends
+/// on it keys on the rule itself.
+fn signature_operands(v: &Var) -> &[u32] {
+    &v.deps[..if v.op == Op::Tap { 1 } else { v.deps.len() }]
 }
 
 /// Number of elements.
