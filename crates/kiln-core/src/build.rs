@@ -574,9 +574,13 @@ fn build_as(st: &State, g: Group, interior: bool) -> Built {
         sym: g.sym,
         recording: crate::context::recording(),
         modified: Vec::new(),
-        kernel: Kernel::default(),
+        // (room for a typical kernel up front: growing these showed in tracing profiles)
+        kernel: Kernel {
+            insts: Vec::with_capacity(128),
+            ..Kernel::default()
+        },
         bindings: Vec::new(),
-        reg_of: FxMap::default(),
+        reg_of: FxMap::with_capacity_and_hasher(128, Default::default()),
         reg_at: FxMap::default(),
         param_of: FxMap::default(),
         region_regs: FxMap::default(),

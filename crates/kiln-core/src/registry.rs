@@ -437,6 +437,11 @@ impl State {
     }
 
     fn maybe_free(&mut self, id: u32, garbage: &mut Vec<Arc<Buffer>>) {
+        // (most calls free nothing: no allocation until one does)
+        let v = &self.vars[id as usize];
+        if v.ext != 0 || v.int != 0 || !v.alive {
+            return;
+        }
         let mut stack = vec![id];
         while let Some(id) = stack.pop() {
             let v = &mut self.vars[id as usize];
@@ -447,11 +452,9 @@ impl State {
             if let Some(b) = v.data.take() {
                 garbage.push(b);
             }
-            let mut deps: Vec<u32> = v.deps.to_vec();
+            let operands = v.deps;
             let region = v.region.take();
-            if let Some(r) = &region {
-                deps.extend(r.ids());
-            }
+            let region_ids: Vec<u32> = region.as_ref().map(|r| r.ids()).unwrap_or_default();
             v.label = None;
             if region.is_some() {
                 self.region_outs.remove(&id);
@@ -463,7 +466,7 @@ impl State {
             self.uncse(id);
             self.free_ids.push(id);
             self.alive -= 1;
-            for d in deps.into_iter().filter(|&d| d != 0) {
+            for d in operands.into_iter().chain(region_ids).filter(|&d| d != 0) {
                 let dv = &mut self.vars[d as usize];
                 dv.int -= 1;
                 stack.push(d);
