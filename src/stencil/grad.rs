@@ -560,7 +560,8 @@ impl StencilRule {
                 let p = p.as_ref()?;
                 let read = self.read_back(&rel, o, reach).cast::<T>();
                 Some(match &scale {
-                    Some(c) => p.array::<T>() * read * c,
+                    // (two constants: folded into one before they meet the read)
+                    Some(c) => read * (p.array::<T>() * c),
                     None => p.array::<T>() * read,
                 })
             })
