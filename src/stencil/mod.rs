@@ -403,23 +403,27 @@ impl<T: Scalar> Rel<T> {
                 }
             })
             .collect();
-        let general = self.general_at(&q);
-        let value = if !self.fast {
-            general
-        } else {
-            let meta = StencilMeta {
-                shape: self.ctx.domain.clone(),
-                lo: off.to_vec(),
-                hi: off.to_vec(),
-            };
-            Array::from_id(ok(kiln_core::stencil_node(
-                Op::Tap,
-                self.src.id(),
-                general.id(),
-                meta,
-            )))
-        };
+        let value = self.tap_node(off, self.general_at(&q));
         grad::seeded(&self.ctx, self.input, off, value)
+    }
+
+    /// The read at `off` whose value at every lane is `general`: a tap node (plain shifted loads
+    /// in the interior) when the input is read in place, else `general` itself.
+    fn tap_node(&self, off: &[i64], general: Array<T>) -> Array<T> {
+        if !self.fast {
+            return general;
+        }
+        let meta = StencilMeta {
+            shape: self.ctx.domain.clone(),
+            lo: off.to_vec(),
+            hi: off.to_vec(),
+        };
+        Array::from_id(ok(kiln_core::stencil_node(
+            Op::Tap,
+            self.src.id(),
+            general.id(),
+            meta,
+        )))
     }
 
     /// The read at `off` where the whole box `x + off + reach` lies inside the domain, 0 at the
@@ -449,20 +453,7 @@ impl<T: Scalar> Rel<T> {
             flat.id(),
             mask.id(),
         )));
-        if !self.fast {
-            return general;
-        }
-        let meta = StencilMeta {
-            shape: self.ctx.domain.clone(),
-            lo: off.to_vec(),
-            hi: off.to_vec(),
-        };
-        Array::from_id(ok(kiln_core::stencil_node(
-            Op::Tap,
-            self.src.id(),
-            general.id(),
-            meta,
-        )))
+        self.tap_node(off, general)
     }
 
     /// The input at coordinates `q` (one per dimension, any integers) under the boundary rule.
