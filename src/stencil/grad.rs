@@ -124,9 +124,12 @@ pub(super) const SIGNATURE_LIMIT: usize = 512;
 /// through it, only to find the same constants, cost about as much as the rest of the step.
 pub(super) struct CachedPartials {
     key: (kiln_core::Signature, Boundary, VarType),
-    /// Per read (input, offset): its partial's type, bits and whether it is one element.
-    partials: Vec<(usize, Vec<i64>, Option<(VarType, u64, bool)>)>,
+    /// Per read (input, offset): its partial, if it has one.
+    partials: Vec<(usize, Vec<i64>, Option<Constant>)>,
 }
+
+/// A constant partial: its type, bits and whether it is one element (else one per lane).
+type Constant = (VarType, u64, bool);
 
 impl CachedPartials {
     /// The partials as literals over `n` lanes.
