@@ -319,6 +319,45 @@ fn kept_partials_follow_what_the_kernel_traced() {
     assert!((gw - xs).abs() <= 1e-12 * xs.abs().max(1.0), "{gw} vs {xs}");
 }
 
+/// One array passed as both relatively indexed inputs, read by a kernel that host state
+/// re-routes between them: a read of the array is the same whichever input it goes through, so
+/// partials kept under the structure of the value could be filed under the wrong input (found by
+/// an adversarial pass: gradients of 0 and 3 instead of 5), in both modes.
+#[test]
+fn one_array_as_two_inputs_rerouted_between_applications() {
+    let _s = serial();
+    let swap = std::cell::Cell::new(false);
+    let st = kiln::stencil(|(a, b): (&Rel<f64>, &Rel<f64>)| {
+        if swap.get() {
+            b.at([1]) * 2.0 + a.at([-1]) * 3.0
+        } else {
+            a.at([1]) * 2.0 + b.at([-1]) * 3.0
+        }
+    })
+    .boundary(Boundary::Wrap);
+    let n = 8;
+    // Σ_y (2 x[y+1] + 3 x[y−1]), wrapped: every x gets 5, either way round
+    for round in 0..4 {
+        swap.set(round % 2 == 1);
+        let mut x = Float64::from_slice(&rand(n, 40));
+        x.enable_grad();
+        let t = Tensor::from_array(x.clone(), &[n]);
+        st.apply((&t, &t)).unwrap().array().sum().backward();
+        assert_eq!(x.grad().to_vec(), vec![5.0; n], "reverse, round {round}");
+        let mut x = Float64::from_slice(&rand(n, 41));
+        x.enable_grad();
+        x.set_grad(&Float64::from_slice(&vec![1.0; n]));
+        let t = Tensor::from_array(x.clone(), &[n]);
+        let y = st.apply((&t, &t)).unwrap();
+        kiln::ad::forward(&x).unwrap();
+        assert_eq!(
+            y.array().grad().to_vec(),
+            vec![5.0; n],
+            "forward, round {round}"
+        );
+    }
+}
+
 #[test]
 fn a_linear_stencil_adjoint_is_its_transpose_and_runs_split() {
     let _s = serial();

@@ -168,8 +168,9 @@ enum SigNode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Signature(Vec<SigNode>);
 
-/// The [`Signature`] of `id`'s expression over `inputs`; `None` when it passes `limit` variables
-/// or holds a loop or branch region (whose bodies are not walked).
+/// The [`Signature`] of `id`'s expression over `inputs`; `None` when it passes `limit` variables,
+/// holds a loop or branch region (whose bodies are not walked), or when one array is listed as
+/// two inputs (the expression could not say which of the two places it reads).
 ///
 /// ```
 /// use kiln_core::{expression_signature, from_scalars, literal, trace::op, Op, VarType};
@@ -182,8 +183,13 @@ pub struct Signature(Vec<SigNode>);
 /// let three = literal(VarType::F32, 3.0f32.to_bits() as u64, 1);
 /// let z = op(Op::Mul, &[b, three]).unwrap();
 /// assert_ne!(expression_signature(x, &[a], 16), expression_signature(z, &[b], 16));
+/// // one array in two places: which one an expression reads cannot be told
+/// assert_eq!(expression_signature(x, &[a, a], 16), None);
 /// ```
 pub fn expression_signature(id: VarId, inputs: &[VarId], limit: usize) -> Option<Signature> {
+    if (1..inputs.len()).any(|i| inputs[..i].contains(&inputs[i])) {
+        return None;
+    }
     let st = STATE.lock();
     let mut place: registry::FxMap<u32, u32> = registry::FxMap::default();
     let mut nodes = Vec::with_capacity(32);
