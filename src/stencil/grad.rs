@@ -236,20 +236,17 @@ pub(super) fn record<U: Scalar>(app: &Application<'_, U>, result: Array<U>) -> R
         parents.push(ad);
     }
     // p: every read a leaf, one trace — or the constants found for the same kernel before
-    let key = app
-        .cache
-        .as_ref()
-        .map(|(_, sig)| (sig.clone(), ctx.boundary, U::TYPE));
-    let hit = app.cache.as_ref().and_then(|(cache, _)| {
+    let hit = app.cache.as_ref().and_then(|(cache, sig)| {
         let cache = cache.lock();
         let c = cache.as_ref()?;
-        (Some(&c.key) == key.as_ref()).then(|| c.rebuild(ctx.n))
+        (c.key.0 == *sig && c.key.1 == ctx.boundary && c.key.2 == U::TYPE).then(|| c.rebuild(ctx.n))
     });
     let (at_lane, captured, captured_p) = match hit {
         Some(at_lane) => (at_lane, Nodes(Vec::new()), Vec::new()),
         None => {
             let found = partials(app, derived(ctx), true)?;
-            if let (Some((cache, _)), Some(key), true) = (&app.cache, key, found.1 .0.is_empty()) {
+            if let (Some((cache, sig)), true) = (&app.cache, found.1 .0.is_empty()) {
+                let key = (sig.clone(), ctx.boundary, U::TYPE);
                 if let Some(c) = CachedPartials::of(key, &found.0) {
                     *cache.lock() = Some(c);
                 }

@@ -394,17 +394,35 @@ impl<T: Scalar> Rel<T> {
             }
         }
         self.ctx.taps.borrow_mut().push((self.input, off.to_vec()));
-        let q: Vec<Int64> = (0..rank)
+        let value = self.tap_node(off, self.general_at(&self.shifted(off)));
+        grad::seeded(&self.ctx, self.input, off, value)
+    }
+
+    /// The coordinates of the lane `off` away from the one being computed.
+    fn shifted(&self, off: &[i64]) -> Vec<Int64> {
+        let coords = &self.ctx.coords;
+        (0..off.len())
             .map(|d| {
                 if off[d] == 0 {
-                    self.ctx.coords[d].clone()
+                    coords[d].clone()
                 } else {
-                    &self.ctx.coords[d] + off[d]
+                    &coords[d] + off[d]
                 }
             })
-            .collect();
-        let value = self.tap_node(off, self.general_at(&q));
-        grad::seeded(&self.ctx, self.input, off, value)
+            .collect()
+    }
+
+    /// The flat position of coordinates `q` (inside the input) in the input.
+    fn flat(&self, q: &[Int64]) -> Int64 {
+        let mut flat: Option<Int64> = None;
+        for (qd, stride) in q.iter().zip(&self.strides) {
+            let term = qd * stride;
+            flat = Some(match flat.take() {
+                None => term,
+                Some(f) => &f + &term,
+            });
+        }
+        flat.expect("rank ≥ 1")
     }
 
     /// The read at `off` whose value at every lane is `general`: a tap node (plain shifted loads
@@ -432,22 +450,9 @@ impl<T: Scalar> Rel<T> {
     /// every dimension, so that a lane inside the box reads inside the array.
     fn tap_within(&self, off: &[i64], reach: &[(i64, i64)]) -> Array<T> {
         debug_assert!(reach.iter().all(|&(lo, hi)| lo <= 0 && hi >= 0));
-        let coords = &self.ctx.coords;
-        let mask = box_mask(coords, &self.dims, off, reach).unwrap_or_else(|| Bool::scalar(true));
-        let mut flat: Option<Int64> = None;
-        for (d, stride) in self.strides.iter().enumerate() {
-            let q = if off[d] == 0 {
-                coords[d].clone()
-            } else {
-                &coords[d] + off[d]
-            };
-            let term = &q * stride;
-            flat = Some(match flat.take() {
-                None => term,
-                Some(f) => &f + &term,
-            });
-        }
-        let flat = flat.expect("rank ≥ 1");
+        let mask = box_mask(&self.ctx.coords, &self.dims, off, reach)
+            .unwrap_or_else(|| Bool::scalar(true));
+        let flat = self.flat(&self.shifted(off));
         let general = Array::<T>::from_id(ok(kiln_core::gather_view(
             self.src.id(),
             flat.id(),
@@ -460,7 +465,7 @@ impl<T: Scalar> Rel<T> {
     fn general_at(&self, q: &[Int64]) -> Array<T> {
         let rank = self.shape.len();
         let mut inside: Option<Bool> = None;
-        let mut flat: Option<Int64> = None;
+        let mut folded = Vec::with_capacity(rank);
         for (d, dim) in self.dims.iter().enumerate().take(rank) {
             if matches!(self.ctx.boundary, Boundary::Skip | Boundary::Constant(_)) {
                 let ok_d = &q[d].ge(0i64) & &q[d].lt(dim);
@@ -469,14 +474,9 @@ impl<T: Scalar> Rel<T> {
                     Some(m) => &m & &ok_d,
                 });
             }
-            let qd = fold_coordinate(self.ctx.boundary, &q[d], dim);
-            let term = &qd * &self.strides[d];
-            flat = Some(match flat.take() {
-                None => term,
-                Some(f) => &f + &term,
-            });
+            folded.push(fold_coordinate(self.ctx.boundary, &q[d], dim));
         }
-        let flat = flat.expect("rank ≥ 1");
+        let flat = self.flat(&folded);
         let mask = inside.clone().unwrap_or_else(|| Bool::scalar(true));
         let value = if self.ctx.recorded {
             crate::memory::gather_view_masked(&self.src, &flat, &mask)
