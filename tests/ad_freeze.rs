@@ -291,3 +291,105 @@ fn unwinding_leaves_no_boundary_and_no_nodes() {
     drop(a);
     assert_eq!(counters(), base);
 }
+
+/// The function-freezing document's own pattern: `backward()` inside the frozen step, the
+/// optimizer outside, reading the parameters' gradients after the call.
+fn grads_only(p: &mut Params, d: &Data) -> Float32 {
+    let loss = loss_of(p, d);
+    loss.backward();
+    loss
+}
+
+fn grad_bits(p: &Params) -> Vec<u32> {
+    let mut v: Vec<u32> = p.w.iter().map(|w| w.grad().item().to_bits()).collect();
+    v.push(p.b.grad().item().to_bits());
+    v
+}
+
+#[test]
+fn a_backward_inside_reaches_the_callers_arrays() {
+    let _l = lock();
+    let mut frozen = kiln::freeze(grads_only);
+    for n in [300, 4000] {
+        let d = data(n);
+        let (mut pf, mut pu) = (init(), init());
+        kiln::ad::enable_grad(&mut pf).unwrap();
+        kiln::ad::enable_grad(&mut pu).unwrap();
+        let mut of = Adam::new(0.05).init(&pf);
+        let mut ou = Adam::new(0.05).init(&pu);
+        for _ in 0..4 {
+            let lf = frozen.call(&mut pf, &d).unwrap();
+            let lu = grads_only(&mut pu, &d);
+            assert_eq!(lf.item().to_bits(), lu.item().to_bits(), "n = {n}");
+            assert_eq!(grad_bits(&pf), grad_bits(&pu), "n = {n}");
+            assert!(grad_bits(&pf).iter().any(|&b| b != 0));
+            // the optimizer outside reads and consumes them
+            of.step(&mut pf);
+            ou.step(&mut pu);
+            assert_eq!(bits(&pf), bits(&pu), "n = {n}");
+            assert_eq!(pf.b.grad().item(), 0.0);
+        }
+    }
+    let s = frozen.stats();
+    assert_eq!((s.recordings, s.replays), (1, 7), "{s}");
+
+    // gradients add up over calls, onto what the caller's arrays held before
+    let d = data(500);
+    let mut p = init();
+    kiln::ad::enable_grad(&mut p).unwrap();
+    p.b.set_grad(&Float32::from(100.0f32));
+    frozen.call(&mut p, &d).unwrap();
+    let once = p.w[1].grad().item();
+    let b_once = p.b.grad().item();
+    frozen.call(&mut p, &d).unwrap();
+    let mut q = init();
+    kiln::ad::enable_grad(&mut q).unwrap();
+    grads_only(&mut q, &d);
+    assert_eq!(once, q.w[1].grad().item());
+    assert_eq!(b_once, 100.0 + q.b.grad().item());
+    assert_eq!(p.w[1].grad().item(), 2.0 * once);
+    assert_eq!(p.b.grad().item(), b_once + q.b.grad().item());
+
+    // arrays without gradients get none, and a call with them tracked again still does
+    let mut r = init();
+    frozen.call(&mut r, &d).unwrap();
+    assert!(!r.b.grad_enabled());
+    kiln::ad::enable_grad(&mut r).unwrap();
+    frozen.call(&mut r, &d).unwrap();
+    assert_eq!(r.w[1].grad().item(), once);
+}
+
+#[test]
+fn gradients_delivered_by_frozen_calls_leave_no_nodes_behind() {
+    let _l = lock();
+    let d = data(256);
+    let mut p = init();
+    kiln::ad::enable_grad(&mut p).unwrap();
+    let mut opt = Sgd::new(0.1).init(&p);
+    let mut frozen = kiln::freeze(grads_only);
+    let mut at10 = None;
+    for i in 0..300 {
+        frozen.call(&mut p, &d).unwrap();
+        opt.step(&mut p);
+        if i == 10 {
+            at10 = Some(counters());
+        }
+    }
+    assert_eq!(Some(counters()), at10);
+    // a function that replaces its parameter: the gradient of what it received on entry goes
+    // to the array the caller holds at that place
+    let mut shift = kiln::freeze(|x: &mut Float32| {
+        (&*x * &*x).sum().backward();
+        *x = &*x + 1.0;
+    });
+    let mut x = Float32::from_slice(&[1.0, 2.0]);
+    x.enable_grad();
+    for k in 0..3 {
+        shift.call(&mut x).unwrap();
+        assert_eq!(x.to_vec(), vec![2.0 + k as f32, 3.0 + k as f32]);
+        let want: Vec<f32> = (0..=k)
+            .map(|j| vec![2.0 * (1.0 + j as f32), 2.0 * (2.0 + j as f32)])
+            .fold(vec![0.0, 0.0], |a, g| vec![a[0] + g[0], a[1] + g[1]]);
+        assert_eq!(x.grad().to_vec(), want);
+    }
+}

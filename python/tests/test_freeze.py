@@ -135,6 +135,40 @@ def test_gradients_inside_a_frozen_step():
     assert train_step.n_recordings == 1
 
 
+def test_a_backward_inside_reaches_the_arrays_passed_in():
+    # the function-freezing document's pattern: backward inside, the optimizer step outside
+    @kiln.freeze
+    def loss_and_grad(params, x, y):
+        loss = kiln.sum(kiln.square(params["w"] * x + params["b"] - y))
+        kiln.backward(loss)
+        return loss
+
+    x = kiln.Float64(np.linspace(0.0, 1.0, 50))
+    y = 3.0 * x + 0.5
+    frozen = {"w": kiln.Float64([0.0]), "b": kiln.Float64([0.0])}
+    plain = {"w": kiln.Float64([0.0]), "b": kiln.Float64([0.0])}
+    for _ in range(4):
+        for p in (frozen, plain):
+            kiln.enable_grad(p["w"], p["b"])
+        loss_and_grad(frozen, x, y)
+        loss_and_grad.function(plain, x, y)
+        for k in ("w", "b"):
+            assert frozen[k].grad.tolist() == plain[k].grad.tolist()
+            assert frozen[k].grad.tolist() != [0.0]
+        for p in (frozen, plain):
+            for k in ("w", "b"):
+                p[k] = kiln.detach(p[k]) - 0.01 * p[k].grad
+    assert loss_and_grad.n_recordings == 1
+
+    # gradients add up over calls, as Dr.Jit's do
+    w = kiln.Float64([1.0, 2.0])
+    kiln.enable_grad(w)
+    twice = kiln.freeze(lambda w: kiln.backward(kiln.sum(w * w)))
+    twice(w)
+    twice(w)
+    assert w.grad.tolist() == [4.0, 8.0]
+
+
 def test_a_python_exception_records_nothing():
     @kiln.freeze
     def f(x, fail):

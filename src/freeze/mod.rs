@@ -11,6 +11,7 @@
 
 mod args;
 mod explain;
+mod grads;
 mod stats;
 pub mod traverse;
 
@@ -72,13 +73,16 @@ pub struct Frozen<F, M: Shape> {
 /// `p.grad()` lazily, an optimizer step); across the boundary:
 /// - a `&mut` argument's float array that carries a gradient on entry is re-leafed: the function
 ///   sees a fresh leaf with no gradient (so `backward` inside fills it), and the caller gets a
-///   fresh leaf back, with no gradient, after a recording and after a replay alike;
+///   fresh leaf back, after a recording and after a replay alike, whose gradient is what it held
+///   before the call plus what the passes inside left on the leaf (Dr.Jit's pattern: `backward`
+///   inside the frozen step, the optimizer outside). An optimizer stepped inside consumes the
+///   gradients, so then nothing is added;
 /// - a `&` argument's gradient-carrying arrays are constants inside: a `backward` there stops
 ///   at them (nothing reaches the caller's graph);
 /// - everything returned, and every other array of the `&mut` arguments, comes back detached.
 ///
-/// Return gradients you need outside (`kiln::ad::grads(&p)`) as part of the result. Reading a
-/// value inside (`p.grad().to_vec()`) is refused like any read (`Error::FrozenRead`). A call that
+/// Reading a value inside (`p.grad().to_vec()`) is refused like any read (`Error::FrozenRead`);
+/// return lazy gradients (`kiln::ad::grads(&p)`) or read them after the call. A call that
 /// runs unfrozen (freezing turned off, the recording limit reached, or nested in another frozen
 /// function's recording) is a plain call, without this boundary.
 ///
@@ -99,6 +103,18 @@ pub struct Frozen<F, M: Shape> {
 /// }
 /// assert_eq!(step.stats().recordings, 1);
 /// assert_eq!(step.stats().replays, 4);
+///
+/// // gradients from a backward pass inside reach the caller's `&mut` arrays
+/// let mut grad_step = kiln::freeze(|w: &mut Float32, x: &Float32| (&*w * x).sum().backward());
+/// let mut w = Float32::from_slice(&[1.0, 1.0]);
+/// w.enable_grad();
+/// for _ in 0..3 {
+///     grad_step.call(&mut w, &Float32::from_slice(&[2.0, 4.0])).unwrap();
+///     w = (&w - w.grad() * 0.25).detach();   // a plain descent step outside
+///     w.enable_grad();
+/// }
+/// assert_eq!(w.to_vec(), vec![-0.5, -2.0]);
+/// assert_eq!(grad_step.stats().replays, 2);
 /// ```
 pub fn freeze<M: Shape, F: Signature<M>>(f: F) -> Frozen<F, M> {
     Frozen {
@@ -192,8 +208,11 @@ struct Entry {
     literals: Vec<(u32, u64)>,
     /// The returned value with placeholder arrays: a replay clones it and assigns the new arrays.
     template: Box<dyn Any + Send>,
-    /// Number of array positions in the returned value (the rest are the `&mut` arguments).
+    /// Number of array positions in the returned value (then come the `&mut` arguments).
     n_returned: usize,
+    /// The `&mut` positions whose gradient the function's passes delivered: the recording's
+    /// last outputs, in this order (see `grads`).
+    grads_at: Vec<usize>,
 }
 
 /// Everything a frozen function keeps between calls, independent of its argument types.
@@ -285,20 +304,26 @@ impl FrozenState {
         if let Some(s) = &extra {
             t.argument("state", |t| s.traverse(t));
         }
-        let key = t.key();
-        // a key never recorded: keep what it is made of, to explain the recording it needs
-        let layout =
-            (!self.entries.contains_key(&key)).then(|| explain::Layout::of(args, extra.as_deref()));
         // a frozen function is a boundary of the AD graph: the `&mut` arrays that carry
-        // gradients get fresh leaves on entry and on exit (see `Frozen` on AD)
-        let releaf: Option<Vec<bool>> = if t.found.iter().any(|f| f.ad != 0) {
+        // gradients get fresh leaves on entry and on exit, and what passes inside bring those
+        // leaves reaches the caller's arrays (see `Frozen` on AD and `grads`)
+        let held: Option<grads::Held> = if t.found.iter().any(|f| f.ad != 0) {
             let mut tm = Traversal::new();
             args.traverse_mutable(&mut tm);
             let mask: Vec<bool> = tm.found.iter().map(|f| f.ad != 0).collect();
-            mask.iter().any(|&b| b).then_some(mask)
+            mask.iter()
+                .any(|&b| b)
+                .then(|| grads::Held::take(args, mask))
         } else {
             None
         };
+        let key = match &held {
+            Some(h) => grads::key_with(t.key(), h.mask()),
+            None => t.key(),
+        };
+        // a key never recorded: keep what it is made of, to explain the recording it needs
+        let layout =
+            (!self.entries.contains_key(&key)).then(|| explain::Layout::of(args, extra.as_deref()));
 
         // literal inputs that changed value before: make them opaque now
         if let Some(mask) = self.opaque.get(&key) {
@@ -348,8 +373,16 @@ impl FrozenState {
                     Ok(()) => match e.rec.replay_releasing(&slots, &released)? {
                         Replayed::Done(outs) => {
                             let out = finish_replay(e, args, &outs);
-                            if let Some(mask) = &releaf {
-                                releaf_mutable(args, mask);
+                            if let Some(h) = &held {
+                                releaf_mutable(args, h.mask());
+                                let k = outs.len() - e.grads_at.len();
+                                let got: Vec<(usize, VarId)> = e
+                                    .grads_at
+                                    .iter()
+                                    .copied()
+                                    .zip(outs[k..].iter().copied())
+                                    .collect();
+                                grads::deliver(args, h, &got);
                             }
                             for id in outs {
                                 kiln_core::dec_ref(id);
@@ -443,7 +476,7 @@ impl FrozenState {
             }
         }
         self.record(
-            key, &slots, args, extra, run, overwrite, reasons, t0, releaf, layout,
+            key, &slots, args, extra, run, overwrite, reasons, t0, held, layout,
         )
     }
 
@@ -458,7 +491,7 @@ impl FrozenState {
         overwrite: Option<usize>,
         reasons: Vec<String>,
         t0: Instant,
-        releaf: Option<Vec<bool>>,
+        held: Option<grads::Held>,
         layout: Option<explain::Layout>,
     ) -> Result<O> {
         let total: usize = self.entries.values().map(|l| l.len()).sum();
@@ -479,17 +512,20 @@ impl FrozenState {
         let mut before = Traversal::new();
         args.traverse_mutable(&mut before);
         let literals = literal_values(slots);
-        let mask = releaf.unwrap_or_default();
+        let mask: Vec<bool> = held.as_ref().map(|h| h.mask().to_vec()).unwrap_or_default();
         engine::begin(slots)?;
         let mut guard = RecordingGuard(true);
         let as_is = self.grad_as_is;
         let body = || {
             let inner = || {
                 // fresh leaves inside the boundary, so that passes inside reach them
-                if !mask.is_empty() {
-                    releaf_mutable(args, &mask);
+                if mask.is_empty() {
+                    return (run(args), Vec::new());
                 }
-                run(args)
+                releaf_mutable(args, &mask);
+                let leaves = grads::Leaves::of(args, &mask);
+                let out = run(args);
+                (out, leaves.delivered())
             };
             if as_is {
                 crate::ad::jax::bounded_as_is(inner)
@@ -497,12 +533,12 @@ impl FrozenState {
                 crate::ad::jax::bounded(inner)
             }
         };
-        let out = match catch_unwind(AssertUnwindSafe(body)) {
-            Ok(mut o) => {
+        let (out, delivered) = match catch_unwind(AssertUnwindSafe(body)) {
+            Ok((mut o, got)) => {
                 // results leave detached, as a replay's do (it runs no AD code)
                 crate::ad::jax::detach_in_place(&mut o);
                 releaf_mutable(args, &mask);
-                o
+                (o, got)
             }
             Err(panic) => {
                 // a refused read inside the function unwinds through `to_vec()`/`item()`: report
@@ -537,8 +573,11 @@ impl FrozenState {
                 "a frozen function changed the structure or a plain value of a `&mut` argument; replays reproduce only changes to its arrays — keep such state outside the function or return it".into(),
             ));
         }
+        // then the gradients the function's passes delivered to the `&mut` arguments
         let mut out_ids: Vec<VarId> = t_out.found.iter().map(|f| f.id).collect();
         out_ids.extend(after.found.iter().map(|f| f.id));
+        out_ids.extend(delivered.iter().map(|(_, g)| g.id()));
+        let grads_at: Vec<usize> = delivered.iter().map(|&(i, _)| i).collect();
         let pending: Vec<VarId> = out_ids
             .iter()
             .copied()
@@ -552,6 +591,11 @@ impl FrozenState {
                 self.enabled = false;
                 self.stats.unfrozen += 1;
                 drop(extra);
+                if let Some(h) = &held {
+                    let got: Vec<(usize, VarId)> =
+                        delivered.iter().map(|(i, g)| (*i, g.id())).collect();
+                    grads::deliver(args, h, &got);
+                }
                 return Ok(out);
             }
             r => r?,
@@ -564,7 +608,13 @@ impl FrozenState {
             literals,
             template: Box::new(template),
             n_returned,
+            grads_at,
         };
+        if let Some(h) = &held {
+            let got: Vec<(usize, VarId)> = delivered.iter().map(|(i, g)| (*i, g.id())).collect();
+            grads::deliver(args, h, &got);
+        }
+        drop(delivered);
         if let Some(mut l) = layout {
             l.seq = self.stats.recordings;
             self.layouts.entry(key).or_insert(l);
@@ -651,6 +701,7 @@ fn finish_replay<A: ArgList, O: Traverse + Clone + Send + 'static>(
         .expect("kiln internal error: a recording's output type changed");
     let mut out = template.clone();
     out.traverse_mut(&mut Assign::new(outs[..e.n_returned].to_vec()));
-    args.assign_mutable(&mut Assign::new(outs[e.n_returned..].to_vec()));
+    let end = outs.len() - e.grads_at.len();
+    args.assign_mutable(&mut Assign::new(outs[e.n_returned..end].to_vec()));
     out
 }

@@ -1,0 +1,123 @@
+//! Gradients across a frozen function's boundary: what the backward passes inside a call bring
+//! to the `&mut` arguments' arrays reaches the caller's arrays, recorded and replayed alike.
+//!
+//! The function-freezing document's own example calls `loss.backward()` inside the frozen step
+//! and steps the optimizer outside, so the gradients must leave the call. Inside, each such
+//! array is a fresh leaf (a replay cannot repeat what the function did to the caller's graph);
+//! what that leaf holds when the function returns becomes an extra output of the recording, and
+//! on exit it is added to the gradient the caller's array held before the call.
+
+use super::{ArgList, Traversal};
+use crate::ad::jax;
+use crate::ad::{graph, Grad};
+use kiln_core::VarId;
+
+/// The `&mut` positions (in `traverse_mutable` order) that are re-leafed, with what the caller's
+/// arrays held there before the call.
+pub(crate) struct Held {
+    mask: Vec<bool>,
+    before: Vec<Option<Grad>>,
+}
+
+impl Held {
+    /// `mask`: the `&mut` positions that carry gradients; their gradients now are kept.
+    pub(crate) fn take<A: ArgList>(args: &mut A, mask: Vec<bool>) -> Held {
+        let mut t = Traversal::new();
+        args.traverse_mutable(&mut t);
+        let before = t
+            .found
+            .iter()
+            .zip(&mask)
+            .map(|(f, &on)| if on { node_grad(f.ad) } else { None })
+            .collect();
+        Held { mask, before }
+    }
+    pub(crate) fn mask(&self) -> &[bool] {
+        &self.mask
+    }
+}
+
+/// The leaves a recording's function starts from, kept alive until it returns (it may drop or
+/// replace the arrays that held them).
+pub(crate) struct Leaves(Vec<(usize, graph::AdIndex, VarId)>);
+
+impl Leaves {
+    /// The fresh leaves of the marked `&mut` positions, just made.
+    pub(crate) fn of<A: ArgList>(args: &mut A, mask: &[bool]) -> Leaves {
+        let mut t = Traversal::new();
+        args.traverse_mutable(&mut t);
+        let v = t
+            .found
+            .iter()
+            .enumerate()
+            .filter(|&(i, f)| mask.get(i).copied().unwrap_or(false) && f.ad != 0)
+            .map(|(i, f)| {
+                graph::inc_ref(f.ad);
+                kiln_core::inc_ref(f.id);
+                (i, f.ad, f.id)
+            })
+            .collect();
+        Leaves(v)
+    }
+
+    /// What the function's passes left on each leaf: (position, gradient widened to the array's
+    /// size), for the positions that got one.
+    pub(crate) fn delivered(self) -> Vec<(usize, Grad)> {
+        self.0
+            .iter()
+            .filter_map(|&(i, ad, id)| node_grad(ad).map(|g| (i, jax::widen(g, id))))
+            .collect()
+    }
+}
+
+impl Drop for Leaves {
+    fn drop(&mut self) {
+        for &(_, ad, id) in &self.0 {
+            graph::dec_ref(ad);
+            kiln_core::dec_ref(id);
+        }
+    }
+}
+
+/// Add `got` (position, gradient array) to the gradients of the caller's arrays, which hold
+/// fresh leaves at those positions now: each gets what it held before the call plus what the
+/// call delivered.
+pub(crate) fn deliver<A: ArgList>(args: &mut A, held: &Held, got: &[(usize, VarId)]) {
+    if got.is_empty() {
+        return;
+    }
+    let mut t = Traversal::new();
+    args.traverse_mutable(&mut t);
+    for &(pos, gid) in got {
+        let Some(f) = t.found.get(pos) else { continue };
+        if f.ad == 0 {
+            continue;
+        }
+        let g = Grad::share(gid, 0);
+        let total = match held.before.get(pos).and_then(|b| b.as_ref()) {
+            Some(b) => b.clone().plus(&g),
+            None => g,
+        };
+        let prev = graph::with(|gr| gr.node_mut(f.ad).grad.replace(total));
+        drop(prev);
+    }
+}
+
+/// A node's gradient, detached (none for no node or no gradient).
+fn node_grad(ad: graph::AdIndex) -> Option<Grad> {
+    if ad == 0 {
+        return None;
+    }
+    graph::with(|g| g.node(ad).grad.as_ref().map(Grad::detached))
+}
+
+/// `key` made specific to which `&mut` positions carry gradients: a recording made with them
+/// has outputs for their gradients that one made without them lacks.
+pub(crate) fn key_with(key: u64, mask: &[bool]) -> u64 {
+    mask.iter()
+        .enumerate()
+        .filter(|&(_, &on)| on)
+        .fold(key ^ 0x6AD5_0000_0000_0001, |h, (i, _)| {
+            h.rotate_left(7) ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        })
+}
