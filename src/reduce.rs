@@ -22,7 +22,7 @@
 
 use crate::array::{ok, Array, Bool, UInt32};
 use crate::types::Numeric;
-use kiln_core::{self as core, ReduceOp, Result, Scalar};
+use kiln_core::{self as core, Error, ReduceOp, Result, Scalar};
 
 impl<T: Scalar> Array<T> {
     fn reduce_with(&self, op: ReduceOp) -> Result<Array<T>> {
@@ -92,6 +92,44 @@ impl<T: Numeric> Array<T> {
     pub fn try_block_sum(&self, block_size: usize) -> Result<Array<T>> {
         let out = Array::from_id(core::block_reduce(ReduceOp::Add, self.id(), block_size)?);
         Ok(crate::ad::memory::record_block_sum(self, block_size, out))
+    }
+    /// Reductions of consecutive blocks of `block_size` elements by `op` (`Add`, `Mul`, `Min`,
+    /// `Max`; `And`/`Or` for integers); a partial last block is reduced too (Dr.Jit's
+    /// `block_reduce`). Gradients (floats): `Add` gives each element its block's cotangent,
+    /// `Mul` the product of the other elements of its block (exact with zeros), `Min`/`Max` the
+    /// cotangent to the elements equal to the block's result, split evenly among ties.
+    ///
+    /// ```
+    /// use kiln::ReduceOp;
+    /// let x = kiln::Float32::from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0]);
+    /// assert_eq!(x.block_reduce(ReduceOp::Mul, 2).to_vec(), vec![2.0, 12.0, 5.0]);
+    /// assert_eq!(x.block_reduce(ReduceOp::Max, 2).to_vec(), vec![2.0, 4.0, 5.0]);
+    /// ```
+    #[track_caller]
+    pub fn block_reduce(&self, op: ReduceOp, block_size: usize) -> Array<T> {
+        ok(self.try_block_reduce(op, block_size))
+    }
+    /// As [`Array::block_reduce`], returning an error for `block_size == 0` or an operation the
+    /// element type has no reduction for (`Identity`, `And`/`Or` on floats).
+    pub fn try_block_reduce(&self, op: ReduceOp, block_size: usize) -> Result<Array<T>> {
+        let bitwise = matches!(op, ReduceOp::And | ReduceOp::Or);
+        let arithmetic = matches!(
+            op,
+            ReduceOp::Add | ReduceOp::Mul | ReduceOp::Min | ReduceOp::Max
+        );
+        if !(arithmetic || bitwise && !T::TYPE.is_float()) {
+            return Err(Error::Invalid(format!(
+                "block_reduce({op:?}) of {}: the operations are Add, Mul, Min and Max, and And/Or for integers",
+                core::describe(self.id())
+            )));
+        }
+        if op == ReduceOp::Add {
+            return self.try_block_sum(block_size);
+        }
+        let out = Array::from_id(core::block_reduce(op, self.id(), block_size)?);
+        Ok(crate::ad::reduce::record_block_reduce(
+            op, self, block_size, out,
+        ))
     }
     /// Running sum; `exclusive` starts at 0 and leaves out each element itself. Gradient: the
     /// same running sum of the result's gradient taken from the end (each element reaches every

@@ -230,6 +230,53 @@ fn block_sum_rule() {
 }
 
 #[test]
+fn block_reduce_rules() {
+    let _s = serial();
+    for op in [ReduceOp::Mul, ReduceOp::Min, ReduceOp::Max] {
+        for (n, b) in [
+            (0usize, 2usize),
+            (1, 1),
+            (1, 3),
+            (5, 2),
+            (7, 3),
+            (6, 1),
+            (6, 6),
+            (40, 16),
+        ] {
+            check(
+                &[rand(n, 17)],
+                move |x| (&x[0] * 1.5 + 0.25).block_reduce(op, b).sin(),
+                TOL,
+            );
+        }
+    }
+    // a product with zeros: the lane that is zero gets the product of the others; with two
+    // zeros in a block, every lane gets 0 (no 0/0)
+    let mut x = Float64::from_slice(&[0.0, 2.0, 3.0, 0.0, 0.0, 4.0, 5.0]);
+    x.enable_grad();
+    let y = x.block_reduce(ReduceOp::Mul, 3);
+    assert_eq!(y.to_vec(), vec![0.0, 0.0, 5.0]);
+    kiln::ad::backward_from(&y, &Float64::from_slice(&[1.0, 10.0, 100.0])).unwrap();
+    assert_eq!(x.grad().to_vec(), vec![6.0, 0.0, 0.0, 0.0, 0.0, 0.0, 100.0]);
+    // ties in a block share its cotangent, as the full reductions do
+    let mut x = Float64::from_slice(&[3.0, 3.0, 1.0, 2.0]);
+    x.enable_grad();
+    let y = x.block_reduce(ReduceOp::Max, 3);
+    assert_eq!(y.to_vec(), vec![3.0, 2.0]);
+    kiln::ad::backward_from(&y, &Float64::from_slice(&[1.0, 10.0])).unwrap();
+    assert_eq!(x.grad().to_vec(), vec![0.5, 0.5, 0.0, 10.0]);
+    // integers reduce without derivatives; floats refuse And/Or; block 0 is an error
+    let i = Int32::from_slice(&[6, 3, 5, 1, 7]);
+    assert_eq!(i.block_reduce(ReduceOp::And, 2).to_vec(), vec![2, 1, 7]);
+    assert_eq!(i.block_reduce(ReduceOp::Min, 2).to_vec(), vec![3, 1, 7]);
+    let e = Float32::from_slice(&[1.0])
+        .try_block_reduce(ReduceOp::Or, 1)
+        .unwrap_err();
+    assert!(e.to_string().contains("And/Or for integers"), "{e}");
+    assert!(i.try_block_reduce(ReduceOp::Max, 0).is_err());
+}
+
+#[test]
 fn prefix_sum_rule() {
     let _s = serial();
     for n in [0usize, 1, 2, 6, 33] {

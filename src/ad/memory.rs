@@ -279,7 +279,7 @@ fn scatter_rule<F: Float, I: Integer>(
 }
 
 /// `ct` repeated over blocks: lane `i` gets `ct[i / block]` (the adjoint of `block_sum`).
-fn repeat_blocks<F: Float>(ct: &Array<F>, n: usize, block: usize) -> Array<F> {
+pub(crate) fn repeat_blocks<F: Float>(ct: &Array<F>, n: usize, block: usize) -> Array<F> {
     if n <= u32::MAX as usize {
         crate::memory::gather(ct, &(UInt32::arange(n) / block as u32))
     } else {
