@@ -35,6 +35,9 @@ _UNARY = (
 )  # fmt: skip
 globals().update({_n: _vectors.lift_unary(getattr(_kiln, _n)) for _n in _UNARY})
 
+# Dr.Jit's in-place rule for a loop's state (see _inplace.py)
+from ._inplace import while_loop  # noqa: E402,F811
+
 #: Dr.Jit's short names for the default types.
 Float = _kiln.Float32
 UInt = _kiln.UInt32
@@ -56,10 +59,12 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     on every replay, a captured number that changes records anew, and a captured name the function
     rebinds (``nonlocal y; y = y + x``) is rebound on replays.
 
-    Where kiln differs: a frozen function is a boundary of derivative tracking, as in kiln's Rust
-    API: its results come back detached and arrays passed in that carry gradients are fresh leaves
-    inside (compute gradients inside the function, as a training step does; ``kiln.backward`` on
-    a result outside gives zeros). Lists, tuples and dicts among the arguments are rebuilt for the
+    Gradients: as in Dr.Jit, a ``dr.backward`` inside the function adds to the gradients of the
+    arrays passed in (``dr.grad(params)`` after the call), recorded and replayed alike. Where kiln
+    differs: a frozen function is a boundary of derivative tracking, as in kiln's Rust API: its
+    results come back detached and arrays passed in that carry gradients are fresh leaves inside
+    (inside, ``dr.grad(params)`` shows only what this call's passes brought; ``kiln.backward`` on a
+    result outside gives zeros). Lists, tuples and dicts among the arguments are rebuilt for the
     call (the function may change the arrays and struct fields they hold, not the containers); a
     frozen function may not call itself, and an argument may not contain itself.
     """

@@ -51,6 +51,7 @@ import types
 import uuid
 
 from . import _kiln as _k
+from ._inplace import while_loop as _while_loop
 from . import _vectors as _v
 
 __all__ = ["syntax", "hint"]
@@ -238,7 +239,7 @@ def _while(names, reads, declared_global, cells, cond, body, opts, excluded=(), 
         )
     state = tuple(values[i] for i in live) + tuple(ro[j] for j in ro_live)
     labels = tuple(names[i] for i in live) + tuple(reads[j] for j in ro_live)
-    out = _k.while_loop(state, cond_s, body_s, labels=labels, **opts)
+    out = _while_loop(state, cond_s, body_s, labels=labels, **opts)
     if not isinstance(out, tuple):
         out = (out,)
     _write_back([ro[j] for j in ro_live], out[k:])

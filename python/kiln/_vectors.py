@@ -44,7 +44,8 @@ class StaticArrayBase:
 
     Where kiln differs from Dr.Jit: ``numpy()`` and the NumPy constructor use shape ``(N, n)``,
     one row per lane, the layout NumPy code and data files use (Dr.Jit's is ``(n, N)``: port with
-    ``.T``). ``a += b`` rebinds ``a`` rather than writing into the vector other names share.
+    ``.T``). As in Dr.Jit, ``a += b`` changes the vector itself (other names bound to it see the
+    change) when the result has the same class; a wider result binds ``a`` to a new vector.
     ``len(v)`` is the number of components, as in Dr.Jit; ``kiln.width(v)`` is the number of lanes.
     """
 
@@ -220,6 +221,29 @@ for _name, _fn in [
     _fwd.__name__, _rev.__name__ = f"__{_name}__", f"__r{_name}__"
     setattr(StaticArrayBase, _fwd.__name__, _fwd)
     setattr(StaticArrayBase, _rev.__name__, _rev)
+
+
+def _inplace(op):
+    def inplace(self, other):
+        # Dr.Jit's and NumPy's `v += w` change the vector itself (every name bound to it sees
+        # the change); a result of another class (a wider type) binds the name to it instead
+        r = _apply(op, self, other, False)
+        if r is NotImplemented or type(r) is not type(self):
+            return r
+        self._c = r._c
+        return self
+
+    return inplace
+
+
+for _name, _fn in [
+    ("add", _op.add), ("sub", _op.sub), ("mul", _op.mul), ("truediv", _op.truediv),
+    ("floordiv", _op.floordiv), ("mod", _op.mod), ("and", _op.and_), ("or", _op.or_),
+    ("xor", _op.xor), ("lshift", _op.lshift), ("rshift", _op.rshift), ("pow", _op.pow),
+]:  # fmt: skip
+    _fwd = _inplace(_fn)
+    _fwd.__name__ = f"__i{_name}__"
+    setattr(StaticArrayBase, _fwd.__name__, _fwd)
 
 # comparisons need no reflected forms: Python swaps `a < v` into `v > a` itself
 for _name, _fn in [("lt", _op.lt), ("le", _op.le), ("gt", _op.gt), ("ge", _op.ge),

@@ -247,6 +247,45 @@ impl ArrayBase {
     fn __rrshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
         bin(slf, o, Bin::Shr, true)
     }
+    // ---- in place (the object keeps its identity, as Dr.Jit's and NumPy's arrays do) --------
+
+    fn __iadd__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::Add)
+    }
+    fn __isub__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::Sub)
+    }
+    fn __imul__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::Mul)
+    }
+    fn __itruediv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::TrueDiv)
+    }
+    fn __ifloordiv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::FloorDiv)
+    }
+    fn __imod__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::Mod)
+    }
+    fn __ipow__(slf: &Bound<Self>, o: &Bound<PyAny>, _m: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::Pow)
+    }
+    fn __iand__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::And)
+    }
+    fn __ior__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::Or)
+    }
+    fn __ixor__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::Xor)
+    }
+    fn __ilshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::Shl)
+    }
+    fn __irshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        inplace(slf, o, Bin::Shr)
+    }
+
     fn __richcmp__(slf: &Bound<Self>, o: &Bound<PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let a = slf.borrow().a.clone();
@@ -552,6 +591,47 @@ fn bin(slf: &Bound<ArrayBase>, o: &Bound<PyAny>, op: Bin, reflected: bool) -> Py
         binary(op, &a, &b)?
     };
     wrap(py, r)
+}
+
+/// `a op= o` on the array itself (Dr.Jit's and NumPy's in-place operators): the object keeps its
+/// identity and every name bound to it sees the new value. A result of a wider type of the same
+/// kind (`Float32 += Float64`) is cast back, as NumPy's `same_kind` rule does; one of another
+/// kind (`Int32 /= 2` gives floats) or another class (an array plus a vector or a tensor) is an
+/// error that names the out-of-place form.
+fn inplace(slf: &Bound<ArrayBase>, o: &Bound<PyAny>, op: Bin) -> PyResult<()> {
+    let a = slf.borrow().a.clone();
+    let refuse = |what: String| {
+        type_error(format!(
+            "`x {}= y` on {} ({} elements): {what}; write `x = x {} y` to bind x to a new array instead",
+            op.symbol(),
+            a.ty().class_name(),
+            a.len(),
+            op.symbol()
+        ))
+    };
+    let Some(b) = operand(o, a.ty())? else {
+        let other = o
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        return Err(refuse(format!(
+            "the result would not be a {} (y is a {other})",
+            a.ty().class_name()
+        )));
+    };
+    let r = binary(op, &a, &b)?;
+    let (from, to) = (a.ty(), r.ty());
+    let r = if from == to {
+        r
+    } else if (from.is_float() && to.is_float()) || (from.is_int() && to.is_int()) {
+        r.cast(from)
+    } else {
+        return Err(refuse(format!("the result is a {}", to.class_name())));
+    };
+    drop(a);
+    slf.borrow_mut().a = r;
+    Ok(())
 }
 
 /// What NumPy reads to view a buffer (the array interface, version 3); it holds its own handle

@@ -808,6 +808,29 @@ fn block_sum(x: &Bound<PyAny>, block_size: usize, mode: Option<&str>) -> PyResul
         numeric!(&a, v => try_guard(|| v.try_block_sum(block_size))?.into_dyn(), bool => return Err(type_error("block_sum takes numbers"))),
     )
 }
+/// Reductions of consecutive blocks of `block_size` elements by `op` (a `kiln.ReduceOp`: `Add`,
+/// `Mul`, `Min`, `Max`, and `And`/`Or` for integers); the last block may be shorter (Dr.Jit's
+/// `dr.block_reduce`). Differentiable for floats. `mode` is checked as in `block_sum`.
+#[pyfunction]
+#[pyo3(signature = (op, value, block_size, mode = None))]
+fn block_reduce(
+    op: &Bound<PyAny>,
+    value: &Bound<PyAny>,
+    block_size: usize,
+    mode: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    if let Some(m) = mode.filter(|m| !matches!(*m, "evaluated" | "symbolic")) {
+        return Err(value_error(format!(
+            "block_reduce: mode is \"evaluated\", \"symbolic\" or None, not {m:?}"
+        )));
+    }
+    let op = reduce_op(op)?;
+    let a = arr(value)?;
+    wrap(
+        value.py(),
+        numeric!(&a, v => try_guard(|| v.try_block_reduce(op, block_size))?.into_dyn(), bool => return Err(type_error("block_reduce takes numbers; reduce masks as integers (kiln.UInt32(mask))"))),
+    )
+}
 /// The positions of the true lanes, as `UInt32` (Dr.Jit's `dr.compress`).
 #[pyfunction]
 fn compress(x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
@@ -1104,7 +1127,21 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
         make_opaque
     );
     add!(
-        sum, prod, min, max, mean, dot, norm, all, any, none, count, prefix_sum, cumsum, block_sum,
+        sum,
+        prod,
+        min,
+        max,
+        mean,
+        dot,
+        norm,
+        all,
+        any,
+        none,
+        count,
+        prefix_sum,
+        cumsum,
+        block_sum,
+        block_reduce,
         compress
     );
     add!(gather, scatter, scatter_reduce, scatter_add);

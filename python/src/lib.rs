@@ -42,6 +42,7 @@ fn _kiln(m: &Bound<PyModule>) -> PyResult<()> {
     tensor::register(m)?;
     stencil::register(m)?;
     scan::register(m)?;
+    m.add_function(wrap_pyfunction!(tensor::_assign, m)?)?;
     m.add_class::<random::PyPcg32>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

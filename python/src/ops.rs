@@ -30,7 +30,7 @@ pub enum Bin {
 }
 
 impl Bin {
-    fn symbol(self) -> &'static str {
+    pub fn symbol(self) -> &'static str {
         match self {
             Bin::Add => "+",
             Bin::Sub => "-",

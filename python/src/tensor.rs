@@ -207,6 +207,48 @@ fn tbin(
     wrap_tensor(py, r, to)
 }
 
+/// `t op= o` on the tensor itself (its identity kept, as Dr.Jit's and NumPy's tensors do). The
+/// result's shape may grow by broadcasting (Dr.Jit allows it); a wider type of the same kind is
+/// cast back (NumPy's `same_kind`), another kind is an error naming the out-of-place form.
+fn tinplace(slf: &Bound<TensorBase>, o: &Bound<PyAny>, op: Bin) -> PyResult<()> {
+    let (a, sa) = {
+        let t = slf.borrow();
+        (t.a.clone(), t.shape.clone())
+    };
+    let refuse = |what: String| {
+        type_error(format!(
+            "`x {}= y` on a {} of shape {sa:?}: {what}; write `x = x {} y` to bind x to a new tensor instead",
+            op.symbol(),
+            a.ty().class_name(),
+            op.symbol()
+        ))
+    };
+    let Some((b, sb)) = operand(o, a.ty())? else {
+        let other = o
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        return Err(refuse(format!("y is a {other}")));
+    };
+    let to = broadcast_shape(&sa, &sb)?;
+    let (x, y) = (broadcast(&a, &sa, &to)?, broadcast(&b, &sb, &to)?);
+    let r = binary(op, &x, &y)?;
+    let (from, got) = (a.ty(), r.ty());
+    let r = if from == got {
+        r
+    } else if (from.is_float() && got.is_float()) || (from.is_int() && got.is_int()) {
+        r.cast(from)
+    } else {
+        return Err(refuse(format!("the result is a {}", got.class_name())));
+    };
+    drop((a, x, y));
+    let mut t = slf.borrow_mut();
+    t.a = r;
+    t.shape = to;
+    Ok(())
+}
+
 /// `a op b` when either is a tensor (NumPy's broadcasting, the result a tensor); `None` when
 /// neither is, for the caller's array path.
 pub fn tensor_binary(a: &Bound<PyAny>, b: &Bound<PyAny>, op: Bin) -> PyResult<Option<Py<PyAny>>> {
@@ -432,6 +474,42 @@ impl TensorBase {
     fn __add__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
         tbin(slf, o, Bin::Add, false)
     }
+    fn __iadd__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::Add)
+    }
+    fn __isub__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::Sub)
+    }
+    fn __imul__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::Mul)
+    }
+    fn __itruediv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::TrueDiv)
+    }
+    fn __ipow__(slf: &Bound<Self>, o: &Bound<PyAny>, _m: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::Pow)
+    }
+    fn __ifloordiv__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::FloorDiv)
+    }
+    fn __imod__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::Mod)
+    }
+    fn __iand__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::And)
+    }
+    fn __ior__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::Or)
+    }
+    fn __ixor__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::Xor)
+    }
+    fn __ilshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::Shl)
+    }
+    fn __irshift__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<()> {
+        tinplace(slf, o, Bin::Shr)
+    }
     fn __radd__(slf: &Bound<Self>, o: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
         tbin(slf, o, Bin::Add, true)
     }
@@ -612,4 +690,37 @@ pub fn typed<T: Scalar>(a: &Dyn, shape: &[usize]) -> PyResult<Tensor<T>> {
         let c: Array<T> = x.cast::<T>();
         try_guard(|| Tensor::try_from_array(c, shape))
     })
+}
+
+/// `dst` takes `src`'s value in place (both arrays of one class, or both tensors of one class):
+/// the write-back of Dr.Jit's in-place semantics, where a loop's final state goes into the very
+/// objects its body changed in place.
+#[pyfunction]
+pub fn _assign(dst: &Bound<PyAny>, src: &Bound<PyAny>) -> PyResult<()> {
+    if !dst.get_type().is(src.get_type()) {
+        return Err(type_error(format!(
+            "kiln internal: assigning a {} into a {}",
+            src.get_type().name()?,
+            dst.get_type().name()?
+        )));
+    }
+    if let (Ok(d), Ok(s)) = (dst.cast::<ArrayBase>(), src.cast::<ArrayBase>()) {
+        let v = s.borrow().a.clone();
+        d.borrow_mut().a = v;
+        return Ok(());
+    }
+    if let (Ok(d), Ok(s)) = (dst.cast::<TensorBase>(), src.cast::<TensorBase>()) {
+        let (v, shape) = {
+            let s = s.borrow();
+            (s.a.clone(), s.shape.clone())
+        };
+        let mut d = d.borrow_mut();
+        d.a = v;
+        d.shape = shape;
+        return Ok(());
+    }
+    Err(type_error(format!(
+        "kiln internal: cannot assign into a {}",
+        dst.get_type().name()?
+    )))
 }

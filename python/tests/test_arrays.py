@@ -468,3 +468,87 @@ def test_inverse_hyperbolics_are_accurate_far_and_near():
 def test_lists_convert_like_single_values():
     assert kiln.Int32([1.5, -2.7]).tolist() == kiln.Int32(1.5).tolist() + kiln.Int32(-2.7).tolist()
     assert kiln.Bool([1, 0, 2]).tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize(
+    "kt,dt,op,rhs",
+    [
+        (kiln.Float32, np.float32, "+", 1.5), (kiln.Float64, np.float64, "-", 0.25),
+        (kiln.Float32, np.float32, "*", 3), (kiln.Float64, np.float64, "/", 4.0),
+        (kiln.Int32, np.int32, "+", 7), (kiln.UInt32, np.uint32, "*", 3),
+        (kiln.Int64, np.int64, "-", 5), (kiln.UInt32, np.uint32, "<<", 2),
+        (kiln.Int32, np.int32, "&", 6), (kiln.UInt64, np.uint64, "|", 9),
+        (kiln.Float32, np.float32, "**", 2),
+    ],
+)  # fmt: skip
+def test_in_place_operators_change_the_object_itself(kt, dt, op, rhs):
+    # Dr.Jit's and NumPy's rule: `x op= y` changes x, and every name bound to it sees it
+    base = np.arange(1, 8)
+    x = kt(base.astype(dt))
+    alias = x
+    before = id(x)
+    exec(f"x {op}= rhs", {"rhs": rhs}, scope := {"x": x})
+    assert id(scope["x"]) == before and scope["x"] is alias
+    want = base.astype(dt)
+    exec(f"want {op}= dt(rhs)", {"rhs": rhs, "dt": dt}, w := {"want": want})
+    np.testing.assert_allclose(np.array(alias), w["want"], rtol=1e-6)
+
+
+def test_in_place_operators_with_arrays_tensors_and_vectors():
+    x = kiln.Float32([1.0, 2.0])
+    x += kiln.Float32([10.0, 20.0])
+    assert x.tolist() == [11.0, 22.0]
+    # a one-lane array grows to the other operand's width, as in Dr.Jit
+    s = kiln.Float32(1.0)
+    alias = s
+    s += kiln.arange(kiln.Float32, 3)
+    assert alias.tolist() == [1.0, 2.0, 3.0]
+    # a wider type of the same kind is cast back (NumPy's same_kind)
+    y = kiln.Float32([1.0])
+    y += kiln.Float64([0.5])
+    assert type(y) is kiln.Float32 and y.tolist() == [1.5]
+    # another kind is an error that names the out-of-place form, and leaves x as it was
+    i = kiln.Int32([3, 4])
+    with pytest.raises(TypeError, match=r"x = x / y"):
+        i /= 2
+    assert type(i) is kiln.Int32 and i.tolist() == [3, 4]
+    with pytest.raises(TypeError, match=r"x = x \+ y"):
+        x += kiln.Array3f(1.0, 2.0, 3.0)
+    assert x.tolist() == [11.0, 22.0]
+    # tensors keep their identity and take the broadcast shape
+    t = kiln.TensorXf(np.ones((2, 3), np.float32))
+    talias = t
+    t *= kiln.TensorXf(np.arange(3, dtype=np.float32))
+    assert talias.shape == (2, 3) and talias.numpy().tolist() == [[0, 1, 2], [0, 1, 2]]
+    # vectors change their components in place
+    v = kiln.Array3f(1.0, 2.0, 3.0)
+    valias = v
+    v += 1.0
+    v *= kiln.Array3f(2.0, 2.0, 2.0)
+    assert valias is v and [c.tolist() for c in valias] == [[4.0], [6.0], [8.0]]
+
+
+def test_in_place_operators_record_derivatives():
+    x = kiln.Float64([1.0, 2.0])
+    kiln.enable_grad(x)
+    y = x * 1.0
+    y *= x  # y = x², the object y now holds the product's node
+    kiln.backward(kiln.sum(y))
+    assert x.grad.tolist() == [2.0, 4.0]
+
+
+def test_block_reduce_matches_numpy():
+    rng = np.random.default_rng(3)
+    v = rng.uniform(-2, 2, 23).astype(np.float32)
+    pad = lambda a, fill: np.concatenate([a, np.full(-len(a) % 4, fill, a.dtype)]).reshape(-1, 4)
+    x = kiln.Float32(v)
+    for op, f, fill in [(kiln.ReduceOp.Mul, np.prod, 1), (kiln.ReduceOp.Min, np.min, np.inf),
+                        (kiln.ReduceOp.Max, np.max, -np.inf), (kiln.ReduceOp.Add, np.sum, 0)]:
+        np.testing.assert_allclose(np.array(kiln.block_reduce(op, x, 4)), f(pad(v, fill), axis=1),
+                                   rtol=1e-5)
+    i = kiln.UInt32([6, 3, 5, 1, 7])
+    assert kiln.block_reduce(kiln.ReduceOp.Or, i, 2).tolist() == [7, 5, 7]
+    with pytest.raises(kiln.InvalidArgument, match="And/Or for integers"):
+        kiln.block_reduce(kiln.ReduceOp.And, x, 2)
+    with pytest.raises(ValueError, match="mode"):
+        kiln.block_reduce(kiln.ReduceOp.Max, x, 2, mode="fast")

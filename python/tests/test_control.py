@@ -207,3 +207,48 @@ def test_dispatch_calls_each_lanes_instance_with_gradients():
         kiln.backward(kiln.sum(a))
         assert r.grad.tolist() == [6.0 * 2.0 * (1.0 + 4.0)]  # d(3 r² s)/dr over lanes 0 and 3
     assert kiln.dispatch(1, shapes, lambda s, x: s.area(x), scale).tolist() == [9.0, 18.0, 27.0, 36.0, 45.0]
+
+
+@pytest.mark.parametrize("mode", ["symbolic", "evaluated"])
+def test_a_loop_writes_its_final_state_into_objects_changed_in_place(mode):
+    # Dr.Jit's rule: `x += 1` in the body changes the caller's x; `x = x + 1` does not
+    x = kiln.Int32([1, 5, 20])
+    out = kiln.while_loop((x,), lambda x: x < 10, lambda x: (x.__iadd__(1),), mode=mode)
+    assert out[0] is x and x.tolist() == [10, 10, 20]
+
+    y = kiln.Int32([1, 5, 20])
+    out = kiln.while_loop((y,), lambda y: y < 10, lambda y: (y + 1,), mode=mode)
+    assert out[0] is not y and y.tolist() == [1, 5, 20] and out[0].tolist() == [10, 10, 20]
+
+    # an entry the body leaves alone comes back as the caller's object; nested containers too
+    z = kiln.Float32([2.0, 2.0, 2.0])
+    acc = [kiln.Float32([0.0, 0.0, 0.0])]
+    i = kiln.UInt32([0, 1, 2])
+
+    def body(i, z, acc):
+        acc[0] += z
+        return i + 1, z, acc
+
+    i2, z2, acc2 = kiln.while_loop((i, z, acc), lambda i, z, acc: i < 3, body, mode=mode)
+    assert z2 is z and acc2 is acc and i2 is not i
+    assert acc[0].tolist() == [6.0, 4.0, 2.0] and i.tolist() == [0, 1, 2]
+
+
+def test_syntax_loops_change_the_callers_array_in_place():
+    @kiln.syntax
+    def count_up(x):
+        while x < 10:
+            x += 1
+        return x
+
+    @kiln.syntax
+    def count_up_new(x):
+        while x < 10:
+            x = x + 1
+        return x
+
+    a = kiln.Int32([1, 4])
+    assert count_up(a) is a and a.tolist() == [10, 10]
+    b = kiln.Int32([1, 4])
+    r = count_up_new(b)
+    assert r is not b and b.tolist() == [1, 4] and r.tolist() == [10, 10]

@@ -294,11 +294,16 @@ def test_numpy_arrays_are_not_guessed_at_in_operators():
     assert (np.float64(2) * v).tolist() == [[2], [4], [6]]
 
 
-def test_in_place_operators_rebind_rather_than_write_through():
+def test_in_place_operators_write_through_as_in_dr_jit():
     v = kiln.Array3f(1, 2, 3)
     alias = v
     v += 1
-    assert v.tolist() == [[2], [3], [4]] and alias.tolist() == [[1], [2], [3]]
+    assert v is alias and alias.tolist() == [[2], [3], [4]]
+    # a result of a wider class cannot go into the vector: the name is bound to it instead
+    w = kiln.Array3f(1, 2, 3)
+    walias = w
+    w *= kiln.Array3f64(2, 2, 2)
+    assert type(w) is kiln.Array3f64 and walias.tolist() == [[1], [2], [3]]
 
 
 # ---- the math library ----------------------------------------------------------------------------

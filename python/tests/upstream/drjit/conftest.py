@@ -234,7 +234,6 @@ ALLCLOSE = 'Dr.Jit feature not in kiln: dr.allclose'
 ASINH = 'Dr.Jit feature not in kiln: dr.asinh'
 ATANH = 'Dr.Jit feature not in kiln: dr.atanh'
 BACKWARD_TO = 'Dr.Jit feature not in kiln: dr.backward_to'
-BLOCK_REDUCE = 'Dr.Jit feature not in kiln: dr.block_reduce'
 BLOCK_SUM = 'Dr.Jit feature not in kiln: dr.block_sum(..., mode=...)'
 CBRT = 'Dr.Jit feature not in kiln: dr.cbrt'
 CUSTOM = 'Dr.Jit feature not in kiln: custom AD operations (dr.custom / dr.CustomOp)'
@@ -321,11 +320,6 @@ XFAIL = {
     'test_while_loop.py::test15_nested_loop': SYNTAX,
     'test_while_loop.py::test16_nested_loop_with_side_effect': SYNTAX,
     'test_while_loop.py::test17_optimize_away': SYNTAX,
-    'test_while_loop.py::test18_no_mutate_inputs':
-        (
-            'Dr.Jit feature not in kiln: dr.while_loop returning unchanged state variables as the '
-            'same Python objects (`zo is z`)'
-        ),
     'test_while_loop.py::test19_loop_in_vcall': SYNTAX,
     'test_while_loop.py::test20_limitations': SYNTAX,
     'test_while_loop.py::test21_compress': SYNTAX,
@@ -479,11 +473,6 @@ XFAIL = {
     'test_autodiff.py::test115_dot_ad': TRAIT_UINT32_ARRAY_T,
     'test_autodiff.py::test117_scatter_reduce_minmax_fwd': DETAIL,
     'test_autodiff.py::test118_scatter_reduce_minmax_bwd': DETAIL,
-    'test_autodiff.py::test120_block_minmax_fwd[symbolic-*': TRAIT_BACKEND_V,
-    'test_autodiff.py::test120_block_minmax_fwd[evaluated-*': BLOCK_REDUCE,
-    'test_autodiff.py::test121_block_minmax_bwd': BLOCK_REDUCE,
-    'test_autodiff.py::test122_block_mul_fwd': BLOCK_REDUCE,
-    'test_autodiff.py::test123_block_mul_bwd': BLOCK_REDUCE,
     'test_autodiff.py::test124_packet_gather_fwd': JITFLAG,
     'test_autodiff.py::test125_packet_gather_bwd*-True]': JITFLAG,
     'test_autodiff.py::test125_packet_gather_bwd*-False]': TRAIT_BACKEND_V,
@@ -547,12 +536,6 @@ XFAIL = {
         'Dr.Jit feature not in kiln: dr.schedule',
     'test_freeze.py::test45_suspend_resume': LOG_LEVEL,
     'test_freeze.py::test46_with_grad_scatter': LOG_LEVEL,
-    'test_freeze.py::test47_tutorial_example':
-        (
-            'Dr.Jit feature not in kiln: AD through frozen functions (kiln documents frozen functions'
-            " as an AD boundary: backward_from inside does not reach the caller's arrays, "
-            'docs/architecture.md)'
-        ),
     'test_freeze.py::test48_compress': DETAIL,
     'test_freeze.py::test49_scatter_reduce_expanded':
         'Dr.Jit feature not in kiln: FrozenFunction.n_cached_recordings',
@@ -665,6 +648,8 @@ XFAIL = {
 # functions that keep their shape). Found by running the directory with --runxfail; they run as
 # ordinary tests.
 PASSING = {
+    "test_while_loop.py::test02_mutate[kiln.UInt32-evaluated]",
+    "test_while_loop.py::test02_mutate[kiln.UInt32-symbolic]",
     "test_autodiff.py::test098_custom_op_fwd_2[kiln.Float32]",
     "test_autodiff.py::test098_custom_op_fwd_2[kiln.Float64]",
     "test_autodiff.py::test099_custom_op_fwd_3[kiln.Float32]",
@@ -1038,8 +1023,6 @@ NOW_FAILS_ON = {
     'test_autodiff.py::test036_scatter_add_fwd[kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError: assert False',
     'test_autodiff.py::test036_scatter_add_fwd[kiln.Float64]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError: assert False',
     'test_autodiff.py::test093_prefix_sum_bwd[kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert False',
-    'test_autodiff.py::test120_block_minmax_fwd[symbolic-kiln.Float32-op0]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'block_reduce'",
-    'test_autodiff.py::test120_block_minmax_fwd[symbolic-kiln.Float32-op1]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'block_reduce'",
     'test_autodiff.py::test125_packet_gather_bwd[kiln.Array4f-False]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'type_v'",
     'test_autodiff.py::test125_packet_gather_bwd[kiln.Array4f64-False]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'type_v'",
     'test_autodiff.py::test128_packet_scatter_add_fwd[kiln.Array4f-False]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'type_v'",
@@ -1105,8 +1088,6 @@ NOW_FAILS_ON = {
     'test_freeze.py::test26_freeze[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module \'kiln\' has no attribute \'schedule\'',
     'test_freeze.py::test76_changing_literal_width_holder[False-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.TypeMismatch: make_opaque takes kiln arrays',
     'test_freeze.py::test76_changing_literal_width_holder[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.TypeMismatch: make_opaque takes kiln arrays',
-    'test_while_loop.py::test02_mutate[kiln.UInt32-evaluated]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert ([1] == 10)',
-    'test_while_loop.py::test02_mutate[kiln.UInt32-symbolic]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert ([1] == 10)',
     'test_while_loop.py::test03_nested_loop_warn_config[kiln.UInt32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError',
     'test_while_loop.py::test04_change_type[kiln.UInt32-0-evaluated]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: the loop\'s body returned arrays of types ["Float32"], but the state holds ["UInt32"]: return the state in the same order, with the same types',
     'test_while_loop.py::test04_change_type[kiln.UInt32-0-symbolic]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: the loop\'s body returned arrays of types ["Float32"], but the state holds ["UInt32"]: return the state in the same order, with the same types',
