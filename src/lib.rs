@@ -44,6 +44,10 @@ pub use control::{
     dispatch, if_then_else, switch, while_loop, Checkpoints, LoopGrad, Mode, Registry,
 };
 pub use freeze::{freeze, Frozen, Traverse};
+pub use kiln_core::device::history::{
+    kernel_history, kernel_history_enabled, set_kernel_history, KernelKind, KernelRecord,
+    RecordingMode,
+};
 pub use kiln_core::{
     set_log_level, BackendKind, Error, Op, ReduceOp, Result, Scalar, Size, Stats, VarType, Whos,
 };

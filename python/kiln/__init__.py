@@ -88,7 +88,8 @@ from ._scan import lax, scan, until  # noqa: E402
 from ._syntax import hint, syntax  # noqa: E402
 
 # Dr.Jit's JIT flags that kiln honours (per thread)
-from ._flags import JitFlag, flag, scoped_set_flag, set_flag  # noqa: E402
+from ._flags import (  # noqa: E402
+    JitFlag, KernelRecordingMode, KernelType, flag, kernel_history, scoped_set_flag, set_flag)
 
 # Dr.Jit's type traits (uint32_array_t, mask_t, value_t, ...)
 from . import _traits  # noqa: E402
@@ -191,6 +192,63 @@ def dispatch(index, instances, target, *args, mode=None, label=None):
     return switch(index, targets, *args, mode=mode, label=label)  # noqa: F405
 
 
+def reshape(dtype, value, shape, order="A", shrink=False):
+    """``value``'s elements as a ``dtype`` of the given ``shape`` (Dr.Jit's ``dr.reshape``): an
+    array class takes an ``int`` shape, a tensor class a tuple, with at most one ``-1`` inferred.
+    A tensor's elements are read in row-major order. ``shrink=True`` lets the result keep only the
+    first elements; otherwise the sizes must match. A dataclass or ``DRJIT_STRUCT`` value is
+    reshaped field by field. Differentiable (the shrinking is a gather). Where kiln differs:
+    ``order`` is ``"A"`` or ``"C"`` (row-major); ``"F"`` is refused: transpose the tensor first."""
+    import copy as _copy
+    import dataclasses as _dc
+    import math as _math
+
+    if order not in ("A", "C"):
+        raise InvalidArgument(  # noqa: F405
+            f"reshape(order={order!r}): kiln reshapes in row-major order ('C', or 'A' which means "
+            "it for arrays and tensors); transpose the tensor first for column-major order")
+    fields = list(getattr(type(value), "DRJIT_STRUCT", None) or ())
+    if not fields and _dc.is_dataclass(value) and not isinstance(value, type):
+        fields = [f.name for f in _dc.fields(value)]
+    if fields:
+        out = _copy.copy(value)
+        for name in fields:
+            v = getattr(value, name)
+            object.__setattr__(out, name, reshape(type(v), v, shape, order, shrink))
+        return out
+    flat = value.array if isinstance(value, _kiln.TensorBase) else value
+    if not isinstance(flat, _kiln.ArrayBase):
+        raise TypeMismatch(  # noqa: F405
+            f"reshape takes a kiln array, tensor or struct of them, not a {type(value).__name__}")
+    dims = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    n = len(flat)
+    if dims.count(-1) > 1 or _builtins.any(d < -1 for d in dims):
+        raise InvalidArgument(f"reshape: shape {dims} may hold one -1 and no other negative size")  # noqa: F405
+    if -1 in dims:
+        known = _math.prod(d for d in dims if d != -1)
+        if known == 0 or n % known:
+            raise InvalidArgument(  # noqa: F405
+                f"reshape: {n} elements do not divide into shape {dims}")
+        dims = tuple(n // known if d == -1 else d for d in dims)
+    total = _math.prod(dims)
+    if total != n:
+        if not (shrink and total < n):
+            more = "; pass shrink=True to keep the first ones" if total < n else ""
+            raise InvalidArgument(  # noqa: F405
+                f"reshape: a {type(flat).__name__} of {n} elements does not fill shape {dims} "
+                f"({total} elements){more}")
+        flat = gather(type(flat), flat, arange(UInt32, total))  # noqa: F405
+    if isinstance(dtype, type) and issubclass(dtype, _kiln.TensorBase):
+        return dtype(flat, dims)
+    if isinstance(dtype, type) and issubclass(dtype, _kiln.ArrayBase):
+        if len(dims) != 1:
+            raise InvalidArgument(  # noqa: F405
+                f"reshape: {dtype.__name__} is one-dimensional; shape {dims} needs a tensor class")
+        return flat if type(flat) is dtype else dtype(flat)
+    raise TypeMismatch(  # noqa: F405
+        f"reshape(dtype={getattr(dtype, '__name__', dtype)}): the type is a kiln array or tensor class")
+
+
 # Dr.Jit's AD calls with their flags, over trees of arrays (in place of the ones above)
 from . import _ad  # noqa: E402
 from ._ad import *  # noqa: F401,F403,E402
@@ -206,9 +264,10 @@ __all__ = sorted(
     {n for n in dir(_kiln) if not n.startswith("_")}
     | set(_vectors.__all__)
     | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax", "allclose", "shape",
-       "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "syntax", "hint", "dispatch"}
+       "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "syntax", "hint", "dispatch",
+       "reshape"}
     | set(_ad.__all__)
     | set(_custom.__all__)
     | set(_traits.__all__)
-    | {"JitFlag", "flag", "scoped_set_flag", "set_flag"}
+    | {"JitFlag", "KernelType", "KernelRecordingMode", "kernel_history", "flag", "scoped_set_flag", "set_flag"}
 )

@@ -6,9 +6,11 @@
   evaluated mode.
 - ``OptimizeLoops`` (on): off, a symbolic loop carries every state entry, including those its
   body never changes (kiln otherwise reads them as constants). The results are the same.
+- ``KernelHistory`` (off): on, every kernel and device reduction the thread launches is kept
+  until ``kiln.kernel_history()`` takes them.
 
-Dr.Jit's other flags (kernel history, call optimisations, debugging) have no counterpart in kiln
-and are not accepted.
+Dr.Jit's other flags (call optimisations, debugging) have no counterpart in kiln and are not
+accepted.
 """
 
 import contextlib
@@ -24,6 +26,47 @@ class JitFlag(enum.IntFlag):
     SymbolicConditionals = 1 << 1
     SymbolicCalls = 1 << 2
     OptimizeLoops = 1 << 3
+    KernelHistory = 1 << 4
+
+
+class KernelType(enum.Enum):
+    """What a ``kernel_history()`` entry ran (Dr.Jit's names): a compiled kernel (``JIT``,
+    possibly with a reduction fused in), a reduction of an evaluated array (``Reduce``), or
+    another device operation (``Other``: compaction, a matrix product)."""
+
+    JIT = 0
+    Reduce = 1
+    CallReduce = 2
+    Other = 3
+
+
+class KernelRecordingMode(enum.Enum):
+    """Whether a ``kernel_history()`` entry ran outside frozen functions (``None``), inside a
+    recording (``Recorded``) or in a replay (``Replayed``)."""
+
+    None_ = 0
+    Recorded = 1
+    Replayed = 2
+
+
+
+def kernel_history():
+    """The kernels and device reductions this thread launched since the last call, oldest
+    first, while ``JitFlag.KernelHistory`` is on (Dr.Jit's ``dr.kernel_history``); the history is
+    emptied. Each entry is a dict: ``type`` (a ``KernelType``), ``backend``, ``hash`` (of the
+    compiled kernel; 0 for a reduction), ``size`` (lanes), ``input_count``, ``output_count``,
+    ``operation_count`` (IR operations), ``execution_time`` (ms), ``recording_mode`` (a
+    ``KernelRecordingMode``), ``uses_optix`` (False), and kiln's ``op`` (the device operation's
+    name). Where kiln differs: the history is per thread,
+    as kiln's flags are, and a replay of a frozen function lists the kernels it launches."""
+    backend = _k.backend()
+    return [
+        {"type": KernelType[kind], "backend": backend, "hash": h, "size": size,
+         "input_count": n_in, "output_count": n_out, "operation_count": ops,
+         "execution_time": us / 1000.0, "uses_optix": False, "op": what,
+         "recording_mode": KernelRecordingMode[mode if mode != "None" else "None_"]}
+        for kind, what, h, size, n_in, n_out, ops, us, mode in _k._kernel_history()
+    ]
 
 
 def _names(flags):
@@ -56,4 +99,4 @@ def scoped_set_flag(flags, value=True):
             _k._set_flag(n, v)
 
 
-__all__ = ["JitFlag", "set_flag", "flag", "scoped_set_flag"]
+__all__ = ["JitFlag", "KernelType", "KernelRecordingMode", "kernel_history", "set_flag", "flag", "scoped_set_flag"]

@@ -45,7 +45,7 @@ fn flag_slot<'a>(f: &'a mut Flags, name: &str) -> PyResult<&'a mut bool> {
         "OptimizeLoops" => &mut f.optimize_loops,
         other => {
             return Err(value_error(format!(
-                "kiln has no JIT flag {other:?}: it honours SymbolicLoops, SymbolicConditionals, SymbolicCalls and OptimizeLoops"
+                "kiln has no JIT flag {other:?}: it honours SymbolicLoops, SymbolicConditionals, SymbolicCalls, OptimizeLoops and KernelHistory"
             )))
         }
     })
@@ -54,6 +54,9 @@ fn flag_slot<'a>(f: &'a mut Flags, name: &str) -> PyResult<&'a mut bool> {
 /// Set one flag on this thread; returns its previous value.
 #[pyfunction]
 fn _set_flag(name: &str, on: bool) -> PyResult<bool> {
+    if name == "KernelHistory" {
+        return Ok(kiln::set_kernel_history(on));
+    }
     let mut f = FLAGS.with(|c| c.get());
     let slot = flag_slot(&mut f, name)?;
     let previous = std::mem::replace(slot, on);
@@ -64,6 +67,9 @@ fn _set_flag(name: &str, on: bool) -> PyResult<bool> {
 /// One flag's value on this thread.
 #[pyfunction]
 fn _flag(name: &str) -> PyResult<bool> {
+    if name == "KernelHistory" {
+        return Ok(kiln::kernel_history_enabled());
+    }
     let mut f = FLAGS.with(|c| c.get());
     Ok(*flag_slot(&mut f, name)?)
 }

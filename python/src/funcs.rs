@@ -1028,6 +1028,41 @@ fn sync_thread(py: Python<'_>) -> PyResult<()> {
     py.detach(|| try_guard(kiln::sync))
 }
 
+/// This thread's kernel history, taken (see `kiln.kernel_history`): per launch (kind, op name,
+/// hash, size, inputs, outputs, IR operations, microseconds, recording mode).
+#[allow(clippy::type_complexity)]
+#[pyfunction]
+fn _kernel_history() -> Vec<(
+    &'static str,
+    &'static str,
+    u128,
+    usize,
+    usize,
+    usize,
+    usize,
+    f64,
+    &'static str,
+)> {
+    kiln::kernel_history()
+        .into_iter()
+        .map(|r| {
+            let kind = match r.kind {
+                kiln::KernelKind::Jit => "JIT",
+                kiln::KernelKind::Reduce => "Reduce",
+                kiln::KernelKind::Other => "Other",
+            };
+            let mode = match r.mode {
+                kiln::RecordingMode::None => "None",
+                kiln::RecordingMode::Recorded => "Recorded",
+                kiln::RecordingMode::Replayed => "Replayed",
+            };
+            (
+                kind, r.what, r.hash, r.size, r.inputs, r.outputs, r.ops, r.time_us, mode,
+            )
+        })
+        .collect()
+}
+
 /// The table of live variables (Dr.Jit's `dr.whos()` prints it; this returns it as a string).
 #[pyfunction]
 fn whos_str() -> String {
@@ -1154,7 +1189,8 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
         width,
         stats,
         backend,
-        type_of
+        type_of,
+        _kernel_history
     );
     add!(from_numpy, from_dlpack);
     Ok(())

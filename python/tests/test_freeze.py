@@ -288,3 +288,26 @@ def test_warn_after_warns_in_python():
     with pytest.warns(RuntimeWarning, match="recorded 3 times"):
         for k in (1, 2, 3):
             q(kiln.Float32([1.0] * k) if k != 2 else kiln.Float64([1.0]))
+
+
+def test_kernel_history_lists_what_a_replay_launches():
+    f = kiln.freeze(lambda x: (kiln.block_sum(x, 2), x * 2.0, kiln.compress(x > 1.0)))
+    x = kiln.arange(kiln.Float32, 8)
+    kiln.eval(x)
+    with kiln.scoped_set_flag(kiln.JitFlag.KernelHistory, True):
+        assert kiln.flag(kiln.JitFlag.KernelHistory)
+        f(x)
+        rec = kiln.kernel_history()
+        f(x)
+        rep = kiln.kernel_history()
+        (x + 1).numpy()
+        plain = kiln.kernel_history()
+    assert not kiln.flag(kiln.JitFlag.KernelHistory)
+    keys = ("type", "hash", "size", "input_count", "output_count", "operation_count", "op")
+    assert [tuple(k[n] for n in keys) for k in rec] == [tuple(k[n] for n in keys) for k in rep]
+    assert {k["type"] for k in rec} >= {kiln.KernelType.Reduce, kiln.KernelType.Other}
+    assert all(k["recording_mode"] == kiln.KernelRecordingMode.Recorded for k in rec)
+    assert all(k["recording_mode"] == kiln.KernelRecordingMode.Replayed for k in rep)
+    assert [(k["type"], k["size"]) for k in plain] == [(kiln.KernelType.JIT, 8)]
+    assert plain[0]["operation_count"] > 0 and plain[0]["execution_time"] >= 0
+    assert plain[0]["recording_mode"] == kiln.KernelRecordingMode.None_

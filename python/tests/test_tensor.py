@@ -320,3 +320,28 @@ def test_arange_and_linspace_take_tensor_classes():
     assert isinstance(t, kiln.TensorXu) and t.shape == (7,) and t.tolist() == list(range(7))
     l = kiln.linspace(kiln.TensorXf64, 0, 1, 5)
     assert isinstance(l, kiln.TensorXf64) and l.tolist() == [0, 0.25, 0.5, 0.75, 1.0]
+
+
+def test_reshape_as_dr_jit_does():
+    x = kiln.arange(kiln.Float32, 6)
+    t = kiln.reshape(kiln.TensorXf, x, (2, -1))
+    assert t.shape == (2, 3) and t.numpy().tolist() == [[0, 1, 2], [3, 4, 5]]
+    back = kiln.reshape(kiln.Float32, t, -1)
+    assert type(back) is kiln.Float32 and back.tolist() == [0, 1, 2, 3, 4, 5]
+    assert kiln.reshape(kiln.Float64, x, 6).tolist() == [0, 1, 2, 3, 4, 5]
+    # shrinking keeps the first elements, and only when asked
+    assert kiln.reshape(kiln.Float32, x, 4, shrink=True).tolist() == [0, 1, 2, 3]
+    with pytest.raises(kiln.InvalidArgument, match="shrink=True"):
+        kiln.reshape(kiln.Float32, x, 4)
+    with pytest.raises(kiln.InvalidArgument, match="does not fill"):
+        kiln.reshape(kiln.TensorXf, x, (3, 3), shrink=True)
+    with pytest.raises(kiln.InvalidArgument, match="divide"):
+        kiln.reshape(kiln.TensorXf, x, (4, -1))
+    with pytest.raises(kiln.InvalidArgument, match="row-major"):
+        kiln.reshape(kiln.TensorXf, x, (2, 3), order="F")
+    # derivatives pass through, zeros for the dropped elements
+    y = kiln.Float64([1.0, 2.0, 3.0, 4.0, 5.0])
+    kiln.enable_grad(y)
+    z = kiln.reshape(kiln.Float64, y, 3, shrink=True)
+    kiln.backward_from(z * z)
+    assert y.grad.tolist() == [2.0, 4.0, 6.0, 0.0, 0.0]

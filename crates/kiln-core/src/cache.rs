@@ -26,6 +26,7 @@ pub struct Lookup {
 
 /// The compiled form of `kernel` (hash `hash`) for `backend`, compiling on a miss.
 pub fn get(backend: &Arc<dyn Backend>, kernel: &Kernel, hash: KernelHash) -> Result<Lookup> {
+    crate::device::history::note_ops(hash, kernel.len());
     let key = (backend.kind(), hash);
     if let Some(k) = CACHE.lock().as_ref().and_then(|m| m.get(&key).cloned()) {
         stats::CACHE_HITS.fetch_add(1, Relaxed);

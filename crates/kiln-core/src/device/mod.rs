@@ -240,6 +240,7 @@ fn notify(kind: DeviceOpKind, size: usize, buffers: &[&Buffer]) {
         size,
         buffers,
     };
+    history::note(&rec);
     if crate::context::recording() {
         if let Some(r) = RECORDER.get() {
             r.on_op(&rec);
@@ -361,6 +362,7 @@ impl Permutation {
     }
 }
 
+pub mod history;
 mod host;
 pub use host::Host;
 
@@ -459,6 +461,7 @@ pub fn current() -> &'static dyn Device {
 
 /// Launch a kernel over `size` lanes with `buffers` (one per parameter, in order).
 pub fn launch_kernel(spec: LaunchSpec, size: usize, buffers: &[&Buffer]) -> [u64; STATUS_LEN] {
+    history::start();
     let st = current().launch(spec, size, buffers);
     notify(
         DeviceOpKind::Launch {
@@ -492,6 +495,7 @@ pub fn launch_split(
     plan: &Arc<crate::stencil::SplitPlan>,
     through_gaps: bool,
 ) -> [u64; STATUS_LEN] {
+    history::start();
     let st = current().launch_split(general, gbufs, interior, ibufs, size, plan, through_gaps);
     let shifts: Vec<i64> = ibufs.iter().map(|&(_, off)| off).collect();
     let mut all: Vec<&Buffer> = gbufs.to_vec();
@@ -523,6 +527,7 @@ pub fn launch_reduce(
     out_param: usize,
     op: ReduceOp,
 ) -> Result<(Buffer, u64, [u64; STATUS_LEN])> {
+    history::start();
     let (out, bits, st) = current().launch_reduce(spec, size, inputs, out_param, op)?;
     let mut all: Vec<&Buffer> = inputs.to_vec();
     all.push(&out);
@@ -553,6 +558,7 @@ pub fn launch_reduce_many(
     inputs: &[&Buffer],
     reds: &[(usize, ReduceOp)],
 ) -> Result<(Vec<Buffer>, Vec<u64>, [u64; STATUS_LEN])> {
+    history::start();
     let (outs, bits, st) = current().launch_reduce_many(spec, size, inputs, reds)?;
     let mut all: Vec<&Buffer> = inputs.to_vec();
     all.extend(outs.iter());
@@ -583,6 +589,7 @@ pub fn launch_block_reduce(
     op: ReduceOp,
     block: usize,
 ) -> Result<(Buffer, [u64; STATUS_LEN])> {
+    history::start();
     let (out, st) = current().launch_block_reduce(spec, size, inputs, out_param, op, block)?;
     let mut all: Vec<&Buffer> = inputs.to_vec();
     all.push(&out);
@@ -662,6 +669,7 @@ pub fn reduce_bits(op: ReduceOp, buf: &Buffer) -> u64 {
 
 /// Reduce a buffer to a size-1 buffer (no host read of the data).
 pub fn reduce(op: ReduceOp, buf: &Buffer) -> Result<Buffer> {
+    history::start();
     let out = current().reduce(op, buf)?;
     notify(DeviceOpKind::Reduce(op), buf.len, &[buf, &out]);
     Ok(out)
@@ -670,6 +678,7 @@ pub fn reduce(op: ReduceOp, buf: &Buffer) -> Result<Buffer> {
 /// Reduce evaluated buffers of one length in one pass (memory is read once for all of them; a
 /// minimum and a maximum of one array: one pass). Each result has the bits [`reduce`] gives.
 pub fn reduce_many(reds: &[(ReduceOp, &Buffer)]) -> Result<Vec<Buffer>> {
+    history::start();
     let outs = current().reduce_many(reds)?;
     let n = reds.first().map_or(0, |r| r.1.len);
     let ops: Vec<ReduceOp> = reds.iter().map(|r| r.0).collect();
@@ -681,6 +690,7 @@ pub fn reduce_many(reds: &[(ReduceOp, &Buffer)]) -> Result<Vec<Buffer>> {
 
 /// Reduce each block of `block` consecutive elements (a partial last block too).
 pub fn block_reduce(op: ReduceOp, buf: &Buffer, block: usize) -> Result<Buffer> {
+    history::start();
     let out = current().block_reduce(op, buf, block)?;
     notify(
         DeviceOpKind::BlockReduce { op, block },
@@ -693,6 +703,7 @@ pub fn block_reduce(op: ReduceOp, buf: &Buffer, block: usize) -> Result<Buffer> 
 /// Inclusive or exclusive prefix sum (wrapping for integers, IEEE for floats; bools count as 0/1
 /// into u32).
 pub fn prefix_sum(buf: &Buffer, exclusive: bool) -> Result<Buffer> {
+    history::start();
     let out = current().prefix_sum(buf, exclusive)?;
     notify(DeviceOpKind::PrefixSum { exclusive }, buf.len, &[buf, &out]);
     Ok(out)
@@ -700,6 +711,7 @@ pub fn prefix_sum(buf: &Buffer, exclusive: bool) -> Result<Buffer> {
 
 /// Indices (u32) of the true lanes of a mask, in order.
 pub fn compress(buf: &Buffer) -> Result<Buffer> {
+    history::start();
     let out = current().compress(buf)?;
     notify(DeviceOpKind::Compress, buf.len, &[buf, &out]);
     Ok(out)
@@ -714,6 +726,7 @@ pub fn matmul(
     n: usize,
     trans: Trans,
 ) -> Result<Buffer> {
+    history::start();
     let out = current().matmul(a, b, m, k, n, trans)?;
     notify(
         DeviceOpKind::Matmul { m, k, n, trans },

@@ -429,6 +429,7 @@ impl Recording {
     /// for id in [one, outs[0]] { core::dec_ref(id); }
     /// ```
     pub fn replay_releasing(&self, slots: &[VarId], released: &[bool]) -> Result<Replayed> {
+        let _mode = crate::device::history::replaying();
         // inputs: sizes and buffers; mutated slots that someone else can see are copied first
         let mut slot_vars: Vec<VarId> = slots.to_vec();
         // released slots that nothing else can see: their buffers may take results

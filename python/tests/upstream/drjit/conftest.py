@@ -254,7 +254,6 @@ LOG_LEVEL = (
     'capsys)'
 )
 MATMUL = 'Dr.Jit feature not in kiln: dr.matmul (batched GEMM)'
-RESHAPE = 'Dr.Jit feature not in kiln: dr.reshape'
 SET_GRAD_WITHOUT_AD = (
     "exception differs from Dr.Jit: kiln's set_grad/accum_grad raise InvalidArgument on an array that"
     ' does not track gradients; Dr.Jit ignores the call'
@@ -465,8 +464,6 @@ XFAIL = {
     'test_autodiff.py::test107_custom_op_fail_fwd': CUSTOM,
     'test_autodiff.py::test108_custom_op_fail_bwd': CUSTOM,
     'test_autodiff.py::test111_custom_op_args_kwargs': CUSTOM,
-    'test_autodiff.py::test112_shrink_fwd': RESHAPE,
-    'test_autodiff.py::test113_shrink_bwd': RESHAPE,
     'test_autodiff.py::test114_block_sum_fwd': BLOCK_SUM,
     'test_autodiff.py::test114_block_sum_rev': BLOCK_SUM,
     'test_autodiff.py::test114_block_sum_non_divisible': BLOCK_SUM,
@@ -599,7 +596,6 @@ XFAIL = {
     'test_freeze.py::test95_vcall_exception': DETAIL,
     'test_freeze.py::test96_coop_vec': TRAIT_BACKEND_V,
     'test_freeze.py::test97_coop_vec_bwd': TRAIT_BACKEND_V,
-    'test_freeze.py::test100_kernel_history': JITFLAG,
     'test_freeze.py::test101_enabled':
         'Dr.Jit feature not in kiln: FrozenFunction.enabled (read/write attribute)',
     'test_freeze.py::test102_assignment': ALLCLOSE,
