@@ -836,6 +836,15 @@ def eval(*args):
     _k.eval(*args)
 
 
+def schedule(*args):
+    """Mark arrays and vectors (lists, tuples and dicts of them too) to be evaluated with this
+    thread's next evaluation (Dr.Jit's ``dr.schedule``): the next ``eval()``, or the next read
+    of any value, computes them too, sharing kernels where their sizes match."""
+    if _has_vector(args):
+        args = _expand(args)
+    _k.schedule(*args)
+
+
 def set_label(x, name):
     """Name an array in messages and ``whos()``; a vector's components are named ``name.x``,
     ``name.y``, ..."""
@@ -930,6 +939,6 @@ __all__ = [
     "dot", "squared_norm", "norm", "normalize", "cross",
     "zeros", "ones", "empty", "full", "opaque", "make_opaque",
     "gather", "scatter", "scatter_add", "scatter_reduce",
-    "eval", "set_label", "width", "type_of",
+    "eval", "schedule", "set_label", "width", "type_of",
     "grad", "set_grad", "backward_from", "forward_to",
 ]  # fmt: skip

@@ -210,6 +210,21 @@ impl FrozenFunction {
     fn mean_replay_us(&self, py: Python<'_>) -> f64 {
         self.lock(py).stats().mean_replay_us()
     }
+    /// How many recordings are kept now (Dr.Jit's `n_cached_recordings`).
+    #[getter]
+    fn n_cached_recordings(&self, py: Python<'_>) -> usize {
+        self.lock(py).cached_recordings()
+    }
+    /// Whether calls record and replay (False: the function runs plainly); settable, keeping
+    /// the recordings (Dr.Jit's `enabled`).
+    #[getter]
+    fn get_enabled(&self, py: Python<'_>) -> bool {
+        self.lock(py).is_enabled()
+    }
+    #[setter]
+    fn set_enabled(&self, py: Python<'_>, on: bool) {
+        self.lock(py).set_enabled(on)
+    }
     /// Forget every recording.
     fn clear(&self, py: Python<'_>) {
         let mut inner = self.lock(py);

@@ -1004,10 +1004,27 @@ fn eval(py: Python<'_>, args: &Bound<PyTuple>) -> PyResult<()> {
     py.detach(|| try_guard(|| kiln::eval_ids(&ids)))
 }
 
+/// Mark arrays to be evaluated with this thread's next evaluation (Dr.Jit's `dr.schedule`):
+/// the next `eval()`, or the next read of any value, computes them too, in the same kernels
+/// where their sizes match. Takes what `eval` takes.
+#[pyfunction]
+#[pyo3(signature = (*args))]
+fn schedule(args: &Bound<PyTuple>) -> PyResult<()> {
+    let mut ids = Vec::new();
+    let mut keep = Vec::new();
+    collect(args.as_any(), &mut ids, &mut keep)?;
+    kiln_core::schedule::schedule_eval(&ids);
+    Ok(())
+}
+
 /// The variable ids of every array in `x` (an array, or lists, tuples and dicts of them).
 fn collect(x: &Bound<PyAny>, ids: &mut Vec<kiln_core::VarId>, keep: &mut Vec<Dyn>) -> PyResult<()> {
     if let Ok(a) = x.cast::<ArrayBase>() {
         let d = a.borrow().a.clone();
+        ids.push(each!(&d, v => v.id()));
+        keep.push(d);
+    } else if let Ok(t) = x.cast::<crate::tensor::TensorBase>() {
+        let d = t.borrow().a.clone();
         ids.push(each!(&d, v => v.id()));
         keep.push(d);
     } else if let Ok(d) = x.cast::<pyo3::types::PyDict>() {
@@ -1182,6 +1199,7 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
     add!(gather, scatter, scatter_reduce, scatter_add);
     add!(
         eval,
+        schedule,
         sync_thread,
         whos,
         whos_str,

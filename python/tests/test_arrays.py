@@ -552,3 +552,23 @@ def test_block_reduce_matches_numpy():
         kiln.block_reduce(kiln.ReduceOp.And, x, 2)
     with pytest.raises(ValueError, match="mode"):
         kiln.block_reduce(kiln.ReduceOp.Max, x, 2, mode="fast")
+
+
+def test_scheduled_arrays_join_the_next_evaluation():
+    x = kiln.arange(kiln.Float32, 10)
+    y, z = x * 2.0, x + 1.0
+    t = kiln.TensorXf(np.ones((2, 2), np.float32)) * 3.0
+    v = kiln.Array3f(x, x * 3.0, x - 1.0)
+    kiln.schedule(y, [t], {"v": v})
+    with kiln.scoped_set_flag(kiln.JitFlag.KernelHistory, True):
+        assert z.tolist()[:2] == [1.0, 2.0]  # a read evaluates what was scheduled too
+        launched = kiln.kernel_history()
+        # y, v's three components and z share one kernel over 10 lanes; the tensor has its own
+        assert sorted((k["size"], k["output_count"]) for k in launched) == [(4, 1), (10, 5)]
+        assert y.tolist()[3] == 6.0 and t.numpy().tolist() == [[3, 3], [3, 3]]
+        assert kiln.kernel_history() == []  # nothing left to compute
+    # eval() of a tensor evaluates it
+    u = kiln.TensorXf(np.ones((3,), np.float32)) + 1.0
+    kiln.eval(u)
+    with kiln.scoped_set_flag(kiln.JitFlag.KernelHistory, True):
+        assert u.numpy().tolist() == [2, 2, 2] and kiln.kernel_history() == []

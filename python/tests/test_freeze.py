@@ -311,3 +311,19 @@ def test_kernel_history_lists_what_a_replay_launches():
     assert [(k["type"], k["size"]) for k in plain] == [(kiln.KernelType.JIT, 8)]
     assert plain[0]["operation_count"] > 0 and plain[0]["execution_time"] >= 0
     assert plain[0]["recording_mode"] == kiln.KernelRecordingMode.None_
+
+
+def test_enabled_can_change_and_cached_recordings_are_counted():
+    f = kiln.freeze(lambda x: x + 1, enabled=False)
+    assert not f.enabled
+    x = kiln.arange(kiln.Float32, 5)
+    assert f(x).tolist() == [1, 2, 3, 4, 5] and f.n_recordings == 0
+    f.enabled = True
+    f(x)
+    f(kiln.arange(kiln.Float32, 7))  # another size replays the same recording
+    assert (f.n_recordings, f.n_cached_recordings, f.n_replays) == (1, 1, 1)
+    f.enabled = False
+    f(x)
+    assert (f.n_recordings, f.n_cached_recordings) == (1, 1)
+    f.clear()
+    assert f.n_cached_recordings == 0

@@ -194,6 +194,30 @@ impl<F, M: Shape> Frozen<F, M> {
     pub fn stats(&self) -> &FreezeStats {
         &self.state.stats
     }
+    /// Turn freezing on or off from now on, keeping the recordings (Dr.Jit's
+    /// `frozen.enabled = …`); see [`Frozen::enabled`].
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let mut f = kiln::freeze(|x: &Float32| x + 1.0).enabled(false);
+    /// f.call(&Float32::arange(4)).unwrap();
+    /// assert_eq!(f.stats().recordings, 0);
+    /// f.set_enabled(true);
+    /// assert!(f.is_enabled());
+    /// f.call(&Float32::arange(4)).unwrap();
+    /// assert_eq!((f.stats().recordings, f.cached_recordings()), (1, 1));
+    /// ```
+    pub fn set_enabled(&mut self, on: bool) {
+        self.state.enabled = on;
+    }
+    /// Whether freezing is on for this function.
+    pub fn is_enabled(&self) -> bool {
+        self.state.enabled
+    }
+    /// Recordings kept now (at most the [`Frozen::limit`]; `clear` drops them).
+    pub fn cached_recordings(&self) -> usize {
+        self.state.entries.values().map(|l| l.len()).sum()
+    }
     /// Drop every recording (the next call records anew).
     pub fn clear(&mut self) {
         self.state.entries.clear();

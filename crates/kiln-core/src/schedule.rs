@@ -242,11 +242,58 @@ fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
     run_with_into(ids, tile, &mut None)
 }
 
+thread_local! {
+    /// Arrays [`schedule_eval`] marked: they join this thread's next evaluation.
+    static SCHEDULED: std::cell::RefCell<Vec<crate::handle::Handle>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Mark `ids` to be evaluated together with whatever this thread evaluates next, explicitly
+/// (`eval`) or because a value is needed (Dr.Jit's `dr.schedule`): one evaluation then computes
+/// them all, sharing kernels where their sizes match. The marks hold a reference until then.
+///
+/// ```
+/// let x = kiln_core::counter(kiln_core::VarType::U32, 100).unwrap();
+/// let y = kiln_core::op(kiln_core::Op::Add, &[x, x]).unwrap();
+/// let z = kiln_core::op(kiln_core::Op::Mul, &[x, x]).unwrap();
+/// kiln_core::schedule::schedule_eval(&[y]);
+/// kiln_core::eval(&[z]).unwrap();          // evaluates y too, in the same kernel
+/// assert!(kiln_core::is_evaluated(y) && kiln_core::is_evaluated(z));
+/// for id in [x, y, z] { kiln_core::dec_ref(id); }
+/// ```
+pub fn schedule_eval(ids: &[VarId]) {
+    SCHEDULED.with(|s| {
+        let mut s = s.borrow_mut();
+        for &id in ids {
+            s.push(crate::handle::Handle::borrow(id));
+        }
+    });
+}
+
 fn run_with_into(
     ids: Option<&[VarId]>,
     tile: Option<(u32, usize)>,
     into: &mut Option<u32>,
 ) -> Result<()> {
+    // arrays scheduled on this thread join this evaluation (not a symbolic body's, which runs
+    // nothing; they wait for a real one)
+    let scheduled: Vec<crate::handle::Handle> = if crate::context::symbolic() {
+        Vec::new()
+    } else {
+        SCHEDULED.with(|s| std::mem::take(&mut *s.borrow_mut()))
+    };
+    let merged: Vec<VarId>;
+    let ids = match ids {
+        Some(list) if !scheduled.is_empty() => {
+            merged = list
+                .iter()
+                .copied()
+                .chain(scheduled.iter().map(|h| h.id()))
+                .collect();
+            Some(&merged[..])
+        }
+        other => other,
+    };
     let _serial = EVAL_LOCK.lock();
     // pending reductions first: whatever reads them finds them evaluated (size-1 data), and
     // their references to their sources are gone before in-place reuse counts references

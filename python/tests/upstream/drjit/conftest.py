@@ -596,8 +596,6 @@ XFAIL = {
     'test_freeze.py::test95_vcall_exception': DETAIL,
     'test_freeze.py::test96_coop_vec': TRAIT_BACKEND_V,
     'test_freeze.py::test97_coop_vec_bwd': TRAIT_BACKEND_V,
-    'test_freeze.py::test101_enabled':
-        'Dr.Jit feature not in kiln: FrozenFunction.enabled (read/write attribute)',
     'test_freeze.py::test102_assignment': ALLCLOSE,
     'test_freeze.py::test103_rng':
         'Dr.Jit feature not in kiln: dr.rng / dr.random.Generator',
@@ -644,6 +642,14 @@ XFAIL = {
 # functions that keep their shape). Found by running the directory with --runxfail; they run as
 # ordinary tests.
 PASSING = {
+    "test_freeze.py::test69_max_cache_size[False-0-kiln.Float32]",
+    "test_freeze.py::test69_max_cache_size[False-None-kiln.Float32]",
+    "test_freeze.py::test69_max_cache_size[True-0-kiln.Float32]",
+    "test_freeze.py::test69_max_cache_size[True-None-kiln.Float32]",
+    "test_freeze.py::test26_freeze[False-kiln.Float32]",
+    "test_freeze.py::test26_freeze[True-kiln.Float32]",
+    "test_freeze.py::test101_enabled[kiln.Float32-False]",
+    "test_freeze.py::test101_enabled[kiln.Float32-True]",
     "test_while_loop.py::test02_mutate[kiln.UInt32-evaluated]",
     "test_while_loop.py::test02_mutate[kiln.UInt32-symbolic]",
     "test_autodiff.py::test098_custom_op_fwd_2[kiln.Float32]",
@@ -1053,14 +1059,10 @@ NOW_FAILS_ON = {
     'test_freeze.py::test34_global_flag[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: KernelFreezing',
     'test_freeze.py::test68_state_decorator[False-kiln.Float32]': "Dr.Jit feature not in kiln: the `n_recordings` attribute (AttributeError: 'functools.partial' object has no attribute 'n_recordings')",
     'test_freeze.py::test68_state_decorator[True-kiln.Float32]': "Dr.Jit feature not in kiln: the `n_recordings` attribute (AttributeError: 'functools.partial' object has no attribute 'n_recordings')",
-    'test_freeze.py::test69_max_cache_size[False-0-kiln.Float32]': "Dr.Jit feature not in kiln: the `n_cached_recordings` attribute (AttributeError: 'kiln.FrozenFunction' object has no attribute 'n_cached_recordings')",
     'test_freeze.py::test69_max_cache_size[False-1-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert 1 == 3',
     'test_freeze.py::test69_max_cache_size[False-2-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert 2 == 3',
-    'test_freeze.py::test69_max_cache_size[False-None-kiln.Float32]': "Dr.Jit feature not in kiln: the `n_cached_recordings` attribute (AttributeError: 'kiln.FrozenFunction' object has no attribute 'n_cached_recordings')",
-    'test_freeze.py::test69_max_cache_size[True-0-kiln.Float32]': "Dr.Jit feature not in kiln: the `n_cached_recordings` attribute (AttributeError: 'kiln.FrozenFunction' object has no attribute 'n_cached_recordings')",
     'test_freeze.py::test69_max_cache_size[True-1-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert 1 == 3',
     'test_freeze.py::test69_max_cache_size[True-2-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert 2 == 3',
-    'test_freeze.py::test69_max_cache_size[True-None-kiln.Float32]': "Dr.Jit feature not in kiln: the `n_cached_recordings` attribute (AttributeError: 'kiln.FrozenFunction' object has no attribute 'n_cached_recordings')",
     'test_freeze.py::test73_opaque_width[False-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert 3 < 3',
     'test_freeze.py::test73_opaque_width[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert 3 < 3',
     'test_freeze.py::test74_auto_opaque_retraverse[kiln.Float32]': "Dr.Jit feature not in kiln: the `state` attribute (AttributeError: 'kiln.Float32' object has no attribute 'state')",
@@ -1080,8 +1082,6 @@ NOW_FAILS_ON = {
     'test_freeze.py::test89_tensor_slicing[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert 3 == 1',
     'test_freeze.py::test91_grad_doc[False-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert False',
     'test_freeze.py::test91_grad_doc[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert False',
-    'test_freeze.py::test26_freeze[False-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module \'kiln\' has no attribute \'schedule\'',
-    'test_freeze.py::test26_freeze[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module \'kiln\' has no attribute \'schedule\'',
     'test_freeze.py::test76_changing_literal_width_holder[False-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.TypeMismatch: make_opaque takes kiln arrays',
     'test_freeze.py::test76_changing_literal_width_holder[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.TypeMismatch: make_opaque takes kiln arrays',
     'test_while_loop.py::test03_nested_loop_warn_config[kiln.UInt32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError',
