@@ -209,18 +209,22 @@ fn other_scatter_reductions_refuse_tracked_operands() {
     assert_eq!(t.to_vec(), vec![2.0, 1.0]);
 }
 
+/// (size, block) pairs of the block rules' checks: empty, one lane, partial and whole blocks.
+const BLOCKS: [(usize, usize); 8] = [
+    (0, 2),
+    (1, 1),
+    (1, 3),
+    (5, 2),
+    (7, 3),
+    (6, 1),
+    (6, 6),
+    (40, 16),
+];
+
 #[test]
 fn block_sum_rule() {
     let _s = serial();
-    for (n, b) in [
-        (0usize, 2usize),
-        (1, 1),
-        (1, 3),
-        (5, 2),
-        (7, 3),
-        (6, 1),
-        (6, 6),
-    ] {
+    for (n, b) in BLOCKS {
         check(
             &[rand(n, 15)],
             move |x| (&x[0] * &x[0]).block_sum(b).sin(),
@@ -233,16 +237,7 @@ fn block_sum_rule() {
 fn block_reduce_rules() {
     let _s = serial();
     for op in [ReduceOp::Mul, ReduceOp::Min, ReduceOp::Max] {
-        for (n, b) in [
-            (0usize, 2usize),
-            (1, 1),
-            (1, 3),
-            (5, 2),
-            (7, 3),
-            (6, 1),
-            (6, 6),
-            (40, 16),
-        ] {
+        for (n, b) in BLOCKS {
             check(
                 &[rand(n, 17)],
                 move |x| (&x[0] * 1.5 + 0.25).block_reduce(op, b).sin(),
