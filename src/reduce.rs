@@ -118,8 +118,12 @@ impl<T: Numeric> Array<T> {
             ReduceOp::Add | ReduceOp::Mul | ReduceOp::Min | ReduceOp::Max
         );
         if !(arithmetic || bitwise && !T::TYPE.is_float()) {
+            let name = match op {
+                ReduceOp::None => "Identity (no reduction)".to_string(),
+                o => format!("{o:?}"),
+            };
             return Err(Error::Invalid(format!(
-                "block_reduce({op:?}) of {}: the operations are Add, Mul, Min and Max, and And/Or for integers",
+                "block_reduce by {name} of {}: the operations are Add, Mul, Min and Max, and And/Or for integers",
                 core::describe(self.id())
             )));
         }

@@ -393,3 +393,31 @@ fn gradients_delivered_by_frozen_calls_leave_no_nodes_behind() {
         assert_eq!(x.grad().to_vec(), want);
     }
 }
+
+#[test]
+fn a_failed_call_leaves_the_callers_gradients_as_they_were() {
+    let _l = lock();
+    // a read inside is refused after the backward pass ran: the call fails, and the caller's
+    // gradient is what it held before (not the failed call's)
+    let mut f = kiln::freeze(|w: &mut Float32| -> Float32 {
+        (&*w * &*w).sum().backward();
+        Float32::from_slice(&w.grad().to_vec())
+    });
+    let mut w = Float32::from_slice(&[1.0, 2.0]);
+    w.enable_grad();
+    w.set_grad(&Float32::from_slice(&[5.0, 5.0]));
+    assert!(matches!(
+        f.call(&mut w),
+        Err(kiln::Error::FrozenRead { .. })
+    ));
+    assert!(w.grad_enabled());
+    assert_eq!(w.grad().to_vec(), vec![5.0, 5.0]);
+    // a panic inside unwinds to the caller with the same guarantee
+    let mut g = kiln::freeze(|w: &mut Float32| -> Float32 {
+        (&*w * 3.0).sum().backward();
+        panic!("inside");
+    });
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.call(&mut w)));
+    assert!(r.is_err());
+    assert_eq!(w.grad().to_vec(), vec![5.0, 5.0]);
+}

@@ -207,6 +207,10 @@ def reshape(dtype, value, shape, order="A", shrink=False):
         raise InvalidArgument(  # noqa: F405
             f"reshape(order={order!r}): kiln reshapes in row-major order ('C', or 'A' which means "
             "it for arrays and tensors); transpose the tensor first for column-major order")
+    if isinstance(value, _vectors.StaticArrayBase):
+        raise TypeMismatch(  # noqa: F405
+            f"reshape of a {type(value).__name__}: reshape its components, or build a tensor "
+            "from them (kiln.TensorXf(...))")
     fields = list(getattr(type(value), "DRJIT_STRUCT", None) or ())
     if not fields and _dc.is_dataclass(value) and not isinstance(value, type):
         fields = [f.name for f in _dc.fields(value)]
@@ -214,13 +218,19 @@ def reshape(dtype, value, shape, order="A", shrink=False):
         out = _copy.copy(value)
         for name in fields:
             v = getattr(value, name)
-            object.__setattr__(out, name, reshape(type(v), v, shape, order, shrink))
+            if isinstance(v, (_kiln.ArrayBase, _kiln.TensorBase)) or _dc.is_dataclass(v) or \
+                    getattr(type(v), "DRJIT_STRUCT", None):
+                v = reshape(type(v), v, shape, order, shrink)
+            object.__setattr__(out, name, v)
         return out
     flat = value.array if isinstance(value, _kiln.TensorBase) else value
     if not isinstance(flat, _kiln.ArrayBase):
         raise TypeMismatch(  # noqa: F405
             f"reshape takes a kiln array, tensor or struct of them, not a {type(value).__name__}")
-    dims = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if not _builtins.all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise TypeMismatch(f"reshape: the shape {shape} holds integers only")  # noqa: F405
+    dims = shape
     n = len(flat)
     if dims.count(-1) > 1 or _builtins.any(d < -1 for d in dims):
         raise InvalidArgument(f"reshape: shape {dims} may hold one -1 and no other negative size")  # noqa: F405
@@ -244,7 +254,8 @@ def reshape(dtype, value, shape, order="A", shrink=False):
         if len(dims) != 1:
             raise InvalidArgument(  # noqa: F405
                 f"reshape: {dtype.__name__} is one-dimensional; shape {dims} needs a tensor class")
-        return flat if type(flat) is dtype else dtype(flat)
+        # a new object, as for any other type: an in-place `+=` on it leaves `value` alone
+        return dtype(flat)
     raise TypeMismatch(  # noqa: F405
         f"reshape(dtype={getattr(dtype, '__name__', dtype)}): the type is a kiln array or tensor class")
 

@@ -57,8 +57,9 @@ def kernel_history():
     compiled kernel; 0 for a reduction), ``size`` (lanes), ``input_count``, ``output_count``,
     ``operation_count`` (IR operations), ``execution_time`` (ms), ``recording_mode`` (a
     ``KernelRecordingMode``), ``uses_optix`` (False), and kiln's ``op`` (the device operation's
-    name). Where kiln differs: the history is per thread,
-    as kiln's flags are, and a replay of a frozen function lists the kernels it launches."""
+    name). Where kiln differs: the history is per thread, as kiln's flags are, and turning the
+    flag off empties it; ``Recorded``/``Replayed`` also mark the steps of kiln's own evaluated
+    loops, which are frozen functions inside."""
     backend = _k.backend()
     return [
         {"type": KernelType[kind], "backend": backend, "hash": h, "size": size,

@@ -5,6 +5,11 @@ returned a new object (``x = x + 1``), the caller's object is left as it was.
 
 kiln's native loop gives the body fresh objects (inside a trace they hold placeholders), so the
 identity is observed here, per state entry and nested container, over every call of the body.
+
+Only the state is written back. An array the body captures (not in the state) and changes in
+place (``acc += x`` through a list or attribute) takes a value of the loop's trace, which cannot
+be used after the loop: put such arrays in the state. One object at two places of the state is
+written once per place, the last place winning.
 """
 
 import dataclasses as _dc
@@ -106,9 +111,10 @@ def while_loop(state, cond, body, labels=None, label=None, mode=None, max_iterat
     out = _k.while_loop(state, cond, tracked, **kwargs)
     if seen[0] is None:
         return out
-    if tup:
-        return restore(state, out, seen[0])
-    return restore((state,), (out,), seen[0])[0]
+    given = state if tup else (state,)
+    got = out if isinstance(out, tuple) else (out,)
+    res = restore(given, got, seen[0])
+    return res if isinstance(out, tuple) else res[0]
 
 
 while_loop.__doc__ = (_k.while_loop.__doc__ or "") + """

@@ -320,6 +320,10 @@ impl Tree {
                 for (cell, v) in c {
                     let now = cell.bind(py).getattr("cell_contents")?;
                     match (&*v, now.cast::<ArrayBase>()) {
+                        // the same object, changed in place (`y += x`): written back into it
+                        (Tree::Array(_, Some(o)), Ok(a)) if a.as_ptr() == o.as_ptr() => {
+                            v.refresh(py)?
+                        }
                         // the function rebound the name to another array (`y = y + x`)
                         (Tree::Array(..), Ok(a)) => *v = Tree::Array(a.borrow().a.clone(), None),
                         _ => v.refresh(py)?,
@@ -340,6 +344,10 @@ impl Tree {
                 for (n, v) in f {
                     let now = o.bind(py).getattr(n.as_str())?;
                     match (&*v, now.cast::<ArrayBase>()) {
+                        // the field's own object, changed in place: written back into it
+                        (Tree::Array(_, Some(f)), Ok(a)) if a.as_ptr() == f.as_ptr() => {
+                            v.refresh(py)?
+                        }
                         // a field given a new array: read it (and keep writing back into the struct)
                         (Tree::Array(..), Ok(a)) => *v = Tree::Array(a.borrow().a.clone(), None),
                         _ => v.refresh(py)?,

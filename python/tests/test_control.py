@@ -233,6 +233,11 @@ def test_a_loop_writes_its_final_state_into_objects_changed_in_place(mode):
     assert z2 is z and acc2 is acc and i2 is not i
     assert acc[0].tolist() == [6.0, 4.0, 2.0] and i.tolist() == [0, 1, 2]
 
+    # a state that is not a tuple: the same rule
+    w = kiln.Int32([1, 5, 20])
+    kiln.while_loop(w, lambda w: w < 10, lambda w: w.__iadd__(1), mode=mode)
+    assert w.tolist() == [10, 10, 20]
+
 
 def test_syntax_loops_change_the_callers_array_in_place():
     @kiln.syntax

@@ -327,3 +327,21 @@ def test_enabled_can_change_and_cached_recordings_are_counted():
     assert (f.n_recordings, f.n_cached_recordings) == (1, 1)
     f.clear()
     assert f.n_cached_recordings == 0
+
+
+def test_a_captured_array_changed_in_place_stays_the_callers_object():
+    def make():
+        total = kiln.Float32([0.0])
+
+        def step(x):
+            nonlocal total
+            total += x
+
+        return step, total
+
+    for frozen in (True, False):
+        step, total = make()
+        f = kiln.freeze(step) if frozen else step
+        for _ in range(4):
+            f(kiln.Float32([1.0]))
+        assert total.tolist() == [4.0], frozen

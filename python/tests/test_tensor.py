@@ -339,6 +339,14 @@ def test_reshape_as_dr_jit_does():
         kiln.reshape(kiln.TensorXf, x, (4, -1))
     with pytest.raises(kiln.InvalidArgument, match="row-major"):
         kiln.reshape(kiln.TensorXf, x, (2, 3), order="F")
+    with pytest.raises(kiln.TypeMismatch, match="integers"):
+        kiln.reshape(kiln.TensorXf, x, (2.5, 2.4))
+    with pytest.raises(kiln.TypeMismatch, match="components"):
+        kiln.reshape(kiln.Float32, kiln.Array3f(1, 2, 3), 3)
+    # a new object: changing it in place leaves the input alone
+    same = kiln.reshape(kiln.Float32, x, 6)
+    same += 1.0
+    assert x.tolist() == [0, 1, 2, 3, 4, 5] and same.tolist() == [1, 2, 3, 4, 5, 6]
     # derivatives pass through, zeros for the dropped elements
     y = kiln.Float64([1.0, 2.0, 3.0, 4.0, 5.0])
     kiln.enable_grad(y)

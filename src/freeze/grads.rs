@@ -103,6 +103,21 @@ pub(crate) fn deliver<A: ArgList>(args: &mut A, held: &Held, got: &[(usize, VarI
     }
 }
 
+/// After a call that failed: the caller's arrays at the marked positions hold what they held
+/// before the call as their gradient (nothing the failed call's passes brought).
+pub(crate) fn restore<A: ArgList>(args: &mut A, held: &Held) {
+    let mut t = Traversal::new();
+    args.traverse_mutable(&mut t);
+    for (pos, f) in t.found.iter().enumerate() {
+        if f.ad == 0 || !held.mask.get(pos).copied().unwrap_or(false) {
+            continue;
+        }
+        let before = held.before.get(pos).and_then(|b| b.clone());
+        let prev = graph::with(|gr| std::mem::replace(&mut gr.node_mut(f.ad).grad, before));
+        drop(prev);
+    }
+}
+
 /// A node's gradient, detached (none for no node or no gradient).
 fn node_grad(ad: graph::AdIndex) -> Option<Grad> {
     if ad == 0 {

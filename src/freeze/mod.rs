@@ -76,7 +76,11 @@ pub struct Frozen<F, M: Shape> {
 ///   fresh leaf back, after a recording and after a replay alike, whose gradient is what it held
 ///   before the call plus what the passes inside left on the leaf (Dr.Jit's pattern: `backward`
 ///   inside the frozen step, the optimizer outside). An optimizer stepped inside consumes the
-///   gradients, so then nothing is added;
+///   gradients, so then nothing is added. Inside, the leaf starts without the caller's gradient,
+///   so `set_grad`/`clear_grad` there act on what this call's passes bring, and the sum is
+///   added on exit (a plain call would replace the caller's gradient instead); two places of the
+///   arguments holding one array (clones sharing its node) get a leaf each, and each its own
+///   part of the gradient. A call that fails leaves the caller's gradients as they were;
 /// - a `&` argument's gradient-carrying arrays are constants inside: a `backward` there stops
 ///   at them (nothing reaches the caller's graph);
 /// - everything returned, and every other array of the `&mut` arguments, comes back detached.
@@ -568,6 +572,10 @@ impl FrozenState {
                 // a refused read inside the function unwinds through `to_vec()`/`item()`: report
                 // the read as the call's error
                 drop(guard);
+                // a call that failed delivers nothing: the caller's gradients stay as they were
+                if let Some(h) = &held {
+                    grads::restore(args, h);
+                }
                 if let Some(RefusedRead(e)) = panic.downcast_ref::<RefusedRead>() {
                     engine::take_refusal();
                     return Err(e.clone());
@@ -593,6 +601,9 @@ impl FrozenState {
         args.traverse_mutable(&mut after);
         if after.shape_key() != before.shape_key() {
             drop(guard);
+            if let Some(h) = &held {
+                grads::restore(args, h);
+            }
             return Err(Error::Invalid(
                 "a frozen function changed the structure or a plain value of a `&mut` argument; replays reproduce only changes to its arrays — keep such state outside the function or return it".into(),
             ));
@@ -607,7 +618,12 @@ impl FrozenState {
             .copied()
             .filter(|&id| !engine::input_class(id).2 && !kiln_core::is_evaluated(id))
             .collect();
-        kiln_core::eval(&pending)?;
+        if let Err(e) = kiln_core::eval(&pending) {
+            if let Some(h) = &held {
+                grads::restore(args, h);
+            }
+            return Err(e);
+        }
         guard.0 = false;
         let rec = match engine::finish(slots, &out_ids) {
             Err(Error::HiddenInput { label, during }) if self.unfreeze_on_hidden => {
@@ -622,7 +638,13 @@ impl FrozenState {
                 }
                 return Ok(out);
             }
-            r => r?,
+            Err(e) => {
+                if let Some(h) = &held {
+                    grads::restore(args, h);
+                }
+                return Err(e);
+            }
+            Ok(r) => r,
         };
         drop(extra);
         let mut template = out.clone();

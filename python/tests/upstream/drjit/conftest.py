@@ -642,6 +642,8 @@ XFAIL = {
 # functions that keep their shape). Found by running the directory with --runxfail; they run as
 # ordinary tests.
 PASSING = {
+    "test_freeze.py::test35_return_types[False-kiln.Float32-dataclass]",
+    "test_freeze.py::test35_return_types[True-kiln.Float32-dataclass]",
     "test_freeze.py::test69_max_cache_size[False-0-kiln.Float32]",
     "test_freeze.py::test69_max_cache_size[False-None-kiln.Float32]",
     "test_freeze.py::test69_max_cache_size[True-0-kiln.Float32]",
@@ -1031,8 +1033,6 @@ NOW_FAILS_ON = {
     'test_autodiff.py::test128_packet_scatter_add_fwd[kiln.Array4f64-False]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'type_v'",
     'test_autodiff.py::test129_packet_scatter_add_bwd[kiln.Array4f-False]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'type_v'",
     'test_autodiff.py::test129_packet_scatter_add_bwd[kiln.Array4f64-False]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'type_v'",
-    'test_freeze.py::test35_return_types[False-kiln.Float32-dataclass]': "fails on (first failure, found with --runxfail; see RESULTS.md): dataclasses.FrozenInstanceError: cannot assign to field 'a'",
-    'test_freeze.py::test35_return_types[True-kiln.Float32-dataclass]': "fails on (first failure, found with --runxfail; see RESULTS.md): dataclasses.FrozenInstanceError: cannot assign to field 'a'",
     'test_freeze.py::test71b_texture_write[False-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: Metal',
     'test_freeze.py::test71b_texture_write[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: Metal',
     'test_freeze.py::test72_no_input[kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: kiln.freeze(backend=...): kiln picks its backend once per process (KILN_BACKEND)',
