@@ -257,3 +257,17 @@ def test_syntax_loops_change_the_callers_array_in_place():
     b = kiln.Int32([1, 4])
     r = count_up_new(b)
     assert r is not b and b.tolist() == [1, 4] and r.tolist() == [10, 10]
+
+
+def test_an_array_changed_in_place_outside_the_state_is_a_clear_error():
+    acc = [kiln.Float32([0.0, 0.0, 0.0])]
+    i = kiln.Int32([0, 1, 2])
+
+    def body(i):
+        acc[0] += kiln.Float32(i)  # captured, not part of the state
+        return (i + 1,)
+
+    kiln.while_loop((i,), lambda i: i < 3, body, mode="symbolic")
+    with pytest.raises(kiln.InvalidArgument, match="pass that array in the loop's state"):
+        acc[0].tolist()
+    del acc

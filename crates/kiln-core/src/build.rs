@@ -451,8 +451,11 @@ impl<'a> Builder<'a> {
                 }
                 match v.op {
                     Op::LoopBegin | Op::Switch => self.emit_region(id),
+                    // reachable from user code: a body that changed an array it captured
+                    // (`acc += x` through a list or an attribute) left a value of its trace there
                     Op::Phi => panic!(
-                        "kiln internal error: the placeholder of a loop's state is used outside its loop"
+                        "kiln: {} holds a value of a loop body's trace after the loop ended: the body changed an array that is not part of the loop's state (e.g. `acc += x` on a captured array, or a loop variable stored into a captured list); pass that array in the loop's state and use the loop's result",
+                        self.st.label_of(id)
                     ),
                     Op::Out => {
                         let node = v.deps[0];

@@ -345,7 +345,23 @@ fn run_with_into(
     for &r in &roots {
         st.inc_int(r);
     }
-    let plan = plan::plan(&st, roots, side, Intent { tile, into: *into });
+    let held = roots.clone();
+    let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        plan::plan(&st, roots, side, Intent { tile, into: *into })
+    }));
+    let plan = match planned {
+        Ok(p) => p,
+        Err(panic) => {
+            // a build refused the expression (a loop body's trace value used after the loop):
+            // release what this evaluation held before reporting it
+            let mut garbage = Vec::new();
+            for &r in &held {
+                st.dec_int(r, &mut garbage);
+            }
+            MutexGuard::unlocked(&mut st, || drop(garbage));
+            std::panic::resume_unwind(panic);
+        }
+    };
     if plan.assigns() {
         // (tells `eval_into` the result went into the target's buffer)
         *into = None;
