@@ -51,6 +51,7 @@ import types
 import uuid
 
 from . import _kiln as _k
+from ._inplace import _write_into
 from ._inplace import while_loop as _while_loop
 from . import _vectors as _v
 
@@ -264,10 +265,15 @@ def _if(names, reads, declared_global, cells, cond, true_fn, false_fn, opts, mut
     ro_live = [j for j, v in enumerate(ro) if _is_struct(v)]
     k = len(live)
     assigned = {}
+    # per live variable: whether every branch handed back the object it was given (changed in
+    # place, `x += 1`, or untouched): then the result goes into the caller's object, as loops do
+    kept = [True] * k
 
     def branch(fn, which):
         def run(*s):
             r = fn(*_spread(values, live, s[:k]), *_spread(ro, ro_live, s[k:]))
+            for j, i in enumerate(live):
+                kept[j] = kept[j] and r[i] is s[j]
             unset = {names[i] for i, v in enumerate(r[:n]) if v is _UNSET}
             assigned[which] = unset
             other = assigned.get(not which)
@@ -289,7 +295,11 @@ def _if(names, reads, declared_global, cells, cond, true_fn, false_fn, opts, mut
     if not isinstance(out, tuple):
         out = (out,)
     _write_back([ro[j] for j in ro_live], out[n:])
-    return tuple(_UNSET if isinstance(v, str) and v == _UNSET_TOKEN else v for v in out[:n])
+    res = [_UNSET if isinstance(v, str) and v == _UNSET_TOKEN else v for v in out[:n]]
+    for j, i in enumerate(live):
+        if kept[j]:
+            res[i] = _write_into(values[i], res[i])
+    return tuple(res)
 
 
 # ---- the rewrite ----------------------------------------------------------------------------

@@ -271,3 +271,27 @@ def test_an_array_changed_in_place_outside_the_state_is_a_clear_error():
     with pytest.raises(kiln.InvalidArgument, match="pass that array in the loop's state"):
         acc[0].tolist()
     del acc
+
+
+def test_syntax_ifs_change_the_callers_array_in_place_as_loops_do():
+    @kiln.syntax
+    def bump(x, c):
+        if c:
+            x += 1.0
+        return x
+
+    @kiln.syntax
+    def bump_new(x, c):
+        if c:
+            x = x + 1.0
+        return x
+
+    for cond in (kiln.Bool([True, False, True]), True):
+        a = kiln.Float32([1.0, 2.0, 3.0])
+        alias = a
+        r = bump(a, cond)
+        want = [2.0, 2.0, 4.0] if not isinstance(cond, bool) else [2.0, 3.0, 4.0]
+        assert r is a and alias.tolist() == want
+    b = kiln.Float32([1.0, 2.0, 3.0])
+    r = bump_new(b, kiln.Bool([True, False, True]))
+    assert r is not b and b.tolist() == [1.0, 2.0, 3.0] and r.tolist() == [2.0, 2.0, 4.0]
