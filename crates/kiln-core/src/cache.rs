@@ -26,7 +26,6 @@ pub struct Lookup {
 
 /// The compiled form of `kernel` (hash `hash`) for `backend`, compiling on a miss.
 pub fn get(backend: &Arc<dyn Backend>, kernel: &Kernel, hash: KernelHash) -> Result<Lookup> {
-    crate::device::history::note_ops(hash, kernel.len());
     let key = (backend.kind(), hash);
     if let Some(k) = CACHE.lock().as_ref().and_then(|m| m.get(&key).cloned()) {
         stats::CACHE_HITS.fetch_add(1, Relaxed);
@@ -57,6 +56,8 @@ pub fn get(backend: &Arc<dyn Backend>, kernel: &Kernel, hash: KernelHash) -> Res
         stats::KERNELS_COMPILED.fetch_add(1, Relaxed);
     }
     stats::COMPILE_NS.fetch_add(ns, Relaxed);
+    // a hash's IR size never changes: noted once, when the kernel enters the cache
+    crate::device::history::note_ops(hash, kernel.len());
     CACHE
         .lock()
         .get_or_insert_with(HashMap::new)

@@ -105,14 +105,13 @@ pub fn kernel_history() -> Vec<KernelRecord> {
     LOG.with(|l| std::mem::take(&mut *l.borrow_mut()))
 }
 
-/// Note a kernel's IR size under its hash, on every kernel lookup (one entry per kernel the
-/// cache holds), so that a history turned on later still counts a replayed kernel's operations.
+/// Note a kernel's IR size under its hash when the kernel enters the cache (one entry per
+/// kernel the cache holds, none on a hit), so that a history turned on later still counts a
+/// replayed kernel's operations.
 pub(crate) fn note_ops(hash: KernelHash, ops: usize) {
-    let mut m = OPS.lock();
-    let m = m.get_or_insert_with(HashMap::new);
-    if m.get(&hash.0) != Some(&ops) {
-        m.insert(hash.0, ops);
-    }
+    OPS.lock()
+        .get_or_insert_with(HashMap::new)
+        .insert(hash.0, ops);
 }
 
 /// Marks this thread as replaying a recording until dropped.
