@@ -93,6 +93,33 @@ fn literals_are_code_and_make_opaque_turns_them_into_parameters() {
 }
 
 #[test]
+fn making_a_value_opaque_compiles_nothing() {
+    // a learning-rate schedule: a new opaque value every step must not mean a new kernel
+    leak_checked(|| {
+        let x = Float64::arange(1000);
+        let before = kiln::stats();
+        let mut total = 0.0;
+        for step in 0..20u32 {
+            let lr = Float64::opaque(0.5 / (1 + step) as f64);
+            let big = kiln::make_opaque(&Float32::full(step as f32 - 3.5, 70_001));
+            let flag = kiln::make_opaque(&Bool::full(step % 2 == 0, 3));
+            let small = kiln::make_opaque(&Int64::full(-(step as i64) * 1_000_000_007, 5));
+            assert_eq!(big.to_vec()[70_000], step as f32 - 3.5);
+            assert_eq!(flag.to_vec(), vec![step % 2 == 0; 3]);
+            assert_eq!(small.to_vec(), vec![-(step as i64) * 1_000_000_007; 5]);
+            total += (&x * &lr).sum().item();
+        }
+        let want: f64 = (0..20).map(|s| 0.5 / (1 + s) as f64 * 499_500.0).sum();
+        assert!((total - want).abs() < 1e-6 * want);
+        let compiled = kiln::stats().kernels_compiled - before.kernels_compiled;
+        assert!(
+            compiled <= 1,
+            "{compiled} kernels compiled for 20 values (one: x * lr)"
+        );
+    });
+}
+
+#[test]
 fn cse_and_simplification() {
     leak_checked(|| {
         let x = Float32::arange(10);

@@ -235,7 +235,45 @@ pub fn eval_into(expr: &mut VarId, target: VarId) -> Result<bool> {
 }
 
 fn run(ids: Option<&[VarId]>) -> Result<()> {
+    if let Some(ids) = ids {
+        fill_literals(ids)?;
+    }
     run_with(ids, None)
+}
+
+/// Give the unevaluated literals among `ids` their buffers by uploading their values, not by a
+/// kernel with the value baked in: such a kernel compiles anew for every value, so `opaque(lr)`
+/// (or a gather from a scalar) in a training loop compiled at every step. Inside a recording
+/// the kernel path stays: a literal's size may be an expression of the inputs there, which an
+/// upload of fixed bytes would not follow. The literal leaves the CSE table (as `make_opaque`
+/// takes it out), so constants traced later stay literals. Literals over [`FILL_BYTES`] still run
+/// a kernel: it fills on every core, and its compile is small beside writing that much.
+/// The largest literal (in bytes) [`fill_literals`] uploads.
+const FILL_BYTES: usize = 1 << 20;
+
+fn fill_literals(ids: &[VarId]) -> Result<()> {
+    if crate::context::recording() {
+        return Ok(());
+    }
+    for &id in ids {
+        let (ty, size, bits) = {
+            let st = STATE.lock();
+            let v = st.var(id.0);
+            let bytes = v.size.saturating_mul(v.ty.size_bytes());
+            if !v.is_literal() || v.is_evaluated() || v.sym != 0 || bytes == 0 || bytes > FILL_BYTES
+            {
+                continue;
+            }
+            (v.ty, v.size, v.literal)
+        };
+        // (under the evaluation lock, as any evaluation: the variable may be shared by CSE)
+        let _serial = hold_eval_lock();
+        let bytes = bits.to_le_bytes()[..ty.size_bytes()].repeat(size);
+        let buf = device::upload(ty, &bytes)?;
+        let mut garbage = Vec::new();
+        STATE.lock().set_data(id.0, Arc::new(buf), &mut garbage);
+    }
+    Ok(())
 }
 
 fn run_with(ids: Option<&[VarId]>, tile: Option<(u32, usize)>) -> Result<()> {
