@@ -1004,3 +1004,67 @@ fn shape_checks_on_input_sizes_are_not_replayed_past() {
         );
     });
 }
+
+#[test]
+fn past_the_limit_the_least_recently_used_recording_is_replaced() {
+    common::leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32, k: &u32| x * *k as f32)
+            .limit(2)
+            .evict_least_recent(true);
+        let x = Float32::from_slice(&[1.0, 2.0, 3.0]);
+        let mut run = |k: u32| {
+            let y = f.call(&x, &k).unwrap();
+            assert_eq!(y.to_vec(), vec![k as f32, 2.0 * k as f32, 3.0 * k as f32]);
+            (
+                f.stats().recordings,
+                f.stats().replays,
+                f.cached_recordings(),
+            )
+        };
+        assert_eq!(run(1), (1, 0, 1));
+        assert_eq!(run(2), (2, 0, 2));
+        assert_eq!(run(1), (2, 1, 2)); // 1 is now the most recent
+        assert_eq!(run(3), (3, 1, 2)); // evicts 2
+        assert_eq!(run(1), (3, 2, 2)); // still there
+        assert_eq!(run(2), (4, 2, 2)); // recorded again, evicting 3
+        assert_eq!(run(3), (5, 2, 2));
+        assert_eq!(f.stats().unfrozen, 0);
+    });
+}
+
+#[test]
+fn without_eviction_layouts_past_the_limit_run_unfrozen() {
+    common::leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32, k: &u32| x * *k as f32).limit(1);
+        let x = Float32::from_slice(&[1.0, 2.0]);
+        for k in [1u32, 2, 1, 2] {
+            assert_eq!(
+                f.call(&x, &k).unwrap().to_vec(),
+                vec![k as f32, 2.0 * k as f32]
+            );
+        }
+        assert_eq!(
+            (f.stats().recordings, f.stats().replays, f.stats().unfrozen),
+            (1, 1, 2)
+        );
+    });
+}
+
+#[test]
+fn a_thread_can_turn_freezing_off_for_itself() {
+    common::leak_checked(|| {
+        let mut f = kiln::freeze(|x: &Float32| x * 2.0f32);
+        let x = Float32::from_slice(&[1.0, 2.0]);
+        f.call(&x).unwrap();
+        let before = kiln::engine::config::set_thread_freeze(false);
+        assert_eq!(f.call(&x).unwrap().to_vec(), vec![2.0, 4.0]);
+        assert_eq!((f.stats().recordings, f.stats().replays), (1, 0));
+        // another thread still freezes
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(kiln::engine::config::freeze_enabled()));
+        });
+        kiln::engine::config::set_thread_freeze(before);
+        f.call(&x).unwrap();
+        assert_eq!((f.stats().recordings, f.stats().replays), (1, 1));
+    });
+}

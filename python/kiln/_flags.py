@@ -20,13 +20,15 @@ from . import _kiln as _k
 
 
 class JitFlag(enum.IntFlag):
-    """The flags kiln honours (Dr.Jit's names)."""
+    """The flags kiln honours (Dr.Jit's names), each per thread. ``KernelFreezing`` off runs
+    frozen functions unfrozen on this thread (``KILN_FREEZE=0`` does so for the process)."""
 
     SymbolicLoops = 1 << 0
     SymbolicConditionals = 1 << 1
     SymbolicCalls = 1 << 2
     OptimizeLoops = 1 << 3
     KernelHistory = 1 << 4
+    KernelFreezing = 1 << 5
 
 
 class KernelType(enum.Enum):

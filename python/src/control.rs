@@ -57,6 +57,9 @@ fn _set_flag(name: &str, on: bool) -> PyResult<bool> {
     if name == "KernelHistory" {
         return Ok(kiln::set_kernel_history(on));
     }
+    if name == "KernelFreezing" {
+        return Ok(kiln::engine::config::set_thread_freeze(on));
+    }
     let mut f = FLAGS.with(|c| c.get());
     let slot = flag_slot(&mut f, name)?;
     let previous = std::mem::replace(slot, on);
@@ -69,6 +72,9 @@ fn _set_flag(name: &str, on: bool) -> PyResult<bool> {
 fn _flag(name: &str) -> PyResult<bool> {
     if name == "KernelHistory" {
         return Ok(kiln::kernel_history_enabled());
+    }
+    if name == "KernelFreezing" {
+        return Ok(kiln::engine::config::thread_freeze());
     }
     let mut f = FLAGS.with(|c| c.get());
     Ok(*flag_slot(&mut f, name)?)

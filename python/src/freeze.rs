@@ -42,18 +42,14 @@ fn call_tree(
     args: &Bound<PyTuple>,
     kwargs: Option<&Bound<PyDict>>,
 ) -> PyResult<Tree> {
-    let py = args.py();
+    // (no dict made for a call without keywords: `to_py` makes one when the body runs)
     let kw = match kwargs {
-        Some(k) => k.clone(),
-        None => PyDict::new(py),
+        Some(k) => Tree::from_py(k.as_any())?,
+        None => Tree::Dict(Vec::new()),
     };
     Ok(Tree::Seq {
         tuple: true,
-        items: vec![
-            Tree::from_py(args.as_any())?,
-            Tree::from_py(kw.as_any())?,
-            Tree::cells_of(func)?,
-        ],
+        items: vec![Tree::from_py(args.as_any())?, kw, Tree::cells_of(func)?],
     })
 }
 
@@ -100,7 +96,9 @@ impl FrozenFunction {
                 Tree::from_py(&r).unwrap_or_else(|e| fail(e))
             })
         });
+        // past `limit=`, Dr.Jit evicts the recording used longest ago
         let mut inner = kiln::freeze(body)
+            .evict_least_recent(true)
             .warn_after(warn_after)
             .auto_opaque(auto_opaque)
             .enabled(enabled);
@@ -153,7 +151,9 @@ impl FrozenFunction {
         let out = guard(|| inner.call(&mut tree))?.map_err(|e| to_py(pythonic(e)))?;
         let stats = inner.stats();
         let recordings = stats.recordings - self.cleared.load(std::sync::atomic::Ordering::Relaxed);
-        let why = stats.retraces.last().cloned();
+        let why = (recordings == self.warn_after + 1)
+            .then(|| stats.retraces.last().cloned())
+            .flatten();
         drop(inner);
         if recordings == self.warn_after + 1 {
             // kiln's own warning goes to its log; a Python user sees Python's warnings

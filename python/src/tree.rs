@@ -79,7 +79,7 @@ impl Tree {
 
     /// The closure cells of `func` (none for a callable without them).
     pub fn cells_of(func: &Bound<PyAny>) -> PyResult<Tree> {
-        let Ok(closure) = func.getattr("__closure__") else {
+        let Ok(closure) = func.getattr(pyo3::intern!(func.py(), "__closure__")) else {
             return Ok(Tree::Cells(Vec::new()));
         };
         if closure.is_none() {
@@ -119,10 +119,22 @@ impl Tree {
                 Some(t.clone().unbind()),
             ));
         }
-        let container = x.is_instance_of::<PyTuple>()
-            || x.is_instance_of::<PyList>()
-            || x.is_instance_of::<PyDict>()
-            || struct_fields(x)?.is_some();
+        // (numbers and strings first: asking their types for struct fields raises and catches
+        // two AttributeErrors per number, the cost of a frozen call with scalar arguments)
+        let plain = x.is_none()
+            || x.is_instance_of::<PyFloat>()
+            || x.is_instance_of::<PyInt>()
+            || x.is_instance_of::<PyString>();
+        let builtin = !plain
+            && (x.is_instance_of::<PyTuple>()
+                || x.is_instance_of::<PyList>()
+                || x.is_instance_of::<PyDict>());
+        let fields = if plain || builtin {
+            None
+        } else {
+            struct_fields(x)?
+        };
+        let container = builtin || fields.is_some();
         let me = x.as_ptr() as usize;
         if container && open.contains(&me) {
             return Err(crate::errors::value_error(format!(
@@ -133,14 +145,18 @@ impl Tree {
         if container {
             open.push(me);
         }
-        let r = Tree::read_inner(x, open);
+        let r = Tree::read_inner(x, fields, open);
         if container {
             open.pop();
         }
         r
     }
 
-    fn read_inner(x: &Bound<PyAny>, open: &mut Vec<usize>) -> PyResult<Tree> {
+    fn read_inner(
+        x: &Bound<PyAny>,
+        fields: Option<Vec<String>>,
+        open: &mut Vec<usize>,
+    ) -> PyResult<Tree> {
         if x.is_none() {
             return Ok(Tree::Scalar("None", 0, x.clone().unbind()));
         }
@@ -188,7 +204,7 @@ impl Tree {
             }
             return Ok(Tree::Dict(e));
         }
-        if let Some(names) = struct_fields(x)? {
+        if let Some(names) = fields {
             let mut f = Vec::with_capacity(names.len());
             for n in names {
                 let v = x.getattr(n.as_str())?;

@@ -345,3 +345,42 @@ def test_a_captured_array_changed_in_place_stays_the_callers_object():
         for _ in range(4):
             f(kiln.Float32([1.0]))
         assert total.tolist() == [4.0], frozen
+
+
+def test_past_the_limit_the_least_recently_used_recording_is_replaced():
+    f = kiln.freeze(lambda x, k: x * k, limit=2)
+    x = kiln.Float32([1.0, 2.0])
+    for k, recordings in [(1, 1), (2, 2), (1, 2), (3, 3), (1, 3), (2, 4), (3, 5)]:
+        assert f(x, k).tolist() == [k, 2.0 * k]
+        assert (f.n_recordings, f.n_cached_recordings) == (recordings, min(recordings, 2)), k
+    unbounded = kiln.freeze(lambda x, k: x * k, limit=-1)
+    for k in range(5):
+        unbounded(x, k)
+    assert unbounded.n_cached_recordings == 5
+
+
+def test_kernel_freezing_off_runs_frozen_functions_plainly_on_this_thread():
+    import threading
+
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return x + 1.0
+
+    frozen = kiln.freeze(f)
+    x = kiln.Float32([1.0])
+    frozen(x)
+    frozen(x)
+    assert len(calls) == 1
+    with kiln.scoped_set_flag(kiln.JitFlag.KernelFreezing, False):
+        assert not kiln.flag(kiln.JitFlag.KernelFreezing)
+        assert frozen(x).tolist() == [2.0]
+        assert len(calls) == 2  # the Python function ran
+        other = []
+        t = threading.Thread(target=lambda: other.append(kiln.flag(kiln.JitFlag.KernelFreezing)))
+        t.start()
+        t.join()
+        assert other == [True]  # per thread
+    frozen(x)
+    assert len(calls) == 2 and kiln.flag(kiln.JitFlag.KernelFreezing)

@@ -44,6 +44,8 @@ impl<T: Traverse> ArgItem for &mut T {
 
 /// All arguments of one call.
 pub trait ArgList {
+    /// Whether every argument is `&mut` (then `traverse_mutable` finds what `traverse_all` does).
+    const ALL_MUTABLE: bool;
     /// Traverse every argument (the inputs).
     fn traverse_all(&self, t: &mut Traversal);
     /// Traverse only the `&mut` arguments (their state after the call is an output).
@@ -59,6 +61,7 @@ const ARG_NAMES: [&str; 8] = [
 macro_rules! arg_list {
     ($($T:ident $i:tt),+) => {
         impl<$($T: ArgItem),+> ArgList for ($($T,)+) {
+            const ALL_MUTABLE: bool = $( $T::MUTABLE )&&+;
             fn traverse_all(&self, t: &mut Traversal) {
                 $( t.argument(ARG_NAMES[$i], |t| self.$i.traverse_arg(t)); )+
             }

@@ -149,9 +149,30 @@ impl<F, M: Shape> Frozen<F, M> {
         self.state_fn = Some(Box::new(move |a| Box::new(state(a)) as Box<dyn Traverse>));
         self
     }
-    /// At most `n` recordings; further layouts run unfrozen (traced as usual).
+    /// At most `n` recordings; further layouts run unfrozen (traced as usual), or, with
+    /// [`Frozen::evict_least_recent`], replace the recording used longest ago.
     pub fn limit(mut self, n: usize) -> Self {
         self.state.limit = n;
+        self
+    }
+    /// With a [`Frozen::limit`] reached, a new layout drops the recording that was used (recorded
+    /// or replayed) longest ago and records, instead of running unfrozen (Dr.Jit's rule). Right
+    /// when the layouts drift (a new phase of a program); the default is right when more
+    /// layouts than the limit alternate, where evicting would record at every call.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let mut f = kiln::freeze(|x: &Float32, k: &u32| x + *k as f32)
+    ///     .limit(1)
+    ///     .evict_least_recent(true);
+    /// let x = Float32::from_slice(&[1.0, 2.0]);
+    /// for k in [1u32, 2, 2, 1] {
+    ///     f.call(&x, &k).unwrap();
+    /// }
+    /// assert_eq!((f.stats().recordings, f.cached_recordings()), (3, 1));
+    /// ```
+    pub fn evict_least_recent(mut self, on: bool) -> Self {
+        self.state.evict_lru = on;
         self
     }
     /// Warn when the function has been recorded more than `n` times.
@@ -241,6 +262,8 @@ struct Entry {
     /// The `&mut` positions whose gradient the function's passes delivered: the recording's
     /// last outputs, in this order (see `grads`).
     grads_at: Vec<usize>,
+    /// The call (`FrozenState::clock`) that last recorded or replayed it, for eviction.
+    used: std::cell::Cell<u64>,
 }
 
 /// Everything a frozen function keeps between calls, independent of its argument types.
@@ -249,6 +272,10 @@ pub(crate) struct FrozenState {
     /// Per layout key: array positions made opaque (their literal value changed between calls).
     opaque: HashMap<u64, Vec<bool>>,
     limit: usize,
+    /// Past the limit, evict the least recently used recording instead of running unfrozen.
+    evict_lru: bool,
+    /// Calls so far (the time stamp of `Entry::used`).
+    clock: u64,
     warn_after: usize,
     enabled: bool,
     auto_opaque: bool,
@@ -289,11 +316,32 @@ impl Drop for RecordingGuard {
 }
 
 impl FrozenState {
+    /// Drop the recording used longest ago (see [`Frozen::evict_least_recent`]).
+    fn evict_least_recent(&mut self) {
+        let oldest = self
+            .entries
+            .iter()
+            .flat_map(|(k, l)| {
+                l.iter()
+                    .enumerate()
+                    .map(move |(i, e)| (e.used.get(), *k, i))
+            })
+            .min();
+        if let Some((_, key, i)) = oldest {
+            let list = self.entries.get_mut(&key).expect("the key just found");
+            list.remove(i);
+            if list.is_empty() {
+                self.entries.remove(&key);
+            }
+        }
+    }
     fn new() -> FrozenState {
         FrozenState {
             entries: HashMap::new(),
             opaque: HashMap::new(),
             limit: usize::MAX,
+            evict_lru: false,
+            clock: 0,
             warn_after: 10,
             enabled: true,
             auto_opaque: true,
@@ -367,7 +415,9 @@ impl FrozenState {
         let sizes = engine::prepare_inputs(&slots)?;
         // the `&mut` arguments' arrays: the caller's handles on them are replaced when a replay
         // hands its outputs back, so a replay may write into them (see `replay_releasing`)
-        let released: Vec<bool> = {
+        let released: Vec<bool> = if A::ALL_MUTABLE && extra.is_none() {
+            vec![true; slots.len()] // (one traversal less per call: Python's argument tree)
+        } else {
             let mut tm = Traversal::new();
             args.traverse_mutable(&mut tm);
             let mut mutable: Vec<VarId> = tm.found.iter().map(|f| f.id).collect();
@@ -400,6 +450,8 @@ impl FrozenState {
                 let reject = match e.rec.check(&sizes) {
                     Ok(()) => match e.rec.replay_releasing(&slots, &released)? {
                         Replayed::Done(outs) => {
+                            self.clock += 1;
+                            e.used.set(self.clock);
                             let out = finish_replay(e, args, &outs);
                             if let Some(h) = &held {
                                 releaf_mutable(args, h.mask());
@@ -523,7 +575,9 @@ impl FrozenState {
         layout: Option<explain::Layout>,
     ) -> Result<O> {
         let total: usize = self.entries.values().map(|l| l.len()).sum();
-        if overwrite.is_none() && total >= self.limit {
+        if overwrite.is_none() && total >= self.limit && self.evict_lru && self.limit > 0 {
+            self.evict_least_recent();
+        } else if overwrite.is_none() && total >= self.limit {
             self.stats.unfrozen += 1;
             let limit = self.limit;
             warn_once(&mut self.warned, "limit".into(), || {
@@ -655,7 +709,9 @@ impl FrozenState {
             template: Box::new(template),
             n_returned,
             grads_at,
+            used: std::cell::Cell::new(self.clock + 1),
         };
+        self.clock += 1;
         if let Some(h) = &held {
             let got: Vec<(usize, VarId)> = delivered.iter().map(|(i, g)| (*i, g.id())).collect();
             grads::deliver(args, h, &got);

@@ -206,7 +206,29 @@ pub fn set_debug_mode(on: bool) {
 /// let _on: bool = kiln_core::config::freeze_enabled();
 /// ```
 pub fn freeze_enabled() -> bool {
-    FREEZE.get()
+    FREEZE.get() && THREAD_FREEZE.with(|f| f.get())
+}
+
+thread_local! {
+    /// This thread's own switch (Dr.Jit's `JitFlag.KernelFreezing`), under the process's.
+    static THREAD_FREEZE: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Turn freezing on or off for this thread only (Dr.Jit's `JitFlag.KernelFreezing`; the
+/// process-wide [`set_freeze`] still rules over it); returns the previous setting.
+///
+/// ```
+/// let before = kiln_core::config::set_thread_freeze(false);
+/// assert!(!kiln_core::config::freeze_enabled());
+/// kiln_core::config::set_thread_freeze(before);
+/// ```
+pub fn set_thread_freeze(on: bool) -> bool {
+    THREAD_FREEZE.with(|f| f.replace(on))
+}
+
+/// This thread's own freezing switch (see [`set_thread_freeze`]).
+pub fn thread_freeze() -> bool {
+    THREAD_FREEZE.with(|f| f.get())
 }
 
 /// Turn freezing on or off for the whole process (calls already replaying finish as they began).
