@@ -54,8 +54,170 @@ fn matmul_errors_name_the_shapes() {
             .unwrap_err()
             .to_string();
         assert!(e.contains("[2, 3]") && e.contains("[k, n]"), "{e}");
-        let e = a.try_matmul(&Tensor::zeros(&[3])).unwrap_err().to_string();
-        assert!(e.contains("2-d"), "{e}");
+        // (a 1-d right operand is a column since batched products came: [2, 3] @ [3] is [2])
+        let e = a.try_matmul(&Tensor::zeros(&[2])).unwrap_err().to_string();
+        assert!(
+            e.contains("[2, 3]") && e.contains("inner lengths 3 and 2"),
+            "{e}"
+        );
+        let e = Tensor::<f32>::zeros(&[2, 2, 3])
+            .try_matmul(&Tensor::zeros(&[3, 3, 1]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("batch") && e.contains("[3, 3, 1]"), "{e}");
+        let e = Tensor::<f32>::zeros(&[])
+            .try_matmul(&Tensor::zeros(&[3]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("0-d") && e.contains('*'), "{e}");
+    });
+}
+
+/// NumPy's matmul over `shape_a` and `shape_b`, by hand: batches broadcast, 1-d operands a row
+/// (left) or a column (right) whose axis leaves the result.
+fn naive_nd(a: &[f64], sa: &[usize], b: &[f64], sb: &[usize]) -> (Vec<f64>, Vec<usize>) {
+    let sa2: Vec<usize> = if sa.len() == 1 {
+        vec![1, sa[0]]
+    } else {
+        sa.to_vec()
+    };
+    let sb2: Vec<usize> = if sb.len() == 1 {
+        vec![sb[0], 1]
+    } else {
+        sb.to_vec()
+    };
+    let (m, k, n) = (sa2[sa2.len() - 2], sa2[sa2.len() - 1], sb2[sb2.len() - 1]);
+    let (ba, bb) = (&sa2[..sa2.len() - 2], &sb2[..sb2.len() - 2]);
+    let rank = ba.len().max(bb.len());
+    let pad = |s: &[usize]| [vec![1; rank - s.len()], s.to_vec()].concat();
+    let (pa, pb) = (pad(ba), pad(bb));
+    let batch: Vec<usize> = pa
+        .iter()
+        .zip(&pb)
+        .map(|(&x, &y)| if x == 1 { y } else { x })
+        .collect();
+    let count: usize = batch.iter().product();
+    let mut out = Vec::new();
+    for i in 0..count {
+        // the batch index, and the operands' elements it reads (axes of length 1 repeat)
+        let (mut rest, mut ia, mut ib) = (i, 0, 0);
+        let (mut stride_a, mut stride_b) = (1, 1);
+        for d in (0..rank).rev() {
+            let j = rest % batch[d];
+            rest /= batch[d];
+            ia += if pa[d] == 1 { 0 } else { j * stride_a };
+            ib += if pb[d] == 1 { 0 } else { j * stride_b };
+            stride_a *= pa[d];
+            stride_b *= pb[d];
+        }
+        out.extend(naive(
+            &a[ia * m * k..][..m * k],
+            &b[ib * k * n..][..k * n],
+            m,
+            k,
+            n,
+        ));
+    }
+    let mut shape = [batch, vec![m, n]].concat();
+    if sb.len() == 1 {
+        shape.pop();
+    }
+    if sa.len() == 1 {
+        let at = shape.len() - if sb.len() == 1 { 1 } else { 2 };
+        shape.remove(at);
+    }
+    (out, shape)
+}
+
+#[test]
+fn batched_and_one_dimensional_products_follow_numpy() {
+    leak_checked(|| {
+        let cases: [(&[usize], &[usize]); 10] = [
+            (&[2, 3, 4], &[4, 5]),
+            (&[3, 4], &[2, 4, 5]),
+            (&[2, 1, 3, 4], &[5, 4, 2]),
+            (&[4, 2, 3], &[4, 3, 1]),
+            (&[0, 3, 4], &[4, 2]),
+            (&[3], &[3, 2]),
+            (&[2, 3], &[3]),
+            (&[3], &[3]),
+            (&[3], &[2, 3, 4]),
+            (&[2, 2, 3], &[3]),
+        ];
+        for (sa, sb) in cases {
+            let (na, nb): (usize, usize) = (sa.iter().product(), sb.iter().product());
+            let a: Vec<f64> = (0..na).map(|i| ((i * 7) % 11) as f64 - 5.0).collect();
+            let b: Vec<f64> = (0..nb).map(|i| ((i * 5) % 13) as f64 - 6.0).collect();
+            let c = Tensor::from_slice(&a, sa).matmul(&Tensor::from_slice(&b, sb));
+            let (want, shape) = naive_nd(&a, sa, &b, sb);
+            assert_eq!(c.shape(), shape.as_slice(), "{sa:?} @ {sb:?}");
+            assert_eq!(c.to_vec(), want, "{sa:?} @ {sb:?}");
+        }
+    });
+}
+
+#[test]
+fn batched_product_gradients_match_finite_differences() {
+    leak_checked(|| {
+        let (sa, sb) = ([2usize, 1, 2, 3], [3usize, 3, 2]);
+        let a0: Vec<f64> = (0..12).map(|i| (i as f64 * 0.37).sin()).collect();
+        let b0: Vec<f64> = (0..18).map(|i| (i as f64 * 0.23).cos()).collect();
+        let loss = |a: &Float64, b: &Float64| {
+            let c = Tensor::from_array(a.clone(), &sa).matmul(&Tensor::from_array(b.clone(), &sb));
+            (c.array() * c.array()).sum()
+        };
+        let mut a = Float64::from_slice(&a0);
+        let mut b = Float64::from_slice(&b0);
+        a.enable_grad();
+        b.enable_grad();
+        loss(&a, &b).backward();
+        let (ga, gb) = (a.grad().to_vec(), b.grad().to_vec());
+        let h = 1e-6;
+        for (which, base, got) in [(0, &a0, &ga), (1, &b0, &gb)] {
+            for i in 0..base.len() {
+                let at = |d: f64| {
+                    let mut v = base.clone();
+                    v[i] += d;
+                    let v = Float64::from_slice(&v);
+                    let (x, y) = if which == 0 {
+                        (v, Float64::from_slice(&b0))
+                    } else {
+                        (Float64::from_slice(&a0), v)
+                    };
+                    loss(&x, &y).item()
+                };
+                let fd = (at(h) - at(-h)) / (2.0 * h);
+                assert!(
+                    (fd - got[i]).abs() < 1e-6 * fd.abs().max(1.0),
+                    "{which} {i}: {fd} vs {}",
+                    got[i]
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn batched_products_replay_at_the_shapes_they_were_recorded_for() {
+    leak_checked(|| {
+        let mut f = kiln::freeze(|a: &Tensor<f32>, b: &Tensor<f32>| a.matmul(b) * 2.0);
+        for batch in [2usize, 5, 2, 5, 1] {
+            let a: Vec<f64> = (0..batch * 12).map(|i| ((i * 3) % 7) as f64).collect();
+            let b: Vec<f64> = (0..batch * 6).map(|i| ((i * 5) % 3) as f64).collect();
+            let (want, _) = naive_nd(&a, &[batch, 4, 3], &b, &[batch, 3, 2]);
+            let ta = Tensor::from_vec(a.iter().map(|&v| v as f32).collect(), &[batch, 4, 3]);
+            let tb = Tensor::from_vec(b.iter().map(|&v| v as f32).collect(), &[batch, 3, 2]);
+            let got = f.call(&ta, &tb).unwrap();
+            assert_eq!(got.shape(), &[batch, 4, 2]);
+            let want: Vec<f32> = want.iter().map(|&v| 2.0 * v as f32).collect();
+            assert_eq!(got.to_vec(), want, "batch {batch}");
+        }
+        assert_eq!(
+            f.stats().recordings,
+            3,
+            "one per batch size (shapes key recordings)"
+        );
+        assert_eq!(f.stats().replays, 2);
     });
 }
 

@@ -455,7 +455,8 @@ impl TensorBase {
         }
         wrap_tensor(py, self.a.clone(), s)
     }
-    /// Matrix product of two 2-D float tensors.
+    /// Matrix product of float tensors, with NumPy's `matmul` rules: leading axes are batches
+    /// that broadcast, a 1-D operand is a row (left) or a column (right).
     fn __matmul__(&self, py: Python<'_>, o: &Bound<TensorBase>) -> PyResult<Py<PyAny>> {
         let o = o.borrow();
         let (a, b) = crate::ops::promote(&self.a, &o.a);

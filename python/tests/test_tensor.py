@@ -65,6 +65,22 @@ def test_matmul_matches_numpy():
         kiln.TensorXf64(a) @ kiln.TensorXf64(a)
 
 
+@pytest.mark.parametrize("sa,sb", [((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
+                                   ((3,), (3, 2)), ((2, 3), (3,)), ((3,), (3,)), ((3,), (2, 3, 4)),
+                                   ((0, 3, 4), (4, 2))])
+def test_batched_matmul_follows_numpy(sa, sb):
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=sa), rng.normal(size=sb)
+    got = kiln.matmul(kiln.TensorXf64(a), kiln.TensorXf64(b))
+    want = np.matmul(a, b)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(TypeError, match="tensors"):
+        kiln.matmul(kiln.Float64(1.0), kiln.Float64(2.0))
+    with pytest.raises(kiln.InvalidArgument, match="batch"):
+        kiln.TensorXf64(np.ones((2, 2, 3))) @ kiln.TensorXf64(np.ones((3, 3, 1)))
+
+
 def test_reshape_minus_one_clamped_slices_and_bool_index():
     t = kiln.TensorXf(np.arange(6, dtype=np.float32).reshape(2, 3))
     assert t.reshape(-1).shape == (6,) and t.reshape(3, -1).shape == (3, 2)

@@ -288,6 +288,17 @@ comparisons!(eq, ne, lt, le, gt, ge);
 impl<T: crate::types::Float> Tensor<T> {
     /// The matrix product of two 2-d tensors (`[m, k] × [k, n] → [m, n]`), f32 or f64, on all
     /// cores (operands are evaluated first). A device operation: frozen functions record it.
+    /// Other ranks follow NumPy's `matmul`: leading axes are batches that broadcast
+    /// (`[b, m, k] × [k, n] → [b, m, n]`), a 1-d operand is a row on the left and a column on
+    /// the right. A batch runs one 2-d product per element (not one batched kernel).
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let a = Tensor::<f64>::from_vec((0..12).map(f64::from).collect(), &[3, 2, 2]);
+    /// let v = Tensor::<f64>::from_vec(vec![1.0, -1.0], &[2]);
+    /// let av = a.matmul(&v); // [3, 2]: each matrix times the column v
+    /// assert_eq!((av.shape().to_vec(), av.to_vec()), (vec![3, 2], vec![-1.0; 6]));
+    /// ```
     ///
     /// ```
     /// use kiln::prelude::*;
@@ -312,6 +323,79 @@ impl<T: crate::types::Float> Tensor<T> {
     }
     /// As [`Tensor::matmul`], returning an error naming both shapes when they do not fit.
     pub fn try_matmul(&self, other: &Tensor<T>) -> Result<Tensor<T>> {
+        if self.ndim() == 2 && other.ndim() == 2 {
+            return self.matmul_2d(other);
+        }
+        self.matmul_batched(other)
+    }
+
+    /// NumPy's `matmul` beyond two dimensions: a 1-d operand is a row (left) or a column
+    /// (right) whose axis leaves the result; leading axes are batches, broadcast against each
+    /// other. Each batch element is one 2-d product (a device operation each, differentiable and
+    /// recorded by frozen functions like the 2-d one); the results are stacked.
+    fn matmul_batched(&self, other: &Tensor<T>) -> Result<Tensor<T>> {
+        let (sa, sb) = (self.shape.clone(), other.shape.clone());
+        let refuse = |why: &str| {
+            Error::Invalid(format!(
+                "matmul of shapes {sa:?} and {sb:?}: {why} (NumPy's rules: [.., m, k] @ [.., k, n], leading axes broadcast; a 1-d operand is a row on the left, a column on the right)"
+            ))
+        };
+        if sa.is_empty() || sb.is_empty() {
+            return Err(refuse(
+                "a 0-d tensor has no matrix product; multiply with `*`",
+            ));
+        }
+        let a = if sa.len() == 1 {
+            self.try_reshape(&[1, sa[0]])?
+        } else {
+            self.clone()
+        };
+        let b = if sb.len() == 1 {
+            other.try_reshape(&[sb[0], 1])?
+        } else {
+            other.clone()
+        };
+        let (ra, rb) = (a.ndim(), b.ndim());
+        let (m, k, k2, n) = (
+            a.shape[ra - 2],
+            a.shape[ra - 1],
+            b.shape[rb - 2],
+            b.shape[rb - 1],
+        );
+        if k != k2 {
+            return Err(refuse(&format!("the inner lengths {k} and {k2} differ")));
+        }
+        let batch = broadcast_shapes(&a.shape[..ra - 2], &b.shape[..rb - 2])
+            .map_err(|_| refuse("the leading (batch) axes do not broadcast"))?;
+        let count = super::numel(&batch)?;
+        let with = |tail: [usize; 2]| [batch.as_slice(), &tail].concat();
+        let mut out_shape = with([m, n]);
+        let out = if count == 0 {
+            Tensor::zeros(&out_shape)
+        } else {
+            let af = a
+                .try_broadcast_to(&with([m, k]))?
+                .try_reshape(&[count, m, k])?;
+            let bf = b
+                .try_broadcast_to(&with([k, n]))?
+                .try_reshape(&[count, k, n])?;
+            let parts = (0..count)
+                .map(|i| af.index_axis(0, i).matmul_2d(&bf.index_axis(0, i)))
+                .collect::<Result<Vec<_>>>()?;
+            Tensor::try_concat(&parts, 0)?.try_reshape(&out_shape)?
+        };
+        // the 1-d operands' axes leave the result
+        if sb.len() == 1 {
+            out_shape.pop();
+        }
+        if sa.len() == 1 {
+            out_shape.remove(out_shape.len() - if sb.len() == 1 { 1 } else { 2 });
+        }
+        out.try_reshape(&out_shape)
+    }
+
+    /// The product of two 2-d tensors.
+    fn matmul_2d(&self, other: &Tensor<T>) -> Result<Tensor<T>> {
         let (a, b) = (&self.shape, &other.shape);
         if a.len() != 2 || b.len() != 2 || a[1] != b[0] {
             return Err(Error::Invalid(format!(
@@ -321,7 +405,7 @@ impl<T: crate::types::Float> Tensor<T> {
         let (m, k, n) = (a[0], a[1], b[1]);
         if crate::ad::rules::tracks(&self.array) || crate::ad::rules::tracks(&other.array) {
             // the product of the detached values, with one node for both operands
-            let out = self.detached().try_matmul(&other.detached())?;
+            let out = self.detached().matmul_2d(&other.detached())?;
             return Ok(crate::ad::tensor::record_matmul(self, other, out));
         }
         // the product's shape, checked before anything (the scan hook included) multiplies it
