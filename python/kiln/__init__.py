@@ -49,7 +49,9 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     Python. Usable as ``@kiln.freeze`` or ``@kiln.freeze(limit=...)``.
 
     ``state_fn(*args, **kwargs)`` returns extra values (captured arrays) that are part of the
-    layout; ``limit`` bounds the recordings kept; ``warn_after`` warns when a function keeps being
+    layout; ``limit`` bounds the recordings kept (None or -1: no bound; past it, a new layout replaces the recording
+    used longest ago, as in Dr.Jit; ``JitFlag.KernelFreezing`` off runs every frozen function
+    unfrozen on this thread); ``warn_after`` warns when a function keeps being
     re-recorded; ``auto_opaque`` makes literals that change between calls opaque instead of
     recording again; ``enabled=False`` runs the function plainly (evaluating what a frozen call
     evaluates). ``backend`` is accepted for Dr.Jit compatibility and must be None (kiln picks its
@@ -73,6 +75,8 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     if f is None:
         return lambda g: freeze(g, state_fn=state_fn, limit=limit, warn_after=warn_after,
                                 auto_opaque=auto_opaque, enabled=enabled)
+    if limit is not None and limit < 0:
+        limit = None  # Dr.Jit's -1: no limit
     frozen = _kiln.FrozenFunction(f, state_fn, limit, warn_after, auto_opaque, enabled)
     try:
         frozen.__doc__ = f.__doc__
@@ -266,6 +270,21 @@ from ._ad import *  # noqa: F401,F403,E402
 from . import _custom  # noqa: E402
 from ._custom import *  # noqa: F401,F403,E402
 
+def matmul(a, b):
+    """The matrix product of two float tensors (Dr.Jit's ``dr.matmul``, NumPy's rules): ``[.., m,
+    k] @ [.., k, n]`` with the leading (batch) axes broadcast; a 1-D operand is a row on the left
+    and a column on the right, its axis leaving the result. Differentiable; frozen functions
+    record it. Where kiln differs: tensors only (wrap arrays with ``kiln.TensorXf(x, shape)``), and
+    a batch runs one 2-D product per element rather than one batched kernel."""
+    if not (isinstance(a, _kiln.TensorBase) and isinstance(b, _kiln.TensorBase)):
+        raise TypeError(f"kiln.matmul multiplies tensors, not {type(a).__name__} and {type(b).__name__}: "
+                        "wrap arrays as tensors, e.g. kiln.TensorXf(x, (m, k))")
+    return a @ b
+
+
+# Dr.Jit's optimizers (``drjit.opt``): kiln.opt.SGD, RMSProp, Adam
+from . import opt  # noqa: E402
+
 
 # Dr.Jit's aliases
 sync = _kiln.sync_thread
@@ -276,7 +295,7 @@ __all__ = sorted(
     | set(_vectors.__all__)
     | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax", "allclose", "shape",
        "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "syntax", "hint", "dispatch",
-       "reshape"}
+       "reshape", "opt", "matmul"}
     | set(_ad.__all__)
     | set(_custom.__all__)
     | set(_traits.__all__)

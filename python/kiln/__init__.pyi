@@ -1195,6 +1195,11 @@ class _Lax:
 
 lax: _Lax
 
+def matmul(a: TensorBase, b: TensorBase) -> TensorBase: ...
+
+# Dr.Jit's optimizers (``kiln.opt.SGD``, ``RMSProp``, ``Adam``)
+from . import opt as opt
+
 # ---- Dr.Jit helpers composed from kiln's operations ------------------------------------------------
 
 def allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool: ...
@@ -1264,6 +1269,7 @@ class JitFlag(enum.IntFlag):
     SymbolicCalls = 4
     OptimizeLoops = 8
     KernelHistory = 16
+    KernelFreezing = 32
 
 class KernelType(enum.Enum):
     JIT = 0

@@ -748,11 +748,34 @@ def opaque(dtype, value, shape=None):
 
 
 def make_opaque(*args):
-    """Give each argument (an array or a vector) a buffer of its own, in place."""
-    arrays = []
+    """Give each argument a buffer of its own, in place: arrays, vectors, tensors, and the
+    arrays inside lists, tuples, dicts and Dr.Jit-style structs (as Dr.Jit's ``make_opaque``)."""
+    arrays, tensors = [], []
+
+    def visit(a):
+        if isinstance(a, StaticArrayBase):
+            arrays.extend(a._c)
+        elif isinstance(a, _k.TensorBase):
+            flat = a.array
+            arrays.append(flat)
+            tensors.append((a, flat))
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+        elif isinstance(a, dict):
+            for x in a.values():
+                visit(x)
+        elif hasattr(type(a), "DRJIT_STRUCT"):
+            for name in type(a).DRJIT_STRUCT:
+                visit(getattr(a, name))
+        elif a is not None and not isinstance(a, (_numbers.Number, str)):
+            arrays.append(a)  # an array (anything else: the native call names it)
+
     for a in args:
-        arrays.extend(a._c if isinstance(a, StaticArrayBase) else (a,))
+        visit(a)
     _k.make_opaque(*arrays)
+    for t, flat in tensors:  # the evaluated values go back into the tensors
+        _k._assign(t, type(t)(flat, t.shape))
 
 
 # ---- memory ----------------------------------------------------------------------------------

@@ -702,6 +702,9 @@ def stub_names(tree):
                 names[t.id] = node
         elif isinstance(node, ast.AnnAssign):
             names[node.target.id] = node
+        elif isinstance(node, ast.ImportFrom):
+            # `from . import opt as opt`: the typing convention for a re-exported name
+            names.update({a.asname: node for a in node.names if a.asname == a.name})
     return names
 
 
