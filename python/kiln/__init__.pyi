@@ -78,6 +78,8 @@ class ArrayBase:
     @property
     def is_evaluated(self) -> bool: ...
     @property
+    def state(self) -> VarState: ...
+    @property
     def label(self) -> str | None: ...
     @label.setter
     def label(self, name: str) -> None: ...
@@ -1270,6 +1272,16 @@ class JitFlag(enum.IntFlag):
     OptimizeLoops = 8
     KernelHistory = 16
     KernelFreezing = 32
+
+class VarState(enum.IntEnum):
+    Invalid = 0
+    Literal = 1
+    Undefined = 2
+    Unevaluated = 3
+    Evaluated = 4
+    Dirty = 5
+    Symbolic = 6
+    Mixed = 7
 
 class KernelType(enum.Enum):
     JIT = 0

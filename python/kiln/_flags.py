@@ -31,6 +31,20 @@ class JitFlag(enum.IntFlag):
     KernelFreezing = 1 << 5
 
 
+class VarState(enum.IntEnum):
+    """What an array is now (``x.state``; Dr.Jit's names). kiln reports ``Literal``,
+    ``Evaluated`` and ``Unevaluated``; the other members exist for code that compares with them."""
+
+    Invalid = 0
+    Literal = 1
+    Undefined = 2
+    Unevaluated = 3
+    Evaluated = 4
+    Dirty = 5
+    Symbolic = 6
+    Mixed = 7
+
+
 class KernelType(enum.Enum):
     """What a ``kernel_history()`` entry ran (Dr.Jit's names): a compiled kernel (``JIT``,
     possibly with a reduction fused in), a reduction of an evaluated array (``Reduce``), or
@@ -102,4 +116,4 @@ def scoped_set_flag(flags, value=True):
             _k._set_flag(n, v)
 
 
-__all__ = ["JitFlag", "KernelType", "KernelRecordingMode", "kernel_history", "set_flag", "flag", "scoped_set_flag"]
+__all__ = ["JitFlag", "VarState", "KernelType", "KernelRecordingMode", "kernel_history", "set_flag", "flag", "scoped_set_flag"]

@@ -512,6 +512,26 @@ impl ArrayBase {
     fn is_evaluated(&self) -> bool {
         each!(&self.a, x => x.is_evaluated())
     }
+    /// What the array is now (Dr.Jit's `x.state`, a `kiln.VarState`): `Literal` (a constant
+    /// baked into the kernels that read it), `Evaluated` (it has a buffer) or `Unevaluated` (a
+    /// traced expression). kiln does not tell Dr.Jit's `Symbolic`, `Dirty` and `Undefined` apart
+    /// from `Unevaluated`/`Evaluated`.
+    #[getter]
+    fn state(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let id = each!(&self.a, x => x.id());
+        let name = if kiln_core::literal_value(id).is_some() {
+            "Literal"
+        } else if kiln_core::is_evaluated(id) {
+            "Evaluated"
+        } else {
+            "Unevaluated"
+        };
+        Ok(py
+            .import("kiln")?
+            .getattr("VarState")?
+            .getattr(name)?
+            .unbind())
+    }
     /// The name kiln's messages and `whos()` give the array.
     #[getter]
     fn get_label(&self) -> Option<String> {

@@ -572,3 +572,15 @@ def test_scheduled_arrays_join_the_next_evaluation():
     kiln.eval(u)
     with kiln.scoped_set_flag(kiln.JitFlag.KernelHistory, True):
         assert u.numpy().tolist() == [2, 2, 2] and kiln.kernel_history() == []
+
+
+def test_state_says_literal_evaluated_or_unevaluated():
+    x = kiln.Float32(1.5)
+    assert x.state == kiln.VarState.Literal
+    y = x + kiln.arange(kiln.Float32, 3)
+    assert y.state == kiln.VarState.Unevaluated
+    y.eval()
+    assert y.state == kiln.VarState.Evaluated
+    kiln.make_opaque(x)
+    assert x.state == kiln.VarState.Evaluated and x.tolist() == [1.5]
+    assert kiln.opaque(kiln.UInt32, 7, 4).state == kiln.VarState.Evaluated
