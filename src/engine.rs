@@ -26,6 +26,22 @@ pub use kiln_core::kernel::{Kernel, KernelHash};
 pub use kiln_core::plan::Summary as Plan;
 /// The warning about arrays recomputed by many kernels (state a host loop never evaluates).
 pub use kiln_core::schedule::{recompute_detections, warn_on_recompute};
+
+/// Drop the compiled kernels kept in memory; frozen functions record again at their next call
+/// (Dr.Jit's `flush_kernel_cache`). See `kiln_core::cache::flush`.
+///
+/// ```
+/// use kiln::prelude::*;
+/// let mut f = kiln::freeze(|x: &Float32| x * 2.0f32);
+/// let x = Float32::from_slice(&[1.0, 2.0]);
+/// f.call(&x).unwrap();
+/// kiln::engine::flush_kernel_cache();
+/// assert_eq!(f.call(&x).unwrap().to_vec(), vec![2.0, 4.0]);
+/// assert_eq!(f.stats().recordings, 2);
+/// ```
+pub fn flush_kernel_cache() {
+    kiln_core::cache::flush()
+}
 pub use kiln_core::{backend, kernels_for, schedule::plan_for, with_backend, VarId};
 
 /// Lane blocking of fused scans over wide rows (`KILN_LANE_BLOCK`): how many lanes a block holds

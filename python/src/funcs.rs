@@ -1045,6 +1045,19 @@ fn sync_thread(py: Python<'_>) -> PyResult<()> {
     py.detach(|| try_guard(kiln::sync))
 }
 
+/// Drop the compiled kernels kept in memory; frozen functions record again at their next call
+/// (Dr.Jit's `dr.flush_kernel_cache`).
+#[pyfunction]
+fn flush_kernel_cache(py: Python<'_>) {
+    py.detach(kiln::engine::flush_kernel_cache)
+}
+
+/// Give the memory kiln keeps for reuse back to the system (Dr.Jit's `dr.flush_malloc_cache`).
+#[pyfunction]
+fn flush_malloc_cache(py: Python<'_>) {
+    py.detach(kiln::trim)
+}
+
 /// This thread's kernel history, taken (see `kiln.kernel_history`): per launch (kind, op name,
 /// hash, size, inputs, outputs, IR operations, microseconds, recording mode).
 #[allow(clippy::type_complexity)]
@@ -1201,6 +1214,8 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
         eval,
         schedule,
         sync_thread,
+        flush_kernel_cache,
+        flush_malloc_cache,
         whos,
         whos_str,
         set_label,

@@ -384,3 +384,14 @@ def test_kernel_freezing_off_runs_frozen_functions_plainly_on_this_thread():
         assert other == [True]  # per thread
     frozen(x)
     assert len(calls) == 2 and kiln.flag(kiln.JitFlag.KernelFreezing)
+
+
+def test_flushing_the_kernel_cache_records_again():
+    f = kiln.freeze(lambda x: x * 3.0 + 1.0)
+    x = kiln.Float32([1.0, 2.0])
+    f(x)
+    f(x)
+    kiln.flush_kernel_cache()
+    kiln.flush_malloc_cache()
+    assert f(x).tolist() == [4.0, 7.0]
+    assert (f.n_recordings, f.n_replays) == (2, 1)

@@ -276,6 +276,8 @@ pub(crate) struct FrozenState {
     evict_lru: bool,
     /// Calls so far (the time stamp of `Entry::used`).
     clock: u64,
+    /// The kernel cache's flush count the recordings were made under (a flush drops them).
+    cache_epoch: u64,
     warn_after: usize,
     enabled: bool,
     auto_opaque: bool,
@@ -342,6 +344,7 @@ impl FrozenState {
             limit: usize::MAX,
             evict_lru: false,
             clock: 0,
+            cache_epoch: kiln_core::cache::epoch(),
             warn_after: 10,
             enabled: true,
             auto_opaque: true,
@@ -375,6 +378,11 @@ impl FrozenState {
             return Ok(out);
         }
         let t0 = Instant::now();
+        if self.cache_epoch != kiln_core::cache::epoch() {
+            // the kernel cache was flushed: record again, as Dr.Jit does
+            self.cache_epoch = kiln_core::cache::epoch();
+            self.entries.clear();
+        }
         let mut t = Traversal::new();
         args.traverse_all(&mut t);
         if let Some(s) = &extra {

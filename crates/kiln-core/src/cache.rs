@@ -2,7 +2,8 @@
 //! keep their own disk cache underneath: a kernel they load from disk counts as a disk hit.)
 //!
 //! A hit costs one hash-map lookup; a miss compiles through the backend, counts and logs the compile
-//! time. The cache never evicts: kernels are small, and programs use few distinct ones.
+//! time. The cache never evicts on its own: kernels are small, and programs use few distinct
+//! ones; [`flush`] empties it on request.
 
 use crate::backend::{Backend, BackendKind, CompiledKernel};
 use crate::error::Result;
@@ -67,6 +68,34 @@ pub fn get(backend: &Arc<dyn Backend>, kernel: &Kernel, hash: KernelHash) -> Res
         hit: false,
         compile_ns: ns,
     })
+}
+
+/// Bumped by every [`flush`]: a frozen function whose recordings predate it records again.
+static EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Drop every compiled kernel kept in memory (Dr.Jit's `flush_kernel_cache`): each kernel
+/// compiles (or loads from the disk cache) again at its next use, and frozen functions record
+/// again (their recordings hold compiled kernels). Launches running now and recordings still
+/// held keep their kernels alive until they let go.
+///
+/// ```
+/// let x = kiln_core::counter(kiln_core::VarType::U32, 10).unwrap();
+/// let y = kiln_core::op(kiln_core::Op::Add, &[x, x]).unwrap();
+/// kiln_core::eval(&[y]).unwrap();
+/// let before = kiln_core::cache::epoch();
+/// kiln_core::cache::flush();
+/// assert_eq!(kiln_core::cache::epoch(), before + 1);
+/// for id in [x, y] { kiln_core::dec_ref(id); }
+/// ```
+pub fn flush() {
+    let old = CACHE.lock().take();
+    EPOCH.fetch_add(1, Relaxed);
+    drop(old); // (outside the lock: a kernel's drop may free JIT memory)
+}
+
+/// How many times [`flush`] ran.
+pub fn epoch() -> u64 {
+    EPOCH.load(Relaxed)
 }
 
 /// Number of cached kernels.

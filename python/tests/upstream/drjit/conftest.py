@@ -488,8 +488,6 @@ XFAIL = {
     'test_autodiff.py::test137_forward_from_existing_gradient': FORWARD_FROM,
     'test_autodiff.py::test138_relative_grad':
         'Dr.Jit feature not in kiln: dr.relative_grad',
-    'test_freeze.py::test02_flush_kernel_cache':
-        'Dr.Jit feature not in kiln: dr.flush_kernel_cache',
     'test_freeze.py::test09_traverse_cb': DETAIL,
     'test_freeze.py::test11_optimization': ALLCLOSE,
     'test_freeze.py::test13_changed_input_dict':
