@@ -8,6 +8,42 @@ use kiln::prelude::*;
 const TOL: f64 = 1e-6;
 
 #[test]
+fn one_value_set_as_the_gradient_of_every_lane_reaches_lanes_read_by_index() {
+    // `set_grad(y, 1)` means 1 for every lane of y: the rules that read a cotangent's lanes by
+    // index (a scatter's, block and prefix sums') must see all of them, not one element
+    let _s = serial();
+    let seed = |y: &Float64| {
+        y.set_grad(&Float64::from(2.0));
+    };
+    let mut x = Float64::from_slice(&[1.0, 2.0, 3.0, 4.0]);
+    x.enable_grad();
+    let mut u = Float64::zeros(6);
+    scatter(&mut u, &x, &UInt32::from_slice(&[5, 4, 3, 2]));
+    seed(&u);
+    kiln::ad::backward_to(&x, false, false).unwrap();
+    assert_eq!(x.grad().to_vec(), vec![2.0; 4], "scatter");
+    for (name, f) in [
+        (
+            "block_sum",
+            (|x: &Float64| x.block_sum(2)) as fn(&Float64) -> Float64,
+        ),
+        ("prefix_sum", |x: &Float64| x.prefix_sum(false)),
+    ] {
+        let mut x = Float64::from_slice(&[1.0, 2.0, 3.0, 4.0]);
+        x.enable_grad();
+        let y = f(&x);
+        seed(&y);
+        kiln::ad::backward_to(&x, false, false).unwrap();
+        let want = if name == "block_sum" {
+            vec![2.0; 4]
+        } else {
+            vec![8.0, 6.0, 4.0, 2.0]
+        };
+        assert_eq!(x.grad().to_vec(), want, "{name}");
+    }
+}
+
+#[test]
 fn gather_masked_and_out_of_range_lanes() {
     let _s = serial();
     let idx = UInt32::from_slice(&[0, 2, 2, 4, 7, 1, 3]);

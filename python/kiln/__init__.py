@@ -282,6 +282,9 @@ def matmul(a, b):
     return a @ b
 
 
+# running reductions over arrays and tensor axes (in place of the native 1-D prefix_sum, cumsum)
+from ._prefix import cumsum, prefix_reduce, prefix_sum  # noqa: E402,F811
+
 # Dr.Jit's optimizers (``drjit.opt``): kiln.opt.SGD, RMSProp, Adam
 from . import opt  # noqa: E402
 
@@ -295,7 +298,7 @@ __all__ = sorted(
     | set(_vectors.__all__)
     | {"Float", "UInt", "Int", "sync", "pow", "freeze", "scan", "until", "lax", "allclose", "shape",
        "sincos", "sincosh", "cbrt", "asinh", "acosh", "atanh", "syntax", "hint", "dispatch",
-       "reshape", "opt", "matmul"}
+       "reshape", "opt", "matmul", "prefix_reduce"}
     | set(_ad.__all__)
     | set(_custom.__all__)
     | set(_traits.__all__)

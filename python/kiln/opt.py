@@ -207,14 +207,18 @@ class Optimizer(MutableMapping):
         gradient. ``grad_scale`` multiplies the gradients (a number or a one-element array);
         ``active``, a one-element ``Bool``, skips the step where False; ``eval=False`` leaves the
         new state unevaluated so that it fuses with what follows."""
+        if isinstance(active, bool):  # a Python bool: all or nothing
+            active = None if active else kiln.Bool(False)
         written = []
         for e in self._entries.values():
             leaves = _leaves(e.value)
             keep = None if active is None else ~active
-            for i, leaf in enumerate(leaves):
-                g = _flat(kiln.grad(leaf))
-                if grad_scale is not None:
-                    g = g * grad_scale
+            grads = [_flat(kiln.grad(leaf)) for leaf in leaves]
+            if grad_scale is not None:
+                grads = [g * (type(g)(grad_scale) if isinstance(grad_scale, _kiln.ArrayBase) else grad_scale)
+                         for g in grads]
+            self._prepare(e, grads)
+            for i, (leaf, g) in enumerate(zip(leaves, grads)):
                 x = kiln.detach(_flat(leaf))
                 moments = e.moments[i]
                 new_x, new_m = self._update(e, x, g, moments)
@@ -235,10 +239,15 @@ class Optimizer(MutableMapping):
                 _kiln._assign(dst, src)
             written += e.powers
             kiln.enable_grad(e.value)
+        self.__dict__.pop("_vmax", None)  # (a step's scratch: no array outlives the step)
         if eval and written:
             kiln.eval(*written)
 
     # -- what an optimizer provides ------------------------------------------------------------
+    def _prepare(self, entry, grads):
+        """Work over all of a parameter's leaves before the per-leaf updates (UniformAdam's
+        largest second moment)."""
+
     def _update(self, entry, x, g, moments):
         """The new flat value and moments of one leaf."""
         raise NotImplementedError
@@ -368,12 +377,24 @@ class Adam(Optimizer):
     def _advance(self, e):
         return [e.powers[0] * self.beta_1, e.powers[1] * self.beta_2]
 
+    def _second(self, v, g):
+        return v * self.beta_2 + g * g * (1.0 - self.beta_2)
+
+    def _prepare(self, e, grads):
+        # UniformAdam: the largest second moment over the whole parameter (every component of
+        # a vector, every element of a tensor)
+        self._vmax = None
+        if self.uniform:
+            for (m, v), g in zip(e.moments, grads):
+                top = kiln.max(self._second(v, g))
+                self._vmax = top if self._vmax is None else kiln.maximum(self._vmax, top)
+
     def _update(self, e, x, g, moments):
         m = moments[0] * self.beta_1 + g * (1.0 - self.beta_1)
-        v = moments[1] * self.beta_2 + g * g * (1.0 - self.beta_2)
+        v = self._second(moments[1], g)
         p1, p2 = self._advance(e)
         scale = e.rate * kiln.sqrt(1.0 - p2) / (1.0 - p1)
-        vs = kiln.max(v) if self.uniform else v
+        vs = self._vmax if self.uniform else v
         return x - scale * m / (kiln.sqrt(vs) + self.epsilon), [m, v]
 
     def __repr__(self):

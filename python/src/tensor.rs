@@ -332,6 +332,24 @@ impl TensorBase {
     fn ndim(&self) -> usize {
         self.shape.len()
     }
+    /// The gradient, a tensor of the same shape (Dr.Jit's `x.grad`); settable (a number, an
+    /// array or a tensor of the same size).
+    #[getter]
+    fn get_grad(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let g = crate::ad::grad_of(py, &self.a)?;
+        let d = g.bind(py).cast::<ArrayBase>()?.borrow().a.clone();
+        wrap_tensor(py, d, self.shape.clone())
+    }
+    #[setter]
+    fn set_grad(&self, g: &Bound<PyAny>) -> PyResult<()> {
+        match g.cast::<TensorBase>() {
+            Ok(t) => {
+                let flat = wrap(g.py(), t.borrow().a.clone())?;
+                crate::ad::set_grad_of(&self.a, flat.bind(g.py()), false)
+            }
+            Err(_) => crate::ad::set_grad_of(&self.a, g, false),
+        }
+    }
     fn __len__(&self) -> PyResult<usize> {
         self.shape
             .first()

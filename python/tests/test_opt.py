@@ -204,6 +204,35 @@ def test_grad_scale_and_active():
     np.testing.assert_allclose(np.array(a["x"]), [-0.1], rtol=1e-5)
 
 
+def test_uniform_adam_takes_the_largest_moment_over_the_whole_parameter():
+    vec, flat = Adam(lr=0.1, uniform=True), Adam(lr=0.1, uniform=True)
+    vec["p"] = kiln.Array3f(0.0, 0.0, 0.0)
+    flat["p"] = kiln.Float32(0.0, 0.0, 0.0)
+    p = vec["p"]
+    kiln.backward(kiln.sum(p.x * 1.0 + p.y * 10.0 + p.z * 100.0))
+    vec.step()
+    kiln.backward(kiln.sum(flat["p"] * kiln.Float32(1.0, 10.0, 100.0)))
+    flat.step()
+    got = [float(np.array(c)[0]) for c in (vec["p"].x, vec["p"].y, vec["p"].z)]
+    np.testing.assert_allclose(got, np.array(flat["p"]), rtol=1e-6)
+    assert abs(got[0]) < abs(got[2]) / 50  # one scale for all three: small gradient, small step
+
+
+def test_python_bools_and_other_precisions_as_step_options():
+    opt = SGD(lr=0.5)
+    opt["x"] = kiln.Float32(1.0, 2.0)
+    kiln.backward(kiln.sum(opt["x"] * opt["x"]))
+    opt.step(active=True)
+    assert np.array(opt["x"]).tolist() == [0.0, 0.0]
+    kiln.backward(kiln.sum(opt["x"] + 1.0))
+    opt.step(active=False)
+    assert np.array(opt["x"]).tolist() == [0.0, 0.0]
+    kiln.backward(kiln.sum(opt["x"] * 4.0))
+    opt.step(grad_scale=kiln.Float64(0.5))  # cast to the parameter's precision
+    assert np.array(opt["x"]).tolist() == [-1.0, -1.0]
+    assert type(opt["x"]) is kiln.Float32
+
+
 def test_bad_input_names_the_fix():
     opt = SGD(lr=0.1)
     with pytest.raises(TypeError, match="floating-point"):

@@ -198,8 +198,12 @@ def test_bad_axes_and_ambiguous_truth_are_errors():
         bool(t)
     with pytest.raises(TypeError, match="operand"):
         kiln.select(t > 0, t, "x")
-    with pytest.raises(ValueError, match="axis 0"):
-        kiln.prefix_sum(t)
+    # (a running sum runs along axis 0 of a tensor, as Dr.Jit's prefix_sum does)
+    a = t.numpy()
+    np.testing.assert_allclose(kiln.prefix_sum(t).numpy(), np.cumsum(a, axis=0) - a, rtol=1e-6)
+    np.testing.assert_allclose(kiln.cumsum(t, axis=1).numpy(), np.cumsum(a, axis=1), rtol=1e-6)
+    with pytest.raises(ValueError, match="axis 2"):
+        kiln.prefix_sum(t, axis=2)
     np.testing.assert_array_equal(kiln.prefix_sum(kiln.TensorXf([1, 2, 3])).numpy(), [0, 1, 3])
 
 

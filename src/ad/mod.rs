@@ -381,7 +381,10 @@ impl<T: Float> Array<T> {
                 m
             )));
         }
-        let new = g.detach();
+        // one value for every lane is stored as one per lane: the rules of non-elementwise
+        // operations (a scatter's gather of its cotangent, block and prefix sums) read lanes
+        // of the cotangent by index, where a one-element array would read 0 or one block
+        let new = rules::broadcast(g.detach(), m);
         let old = graph::with(|gr| gr.node_mut(self.ad).grad.take());
         let v = match (add, old) {
             (true, Some(o)) => o.array::<T>() + new,

@@ -290,7 +290,7 @@ impl<T: crate::types::Float> Tensor<T> {
     /// cores (operands are evaluated first). A device operation: frozen functions record it.
     /// Other ranks follow NumPy's `matmul`: leading axes are batches that broadcast
     /// (`[b, m, k] × [k, n] → [b, m, n]`), a 1-d operand is a row on the left and a column on
-    /// the right. A batch runs one 2-d product per element (not one batched kernel).
+    /// the right. A batch runs as one fused product and sum over `k`, not as BLAS products.
     ///
     /// ```
     /// use kiln::prelude::*;
@@ -331,8 +331,9 @@ impl<T: crate::types::Float> Tensor<T> {
 
     /// NumPy's `matmul` beyond two dimensions: a 1-d operand is a row (left) or a column
     /// (right) whose axis leaves the result; leading axes are batches, broadcast against each
-    /// other. Each batch element is one 2-d product (a device operation each, differentiable and
-    /// recorded by frozen functions like the 2-d one); the results are stacked.
+    /// other. The batch is one elementwise product and a sum over `k` (kiln's fused kernels, not
+    /// the BLAS of the 2-d product): one compile for any batch size, right for many small
+    /// matrices; for a few large ones, 2-d products of `index_axis` slices are faster.
     fn matmul_batched(&self, other: &Tensor<T>) -> Result<Tensor<T>> {
         let (sa, sb) = (self.shape.clone(), other.shape.clone());
         let refuse = |why: &str| {
@@ -370,19 +371,16 @@ impl<T: crate::types::Float> Tensor<T> {
         let count = super::numel(&batch)?;
         let with = |tail: [usize; 2]| [batch.as_slice(), &tail].concat();
         let mut out_shape = with([m, n]);
-        let out = if count == 0 {
+        let out = if count == 0 || m == 0 || n == 0 || k == 0 {
             Tensor::zeros(&out_shape)
         } else {
-            let af = a
+            // [.., m, k, 1] * [.., 1, k, n] summed over k: one fused kernel and an axis reduction
+            // (the product is not stored), one compile whatever the batch size
+            let a4 = a
                 .try_broadcast_to(&with([m, k]))?
-                .try_reshape(&[count, m, k])?;
-            let bf = b
-                .try_broadcast_to(&with([k, n]))?
-                .try_reshape(&[count, k, n])?;
-            let parts = (0..count)
-                .map(|i| af.index_axis(0, i).matmul_2d(&bf.index_axis(0, i)))
-                .collect::<Result<Vec<_>>>()?;
-            Tensor::try_concat(&parts, 0)?.try_reshape(&out_shape)?
+                .unsqueeze(batch.len() + 2);
+            let b4 = b.try_broadcast_to(&with([k, n]))?.unsqueeze(batch.len());
+            (&a4 * &b4).sum_axis(batch.len() + 1)
         };
         // the 1-d operands' axes leave the result
         if sb.len() == 1 {
@@ -399,7 +397,9 @@ impl<T: crate::types::Float> Tensor<T> {
         let (a, b) = (&self.shape, &other.shape);
         if a.len() != 2 || b.len() != 2 || a[1] != b[0] {
             return Err(Error::Invalid(format!(
-                "matmul of shapes {a:?} and {b:?}: give 2-d tensors [m, k] and [k, n]"
+                "matmul of shapes {a:?} and {b:?}: the inner lengths {} and {} differ; give [m, k] and [k, n]",
+                a.get(1).copied().unwrap_or(0),
+                b.first().copied().unwrap_or(0)
             )));
         }
         let (m, k, n) = (a[0], a[1], b[1]);

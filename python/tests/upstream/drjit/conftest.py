@@ -627,6 +627,15 @@ XFAIL = {
 # functions that keep their shape). Found by running the directory with --runxfail; they run as
 # ordinary tests.
 PASSING = {
+    "test_autodiff.py::test036_scatter_add_fwd[kiln.Float32]",
+    "test_autodiff.py::test036_scatter_add_fwd[kiln.Float64]",
+    "test_autodiff.py::test093_prefix_sum_bwd[kiln.Float32]",
+    "test_autodiff.py::test131_prefix_sum_tensor[kiln.TensorXf-0]",
+    "test_autodiff.py::test131_prefix_sum_tensor[kiln.TensorXf-1]",
+    "test_freeze.py::test40_prefix_reductions[False-kiln.Float32]",
+    "test_freeze.py::test40_prefix_reductions[True-kiln.Float32]",
+    "test_while_loop.py::test33_tensor_loop_ad[kiln.TensorXf-evaluated]",
+    "test_while_loop.py::test33_tensor_loop_ad[kiln.TensorXf-symbolic]",
     "test_freeze.py::test74_auto_opaque_retraverse[kiln.Float32]",
     "test_freeze.py::test69_max_cache_size[False--1-kiln.Float32]",
     "test_freeze.py::test69_max_cache_size[True--1-kiln.Float32]",
@@ -1026,9 +1035,6 @@ NOW_FAILS_ON = {
     'test_autodiff.py::test020_ad_flags[2-4-0-kiln.Float64]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert [50] == 0',
     'test_autodiff.py::test020_ad_flags[2-4-1-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert [0] == 100',
     'test_autodiff.py::test020_ad_flags[2-4-1-kiln.Float64]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert [0] == 100',
-    'test_autodiff.py::test036_scatter_add_fwd[kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError: assert False',
-    'test_autodiff.py::test036_scatter_add_fwd[kiln.Float64]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError: assert False',
-    'test_autodiff.py::test093_prefix_sum_bwd[kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert False',
     'test_autodiff.py::test125_packet_gather_bwd[kiln.Array4f-False]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'type_v'",
     'test_autodiff.py::test125_packet_gather_bwd[kiln.Array4f64-False]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'type_v'",
     'test_autodiff.py::test128_packet_scatter_add_fwd[kiln.Array4f-False]': "fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: module 'kiln' has no attribute 'type_v'",
@@ -1119,12 +1125,8 @@ NOW_FAILS_ON = {
     'test_while_loop.py::test30_tensor_loop[kiln.TensorXu-1-True-symbolic]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError',
     'test_while_loop.py::test32_loop_with_only_side_effects[kiln.UInt32-evaluated]': "fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: scatter into r305 (u32 × 5): its index (r224 (u32 × 3)) or values have 3 elements, but it runs inside a loop body, branch or call in evaluated mode over 1 lanes; a scatter there must have one element per lane (or be of size 1, then it runs once per lane) — build the index from the body's...",
     'test_while_loop.py::test32_loop_with_only_side_effects[kiln.UInt32-symbolic]': "fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: scatter into r305 (u32 × 5): its index (r23 (u32 × 3)) or values have 3 elements, but it runs inside a loop body, branch or call in evaluated mode over 1 lanes; a scatter there must have one element per lane (or be of size 1, then it runs once per lane) — build the index from the body's a...",
-    'test_while_loop.py::test33_tensor_loop_ad[kiln.TensorXf-evaluated]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: \'kiln.TensorXf\' object has no attribute \'grad\'',
-    'test_while_loop.py::test33_tensor_loop_ad[kiln.TensorXf-symbolic]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AttributeError: \'kiln.TensorXf\' object has no attribute \'grad\'',
     'test_while_loop.py::test37_loop_multi_size_side_effects[kiln.UInt32-evaluated]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: scatter into r48 (u32 × 200): its index (r274 (u32 × 100)) or values have 100 elements, but it runs inside a loop body, branch or call in evaluated mode over 1 lanes; a scatter there must have one element per lane (or be of size 1, then it runs once per lane) — build the index from the ...',
     'test_while_loop.py::test37_loop_multi_size_side_effects[kiln.UInt32-symbolic]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.InvalidArgument: loop while_loop: a scatter in it has 100 elements (its index, values or mask), but it runs over 1 lanes; a scatter in a loop body, branch or call needs one element per lane (or size 1: it then runs once per lane that runs it) — build its index from the state or the arguments',
-    'test_autodiff.py::test131_prefix_sum_tensor[kiln.TensorXf-0]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.TypeMismatch: make_opaque takes kiln arrays',
-    'test_autodiff.py::test131_prefix_sum_tensor[kiln.TensorXf-1]': 'fails on (first failure, found with --runxfail; see RESULTS.md): kiln.TypeMismatch: make_opaque takes kiln arrays',
 }
 
 
