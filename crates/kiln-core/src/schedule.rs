@@ -241,6 +241,9 @@ fn run(ids: Option<&[VarId]>) -> Result<()> {
     run_with(ids, None)
 }
 
+/// The largest literal (in bytes) [`fill_literals`] uploads.
+const FILL_BYTES: usize = 1 << 20;
+
 /// Give the unevaluated literals among `ids` their buffers by uploading their values, not by a
 /// kernel with the value baked in: such a kernel compiles anew for every value, so `opaque(lr)`
 /// (or a gather from a scalar) in a training loop compiled at every step. Inside a recording
@@ -248,9 +251,6 @@ fn run(ids: Option<&[VarId]>) -> Result<()> {
 /// upload of fixed bytes would not follow. The literal leaves the CSE table (as `make_opaque`
 /// takes it out), so constants traced later stay literals. Literals over [`FILL_BYTES`] still run
 /// a kernel: it fills on every core, and its compile is small beside writing that much.
-/// The largest literal (in bytes) [`fill_literals`] uploads.
-const FILL_BYTES: usize = 1 << 20;
-
 fn fill_literals(ids: &[VarId]) -> Result<()> {
     if crate::context::recording() {
         return Ok(());
