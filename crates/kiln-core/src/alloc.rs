@@ -37,6 +37,50 @@ impl Block {
     }
 }
 
+/// Memory that kiln reads without owning it: another library's array (a NumPy array, a DLPack
+/// tensor) shared without a copy. kiln never writes into it: every path that would write into an
+/// input's buffer in place (scatters, in-place kernels, permutations, frozen replays) counts the
+/// owner as one more holder of the buffer and copies instead. Dropping the value releases the
+/// memory to its owner.
+///
+/// # Safety
+/// `ptr()` stays valid for reading `bytes()` bytes for as long as the value lives, and those
+/// bytes are not freed, moved or resized meanwhile. (Writes by their owner are allowed: kiln then
+/// reads the new values, as NumPy views do.)
+pub unsafe trait ForeignMemory: Send + Sync {
+    /// The first byte.
+    fn ptr(&self) -> *const u8;
+    /// The number of bytes readable from `ptr()`.
+    fn bytes(&self) -> usize;
+}
+
+/// How far past a buffer's last element compiled code may read (a whole vector of the widest
+/// backend past a partial tail; kiln's own blocks have [`SLACK_BYTES`] of it).
+const FOREIGN_OVERREAD: usize = 256;
+
+/// Why foreign memory of `bytes` bytes at `ptr` cannot be read in place as elements of
+/// `elem_bytes` bytes (`None`: it can). Compiled code may read up to 256 bytes past a buffer's
+/// end, which kiln's own blocks allow for; foreign memory qualifies when those bytes lie in the
+/// page of its last byte (a mapped page: reading it cannot fault, and the lanes read there are
+/// discarded), which holds for about 15 in 16 arrays.
+pub fn foreign_refusal(ptr: *const u8, bytes: usize, elem_bytes: usize) -> Option<&'static str> {
+    const PAGE: usize = 4096;
+    let at = ptr as usize;
+    if bytes == 0 {
+        return Some("it is empty");
+    }
+    if at == 0 || at % elem_bytes.max(1) != 0 {
+        return Some("its address is not a multiple of the element size");
+    }
+    let Some(end) = at.checked_add(bytes) else {
+        return Some("it wraps around the address space");
+    };
+    match end.checked_add(FOREIGN_OVERREAD) {
+        Some(past) if (end - 1) / PAGE == (past - 1) / PAGE => None,
+        _ => Some("it ends less than 256 bytes before a page boundary, where reading a vector past its end could fault"),
+    }
+}
+
 /// Allocator statistics (bytes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AllocStats {

@@ -195,7 +195,7 @@ pub(crate) fn decide(
             Some(Declined::PendingScatter)
         } else if left.get(&id) != Some(&0) {
             Some(Declined::Pending)
-        } else if Arc::strong_count(&buf) != 2 + bound.len() {
+        } else if crate::registry::holders(&buf) != 2 + bound.len() {
             // (the variable, `buf` here and this kernel's bindings; anyone else is another holder)
             Some(Declined::SharedBuffer)
         } else if b.interior.is_some() {
@@ -311,6 +311,6 @@ pub(crate) fn assign_target(
         && ordered
         && all == lane_only
         && after == 1
-        && Arc::strong_count(&buf) == 2 + all)
+        && crate::registry::holders(&buf) == 2 + all)
         .then_some(buf)
 }

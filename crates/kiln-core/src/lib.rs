@@ -293,6 +293,40 @@ pub(crate) fn data_var(ty: VarType, buf: Buffer) -> VarId {
     VarId(STATE.lock().insert(v))
 }
 
+/// A new evaluated variable whose `len` elements of `ty` are another library's memory, read in
+/// place without a copy (a NumPy array, a DLPack tensor). kiln never writes into it (see
+/// [`alloc::ForeignMemory`]); the variable sees what the owner writes there later. `Err` says why
+/// the memory cannot be read in place (misaligned, too short, or ending too close to a page
+/// boundary for vector reads past the end); the caller then copies it.
+///
+/// ```
+/// use kiln_core::alloc::ForeignMemory;
+/// struct Held(Vec<f32>);
+/// // SAFETY: the vector is owned by the value and never resized while it lives.
+/// unsafe impl ForeignMemory for Held {
+///     fn ptr(&self) -> *const u8 { self.0.as_ptr().cast() }
+///     fn bytes(&self) -> usize { self.0.len() * 4 }
+/// }
+/// let mut v = Vec::with_capacity(4096);
+/// v.extend([1.0f32, 2.0, 3.0]);
+/// match kiln_core::from_foreign(kiln_core::VarType::F32, 3, Box::new(Held(v))) {
+///     Ok(id) => {
+///         let bytes = kiln_core::read_bytes(id).unwrap();
+///         assert_eq!(&bytes[4..8], &2.0f32.to_le_bytes());
+///         kiln_core::dec_ref(id);
+///     }
+///     Err(why) => println!("copied instead: {why}"),
+/// }
+/// ```
+pub fn from_foreign(
+    ty: VarType,
+    len: usize,
+    mem: Box<dyn alloc::ForeignMemory>,
+) -> std::result::Result<VarId, &'static str> {
+    let buf = Buffer::foreign(ty, len, mem)?;
+    Ok(data_var(ty, buf))
+}
+
 /// A new evaluated variable holding `bytes` (little-endian elements of `ty`).
 pub fn from_bytes(ty: VarType, bytes: &[u8]) -> Result<VarId> {
     let buf = device::upload(ty, bytes)?;
@@ -437,7 +471,11 @@ fn not_sole_owner(v: &Var) -> Option<&'static str> {
         Some("a pending expression still reads it")
     } else if v.dirty {
         Some("a pending scatter writes into it")
-    } else if v.data.as_ref().is_some_and(|b| Arc::strong_count(b) > 1) {
+    } else if v
+        .data
+        .as_ref()
+        .is_some_and(|b| crate::registry::holders(b) > 1)
+    {
         Some("a view or another array shares its buffer")
     } else {
         None

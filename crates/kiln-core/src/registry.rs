@@ -59,6 +59,9 @@ pub struct VarId(pub u32);
 /// An evaluated buffer: `len` elements of `ty`, 64-byte aligned, with slack after the end.
 pub struct Buffer {
     block: Option<Block>,
+    /// Memory another library owns, read in place (then `block` is `None`; see
+    /// [`alloc::ForeignMemory`]).
+    foreign: Option<Box<dyn alloc::ForeignMemory>>,
     pub len: usize,
     /// The element type (a `u8` index of [`VarType::ALL`]): it changes when a result of another
     /// type of the same width is written into the buffer in place (a cast's update-in-place).
@@ -78,9 +81,37 @@ impl Buffer {
         let block = alloc::alloc(bytes as usize, what)?;
         Ok(Buffer {
             block: Some(block),
+            foreign: None,
             len,
             ty: std::sync::atomic::AtomicU8::new(ty.index()),
         })
+    }
+    /// `len` elements of `ty` that `mem` holds, read in place, or why they cannot be (see
+    /// [`alloc::foreign_refusal`]; the caller then copies them).
+    pub fn foreign(
+        ty: VarType,
+        len: usize,
+        mem: Box<dyn alloc::ForeignMemory>,
+    ) -> std::result::Result<Buffer, &'static str> {
+        let bytes = len
+            .checked_mul(ty.size_bytes())
+            .ok_or("its size overflows")?;
+        if mem.bytes() < bytes {
+            return Err("it holds fewer bytes than the elements need");
+        }
+        if let Some(why) = alloc::foreign_refusal(mem.ptr(), bytes, ty.size_bytes()) {
+            return Err(why);
+        }
+        Ok(Buffer {
+            block: None,
+            foreign: Some(mem),
+            len,
+            ty: std::sync::atomic::AtomicU8::new(ty.index()),
+        })
+    }
+    /// Whether the memory belongs to another library (never written in place).
+    pub fn is_foreign(&self) -> bool {
+        self.foreign.is_some()
     }
     /// The element type.
     pub fn ty(&self) -> VarType {
@@ -95,10 +126,12 @@ impl Buffer {
     }
     /// Start of the data.
     pub fn ptr(&self) -> *mut u8 {
-        self.block
-            .as_ref()
-            .map(|b| b.as_ptr())
-            .unwrap_or(std::ptr::null_mut())
+        match (&self.block, &self.foreign) {
+            (Some(b), _) => b.as_ptr(),
+            // (only read: `holders` keeps every in-place write away from it)
+            (None, Some(f)) => f.ptr() as *mut u8,
+            (None, None) => std::ptr::null_mut(),
+        }
     }
     /// Size in bytes of the elements (without slack).
     pub fn bytes(&self) -> usize {
@@ -112,6 +145,13 @@ impl Buffer {
         unsafe { std::ptr::copy_nonoverlapping(self.ptr(), v.as_mut_ptr(), v.len()) };
         v
     }
+}
+
+/// How many hold `buf`: its `Arc`s, plus one for a foreign owner, which may read or write the
+/// memory at any time. Every decision to write into an existing buffer in place asks this, so a
+/// buffer another library owns is never written.
+pub(crate) fn holders(buf: &Arc<Buffer>) -> usize {
+    Arc::strong_count(buf) + usize::from(buf.is_foreign())
 }
 
 impl Drop for Buffer {

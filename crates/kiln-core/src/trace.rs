@@ -651,7 +651,7 @@ pub fn scatter(
         || tv
             .data
             .as_ref()
-            .map(|b| std::sync::Arc::strong_count(b) > 1)
+            .map(|b| crate::registry::holders(b) > 1)
             .unwrap_or(false);
     {
         use crate::inplace::{note_declined, note_reuse, Declined};

@@ -458,7 +458,7 @@ impl Recording {
                     && v.ext == 1
                     && v.int == 0
                     // the variable's reference and the table's: no view shares the buffer
-                    && v.data.as_ref().is_some_and(|b| Arc::strong_count(b) == 2)
+                    && v.data.as_ref().is_some_and(|b| crate::registry::holders(b) == 2)
                     && crate::inplace::enabled()
                 {
                     if free_slots.is_empty() {
@@ -469,7 +469,9 @@ impl Recording {
                 if mutated {
                     let shared = v.ext > 1
                         || v.int > 0
-                        || v.data.as_ref().is_some_and(|b| Arc::strong_count(b) > 2)
+                        || v.data
+                            .as_ref()
+                            .is_some_and(|b| crate::registry::holders(b) > 2)
                         || self.n_data > 0;
                     if shared {
                         to_copy.push(k);
@@ -910,7 +912,7 @@ fn replay_in_place(
             dying_input(q, params, bufs, table, dying, &taken, |buf| {
                 buf.len == size
                     && buf.ty().size_bytes() == param.ty.size_bytes()
-                    && Arc::strong_count(buf) == 1
+                    && crate::registry::holders(buf) == 1
             })
         };
         // the inputs recorded as sharing this output's buffer, lowest first (scanning only the
@@ -954,7 +956,7 @@ fn replay_in_place(
                 // the caller's variable and the table hold it, nothing else (checked when the
                 // replay began; no op since took a view of it)
                 && dying_input(q, params, bufs, table, dying, &taken, |buf| {
-                    buf.len == size && buf.ty() == param.ty && Arc::strong_count(buf) == 2
+                    buf.len == size && buf.ty() == param.ty && crate::registry::holders(buf) == 2
                 })
         });
         if let Some(q) = q {
