@@ -265,3 +265,89 @@ fn memory_that_cannot_be_read_in_place_is_refused_with_the_reason() {
         assert_eq!(released.load(Ordering::SeqCst), 6);
     })
 }
+
+/// An owner whose release calls back into kiln (as a NumPy array viewing a kiln buffer does when
+/// it drops its kiln handle).
+struct Reentrant {
+    inner: Region,
+    on_drop: Option<Float32>,
+}
+
+// SAFETY: as `Region`'s, whose memory it forwards.
+unsafe impl ForeignMemory for Reentrant {
+    fn ptr(&self) -> *const u8 {
+        self.inner.ptr()
+    }
+    fn bytes(&self) -> usize {
+        self.inner.bytes()
+    }
+}
+
+impl Drop for Reentrant {
+    fn drop(&mut self) {
+        // a kiln handle dropped and an expression traced while the owner goes (no read: the
+        // owner may go during a frozen function's recording, where reads are refused)
+        drop(self.on_drop.take());
+        drop(Float32::from_vec(vec![1.0, 2.0]) * 2.0f32);
+    }
+}
+
+#[test]
+fn an_owner_whose_release_calls_into_kiln_does_not_deadlock() {
+    leak_checked(|| {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            let released = Arc::new(AtomicUsize::new(0));
+            for round in 0..40 {
+                let n = 64 + round * 37;
+                let v = values(n);
+                let owner = Reentrant {
+                    inner: region(&v, &released),
+                    on_drop: Some(Float32::from_vec(vec![round as f32; 3]) * 2.0f32),
+                };
+                let id = kiln_core::from_foreign(VarType::F32, n, Box::new(owner)).unwrap();
+                let x = Float32::from_id(id);
+                // the last holders go in different ways: a handle, a pending expression evaluated,
+                // an in-place candidate, a scatter's target, a frozen function's argument
+                match round % 5 {
+                    0 => drop(x),
+                    3 => {
+                        let mut x = x;
+                        kiln::scatter(
+                            &mut x,
+                            &Float32::from_vec(vec![9.0]),
+                            &UInt32::from_vec(vec![0]),
+                        );
+                        assert_eq!(x.to_vec()[0], 9.0);
+                    }
+                    4 => {
+                        let mut f = kiln::freeze(|s: &mut State| {
+                            s.x = &s.x * 0.5f32;
+                        });
+                        let mut s = State { x };
+                        f.call(&mut s).unwrap();
+                        assert_eq!(s.x.to_vec()[1], v[1] * 0.5);
+                    }
+                    1 => {
+                        let y = &x * 2.0f32;
+                        drop(x);
+                        assert_eq!(y.to_vec()[1], v[1] * 2.0);
+                    }
+                    _ => {
+                        let y = x + 1.0f32;
+                        assert_eq!(y.to_vec()[0], v[0] + 1.0);
+                    }
+                }
+            }
+            kiln::sync().unwrap();
+            done_tx.send(released.load(Ordering::SeqCst)).unwrap();
+        });
+        match done_rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(released) => assert_eq!(released, 40),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("a foreign owner's release deadlocked the engine")
+            }
+            Err(_) => std::panic::resume_unwind(worker.join().expect_err("the worker failed")),
+        }
+    })
+}

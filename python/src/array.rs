@@ -662,6 +662,13 @@ pub struct Exported {
     interface: Py<PyDict>,
 }
 
+impl Exported {
+    /// The kiln array whose buffer this export shows.
+    pub fn array(&self) -> &Dyn {
+        &self._keep
+    }
+}
+
 #[pymethods]
 impl Exported {
     #[getter]

@@ -1,7 +1,8 @@
 //! Python values into kiln arrays: a kiln array as it is, Python scalars as literals (which take
 //! the other operand's type, as in Dr.Jit), sequences element by element, and anything NumPy can
 //! read (`__array_interface__`, `__array__`, DLPack producers through NumPy) in one copy per
-//! stage: NumPy's contiguous bytes, then kiln's buffer.
+//! stage: NumPy's contiguous bytes, then kiln's buffer. `share_numpy` reads a NumPy array's
+//! memory in place instead (`kiln.from_numpy`, `kiln.from_dlpack`).
 
 use crate::array::ArrayBase;
 use crate::dynarray::{Dyn, Ty};
@@ -272,6 +273,107 @@ fn from_numpy(obj: &Bound<PyAny>, like: Option<Ty>) -> PyResult<Dyn> {
     let bytes_obj = contiguous.call_method0("tobytes")?;
     let bytes = bytes_obj.cast::<PyBytes>()?.as_bytes();
     from_bytes(bytes, ty)
+}
+
+/// A NumPy array whose memory a kiln array reads in place.
+struct NumpyMemory {
+    /// The array: holding it keeps its memory alive and where it is (NumPy owns the memory or
+    /// holds what does, and refuses to resize an array that others reference).
+    _array: Py<PyAny>,
+    ptr: usize,
+    bytes: usize,
+}
+
+// SAFETY: `ptr..ptr + bytes` is the data of the C-contiguous array `_array` (read from its
+// array interface when it was made), which stays allocated and in place while the array object
+// lives, and this value holds a reference to it. (`ndarray.resize(refcheck=False)` is the one
+// way to move it regardless, and NumPy documents that it breaks every other reference.)
+unsafe impl kiln_core::alloc::ForeignMemory for NumpyMemory {
+    fn ptr(&self) -> *const u8 {
+        self.ptr as *const u8
+    }
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// `arr` (a NumPy array) as a kiln array over its memory, without a copy, or why its memory
+/// cannot be read in place (the caller copies it then). A NumPy view of a kiln array's whole
+/// buffer gives that kiln array back.
+pub fn share_numpy(arr: &Bound<PyAny>) -> PyResult<Result<Dyn, String>> {
+    // (NumPy keeps the chain of views through arrays: walk it to whatever holds the memory)
+    let mut base = arr.getattr("base")?;
+    for _ in 0..64 {
+        match base.getattr("base") {
+            Ok(up) if !up.is_none() && base.hasattr("__array_interface__")? => base = up,
+            _ => break,
+        }
+    }
+    {
+        if let Ok(e) = base.cast::<crate::array::Exported>() {
+            let a = e.get().array();
+            let addr = crate::each!(a, x => x.buffer_addr());
+            let (ptr, n): (usize, usize) = (data_address(arr)?, arr.getattr("size")?.extract()?);
+            if addr == Some(ptr) && a.len() == n {
+                return Ok(Ok(a.clone()));
+            }
+            // (a part of a kiln buffer: copied, so that no kiln buffer is held through NumPy)
+            return Ok(Err("it is a part of a kiln array's buffer".into()));
+        }
+    }
+    let dtype = arr.getattr("dtype")?;
+    let typestr: String = dtype.getattr("str")?.extract()?;
+    let ty = match Ty::from_typestr(&typestr) {
+        Some(Ty::Bool) => {
+            return Ok(Err(
+                "NumPy's bool may hold bytes other than 0 and 1, which kiln's Bool does not".into(),
+            ))
+        }
+        Some(t) => t,
+        None => {
+            return Ok(Err(format!(
+                "kiln has no element type for NumPy's {}",
+                dtype.repr()?
+            )))
+        }
+    };
+    let flags = arr.getattr("flags")?;
+    if !flags.getattr("c_contiguous")?.extract::<bool>()? {
+        return Ok(Err("it is not C-contiguous (a strided view)".into()));
+    }
+    if !flags.getattr("aligned")?.extract::<bool>()? {
+        return Ok(Err("its data is not aligned to its element size".into()));
+    }
+    let n: usize = arr.getattr("size")?.extract()?;
+    let mem = NumpyMemory {
+        _array: arr.clone().unbind(),
+        ptr: data_address(arr)?,
+        bytes: n * ty.bytes(),
+    };
+    macro_rules! share {
+        ($t:ty, $v:ident) => {
+            kiln_core::from_foreign(<$t as Scalar>::TYPE, n, Box::new(mem))
+                .map(|id| Dyn::$v(Array::from_id(id)))
+        };
+    }
+    let shared = match ty {
+        Ty::I32 => share!(i32, I32),
+        Ty::U32 => share!(u32, U32),
+        Ty::I64 => share!(i64, I64),
+        Ty::U64 => share!(u64, U64),
+        Ty::F32 => share!(f32, F32),
+        Ty::F64 => share!(f64, F64),
+        Ty::Bool => unreachable!("refused above"),
+    };
+    Ok(shared.map_err(String::from))
+}
+
+/// The address of a NumPy array's first element (its array interface's `data`).
+fn data_address(arr: &Bound<PyAny>) -> PyResult<usize> {
+    arr.getattr("__array_interface__")?
+        .get_item("data")?
+        .get_item(0)?
+        .extract()
 }
 
 /// The kiln type NumPy's type converts to without loss where it can (`float16` → `Float32`,

@@ -1150,14 +1150,31 @@ fn type_of(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
     Ok(class_of(py, arr(x)?.ty()).into_any().unbind())
 }
 
-/// A kiln value from NumPy (one copy into kiln's buffer): a 1-D array gives the array class of
-/// its element type, any other rank a tensor.
+/// A kiln value from NumPy: a 1-D array gives the array class of its element type, any other
+/// rank a tensor. With `copy=None` (the default) kiln reads the NumPy array's memory in place when
+/// it can (as `torch.from_numpy` does): writes through NumPy later show in the kiln value, and
+/// kiln never writes into that memory (its own updates copy first). `copy=True` always copies;
+/// `copy=False` shares or raises `ValueError` saying why it cannot.
 #[pyfunction]
-fn from_numpy(py: Python<'_>, a: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+#[pyo3(signature = (a, copy=None))]
+fn from_numpy(py: Python<'_>, a: &Bound<PyAny>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
     let np = py.import("numpy")?;
     let arr = np.call_method1("asarray", (a,))?;
     let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
-    let flat = to_dyn(&arr.call_method0("ravel")?, None)?;
+    let flat = if copy == Some(true) {
+        to_dyn(&arr.call_method0("ravel")?, None)?
+    } else {
+        match crate::convert::share_numpy(&arr)? {
+            Ok(d) => d,
+            Err(why) if copy == Some(false) => {
+                return Err(value_error(format!(
+                    "from_numpy(copy=False): this array (shape {shape:?}, dtype {}) cannot be shared without a copy: {why}; pass copy=None to copy it when needed, or make it a C-contiguous array of a kiln type first (`np.ascontiguousarray(a, dtype=np.float32)`)",
+                    arr.getattr("dtype")?.str()?
+                )))
+            }
+            Err(_) => to_dyn(&arr.call_method0("ravel")?, None)?,
+        }
+    };
     if shape.len() == 1 {
         return wrap(py, flat);
     }
@@ -1165,12 +1182,14 @@ fn from_numpy(py: Python<'_>, a: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
 }
 
 /// A kiln value from any DLPack producer (PyTorch, JAX, CuPy on the CPU, NumPy), through
-/// NumPy's `from_dlpack` (no copy there) and one copy into kiln's buffer.
+/// NumPy's `from_dlpack` (no copy there), then as [`from_numpy`]: read in place where it can be
+/// (`copy=None`), always copied (`copy=True`), or shared or refused (`copy=False`).
 #[pyfunction]
-fn from_dlpack(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+#[pyo3(signature = (x, copy=None))]
+fn from_dlpack(py: Python<'_>, x: &Bound<PyAny>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
     let np = py.import("numpy")?;
     let arr = np.call_method1("from_dlpack", (x,))?;
-    from_numpy(py, &arr)
+    from_numpy(py, &arr, copy)
 }
 
 /// Put the functions on the module.

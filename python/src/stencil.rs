@@ -429,7 +429,8 @@ impl PyStencil {
     }
 }
 
-/// The flat values and shape of a stencil argument (NumPy array, kiln tensor or array, list).
+/// The flat values and shape of a stencil argument (NumPy array, kiln tensor or array, list); a
+/// NumPy array's memory is read in place when it can be.
 fn flat_of(a: &Bound<PyAny>) -> PyResult<(Dyn, Vec<usize>)> {
     if let Ok(t) = a.cast::<TensorBase>() {
         let t = t.borrow();
@@ -445,6 +446,10 @@ fn flat_of(a: &Bound<PyAny>) -> PyResult<(Dyn, Vec<usize>)> {
     })?;
     let arr = np.call_method1("asarray", (a,))?;
     let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
+    // (read in place where it can be: a stencil only reads its inputs, so sharing is unseen)
+    if let Ok(d) = crate::convert::share_numpy(&arr)? {
+        return Ok((d, shape));
+    }
     let flat = arr.call_method0("ravel")?;
     Ok((to_dyn(&flat, None)?, shape))
 }

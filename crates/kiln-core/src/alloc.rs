@@ -41,7 +41,9 @@ impl Block {
 /// tensor) shared without a copy. kiln never writes into it: every path that would write into an
 /// input's buffer in place (scatters, in-place kernels, permutations, frozen replays) counts the
 /// owner as one more holder of the buffer and copies instead. Dropping the value releases the
-/// memory to its owner.
+/// memory to its owner. kiln never drops it while its registry is locked (an owner whose buffer
+/// dies then is released at the next handle drop, evaluation or `sync`), so its `Drop` may call
+/// back into kiln.
 ///
 /// # Safety
 /// `ptr()` stays valid for reading `bytes()` bytes for as long as the value lives, and those

@@ -76,6 +76,7 @@ pub fn dec_ref(id: VarId) {
     st.dec_ext(id.0, &mut garbage);
     drop(st);
     drop(garbage);
+    registry::release_deferred_owners();
 }
 
 /// What recomputing the unevaluated `id` costs: the number of distinct unevaluated, non-literal
@@ -686,7 +687,9 @@ pub fn make_opaque(id: VarId) -> Result<VarId> {
 
 /// Wait for all launched work (launches are synchronous today, so this only flushes side effects).
 pub fn sync() -> Result<()> {
-    schedule::eval_side_effects()
+    let r = schedule::eval_side_effects();
+    registry::release_deferred_owners();
+    r
 }
 
 /// Release cached memory to the system.

@@ -154,8 +154,33 @@ pub(crate) fn holders(buf: &Arc<Buffer>) -> usize {
     Arc::strong_count(buf) + usize::from(buf.is_foreign())
 }
 
+/// Foreign owners whose buffer died while the registry was locked, released by
+/// [`release_deferred_owners`] (an owner's drop may call back into kiln: a NumPy array viewing a
+/// kiln buffer drops a kiln handle).
+static DEFERRED_OWNERS: Mutex<Vec<Box<dyn alloc::ForeignMemory>>> = Mutex::new(Vec::new());
+static OWNERS_DEFERRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Release the foreign owners set aside while the registry was locked. Called where this thread
+/// holds no lock of the engine (after a handle is dropped, after an evaluation).
+pub(crate) fn release_deferred_owners() {
+    if !OWNERS_DEFERRED.swap(false, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let owners = std::mem::take(&mut *DEFERRED_OWNERS.lock());
+    drop(owners);
+}
+
 impl Drop for Buffer {
     fn drop(&mut self) {
+        if let Some(owner) = self.foreign.take() {
+            // (locked by this thread or another: either way, not released under the lock)
+            if STATE.is_locked() {
+                DEFERRED_OWNERS.lock().push(owner);
+                OWNERS_DEFERRED.store(true, std::sync::atomic::Ordering::Release);
+            } else {
+                drop(owner);
+            }
+        }
         if let Some(b) = self.block.take() {
             alloc::free(b);
         }

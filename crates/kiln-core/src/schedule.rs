@@ -136,7 +136,9 @@ pub fn hold_eval_lock() -> parking_lot::ReentrantMutexGuard<'static, ()> {
 
 /// Evaluate `ids` (and every pending side effect) now.
 pub fn eval(ids: &[VarId]) -> Result<()> {
-    run(Some(ids))
+    let r = run(Some(ids));
+    crate::registry::release_deferred_owners();
+    r
 }
 
 thread_local! {
