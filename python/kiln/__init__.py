@@ -75,7 +75,12 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     if f is None:
         return lambda g: freeze(g, state_fn=state_fn, limit=limit, warn_after=warn_after,
                                 auto_opaque=auto_opaque, enabled=enabled)
-    if limit is not None and limit < 0:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise TypeError(f"kiln.freeze(limit=...): limit is a whole number of recordings or None, not {limit!r}")
+    if limit is not None and limit < -1:
+        raise InvalidArgument(f"kiln.freeze(limit={limit}): pass None or -1 for no limit, or the number of recordings "
+                              "to keep (>= 0)")
+    if limit == -1:
         limit = None  # Dr.Jit's -1: no limit
     frozen = _kiln.FrozenFunction(f, state_fn, limit, warn_after, auto_opaque, enabled)
     try:

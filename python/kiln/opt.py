@@ -29,10 +29,19 @@ Where kiln differs from Dr.Jit:
   ``opt[k] = v`` with the same shape, and ``step()``.
 """
 
+import numbers
 from collections.abc import Mapping, MutableMapping
 
 import kiln
 from . import _kiln
+
+try:
+    from numpy import bool_ as _np_bool  # (a NumPy bool is a number to `numbers`, not a rate)
+except ImportError:  # NumPy is optional
+
+    class _np_bool:  # noqa: N801 (stands in for the missing type)
+        pass
+
 
 __all__ = ["Optimizer", "SGD", "RMSProp", "Adam"]
 
@@ -68,9 +77,11 @@ def _zeros_like(leaf):
 
 
 def _check_rate(lr, what):
-    if isinstance(lr, bool) or not isinstance(lr, (int, float, _kiln.ArrayBase)):
+    if isinstance(lr, (bool, _np_bool)) or not isinstance(lr, (numbers.Real, _kiln.ArrayBase)):
         raise TypeError(f"kiln.opt: {what} must be a number or a one-element float array, not a "
                         f"{type(lr).__name__}")
+    if isinstance(lr, numbers.Real) and not isinstance(lr, (int, float)):
+        lr = float(lr)  # a NumPy scalar (np.float32(0.1)): its value as a Python float
     if isinstance(lr, _kiln.ArrayBase):
         if kiln.width(lr) != 1 or not kiln.is_float_v(lr):
             raise kiln.InvalidArgument(f"kiln.opt: {what} given as an array must be one float "

@@ -171,6 +171,10 @@ pub fn pythonic(msg: &str) -> String {
     .replace("UInt32::opaque(v)", "kiln.opaque(kiln.UInt32, v)")
     .replace("`.warn_after(n)`", "`warn_after=`")
     .replace("scan: scan scan", "scan")
+    .replace(
+        "a plain value of a `&mut` argument",
+        "a plain value of an argument (a number, a string, the length of a list)",
+    )
 }
 
 /// Run `f`, turning a kiln panic (a programmer error such as sizes that do not match) into the

@@ -357,6 +357,10 @@ def test_past_the_limit_the_least_recently_used_recording_is_replaced():
     for k in range(5):
         unbounded(x, k)
     assert unbounded.n_cached_recordings == 5
+    with pytest.raises(kiln.InvalidArgument, match="None or -1 for no limit"):
+        kiln.freeze(lambda x: x, limit=-2)
+    with pytest.raises(TypeError, match="whole number"):
+        kiln.freeze(lambda x: x, limit=2.5)
 
 
 def test_kernel_freezing_off_runs_frozen_functions_plainly_on_this_thread():

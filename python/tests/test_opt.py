@@ -132,6 +132,11 @@ def test_learning_rates_global_and_per_parameter():
     assert step() == (-3.0, -0.75)
     opt.set_learning_rate(kiln.Float64(0.5))  # a one-element array works too
     assert step() == (-3.5, -1.0)
+    opt.set_learning_rate(np.float32(0.5))  # and a NumPy number
+    assert opt.learning_rate() == 0.5 and type(opt.learning_rate()) is float
+    assert step() == (-4.0, -1.25)
+    with pytest.raises(TypeError, match="must be a number"):
+        opt.set_learning_rate(np.bool_(True))
 
 
 def test_the_dictionary_interface():

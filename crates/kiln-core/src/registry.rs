@@ -163,7 +163,10 @@ static OWNERS_DEFERRED: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 /// Release the foreign owners set aside while the registry was locked. Called where this thread
 /// holds no lock of the engine (after a handle is dropped, after an evaluation).
 pub(crate) fn release_deferred_owners() {
-    if !OWNERS_DEFERRED.swap(false, std::sync::atomic::Ordering::AcqRel) {
+    // (a plain load first: this runs at every handle drop, and a swap is a locked instruction)
+    if !OWNERS_DEFERRED.load(std::sync::atomic::Ordering::Acquire)
+        || !OWNERS_DEFERRED.swap(false, std::sync::atomic::Ordering::AcqRel)
+    {
         return;
     }
     let owners = std::mem::take(&mut *DEFERRED_OWNERS.lock());
