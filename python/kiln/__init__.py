@@ -52,8 +52,9 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     layout; ``limit`` bounds the recordings kept (None or -1: no bound; past it, a new layout replaces the recording
     used longest ago, as in Dr.Jit; ``JitFlag.KernelFreezing`` off runs every frozen function
     unfrozen on this thread); ``warn_after`` warns when a function keeps being
-    re-recorded; ``auto_opaque`` makes literals that change between calls opaque instead of
-    recording again; ``enabled=False`` runs the function plainly (evaluating what a frozen call
+    re-recorded; ``auto_opaque`` (the default) makes literals that change between calls opaque
+    (one extra recording), and ``auto_opaque=False`` makes every literal input opaque before the
+    call, in the caller's variables too, as Dr.Jit does (no recording per value); ``enabled=False`` runs the function plainly (evaluating what a frozen call
     evaluates). ``backend`` is accepted for Dr.Jit compatibility and must be None (kiln picks its
     backend once per process).
 

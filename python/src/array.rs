@@ -102,11 +102,17 @@ pub fn ty_of_class(cls: &Bound<PyAny>) -> PyResult<Ty> {
 /// A new array of `ty` from constructor arguments: none (an empty array), one value (a number,
 /// a list, a NumPy array, another kiln array, which is cast), or several numbers.
 fn construct(args: &Bound<PyTuple>, ty: Ty) -> PyResult<Dyn> {
-    match args.len() {
-        0 => Ok(crate::convert::from_bytes(&[], ty)?),
-        1 => Ok(to_dyn(&args.get_item(0)?, Some(ty))?.cast(ty)),
-        _ => Ok(to_dyn(args.as_any(), Some(ty))?.cast(ty)),
+    let d = match args.len() {
+        0 => return crate::convert::from_bytes(&[], ty),
+        1 => to_dyn(&args.get_item(0)?, Some(ty))?.cast(ty),
+        _ => to_dyn(args.as_any(), Some(ty))?.cast(ty),
+    };
+    // Dr.Jit's rule: an array copied while derivatives are suspended is a detached copy (it
+    // does not track them when `resume_grad()` turns recording on again)
+    if !kiln::ad::grad_recording() {
+        return Ok(crate::float!(&d, x => crate::dynarray::IntoDyn::into_dyn(x.detach()), else d));
     }
+    Ok(d)
 }
 
 /// Element `i` (counted from the end when negative) as a Python number.

@@ -301,26 +301,6 @@ unsafe impl kiln_core::alloc::ForeignMemory for NumpyMemory {
 /// cannot be read in place (the caller copies it then). A NumPy view of a kiln array's whole
 /// buffer gives that kiln array back.
 pub fn share_numpy(arr: &Bound<PyAny>) -> PyResult<Result<Dyn, String>> {
-    // (NumPy keeps the chain of views through arrays: walk it to whatever holds the memory)
-    let mut base = arr.getattr("base")?;
-    for _ in 0..64 {
-        match base.getattr("base") {
-            Ok(up) if !up.is_none() && base.hasattr("__array_interface__")? => base = up,
-            _ => break,
-        }
-    }
-    {
-        if let Ok(e) = base.cast::<crate::array::Exported>() {
-            let a = e.get().array();
-            let addr = crate::each!(a, x => x.buffer_addr());
-            let (ptr, n): (usize, usize) = (data_address(arr)?, arr.getattr("size")?.extract()?);
-            if addr == Some(ptr) && a.len() == n {
-                return Ok(Ok(a.clone()));
-            }
-            // (a part of a kiln buffer: copied, so that no kiln buffer is held through NumPy)
-            return Ok(Err("it is a part of a kiln array's buffer".into()));
-        }
-    }
     let dtype = arr.getattr("dtype")?;
     let typestr: String = dtype.getattr("str")?.extract()?;
     let ty = match Ty::from_typestr(&typestr) {
@@ -345,9 +325,22 @@ pub fn share_numpy(arr: &Bound<PyAny>) -> PyResult<Result<Dyn, String>> {
         return Ok(Err("its data is not aligned to its element size".into()));
     }
     let n: usize = arr.getattr("size")?.extract()?;
+    let ptr = data_address(arr)?;
+    if let Some(a) = kiln_export(arr)? {
+        // a NumPy view of a kiln buffer: the kiln array itself when it is all of it, read as
+        // the same type; anything else (a part, a reinterpretation) is copied, so that no kiln
+        // buffer is held through NumPy
+        let addr = crate::each!(&a, x => x.buffer_addr());
+        if addr == Some(ptr) && a.len() == n && a.ty() == ty {
+            return Ok(Ok(a));
+        }
+        return Ok(Err(
+            "it is a part or a reinterpretation of a kiln array's buffer".into(),
+        ));
+    }
     let mem = NumpyMemory {
         _array: arr.clone().unbind(),
-        ptr: data_address(arr)?,
+        ptr,
         bytes: n * ty.bytes(),
     };
     macro_rules! share {
@@ -366,6 +359,22 @@ pub fn share_numpy(arr: &Bound<PyAny>) -> PyResult<Result<Dyn, String>> {
         Ty::Bool => unreachable!("refused above"),
     };
     Ok(shared.map_err(String::from))
+}
+
+/// The kiln array whose buffer the NumPy array `arr` views (through any chain of views), if any.
+fn kiln_export(arr: &Bound<PyAny>) -> PyResult<Option<Dyn>> {
+    let mut base = arr.getattr("base")?;
+    for _ in 0..64 {
+        if let Ok(e) = base.cast::<crate::array::Exported>() {
+            return Ok(Some(e.get().array().clone()));
+        }
+        // (NumPy keeps the chain of views through arrays)
+        match base.getattr("base") {
+            Ok(up) if !up.is_none() && base.hasattr("__array_interface__")? => base = up,
+            _ => break,
+        }
+    }
+    Ok(None)
 }
 
 /// The address of a NumPy array's first element (its array interface's `data`).

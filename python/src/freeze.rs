@@ -32,6 +32,14 @@ pub struct FrozenFunction {
     /// the GIL to the waiting one).
     inner: Mutex<Inner>,
     func: Py<PyAny>,
+    /// The objects recordings were keyed on by identity (NumPy arrays and other opaque
+    /// arguments), held so that their addresses are not reused while the recordings live.
+    keyed: Mutex<Vec<Py<PyAny>>>,
+    /// Dr.Jit's `auto_opaque=False`: every literal input is made opaque before the call.
+    all_opaque: bool,
+    /// Whether the function has closure cells (a function's `__closure__` cannot be reassigned,
+    /// so a function without cells is not asked again at every call).
+    closure: bool,
 }
 
 /// `(args, kwargs, captured)` of a call as one tree: the function's closure cells are inputs
@@ -39,6 +47,7 @@ pub struct FrozenFunction {
 /// changed records again, and a cell the function rebinds is rebound on replays.
 fn call_tree(
     func: &Bound<PyAny>,
+    closure: bool,
     args: &Bound<PyTuple>,
     kwargs: Option<&Bound<PyDict>>,
 ) -> PyResult<Tree> {
@@ -49,7 +58,15 @@ fn call_tree(
     };
     Ok(Tree::Seq {
         tuple: true,
-        items: vec![Tree::from_py(args.as_any())?, kw, Tree::cells_of(func)?],
+        items: vec![
+            Tree::from_py(args.as_any())?,
+            kw,
+            if closure {
+                Tree::cells_of(func)?
+            } else {
+                Tree::Cells(Vec::new())
+            },
+        ],
     })
 }
 
@@ -117,7 +134,14 @@ impl FrozenFunction {
                 })
             });
         }
+        let closure = func
+            .bind(py)
+            .getattr(pyo3::intern!(py, "__closure__"))
+            .is_ok_and(|c| !c.is_none());
         Ok(FrozenFunction {
+            keyed: Mutex::new(Vec::new()),
+            all_opaque: !auto_opaque,
+            closure,
             warn_after,
             cleared: std::sync::atomic::AtomicUsize::new(0),
             inner: Mutex::new(inner),
@@ -132,7 +156,10 @@ impl FrozenFunction {
         args: &Bound<PyTuple>,
         kwargs: Option<&Bound<PyDict>>,
     ) -> PyResult<Py<PyAny>> {
-        let mut tree = call_tree(self.func.bind(py), args, kwargs)?;
+        let mut tree = call_tree(self.func.bind(py), self.closure, args, kwargs)?;
+        if self.all_opaque {
+            tree.opaque_literals()?;
+        }
         let me = self as *const Self as usize;
         if ACTIVE.with(|a| a.borrow().contains(&me)) {
             return Err(value_error(
@@ -148,8 +175,25 @@ impl FrozenFunction {
         }
         let _leave = Leave(me);
         let mut inner = self.lock(py);
-        let out = guard(|| inner.call(&mut tree))?.map_err(|e| to_py(pythonic(e)))?;
+        let recordings_before = inner.stats().recordings;
+        // with the GIL released: a recording on another thread holds the engine's evaluation
+        // lock while its Python body waits for the GIL, so waiting for that lock here with the
+        // GIL held would deadlock (this call's own body takes the GIL back when it records)
+        let frozen: &mut Inner = &mut inner;
+        let out = py
+            .detach(|| guard(|| frozen.call(&mut tree)))?
+            .map_err(|e| to_py(pythonic(e)))?;
         let stats = inner.stats();
+        if stats.recordings != recordings_before {
+            let mut keyed = Vec::new();
+            tree.opaques(py, &mut keyed);
+            if !keyed.is_empty() {
+                self.keyed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(keyed);
+            }
+        }
         let recordings = stats.recordings - self.cleared.load(std::sync::atomic::Ordering::Relaxed);
         let why = (recordings == self.warn_after + 1)
             .then(|| stats.retraces.last().cloned())
@@ -233,6 +277,7 @@ impl FrozenFunction {
             std::sync::atomic::Ordering::Relaxed,
         );
         inner.clear();
+        self.keyed.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
     /// The function that was frozen (call it to run the function plainly).
     #[getter]

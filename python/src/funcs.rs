@@ -536,30 +536,8 @@ fn full(
     })
 }
 
-/// A one-element array repeated `n` times (lazily): a literal stays a literal (Dr.Jit's `full`
-/// gives one: `x.state` is `Literal`, and kernels bake the value in).
+/// A one-element array repeated `n` times (lazily).
 fn broadcast(v: &Dyn, n: usize) -> PyResult<Dyn> {
-    let id = each!(v, x => x.id());
-    if let Some(bits) = kiln_core::literal_value(id) {
-        macro_rules! lit {
-            ($t:ty, $k:ident) => {
-                Dyn::$k(Array::from_id(kiln_core::literal(
-                    <$t as kiln::Scalar>::TYPE,
-                    bits,
-                    n,
-                )))
-            };
-        }
-        return Ok(match v {
-            Dyn::Bool(_) => lit!(bool, Bool),
-            Dyn::I32(_) => lit!(i32, I32),
-            Dyn::U32(_) => lit!(u32, U32),
-            Dyn::I64(_) => lit!(i64, I64),
-            Dyn::U64(_) => lit!(u64, U64),
-            Dyn::F32(_) => lit!(f32, F32),
-            Dyn::F64(_) => lit!(f64, F64),
-        });
-    }
     let zero = Dyn::I64(guard(|| kiln::Int64::zeros(n))?);
     gather_dyn(v, &zero, None)
 }

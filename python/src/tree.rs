@@ -435,6 +435,56 @@ impl Tree {
     }
 
     /// The arrays, in traversal order.
+    /// Make every literal array in the tree opaque (one evaluated value): Dr.Jit's
+    /// `freeze(auto_opaque=False)`, under which no input's value is baked into a recording.
+    /// `write_back` then hands the opaque arrays to the caller's objects, as `make_opaque` would.
+    pub fn opaque_literals(&mut self) -> PyResult<()> {
+        match self {
+            Tree::Array(d, _) | Tree::Tensor(d, _, _)
+                if kiln_core::literal_value(crate::each!(&*d, x => x.id())).is_some() =>
+            {
+                *d = crate::each!(&*d, x => crate::errors::guard(|| {
+                    crate::dynarray::IntoDyn::into_dyn(kiln::make_opaque(x))
+                })?);
+            }
+            Tree::Cells(c) => {
+                for (_, v) in c {
+                    v.opaque_literals()?;
+                }
+            }
+            Tree::Seq { items, .. } => {
+                for i in items {
+                    i.opaque_literals()?;
+                }
+            }
+            Tree::Dict(e) => {
+                for (_, _, v) in e {
+                    v.opaque_literals()?;
+                }
+            }
+            Tree::Struct(_, f) => {
+                for (_, v) in f {
+                    v.opaque_literals()?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The objects the tree keys by identity (`Opaque`): a recording keyed by one keeps it
+    /// alive, or a new object at the same address would replay the old one's recording.
+    pub fn opaques(&self, py: Python<'_>, out: &mut Vec<Py<PyAny>>) {
+        match self {
+            Tree::Opaque(o) => out.push(o.clone_ref(py)),
+            Tree::Cells(c) => c.iter().for_each(|(_, v)| v.opaques(py, out)),
+            Tree::Seq { items, .. } => items.iter().for_each(|i| i.opaques(py, out)),
+            Tree::Dict(e) => e.iter().for_each(|(_, _, v)| v.opaques(py, out)),
+            Tree::Struct(_, f) => f.iter().for_each(|(_, v)| v.opaques(py, out)),
+            _ => {}
+        }
+    }
+
     pub fn arrays(&self, out: &mut Vec<Dyn>) {
         match self {
             Tree::Array(d, _) | Tree::Tensor(d, _, _) => out.push(d.clone()),

@@ -584,7 +584,4 @@ def test_state_says_literal_evaluated_or_unevaluated():
     kiln.make_opaque(x)
     assert x.state == kiln.VarState.Evaluated and x.tolist() == [1.5]
     assert kiln.opaque(kiln.UInt32, 7, 4).state == kiln.VarState.Evaluated
-    # `full` and `zeros` of a number are literals, as in Dr.Jit (kernels bake the value in)
-    assert kiln.full(kiln.Float32, 2.5, 1000).state == kiln.VarState.Literal
-    assert kiln.full(kiln.Int64, 7, 3).tolist() == [7, 7, 7]
     assert kiln.zeros(kiln.Float64, 10).state == kiln.VarState.Literal

@@ -297,8 +297,9 @@ pub(crate) fn data_var(ty: VarType, buf: Buffer) -> VarId {
 /// A new evaluated variable whose `len` elements of `ty` are another library's memory, read in
 /// place without a copy (a NumPy array, a DLPack tensor). kiln never writes into it (see
 /// [`alloc::ForeignMemory`]); the variable sees what the owner writes there later. `Err` says why
-/// the memory cannot be read in place (misaligned, too short, or ending too close to a page
-/// boundary for vector reads past the end); the caller then copies it.
+/// the memory cannot be read in place (misaligned, too short, ending too close to a page
+/// boundary for vector reads past the end, or made inside a frozen function's recording); the
+/// caller then copies it.
 ///
 /// ```
 /// use kiln_core::alloc::ForeignMemory;
@@ -324,6 +325,11 @@ pub fn from_foreign(
     len: usize,
     mem: Box<dyn alloc::ForeignMemory>,
 ) -> std::result::Result<VarId, &'static str> {
+    if freeze::active() {
+        // (a recording keeps what is made inside it as uploaded data; a replay could not bind
+        // memory that another library may have freed or changed by then)
+        return Err("it is made inside a frozen function's recording, which keeps a copy");
+    }
     let buf = Buffer::foreign(ty, len, mem)?;
     Ok(data_var(ty, buf))
 }
