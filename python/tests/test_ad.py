@@ -95,6 +95,19 @@ def test_suspend_and_resume_grad():
         kiln.suspend_grad(x)
 
 
+def test_a_copy_made_while_suspended_is_detached():
+    x = kiln.Float32([1.0, 2.0])
+    kiln.enable_grad(x)
+    kept = kiln.Float32(x)  # outside: the same array, still tracked
+    with kiln.suspend_grad():
+        copy = kiln.Float32(x)
+        wider = kiln.Float64(x)
+    with kiln.resume_grad():
+        assert kiln.grad_enabled(x) and kiln.grad_enabled(kept)
+        assert not kiln.grad_enabled(copy) and not kiln.grad_enabled(wider)
+    assert copy.tolist() == [1.0, 2.0] and wider.tolist() == [1.0, 2.0]
+
+
 def test_suspend_grad_is_restored_when_the_block_raises():
     x = kiln.Float32([1.0])
     kiln.enable_grad(x)

@@ -399,3 +399,17 @@ def test_flushing_the_kernel_cache_records_again():
     kiln.flush_malloc_cache()
     assert f(x).tolist() == [4.0, 7.0]
     assert (f.n_recordings, f.n_replays) == (2, 1)
+
+
+def test_auto_opaque_false_makes_every_literal_input_opaque_once():
+    f = kiln.freeze(lambda x, k: x * k, auto_opaque=False)
+    x = kiln.Float32([1.0, 2.0])
+    for v in [1.0, 2.0, 3.0]:
+        k = kiln.Float32(v)  # a literal
+        assert f(x, k).tolist() == [v, 2 * v]
+        assert k.state == kiln.VarState.Evaluated  # opaque in the caller's variable too
+    assert f.n_recordings == 1
+    g = kiln.freeze(lambda x, k: x * k)  # the default: one more recording when a value changes
+    for v in [1.0, 2.0, 3.0]:
+        g(x, kiln.Float32(v))
+    assert g.n_recordings == 2
