@@ -687,6 +687,12 @@ impl Exported {
 /// for an array with no buffer of its own (a literal, an empty array).
 pub fn to_numpy(py: Python<'_>, a: &Dyn) -> PyResult<Py<PyAny>> {
     crate::reads::check("converting to NumPy")?;
+    if kiln_core::freeze::in_recording() {
+        // (kiln refuses the reads it sees; NumPy would read the buffer behind kiln's back)
+        return Err(value_error(
+            "converting to NumPy inside a frozen function: a replay does not run the function's Python code, so the values read now would be the first call's on every replay; return the array and convert it after the call, or compute with kiln's operations inside",
+        ));
+    }
     let np = py
         .import("numpy")
         .map_err(|_| type_error("`numpy()` needs NumPy installed (`pip install numpy`)"))?;

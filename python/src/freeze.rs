@@ -174,17 +174,26 @@ impl FrozenFunction {
             }
         }
         let _leave = Leave(me);
-        let mut inner = self.lock(py);
-        let recordings_before = inner.stats().recordings;
-        // with the GIL released: a recording on another thread holds the engine's evaluation
-        // lock while its Python body waits for the GIL, so waiting for that lock here with the
-        // GIL held would deadlock (this call's own body takes the GIL back when it records)
-        let frozen: &mut Inner = &mut inner;
-        let out = py
-            .detach(|| guard(|| frozen.call(&mut tree)))?
-            .map_err(|e| to_py(pythonic(e)))?;
-        let stats = inner.stats();
-        if stats.recordings != recordings_before {
+        // With the GIL released, and the engine's evaluation lock taken before this function's
+        // own: a recording holds the evaluation lock while its Python body needs the GIL (and
+        // may call this function, on its thread), so waiting for either with the GIL held, or
+        // for the evaluation lock while holding this function's, could deadlock. The body
+        // takes the GIL back itself.
+        let (out, recordings_before, stats_recordings, why) = py.detach(|| {
+            let _serial = kiln_core::schedule::hold_eval_lock();
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let before = inner.stats().recordings;
+            let out = guard(|| inner.call(&mut tree));
+            let stats = inner.stats();
+            (
+                out,
+                before,
+                stats.recordings,
+                stats.retraces.last().cloned(),
+            )
+        });
+        let out = out?.map_err(|e| to_py(pythonic(e)))?;
+        if stats_recordings != recordings_before {
             let mut keyed = Vec::new();
             tree.opaques(py, &mut keyed);
             if !keyed.is_empty() {
@@ -194,11 +203,8 @@ impl FrozenFunction {
                     .extend(keyed);
             }
         }
-        let recordings = stats.recordings - self.cleared.load(std::sync::atomic::Ordering::Relaxed);
-        let why = (recordings == self.warn_after + 1)
-            .then(|| stats.retraces.last().cloned())
-            .flatten();
-        drop(inner);
+        let recordings = stats_recordings - self.cleared.load(std::sync::atomic::Ordering::Relaxed);
+        let why = (recordings == self.warn_after + 1).then_some(why).flatten();
         if recordings == self.warn_after + 1 {
             // kiln's own warning goes to its log; a Python user sees Python's warnings
             let msg = format!(

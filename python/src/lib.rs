@@ -30,8 +30,20 @@ mod tree;
 
 use pyo3::prelude::*;
 
+/// How a thread waits for the engine's evaluation lock while another thread holds it: with the
+/// GIL released. The holder may be a frozen function's recording whose Python body needs the
+/// GIL, and many calls evaluate while holding it (`make_opaque`, a scatter's target, a stencil's
+/// input). A thread without the GIL takes it first only to release it at once (the wait is
+/// never entered holding it); without an interpreter to attach to, it just waits.
+fn wait_without_gil(wait: &(dyn Fn() + Sync)) {
+    if Python::try_attach(|py| py.detach(wait)).is_none() {
+        wait();
+    }
+}
+
 #[pymodule]
 fn _kiln(m: &Bound<PyModule>) -> PyResult<()> {
+    kiln_core::schedule::set_eval_wait(wait_without_gil);
     errors::register(m)?;
     array::register(m)?;
     funcs::register(m)?;

@@ -106,6 +106,10 @@ def test_a_copy_made_while_suspended_is_detached():
         assert kiln.grad_enabled(x) and kiln.grad_enabled(kept)
         assert not kiln.grad_enabled(copy) and not kiln.grad_enabled(wider)
     assert copy.tolist() == [1.0, 2.0] and wider.tolist() == [1.0, 2.0]
+    t = kiln.TensorXf(x, (2,))
+    with kiln.suspend_grad():
+        tcopy = kiln.TensorXf(t)
+    assert kiln.grad_enabled(t) and not kiln.grad_enabled(tcopy)
 
 
 def test_suspend_grad_is_restored_when_the_block_raises():

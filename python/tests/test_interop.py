@@ -239,9 +239,19 @@ def test_numpy_arrays_inside_frozen_functions_are_copied_into_the_recording():
     def g(a):
         return diff(a) * 2
 
+    # a stencil on a NumPy array returns one: a value read inside the recording, refused (a
+    # replay would return it again)
+    with pytest.raises(kiln.InvalidArgument, match="NumPy inside a frozen function"):
+        g(np.arange(5, dtype=np.float64))
+    # on kiln values it records once and replays with each call's values
     for it in range(3):
-        a = np.arange(5, dtype=np.float64) * (it + 1)
-        np.testing.assert_array_equal(np.asarray(g(a)), [2 * (it + 1)] * 4 + [0])
+        a = kiln.TensorXf64(np.arange(5, dtype=np.float64) * (it + 1))
+        np.testing.assert_array_equal(g(a).numpy(), [2 * (it + 1)] * 4 + [0])
+    assert g.n_recordings == 1
+
+    f = kiln.freeze(lambda x: (x * 2).numpy())
+    with pytest.raises(kiln.InvalidArgument, match="return the array and convert it after"):
+        f(kiln.arange(kiln.Float32, 4))
 
 
 def test_frozen_functions_on_several_threads_do_not_deadlock():

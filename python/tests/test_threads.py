@@ -87,3 +87,73 @@ def test_the_gil_is_released_while_kernels_run():
     lo, hi = t0 + 0.3 * (t1 - t0), t0 + 0.7 * (t1 - t0)
     assert t1 - t0 > 0.03, "the call was too short to tell"
     assert any(lo <= s <= hi for s in stamps), (t1 - t0, len(stamps))
+
+
+def _run_threads(*targets, timeout=120):
+    """Run each target on its own thread; fail (instead of hanging) if one does not finish."""
+    done = []
+    errors = []
+
+    def wrap(i, f):
+        try:
+            f()
+            done.append(i)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    ts = [threading.Thread(target=wrap, args=(i, f), daemon=True) for i, f in enumerate(targets)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=timeout)
+    assert not errors, errors
+    assert sorted(done) == list(range(len(targets))), "a thread is stuck: deadlock"
+
+
+def test_evaluating_ops_on_one_thread_while_another_records():
+    # a recording holds the engine's evaluation lock while its Python body needs the GIL; ops
+    # that evaluate (make_opaque, a scatter's target) wait for that lock without the GIL
+    @kiln.freeze(warn_after=10**6)
+    def f(x):
+        y = x
+        for _ in range(30):
+            y = y * 1.0001 + 1
+        return y
+
+    def record():
+        for n in range(1, 120):
+            f(kiln.arange(kiln.Float32, n))
+
+    def evaluate():
+        for i in range(1000):
+            t = kiln.zeros(kiln.Float32, 16)
+            kiln.scatter(t, kiln.Float32(i), kiln.UInt32(i % 16))
+            kiln.make_opaque(t)
+
+    g = kiln.freeze(lambda x: x + 1, auto_opaque=False)  # makes its literal inputs opaque
+
+    def literals():
+        for i in range(1000):
+            g(kiln.Float32(i))
+
+    _run_threads(record, evaluate, literals)
+
+
+def test_a_frozen_function_called_inside_another_on_two_threads():
+    @kiln.freeze(warn_after=10**6)
+    def f(x):
+        return x * 2 + 1
+
+    @kiln.freeze(warn_after=10**6)
+    def h(x):
+        return f(x) + 3
+
+    def a():
+        for n in range(1, 150):
+            assert f(kiln.arange(kiln.Float32, n)).numpy()[-1] == 2 * (n - 1) + 1
+
+    def b():
+        for n in range(1, 150):
+            assert h(kiln.arange(kiln.Float32, n)).numpy()[-1] == 2 * (n - 1) + 4
+
+    _run_threads(a, b)

@@ -27,6 +27,42 @@ use std::time::Instant;
 
 static EVAL_LOCK: ReentrantMutex<()> = ReentrantMutex::new(());
 
+/// How a thread waits for [`EVAL_LOCK`] while another thread holds it, when a binding set it
+/// (see [`set_eval_wait`]).
+static EVAL_WAIT: std::sync::OnceLock<fn(&(dyn Fn() + Sync))> = std::sync::OnceLock::new();
+
+/// Have every wait for the evaluation lock run through `wait`, which must call its argument (the
+/// wait itself). A binding to a language with a global interpreter lock releases that lock
+/// around the wait: the holder may be a frozen function's recording whose body needs it, so
+/// waiting with it held would deadlock. Set once per process; later calls change nothing.
+///
+/// ```
+/// fn plain(wait: &(dyn Fn() + Sync)) {
+///     wait()
+/// }
+/// kiln_core::schedule::set_eval_wait(plain);
+/// ```
+pub fn set_eval_wait(wait: fn(&(dyn Fn() + Sync))) {
+    let _ = EVAL_WAIT.set(wait);
+}
+
+/// Take the evaluation lock (reentrant), waiting through the hook of [`set_eval_wait`].
+fn lock_eval() -> parking_lot::ReentrantMutexGuard<'static, ()> {
+    if let Some(g) = EVAL_LOCK.try_lock() {
+        return g;
+    }
+    let Some(hook) = EVAL_WAIT.get() else {
+        return EVAL_LOCK.lock();
+    };
+    loop {
+        // (wait until the holder lets go, then take it; another thread may have been faster)
+        hook(&|| drop(EVAL_LOCK.lock()));
+        if let Some(g) = EVAL_LOCK.try_lock() {
+            return g;
+        }
+    }
+}
+
 /// The kernels that evaluating `ids` now would launch (pending side effects included), without
 /// running anything: for inspection, logs and golden tests (the kernels of [`plan_for`]).
 pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
@@ -49,7 +85,7 @@ pub fn kernels_for(ids: &[VarId]) -> Vec<Kernel> {
 /// core::dec_ref(y);
 /// ```
 pub fn plan_for(ids: &[VarId]) -> Summary {
-    let _serial = EVAL_LOCK.lock();
+    let _serial = lock_eval();
     let ids32: Vec<u32> = ids.iter().map(|i| i.0).collect();
     let _ = resolve_reductions(Some(&ids32), &[]);
     let mut st = STATE.lock();
@@ -131,7 +167,7 @@ fn collect_roots(st: &State, ids: Option<&[VarId]>) -> Vec<u32> {
 /// Hold the evaluation lock (reentrant): other threads' evaluations wait until the guard drops.
 /// A frozen function's recording holds it so that no other thread's work runs inside it.
 pub fn hold_eval_lock() -> parking_lot::ReentrantMutexGuard<'static, ()> {
-    EVAL_LOCK.lock()
+    lock_eval()
 }
 
 /// Evaluate `ids` (and every pending side effect) now.
@@ -195,7 +231,7 @@ pub fn eval_tiled(id: VarId, cols: usize) -> Result<()> {
 /// did; otherwise `expr` is evaluated as usual (the caller rebinds its handle either way, so a
 /// clone of the target keeps the old values: copy-on-write).
 pub fn eval_into(expr: &mut VarId, target: VarId) -> Result<bool> {
-    let _serial = EVAL_LOCK.lock();
+    let _serial = lock_eval();
     // (a pending reduction of the target holds a reference to it)
     resolve_reductions(Some(&[expr.0]), &[target.0])?;
     {
@@ -334,7 +370,7 @@ fn run_with_into(
         }
         other => other,
     };
-    let _serial = EVAL_LOCK.lock();
+    let _serial = lock_eval();
     // pending reductions first: whatever reads them finds them evaluated (size-1 data), and
     // their references to their sources are gone before in-place reuse counts references
     let ids32: Option<Vec<u32>> = ids.map(|ids| ids.iter().map(|i| i.0).collect());
@@ -652,7 +688,7 @@ fn with_fused_kernel<R>(
     resolve_reductions(Some(&[id.0]), &[])?;
     settle_broadcast_scalars(id)?;
     eval_side_effects()?;
-    let _serial = EVAL_LOCK.lock();
+    let _serial = lock_eval();
     let mut st = STATE.lock();
     let v = st.var(id.0);
     if v.is_evaluated() || !v.alive {
@@ -1185,7 +1221,7 @@ pub(crate) fn resolve_reductions(roots: Option<&[u32]>, touch: &[u32]) -> Result
     if STATE.lock().pending_reductions.is_empty() {
         return Ok(());
     }
-    let _serial = EVAL_LOCK.lock();
+    let _serial = lock_eval();
     RESOLVING.set(true);
     let _reset = Resolving;
     // (no pending scatter is older than a pending reduction: `kiln_core::reduce` runs them when
