@@ -162,7 +162,7 @@ fn kiln_never_writes_into_shared_memory() {
             // scatter into it
             let (mut x, mem, at) = share(region(&v, &released), n);
             let idx = UInt32::from_vec(vec![0, 9, 4095]);
-            kiln::scatter(&mut x, &Float32::from_vec(vec![-1.0, -2.0, -3.0]), &idx);
+            kiln::scatter(&mut x, Float32::from_vec(vec![-1.0, -2.0, -3.0]), &idx);
             let got = x.to_vec();
             assert_eq!(
                 (got[0], got[9], got[4095], got[1]),
@@ -315,7 +315,7 @@ fn an_owner_whose_release_calls_into_kiln_does_not_deadlock() {
                         let mut x = x;
                         kiln::scatter(
                             &mut x,
-                            &Float32::from_vec(vec![9.0]),
+                            Float32::from_vec(vec![9.0]),
                             &UInt32::from_vec(vec![0]),
                         );
                         assert_eq!(x.to_vec()[0], 9.0);
