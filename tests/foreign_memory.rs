@@ -66,7 +66,8 @@ fn region_at(values: &[f32], offset: usize, released: &Arc<AtomicUsize>) -> Regi
 /// As [`region_at`], at an offset where kiln can read the values in place (the end is not within
 /// 256 bytes of a page boundary).
 fn region(values: &[f32], released: &Arc<AtomicUsize>) -> Region {
-    let offset = if (64 + values.len() * 4) % 4096 < 3800 {
+    let end = (64 + values.len() * 4) % 4096;
+    let offset = if end > 0 && end <= 4096 - 256 {
         64
     } else {
         1024
@@ -258,11 +259,14 @@ fn memory_that_cannot_be_read_in_place_is_refused_with_the_reason() {
         // ending exactly on one
         let e = try_share(4096 - 40, 10, 10).unwrap_err();
         assert!(e.contains("page boundary"), "{e}");
+        // 252 bytes before one (a multiple of 4, one element short of the margin): refused
+        let e = try_share(4096 - 252 - 40, 10, 10).unwrap_err();
+        assert!(e.contains("page boundary"), "{e}");
         // 256 bytes before one is fine
         let id = try_share(4096 - 256 - 40, 10, 10).expect("256 bytes of room");
         assert_eq!(Float32::from_id(id).to_vec(), values(10));
         // every refused region was released at once
-        assert_eq!(released.load(Ordering::SeqCst), 6);
+        assert_eq!(released.load(Ordering::SeqCst), 7);
     })
 }
 
@@ -349,5 +353,49 @@ fn an_owner_whose_release_calls_into_kiln_does_not_deadlock() {
             }
             Err(_) => std::panic::resume_unwind(worker.join().expect_err("the worker failed")),
         }
+    })
+}
+
+#[test]
+fn memory_already_read_by_a_kiln_array_gets_no_second_name() {
+    // (a frozen recording tells inputs apart by buffer address: two arrays over one memory would
+    // be read as one)
+    leak_checked(|| {
+        let released = Arc::new(AtomicUsize::new(0));
+        let v = values(1000);
+        let r = region(&v, &released);
+        let (mem, at) = (r.mem.clone(), r.at);
+        let id = kiln_core::from_foreign(VarType::F32, 1000, Box::new(r)).unwrap();
+        let x = Float32::from_id(id);
+        // the same memory as the same array: that array again
+        let again = Region {
+            mem: mem.clone(),
+            at,
+            bytes: 4000,
+            released: released.clone(),
+        };
+        let id2 = kiln_core::from_foreign(VarType::F32, 1000, Box::new(again)).unwrap();
+        assert_eq!(id2, x.id(), "not the same array");
+        let y = Float32::from_id(id2);
+        // a part of it, or the same bytes as another type: refused (the caller copies)
+        for (off, n, ty) in [(400usize, 100usize, VarType::F32), (0, 1000, VarType::I32)] {
+            let part = Region {
+                mem: mem.clone(),
+                at: at + off,
+                bytes: 4 * n,
+                released: released.clone(),
+            };
+            let e = kiln_core::from_foreign(ty, n, Box::new(part)).unwrap_err();
+            assert!(e.contains("already reads part"), "{e}");
+        }
+        assert_eq!(
+            released.load(Ordering::SeqCst),
+            3,
+            "the refused owners were kept"
+        );
+        assert_eq!((&x + &y).to_vec()[1], 2.0 * v[1]);
+        drop((x, y));
+        kiln::sync().unwrap();
+        assert_eq!(released.load(Ordering::SeqCst), 4);
     })
 }

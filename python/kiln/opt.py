@@ -36,7 +36,7 @@ import kiln
 from . import _kiln
 
 try:
-    from numpy import bool_ as _np_bool  # (a NumPy bool is a number to `numbers`, not a rate)
+    from numpy import bool_ as _np_bool  # (refused by name: a flag, never a rate)
 except ImportError:  # NumPy is optional
 
     class _np_bool:  # noqa: N801 (stands in for the missing type)

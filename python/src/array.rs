@@ -107,12 +107,16 @@ fn construct(args: &Bound<PyTuple>, ty: Ty) -> PyResult<Dyn> {
         1 => to_dyn(&args.get_item(0)?, Some(ty))?.cast(ty),
         _ => to_dyn(args.as_any(), Some(ty))?.cast(ty),
     };
-    // Dr.Jit's rule: an array copied while derivatives are suspended is a detached copy (it
-    // does not track them when `resume_grad()` turns recording on again)
-    if !kiln::ad::grad_recording() {
-        return Ok(crate::float!(&d, x => crate::dynarray::IntoDyn::into_dyn(x.detach()), else d));
+    Ok(detached_if_suspended(d))
+}
+
+/// Dr.Jit's rule for constructors: an array copied while derivatives are suspended is a detached
+/// copy (it does not track them when `resume_grad()` turns recording on again).
+pub fn detached_if_suspended(d: Dyn) -> Dyn {
+    if kiln::ad::grad_recording() {
+        return d;
     }
-    Ok(d)
+    crate::float!(&d, x => crate::dynarray::IntoDyn::into_dyn(x.detach()), else d)
 }
 
 /// Element `i` (counted from the end when negative) as a Python number.

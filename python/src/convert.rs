@@ -286,8 +286,11 @@ struct NumpyMemory {
 
 // SAFETY: `ptr..ptr + bytes` is the data of the C-contiguous array `_array` (read from its
 // array interface when it was made), which stays allocated and in place while the array object
-// lives, and this value holds a reference to it. (`ndarray.resize(refcheck=False)` is the one
-// way to move it regardless, and NumPy documents that it breaks every other reference.)
+// lives, and this value holds a reference to it: NumPy keeps its own memory, or the object it
+// took the memory from (a DLPack capsule, a buffer), alive as long as the array. Moving that
+// memory from outside NumPy (`ndarray.resize(refcheck=False)`, resizing a PyTorch tensor after
+// `from_dlpack`), or writing it while a kiln call reads it, breaks NumPy's own views as well;
+// the docstring of `from_numpy` says so.
 unsafe impl kiln_core::alloc::ForeignMemory for NumpyMemory {
     fn ptr(&self) -> *const u8 {
         self.ptr as *const u8

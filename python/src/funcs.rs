@@ -518,7 +518,7 @@ fn size_arg(shape: Option<&Bound<PyAny>>) -> PyResult<usize> {
 }
 
 /// An array of `shape` elements equal to `value` (Dr.Jit's `dr.full(dtype, value, shape)`).
-/// A literal: it costs no memory until a kernel writes it.
+/// Lazy (a broadcast of one value): it costs no memory until a kernel writes it.
 #[pyfunction]
 #[pyo3(signature = (dtype, value, shape = None))]
 fn full(
@@ -1152,9 +1152,12 @@ fn type_of(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
 
 /// A kiln value from NumPy: a 1-D array gives the array class of its element type, any other
 /// rank a tensor. With `copy=None` (the default) kiln reads the NumPy array's memory in place when
-/// it can (as `torch.from_numpy` does): writes through NumPy later show in the kiln value, and
-/// kiln never writes into that memory (its own updates copy first). `copy=True` always copies;
-/// `copy=False` shares or raises `ValueError` saying why it cannot.
+/// it can (as `torch.from_numpy` does): writes through NumPy between kiln calls show in the kiln
+/// value (not during one: kiln may be reading on other threads), and kiln never writes into that
+/// memory (its own updates copy first). About 1 array in 16 cannot be read in place (its end
+/// lies too close to a page boundary) and is copied: code that relies on seeing NumPy's writes
+/// passes `copy=False`, which shares or raises `ValueError` saying why it cannot. `copy=True`
+/// always copies.
 #[pyfunction]
 #[pyo3(signature = (a, copy=None))]
 fn from_numpy(py: Python<'_>, a: &Bound<PyAny>, copy: Option<bool>) -> PyResult<Py<PyAny>> {

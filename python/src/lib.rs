@@ -43,7 +43,8 @@ fn wait_without_gil(wait: &(dyn Fn() + Sync)) {
 
 #[pymodule]
 fn _kiln(m: &Bound<PyModule>) -> PyResult<()> {
-    kiln_core::schedule::set_eval_wait(wait_without_gil);
+    // (false when the module is imported again, e.g. by a second interpreter: already set)
+    let _ = kiln_core::schedule::set_eval_wait(wait_without_gil);
     errors::register(m)?;
     array::register(m)?;
     funcs::register(m)?;

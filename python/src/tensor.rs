@@ -32,13 +32,7 @@ macro_rules! tensor_classes {
             #[pyo3(signature = (value = None, shape = None))]
             fn new(value: Option<&Bound<PyAny>>, shape: Option<Vec<usize>>) -> PyResult<(Self, TensorBase)> {
                 let (a, s) = construct(value, shape, Ty::$ty)?;
-                // Dr.Jit's rule, as for arrays: a copy made while derivatives are suspended is
-                // detached
-                let a = if kiln::ad::grad_recording() {
-                    a
-                } else {
-                    crate::float!(&a, x => crate::dynarray::IntoDyn::into_dyn(x.detach()), else a)
-                };
+                let a = crate::array::detached_if_suspended(a);
                 Ok(($name, TensorBase { a, shape: s }))
             }
         }

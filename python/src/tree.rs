@@ -434,7 +434,6 @@ impl Tree {
         }
     }
 
-    /// The arrays, in traversal order.
     /// Make every literal array in the tree opaque (one evaluated value): Dr.Jit's
     /// `freeze(auto_opaque=False)`, under which no input's value is baked into a recording.
     /// `write_back` then hands the opaque arrays to the caller's objects, as `make_opaque` would.
@@ -485,6 +484,7 @@ impl Tree {
         }
     }
 
+    /// The arrays, in traversal order.
     pub fn arrays(&self, out: &mut Vec<Dyn>) {
         match self {
             Tree::Array(d, _) | Tree::Tensor(d, _, _) => out.push(d.clone()),

@@ -1,6 +1,7 @@
 """NumPy → kiln without a copy (`kiln.from_numpy`, `kiln.from_dlpack`): what is shared, what kiln
 never writes, how long the NumPy memory lives, and what is copied or refused and why."""
 
+import faulthandler
 import gc
 import sys
 import threading
@@ -272,11 +273,15 @@ def test_frozen_functions_on_several_threads_do_not_deadlock():
             kiln.eval(kiln.sin(x) * it)
         done.append(seed)
 
-    ts = [threading.Thread(target=work, args=(s,), daemon=True) for s in range(3)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=120)
+    faulthandler.dump_traceback_later(240, exit=True)  # a deadlock holding the GIL blocks join
+    try:
+        ts = [threading.Thread(target=work, args=(s,), daemon=True) for s in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=120)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     assert sorted(done) == [0, 1, 2], "a thread is stuck: the frozen calls deadlocked"
 
 
@@ -292,5 +297,29 @@ def test_a_frozen_function_never_replays_another_numpy_argument_at_a_reused_addr
         np.testing.assert_array_equal(h(a).numpy(), np.full(100, 2 * it))
         del a
         gc.collect()
+    kept = np.full(100, 7, dtype=np.float32)
+    h(kept)
+    held = sys.getrefcount(kept)
     h.clear()  # forgets the recordings and the arrays they were keyed on
-    assert h.n_recordings == 0
+    assert sys.getrefcount(kept) < held
+
+
+def test_memory_already_read_by_kiln_gets_no_second_name():
+    # a frozen recording tells inputs apart by buffer address: one memory, one kiln array
+    a = shareable(1000, np.float32)
+    x = kiln.from_numpy(a, copy=False)
+    y = kiln.from_numpy(a, copy=False)  # the same array again: both see NumPy's writes
+    assert address(y) == address(x)
+    a[3] = -1
+    assert (x + 0).numpy()[3] == -1 and (y + 0).numpy()[3] == -1
+    for part in (a[100:200], a.view(np.int32)):
+        with pytest.raises(ValueError, match="already reads part of this memory"):
+            kiln.from_numpy(part, copy=False)
+        np.testing.assert_array_equal(kiln.from_numpy(part).numpy(), part)  # copied
+
+    @kiln.freeze
+    def f(p, q):
+        return p + kiln.Float32(q)
+
+    got = f(x, kiln.from_numpy(a.view(np.int32)))  # two different inputs over one memory
+    np.testing.assert_array_equal(got.numpy(), a + a.view(np.int32).astype(np.float32))

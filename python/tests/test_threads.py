@@ -1,6 +1,7 @@
 """Several Python threads using kiln at once: each gets the answers it gets alone, and the GIL is
 released while kernels compile and run (another Python thread makes progress meanwhile)."""
 
+import faulthandler
 import threading
 import time
 
@@ -101,11 +102,17 @@ def _run_threads(*targets, timeout=120):
         except Exception as e:  # noqa: BLE001 (reported below)
             errors.append(e)
 
-    ts = [threading.Thread(target=wrap, args=(i, f), daemon=True) for i, f in enumerate(targets)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=timeout)
+    # a deadlock that holds the GIL would block `join` too: past the timeout, print every
+    # thread's stack and end the process (the run fails instead of hanging CI)
+    faulthandler.dump_traceback_later(timeout, exit=True)
+    try:
+        ts = [threading.Thread(target=wrap, args=(i, f), daemon=True) for i, f in enumerate(targets)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=timeout)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     assert not errors, errors
     assert sorted(done) == list(range(len(targets))), "a thread is stuck: deadlock"
 

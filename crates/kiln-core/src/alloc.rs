@@ -47,8 +47,9 @@ impl Block {
 ///
 /// # Safety
 /// `ptr()` stays valid for reading `bytes()` bytes for as long as the value lives, and those
-/// bytes are not freed, moved or resized meanwhile. (Writes by their owner are allowed: kiln then
-/// reads the new values, as NumPy views do.)
+/// bytes are not freed, moved or resized meanwhile. The owner may write them between kiln's
+/// calls (kiln then reads the new values, as NumPy views do), but not while a kiln call that
+/// reads them runs: that would be a data race.
 pub unsafe trait ForeignMemory: Send + Sync {
     /// The first byte.
     fn ptr(&self) -> *const u8;
@@ -56,15 +57,24 @@ pub unsafe trait ForeignMemory: Send + Sync {
     fn bytes(&self) -> usize;
 }
 
-/// How far past a buffer's last element compiled code may read (a whole vector of the widest
-/// backend past a partial tail; kiln's own blocks have [`SLACK_BYTES`] of it).
-const FOREIGN_OVERREAD: usize = 256;
+/// How far past a foreign buffer's last element compiled code is allowed to read: four times
+/// the [`SLACK_BYTES`] kiln's own blocks have for a vector past a partial tail (the backends
+/// promise to stay within that slack; the margin keeps a foreign buffer safe if one day a wider
+/// vector does not).
+const FOREIGN_OVERREAD: usize = 4 * SLACK_BYTES;
 
 /// Why foreign memory of `bytes` bytes at `ptr` cannot be read in place as elements of
-/// `elem_bytes` bytes (`None`: it can). Compiled code may read up to 256 bytes past a buffer's
-/// end, which kiln's own blocks allow for; foreign memory qualifies when those bytes lie in the
+/// `elem_bytes` bytes (`None`: it can). It qualifies when the 256 bytes past its end lie in the
 /// page of its last byte (a mapped page: reading it cannot fault, and the lanes read there are
 /// discarded), which holds for about 15 in 16 arrays.
+///
+/// ```
+/// use kiln_core::alloc::foreign_refusal;
+/// let page = 1 << 20; // (an address only: nothing is read)
+/// assert_eq!(foreign_refusal(page as *const u8, 400, 4), None);
+/// assert!(foreign_refusal((page + 2) as *const u8, 400, 4).unwrap().contains("multiple"));
+/// assert!(foreign_refusal(page as *const u8, 4096 - 252, 4).unwrap().contains("page boundary"));
+/// ```
 pub fn foreign_refusal(ptr: *const u8, bytes: usize, elem_bytes: usize) -> Option<&'static str> {
     const PAGE: usize = 4096;
     let at = ptr as usize;

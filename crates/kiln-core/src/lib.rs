@@ -298,8 +298,8 @@ pub(crate) fn data_var(ty: VarType, buf: Buffer) -> VarId {
 /// place without a copy (a NumPy array, a DLPack tensor). kiln never writes into it (see
 /// [`alloc::ForeignMemory`]); the variable sees what the owner writes there later. `Err` says why
 /// the memory cannot be read in place (misaligned, too short, ending too close to a page
-/// boundary for vector reads past the end, or made inside a frozen function's recording); the
-/// caller then copies it.
+/// boundary for vector reads past the end, already read by another kiln array, or made inside a
+/// frozen function's recording); the caller then copies it.
 ///
 /// ```
 /// use kiln_core::alloc::ForeignMemory;
@@ -325,13 +325,40 @@ pub fn from_foreign(
     len: usize,
     mem: Box<dyn alloc::ForeignMemory>,
 ) -> std::result::Result<VarId, &'static str> {
-    if freeze::active() {
+    if freeze::in_recording() {
         // (a recording keeps what is made inside it as uploaded data; a replay could not bind
         // memory that another library may have freed or changed by then)
         return Err("it is made inside a frozen function's recording, which keeps a copy");
     }
     let buf = Buffer::foreign(ty, len, mem)?;
-    Ok(data_var(ty, buf))
+    // one name per byte: a recording tells inputs apart by buffer address, so a second array
+    // over the same memory (the same NumPy array shared twice, a view of it, a kiln buffer seen
+    // through DLPack) would be read as the first
+    // through DLPack) would be read as the first. The same memory read as the same array is
+    // that array again; any other overlap is refused (the caller copies).
+    let at = buf.ptr() as usize;
+    let mut st = STATE.lock();
+    let same = st.var_with_buffer(at).filter(|&id| {
+        let v = st.var(id);
+        v.ty == ty && v.size == len && v.data.as_ref().is_some_and(|b| b.is_foreign())
+    });
+    let verdict = match same {
+        Some(id) => {
+            st.inc_ext(id);
+            Ok(VarId(id))
+        }
+        None if st.buffer_overlaps(at, at + buf.bytes()) => Err(
+            "another kiln array already reads part of this memory (a view of it, or a kiln buffer seen through DLPack)",
+        ),
+        None => {
+            drop(st);
+            return Ok(data_var(ty, buf));
+        }
+    };
+    drop(st);
+    drop(buf);
+    registry::release_deferred_owners();
+    verdict
 }
 
 /// A new evaluated variable holding `bytes` (little-endian elements of `ty`).

@@ -56,7 +56,9 @@ pub(crate) type FxSet<K> = std::collections::HashSet<K, BuildHasherDefault<FxHas
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VarId(pub u32);
 
-/// An evaluated buffer: `len` elements of `ty`, 64-byte aligned, with slack after the end.
+/// An evaluated buffer: `len` elements of `ty`, 64-byte aligned, with slack after the end; or,
+/// for [`Buffer::foreign`], another library's memory (element-aligned, never written, read at
+/// most 256 bytes past its end within its last page).
 pub struct Buffer {
     block: Option<Block>,
     /// Memory another library owns, read in place (then `block` is `None`; see
@@ -87,7 +89,8 @@ impl Buffer {
         })
     }
     /// `len` elements of `ty` that `mem` holds, read in place, or why they cannot be (see
-    /// [`alloc::foreign_refusal`]; the caller then copies them).
+    /// [`alloc::foreign_refusal`]; the caller then copies them). `kiln_core::from_foreign`
+    /// makes a variable of it; its example shows both.
     pub fn foreign(
         ty: VarType,
         len: usize,
@@ -161,7 +164,9 @@ static DEFERRED_OWNERS: Mutex<Vec<Box<dyn alloc::ForeignMemory>>> = Mutex::new(V
 static OWNERS_DEFERRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Release the foreign owners set aside while the registry was locked. Called where this thread
-/// holds no lock of the engine (after a handle is dropped, after an evaluation).
+/// does not hold the registry lock (after a handle is dropped, after an evaluation, `sync`); it
+/// may hold the evaluation lock (an evaluation inside a frozen function's recording), which is
+/// reentrant, so an owner's drop may still call into kiln.
 pub(crate) fn release_deferred_owners() {
     // (a plain load first: this runs at every handle drop, and a swap is a locked instruction)
     if !OWNERS_DEFERRED.load(std::sync::atomic::Ordering::Acquire)
@@ -679,6 +684,18 @@ impl State {
             }
             self.vars[id as usize].fresh = false;
         }
+    }
+
+    /// Whether a live variable's buffer overlaps the bytes `lo..hi` (a scan of every variable:
+    /// for `from_foreign`, which must not give memory a second name).
+    pub fn buffer_overlaps(&self, lo: usize, hi: usize) -> bool {
+        self.vars.iter().skip(1).any(|v| {
+            v.alive
+                && v.data.as_ref().is_some_and(|b| {
+                    let at = b.ptr() as usize;
+                    at < hi && lo < at + b.bytes().max(1)
+                })
+        })
     }
 
     /// The variable whose buffer starts at `addr`, if any (for messages about hidden inputs).

@@ -32,18 +32,21 @@ static EVAL_LOCK: ReentrantMutex<()> = ReentrantMutex::new(());
 static EVAL_WAIT: std::sync::OnceLock<fn(&(dyn Fn() + Sync))> = std::sync::OnceLock::new();
 
 /// Have every wait for the evaluation lock run through `wait`, which must call its argument (the
-/// wait itself). A binding to a language with a global interpreter lock releases that lock
-/// around the wait: the holder may be a frozen function's recording whose body needs it, so
-/// waiting with it held would deadlock. Set once per process; later calls change nothing.
+/// wait itself; a hook that returns without calling it makes the waiting thread spin). A binding
+/// to a language with a global interpreter lock releases that lock around the wait: the holder
+/// may be a frozen function's recording whose body needs it, so waiting with it held would
+/// deadlock. Set once per process: returns whether this call set it (later calls change
+/// nothing).
 ///
 /// ```
 /// fn plain(wait: &(dyn Fn() + Sync)) {
 ///     wait()
 /// }
 /// kiln_core::schedule::set_eval_wait(plain);
+/// assert!(!kiln_core::schedule::set_eval_wait(plain)); // already set
 /// ```
-pub fn set_eval_wait(wait: fn(&(dyn Fn() + Sync))) {
-    let _ = EVAL_WAIT.set(wait);
+pub fn set_eval_wait(wait: fn(&(dyn Fn() + Sync))) -> bool {
+    EVAL_WAIT.set(wait).is_ok()
 }
 
 /// Take the evaluation lock (reentrant), waiting through the hook of [`set_eval_wait`].
