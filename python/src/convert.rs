@@ -364,6 +364,19 @@ pub fn share_numpy(arr: &Bound<PyAny>) -> PyResult<Result<Dyn, String>> {
     Ok(shared.map_err(String::from))
 }
 
+/// `arr` (a NumPy array) flat: read in place where it can be, else copied.
+pub fn numpy_flat(arr: &Bound<PyAny>) -> PyResult<Dyn> {
+    match share_numpy(arr)? {
+        Ok(d) => Ok(d),
+        Err(_) => numpy_copy(arr),
+    }
+}
+
+/// `arr` (a NumPy array) flat, copied.
+pub fn numpy_copy(arr: &Bound<PyAny>) -> PyResult<Dyn> {
+    to_dyn(&arr.call_method0("ravel")?, None)
+}
+
 /// The kiln array whose buffer the NumPy array `arr` views (through any chain of views), if any.
 fn kiln_export(arr: &Bound<PyAny>) -> PyResult<Option<Dyn>> {
     let mut base = arr.getattr("base")?;

@@ -1164,19 +1164,15 @@ fn from_numpy(py: Python<'_>, a: &Bound<PyAny>, copy: Option<bool>) -> PyResult<
     let np = py.import("numpy")?;
     let arr = np.call_method1("asarray", (a,))?;
     let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
-    let flat = if copy == Some(true) {
-        to_dyn(&arr.call_method0("ravel")?, None)?
-    } else {
-        match crate::convert::share_numpy(&arr)? {
-            Ok(d) => d,
-            Err(why) if copy == Some(false) => {
-                return Err(value_error(format!(
-                    "from_numpy(copy=False): this array (shape {shape:?}, dtype {}) cannot be shared without a copy: {why}; pass copy=None to copy it when needed, or make it a C-contiguous array of a kiln type first (`np.ascontiguousarray(a, dtype=np.float32)`)",
-                    arr.getattr("dtype")?.str()?
-                )))
-            }
-            Err(_) => to_dyn(&arr.call_method0("ravel")?, None)?,
-        }
+    let flat = match copy {
+        Some(true) => crate::convert::numpy_copy(&arr)?,
+        None => crate::convert::numpy_flat(&arr)?,
+        Some(false) => crate::convert::share_numpy(&arr)?.map_err(|why| {
+            value_error(format!(
+                "from_numpy(copy=False): this array (shape {shape:?}, dtype {}) cannot be shared without a copy: {why}; pass copy=None to copy it when needed, or make it a C-contiguous array of a kiln type first (`np.ascontiguousarray(a, dtype=np.float32)`)",
+                arr.getattr("dtype").and_then(|d| d.str().map(|s| s.to_string())).unwrap_or_default()
+            ))
+        })?,
     };
     if shape.len() == 1 {
         return wrap(py, flat);

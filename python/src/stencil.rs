@@ -447,11 +447,7 @@ fn flat_of(a: &Bound<PyAny>) -> PyResult<(Dyn, Vec<usize>)> {
     let arr = np.call_method1("asarray", (a,))?;
     let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
     // (read in place where it can be: a stencil only reads its inputs, so sharing is unseen)
-    if let Ok(d) = crate::convert::share_numpy(&arr)? {
-        return Ok((d, shape));
-    }
-    let flat = arr.call_method0("ravel")?;
-    Ok((to_dyn(&flat, None)?, shape))
+    Ok((crate::convert::numpy_flat(&arr)?, shape))
 }
 
 /// Copy the result into `out` (a NumPy array, or a kiln tensor replaced in place).

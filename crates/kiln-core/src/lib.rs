@@ -338,27 +338,32 @@ pub fn from_foreign(
     // that array again; any other overlap is refused (the caller copies).
     let at = buf.ptr() as usize;
     let mut st = STATE.lock();
-    let same = st.var_with_buffer(at).filter(|&id| {
-        let v = st.var(id);
-        v.ty == ty && v.size == len && v.data.as_ref().is_some_and(|b| b.is_foreign())
-    });
-    let verdict = match same {
-        Some(id) => {
-            st.inc_ext(id);
-            Ok(VarId(id))
-        }
-        None if st.buffer_overlaps(at, at + buf.bytes()) => Err(
-            "another kiln array already reads part of this memory (a view of it, or a kiln buffer seen through DLPack)",
-        ),
+    let verdict = match st.overlapping_buffer(at, at + buf.bytes()) {
         None => {
             drop(st);
             return Ok(data_var(ty, buf));
         }
+        Some(id) if same_memory(st.var(id), ty, len, at) => {
+            st.inc_ext(id);
+            Ok(VarId(id))
+        }
+        Some(_) => Err(
+            "another kiln array already reads part of this memory (a view of it, or a kiln buffer seen through DLPack)",
+        ),
     };
     drop(st);
     drop(buf);
     registry::release_deferred_owners();
     verdict
+}
+
+/// Whether `v` is a foreign buffer over exactly `len` elements of `ty` at `at`.
+fn same_memory(v: &Var, ty: VarType, len: usize, at: usize) -> bool {
+    v.ty == ty
+        && v.size == len
+        && v.data
+            .as_ref()
+            .is_some_and(|b| b.is_foreign() && b.ptr() as usize == at)
 }
 
 /// A new evaluated variable holding `bytes` (little-endian elements of `ty`).

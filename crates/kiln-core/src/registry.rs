@@ -686,15 +686,17 @@ impl State {
         }
     }
 
-    /// Whether a live variable's buffer overlaps the bytes `lo..hi` (a scan of every variable:
-    /// for `from_foreign`, which must not give memory a second name).
-    pub fn buffer_overlaps(&self, lo: usize, hi: usize) -> bool {
-        self.vars.iter().skip(1).any(|v| {
-            v.alive
+    /// A live variable whose buffer overlaps the bytes `lo..hi`, if any (a scan of every
+    /// variable: for `from_foreign`, which must not give memory a second name; foreign memory
+    /// never overlaps two variables, so the first found is the one).
+    pub fn overlapping_buffer(&self, lo: usize, hi: usize) -> Option<u32> {
+        self.vars.iter().enumerate().skip(1).find_map(|(i, v)| {
+            let hit = v.alive
                 && v.data.as_ref().is_some_and(|b| {
                     let at = b.ptr() as usize;
                     at < hi && lo < at + b.bytes().max(1)
-                })
+                });
+            hit.then_some(i as u32)
         })
     }
 
