@@ -20,6 +20,7 @@ component; the math library, ``dot``/``cross``/``norm``/``normalize``, ``select`
 from ._kiln import *  # noqa: F401,F403
 from ._kiln import __version__  # noqa: F401
 from . import _kiln
+import atexit as _atexit
 import builtins as _builtins
 from . import _vectors
 
@@ -35,6 +36,10 @@ _UNARY = (
 )  # fmt: skip
 globals().update({_n: _vectors.lift_unary(getattr(_kiln, _n)) for _n in _UNARY})
 
+# As the interpreter exits, daemon threads still using kiln stop at their next evaluation (waiting,
+# without the GIL) instead of meeting the interpreter's teardown inside kiln (see gil.rs).
+_atexit.register(_kiln._hold_engine_at_exit)
+
 # Dr.Jit's in-place rule for a loop's state (see _inplace.py)
 from ._inplace import while_loop  # noqa: E402,F811
 
@@ -48,8 +53,10 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     runs it and records its kernels; later calls with the same layout replay them without running
     Python. Usable as ``@kiln.freeze`` or ``@kiln.freeze(limit=...)``.
 
-    ``state_fn(*args, **kwargs)`` returns extra values (captured arrays) that are part of the
-    layout; ``limit`` bounds the recordings kept (None or -1: no bound; past it, a new layout replaces the recording
+    ``state_fn(*args, **kwargs)`` returns extra values (arrays the function reaches without taking
+    them as arguments, e.g. through ``self``) that are inputs and outputs like the arguments: part
+    of the layout, and what the function does to them (``+=``, a scatter, a struct field given a
+    new array) reaches them on replays too; ``limit`` bounds the recordings kept (None or -1: no bound; past it, a new layout replaces the recording
     used longest ago, as in Dr.Jit; ``JitFlag.KernelFreezing`` off runs every frozen function
     unfrozen on this thread); ``warn_after`` warns when a function keeps being
     re-recorded; ``auto_opaque`` (the default) makes literals that change between calls opaque

@@ -256,12 +256,12 @@ fn backward_from(
         None => crate::convert::lit_f64(1.0, d.ty()),
     };
     match (d, s) {
-        (Dyn::F32(y), Dyn::F32(s)) => {
-            py.detach(|| try_guard(|| kiln::ad::backward_with(&y, &s, retain_graph)))
-        }
-        (Dyn::F64(y), Dyn::F64(s)) => {
-            py.detach(|| try_guard(|| kiln::ad::backward_with(&y, &s, retain_graph)))
-        }
+        (Dyn::F32(y), Dyn::F32(s)) => crate::gil::detach(py, || {
+            try_guard(|| kiln::ad::backward_with(&y, &s, retain_graph))
+        }),
+        (Dyn::F64(y), Dyn::F64(s)) => crate::gil::detach(py, || {
+            try_guard(|| kiln::ad::backward_with(&y, &s, retain_graph))
+        }),
         (d, _) => Err(not_float("backward", &d)),
     }
 }
@@ -279,8 +279,8 @@ fn backward(py: Python<'_>, y: &Bound<PyAny>, retain_graph: bool) -> PyResult<()
 fn forward(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<()> {
     crate::reads::check("a forward pass")?;
     match one_array(x, "forward")?.get() {
-        Dyn::F32(v) => py.detach(|| try_guard(|| kiln::ad::forward(&v))),
-        Dyn::F64(v) => py.detach(|| try_guard(|| kiln::ad::forward(&v))),
+        Dyn::F32(v) => crate::gil::detach(py, || try_guard(|| kiln::ad::forward(&v))),
+        Dyn::F64(v) => crate::gil::detach(py, || try_guard(|| kiln::ad::forward(&v))),
         d => Err(not_float("forward", &d)),
     }
 }
@@ -301,7 +301,9 @@ fn pass_arrays(args: &Bound<PyTuple>, what: &str) -> PyResult<Vec<Dyn>> {
 #[pyo3(signature = (*args, unset_is_one = false))]
 fn forward_from_all(py: Python<'_>, args: &Bound<PyTuple>, unset_is_one: bool) -> PyResult<()> {
     let xs = pass_arrays(args, "a forward pass")?;
-    py.detach(|| try_guard(|| kiln::ad::forward_from_all(&xs, unset_is_one)))
+    crate::gil::detach(py, || {
+        try_guard(|| kiln::ad::forward_from_all(&xs, unset_is_one))
+    })
 }
 
 /// Reverse mode from all these arrays at once (Dr.Jit's `enqueue(ADMode.Backward, ...)` then
@@ -317,7 +319,9 @@ fn backward_from_all(
     clear_seeds: bool,
 ) -> PyResult<()> {
     let ys = pass_arrays(args, "a backward pass")?;
-    py.detach(|| try_guard(|| kiln::ad::backward_from_all(&ys, retain_graph, clear_seeds)))
+    crate::gil::detach(py, || {
+        try_guard(|| kiln::ad::backward_from_all(&ys, retain_graph, clear_seeds))
+    })
 }
 
 /// Reverse mode towards these arrays only (the engine of Dr.Jit's `backward_to`): every array
@@ -332,7 +336,9 @@ fn backward_to_all(
     clear_seeds: bool,
 ) -> PyResult<()> {
     let xs = pass_arrays(args, "a backward pass")?;
-    py.detach(|| try_guard(|| kiln::ad::backward_to(&xs, retain_graph, clear_seeds)))
+    crate::gil::detach(py, || {
+        try_guard(|| kiln::ad::backward_to(&xs, retain_graph, clear_seeds))
+    })
 }
 
 /// Forward mode from every array whose gradient is set, towards `y` only (Dr.Jit's
@@ -343,8 +349,8 @@ fn forward_to(py: Python<'_>, y: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
     let h = one_array(y, "forward_to")?;
     let d = h.get();
     match &d {
-        Dyn::F32(v) => py.detach(|| try_guard(|| kiln::ad::forward_to(v)))?,
-        Dyn::F64(v) => py.detach(|| try_guard(|| kiln::ad::forward_to(v)))?,
+        Dyn::F32(v) => crate::gil::detach(py, || try_guard(|| kiln::ad::forward_to(v)))?,
+        Dyn::F64(v) => crate::gil::detach(py, || try_guard(|| kiln::ad::forward_to(v)))?,
         d => return Err(not_float("forward_to", d)),
     }
     let g = grad_of(py, &d)?;

@@ -134,14 +134,14 @@ pub fn item(py: Python<'_>, a: &Dyn, i: isize) -> PyResult<Py<PyAny>> {
     macro_rules! get {
         ($x:expr) => {{
             let x = $x.clone();
-            let v = py.detach(|| try_guard(|| x.try_at(j)?.try_item()))?;
+            let v = crate::gil::detach(py, || try_guard(|| x.try_at(j)?.try_item()))?;
             v.into_pyobject(py)?.into_any().unbind()
         }};
     }
     Ok(match &a {
         Dyn::Bool(x) => {
             let x = x.clone();
-            let v = py.detach(|| try_guard(|| x.try_at(j)?.try_item()))?;
+            let v = crate::gil::detach(py, || try_guard(|| x.try_at(j)?.try_item()))?;
             pyo3::types::PyBool::new(py, v)
                 .to_owned()
                 .into_any()
@@ -159,13 +159,15 @@ pub fn item(py: Python<'_>, a: &Dyn, i: isize) -> PyResult<Py<PyAny>> {
 /// Evaluate `a` with the GIL released (other Python threads run while kernels compile and run).
 pub fn eval_released(py: Python<'_>, a: &Dyn) -> PyResult<()> {
     let a = a.clone();
-    py.detach(|| try_guard(|| each!(&a, x => x.try_eval().map(|_| ()))))
+    crate::gil::detach(py, || {
+        try_guard(|| each!(&a, x => x.try_eval().map(|_| ())))
+    })
 }
 
 fn values_of<T: Scalar>(py: Python<'_>, x: &Array<T>) -> PyResult<Vec<T>> {
     crate::reads::check("reading values (tolist)")?;
     let x = x.clone();
-    py.detach(|| try_guard(|| x.try_to_vec()))
+    crate::gil::detach(py, || try_guard(|| x.try_to_vec()))
 }
 
 #[pymethods]
@@ -437,7 +439,7 @@ impl ArrayBase {
             ));
         }
         let a = self.a.clone();
-        py.detach(|| guard(|| each!(&a, x => x.to_string())))
+        crate::gil::detach(py, || guard(|| each!(&a, x => x.to_string())))
     }
     /// The values as a Python list.
     fn tolist(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -707,7 +709,7 @@ pub fn to_numpy(py: Python<'_>, a: &Dyn) -> PyResult<Py<PyAny>> {
     let ty = a.ty();
     let Some(addr) = addr.filter(|_| n > 0) else {
         // a literal or an empty array: a copy of its values
-        let bytes = each!(a, x => { let x = x.clone(); py.detach(|| try_guard(|| kiln_core::read_bytes(x.id())))? });
+        let bytes = each!(a, x => { let x = x.clone(); crate::gil::detach(py, || try_guard(|| kiln_core::read_bytes(x.id())))? });
         let buf = pyo3::types::PyBytes::new(py, &bytes);
         let arr = np.call_method1("frombuffer", (buf, ty.typestr()))?;
         let arr = if arr.len()? != n {

@@ -37,12 +37,16 @@ pub struct FrozenFunction {
     keyed: Mutex<Vec<Py<PyAny>>>,
     /// Dr.Jit's `auto_opaque=False`: every literal input is made opaque before the call.
     all_opaque: bool,
+    /// Dr.Jit's `state_fn`: called with the call's arguments, it returns more inputs (arrays the
+    /// function reaches without taking them as arguments). They are inputs and outputs, as the
+    /// arguments are: what the function does to them reaches them on replays too.
+    state_fn: Option<Py<PyAny>>,
     /// Whether the function has closure cells (a function's `__closure__` cannot be reassigned,
     /// so a function without cells is not asked again at every call).
     closure: bool,
 }
 
-/// `(args, kwargs, captured)` of a call as one tree: the function's closure cells are inputs
+/// `(args, kwargs, captured)` of a call as one tree (`__call__` appends what `state_fn` returns): the function's closure cells are inputs
 /// too (Dr.Jit traverses them), so a captured array is bound on replays, a captured number that
 /// changed records again, and a cell the function rebinds is rebound on replays.
 fn call_tree(
@@ -122,23 +126,12 @@ impl FrozenFunction {
         if let Some(n) = limit {
             inner = inner.limit(n);
         }
-        if let Some(sf) = state_fn {
-            inner = inner.with_state(move |(t,): (&Tree,)| {
-                Python::attach(|py| {
-                    let (args, kwargs) = split(py, t, false).unwrap_or_else(|e| fail(e));
-                    let r = sf
-                        .bind(py)
-                        .call(args, Some(&kwargs))
-                        .unwrap_or_else(|e| fail(e));
-                    Tree::from_py(&r).unwrap_or_else(|e| fail(e))
-                })
-            });
-        }
         let closure = func
             .bind(py)
             .getattr(pyo3::intern!(py, "__closure__"))
             .is_ok_and(|c| !c.is_none());
         Ok(FrozenFunction {
+            state_fn,
             keyed: Mutex::new(Vec::new()),
             all_opaque: !auto_opaque,
             closure,
@@ -157,6 +150,12 @@ impl FrozenFunction {
         kwargs: Option<&Bound<PyDict>>,
     ) -> PyResult<Py<PyAny>> {
         let mut tree = call_tree(self.func.bind(py), self.closure, args, kwargs)?;
+        if let Some(sf) = &self.state_fn {
+            let state = sf.bind(py).call(args, kwargs)?;
+            if let Tree::Seq { items, .. } = &mut tree {
+                items.push(Tree::from_py(&state)?);
+            }
+        }
         if self.all_opaque {
             tree.opaque_literals()?;
         }
@@ -179,7 +178,7 @@ impl FrozenFunction {
         // may call this function, on its thread), so waiting for either with the GIL held, or
         // for the evaluation lock while holding this function's, could deadlock. The body
         // takes the GIL back itself.
-        let (out, recordings_before, stats_recordings, why) = py.detach(|| {
+        let (out, recordings_before, stats_recordings, why) = crate::gil::detach(py, || {
             let _serial = kiln_core::schedule::hold_eval_lock();
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             let before = inner.stats().recordings;

@@ -736,13 +736,13 @@ fn all_dyn(py: Python<'_>, a: &Dyn) -> PyResult<bool> {
     let Dyn::Bool(m) = a.cast(Ty::Bool) else {
         unreachable!()
     };
-    py.detach(|| guard(|| m.all()))
+    crate::gil::detach(py, || guard(|| m.all()))
 }
 fn any_dyn(py: Python<'_>, a: &Dyn) -> PyResult<bool> {
     let Dyn::Bool(m) = a.cast(Ty::Bool) else {
         unreachable!()
     };
-    py.detach(|| guard(|| m.any()))
+    crate::gil::detach(py, || guard(|| m.any()))
 }
 
 /// Whether every lane is true (true for an empty array).
@@ -766,7 +766,7 @@ fn count(py: Python<'_>, x: &Bound<PyAny>) -> PyResult<u64> {
     let Dyn::Bool(m) = arr(x)?.cast(Ty::Bool) else {
         unreachable!()
     };
-    py.detach(|| guard(|| m.count()))
+    crate::gil::detach(py, || guard(|| m.count()))
 }
 /// Running sum; `exclusive=True` (Dr.Jit's default) starts from 0.
 #[pyfunction]
@@ -996,12 +996,12 @@ fn reduce_op(op: &Bound<PyAny>) -> PyResult<ReduceOp> {
 #[pyo3(signature = (*args))]
 fn eval(py: Python<'_>, args: &Bound<PyTuple>) -> PyResult<()> {
     if args.is_empty() {
-        return py.detach(|| try_guard(kiln::eval_all));
+        return crate::gil::detach(py, || try_guard(kiln::eval_all));
     }
     let mut ids = Vec::new();
     let mut keep = Vec::new();
     collect(args.as_any(), &mut ids, &mut keep)?;
-    py.detach(|| try_guard(|| kiln::eval_ids(&ids)))
+    crate::gil::detach(py, || try_guard(|| kiln::eval_ids(&ids)))
 }
 
 /// Mark arrays to be evaluated with this thread's next evaluation (Dr.Jit's `dr.schedule`):
@@ -1042,20 +1042,20 @@ fn collect(x: &Bound<PyAny>, ids: &mut Vec<kiln_core::VarId>, keep: &mut Vec<Dyn
 /// Wait for launched work (Dr.Jit's `dr.sync_thread`).
 #[pyfunction]
 fn sync_thread(py: Python<'_>) -> PyResult<()> {
-    py.detach(|| try_guard(kiln::sync))
+    crate::gil::detach(py, || try_guard(kiln::sync))
 }
 
 /// Drop the compiled kernels kept in memory; frozen functions record again at their next call
 /// (Dr.Jit's `dr.flush_kernel_cache`).
 #[pyfunction]
 fn flush_kernel_cache(py: Python<'_>) {
-    py.detach(kiln::engine::flush_kernel_cache)
+    crate::gil::detach(py, kiln::engine::flush_kernel_cache)
 }
 
 /// Give the memory kiln keeps for reuse back to the system (Dr.Jit's `dr.flush_malloc_cache`).
 #[pyfunction]
 fn flush_malloc_cache(py: Python<'_>) {
-    py.detach(kiln::trim)
+    crate::gil::detach(py, kiln::trim)
 }
 
 /// This thread's kernel history, taken (see `kiln.kernel_history`): per launch (kind, op name,

@@ -1,10 +1,10 @@
 //! kiln's Python module (`import kiln`): Dr.Jit's array face over kiln's engine.
 //!
-//! Below: `dynarray` (one array of any element type), `errors` (kiln's errors as exceptions) and
-//! `reads` (where values may not be read). In the middle, not yet in layers (module-cycles lists
-//! the one cycle): `array` and `tensor` (the classes, NumPy views out), `convert` (Python values
-//! in), `ops` (operators with Dr.Jit's type promotion) and `funcs` (the module's array functions)
-//! call each other. Above, calling only down: `tree` (arguments of traced functions), `ad`,
+//! Below: `dynarray` (one array of any element type), `errors` (kiln's errors as exceptions),
+//! `gil` (the GIL around the engine) and `reads` (where values may not be read). In the middle,
+//! not yet in layers (module-cycles lists the one cycle): `array` and `tensor` (the classes,
+//! NumPy views out), `convert` (Python values in), `ops` (operators with Dr.Jit's type promotion)
+//! and `funcs` (the module's array functions) call each other. Above, calling only down: `tree` (arguments of traced functions), `ad`,
 //! `random`, `control`, `freeze`, `scan`, `stencil`. The pure-Python package `kiln/` re-exports
 //! this native module `kiln._kiln` and adds the vectors, scans' argument handling and a few
 //! functions composed from these.
@@ -19,6 +19,7 @@ mod custom;
 mod errors;
 mod freeze;
 mod funcs;
+mod gil;
 mod ops;
 mod random;
 mod reads;
@@ -30,21 +31,10 @@ mod tree;
 
 use pyo3::prelude::*;
 
-/// How a thread waits for the engine's evaluation lock while another thread holds it: with the
-/// GIL released. The holder may be a frozen function's recording whose Python body needs the
-/// GIL, and many calls evaluate while holding it (`make_opaque`, a scatter's target, a stencil's
-/// input). A thread without the GIL takes it first only to release it at once (the wait is
-/// never entered holding it); without an interpreter to attach to, it just waits.
-fn wait_without_gil(wait: &(dyn Fn() + Sync)) {
-    if Python::try_attach(|py| py.detach(wait)).is_none() {
-        wait();
-    }
-}
-
 #[pymodule]
 fn _kiln(m: &Bound<PyModule>) -> PyResult<()> {
     // (false when the module is imported again, e.g. by a second interpreter: already set)
-    let _ = kiln_core::schedule::set_eval_wait(wait_without_gil);
+    let _ = kiln_core::schedule::set_eval_wait(gil::wait_without_gil);
     errors::register(m)?;
     array::register(m)?;
     funcs::register(m)?;
@@ -56,6 +46,7 @@ fn _kiln(m: &Bound<PyModule>) -> PyResult<()> {
     stencil::register(m)?;
     scan::register(m)?;
     m.add_function(wrap_pyfunction!(tensor::_assign, m)?)?;
+    m.add_function(wrap_pyfunction!(gil::_hold_engine_at_exit, m)?)?;
     m.add_class::<random::PyPcg32>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

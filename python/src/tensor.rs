@@ -406,7 +406,10 @@ impl TensorBase {
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let a = self.a.clone();
         let shape = self.shape.clone();
-        py.detach(|| each!(&a, x => try_guard(|| Ok(Tensor::try_from_array(x.clone(), &shape)?.to_string()))))
+        crate::gil::detach(
+            py,
+            || each!(&a, x => try_guard(|| Ok(Tensor::try_from_array(x.clone(), &shape)?.to_string()))),
+        )
     }
     /// A lazy view: integers drop an axis, slices keep it (NumPy's basic indexing).
     fn __getitem__(&self, py: Python<'_>, index: &Bound<PyAny>) -> PyResult<Py<PyAny>> {

@@ -2,6 +2,7 @@
 plain function; arguments changed in place; state_fn; limits; AD inside; errors."""
 
 import dataclasses
+
 import numpy as np
 import pytest
 
@@ -112,6 +113,65 @@ def test_state_fn_makes_captured_arrays_part_of_the_layout():
     assert f(x).tolist() == [2.0, 3.0]
     w[0] = kiln.Float32([4.0, 5.0])
     assert f(x).tolist() == [4.0, 5.0]
+
+
+@dataclasses.dataclass
+class _Acc:
+    total: kiln.Float32
+    hits: kiln.UInt32
+
+
+class _Model:
+    """Reached through `self` (an object kiln does not look into), as in Dr.Jit's test68: only
+    `state_fn` tells the frozen function about its arrays."""
+
+    def __init__(self):
+        self.acc = _Acc(kiln.Float32([0.0, 0.0, 0.0]), kiln.UInt32([0, 0, 0]))
+        self.seen = kiln.Float32([1.0, 1.0, 1.0])
+
+    def step(self, x, i):
+        self.acc.total += x                                # in place on the object
+        self.acc.hits = self.acc.hits + kiln.UInt32(1)     # the field rebound
+        kiln.scatter_reduce(kiln.ReduceOp.Add, self.seen, x, i)
+        return self.acc.total * 2.0
+
+
+_GLOBAL_STATE = {}
+
+
+def _global_step(x):
+    _GLOBAL_STATE["acc"] += x
+    return _GLOBAL_STATE["acc"] * 1.0
+
+
+def test_state_fn_arrays_changed_by_the_function_are_changed_by_replays_too():
+    # Dr.Jit's state is input and output: what the function does to the state's arrays (`+=`,
+    # a scatter, a dataclass field given a new array) reaches the state on every replay
+    def run(frozen):
+        m = _Model()
+        f = kiln.freeze(_Model.step, state_fn=lambda self, x, i: (self.acc, self.seen)) if frozen else _Model.step
+        outs = []
+        for k in range(4):
+            x = kiln.Float32([1.0, 2.0, 3.0]) * float(k + 1)
+            i = kiln.UInt32([k % 3, (k + 1) % 3, 0])
+            outs.append(f(m, x, i).tolist())
+        return f, outs, m.acc.total.tolist(), m.acc.hits.tolist(), m.seen.tolist()
+
+    f, *frozen = run(True)
+    _, *plain = run(False)
+    assert frozen == plain
+    assert f.n_recordings == 1 and f.n_replays == 3
+    assert plain[1] == [10.0, 20.0, 30.0] and plain[2] == [4, 4, 4]
+
+
+def test_state_fn_reaching_a_global_dict():
+    _GLOBAL_STATE["acc"] = kiln.opaque(kiln.Float32, 0.0, 2)
+    f = kiln.freeze(_global_step, state_fn=lambda x: _GLOBAL_STATE)
+    got = [f(kiln.Float32(1.0)).tolist() for _ in range(4)]
+    assert got == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]
+    assert _GLOBAL_STATE["acc"].tolist() == [4.0, 4.0]
+    assert f.n_recordings == 1 and f.n_replays == 3
+    del _GLOBAL_STATE["acc"]
 
 
 def test_gradients_inside_a_frozen_step():

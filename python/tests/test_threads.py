@@ -164,3 +164,46 @@ def test_a_frozen_function_called_inside_another_on_two_threads():
             assert h(kiln.arange(kiln.Float32, n)).numpy()[-1] == 2 * (n - 1) + 4
 
     _run_threads(a, b)
+
+
+_DAEMONS_AT_EXIT = """
+import sys, threading, time
+import kiln
+
+@kiln.freeze(warn_after=10**6)
+def f(x):
+    time.sleep(0.01)          # the recording's Python body gives the GIL away
+    return x + 1
+
+def frozen_calls():
+    n = 1
+    while True:
+        f(kiln.arange(kiln.Float32, n % 50 + 1)); n += 1   # a new layout records each time
+
+def evaluations():
+    n = 1
+    while True:
+        x = kiln.arange(kiln.Float32, 200_000 + n) * 1.5
+        kiln.eval(x); float(kiln.sum(x)[0]); n += 1
+
+for t in [frozen_calls, frozen_calls, evaluations, evaluations]:
+    threading.Thread(target=t, daemon=True).start()
+time.sleep(0.3)
+print("main exiting", flush=True)
+"""
+
+
+def test_daemon_threads_inside_kiln_when_the_interpreter_exits():
+    # CPython ends a daemon thread that takes the GIL back during its teardown by unwinding it
+    # from there; inside kiln's native frames that aborted the process (about 1 run in 2 of
+    # this program). The module now holds the engine at exit, so those threads wait instead.
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")
+    for run in range(6):
+        p = subprocess.run([sys.executable, "-c", _DAEMONS_AT_EXIT], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert p.returncode == 0, f"run {run}: exit status {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
+        assert p.stdout.strip() == "main exiting" and "Fatal" not in p.stderr, p.stderr[-3000:]

@@ -173,6 +173,43 @@ pub fn hold_eval_lock() -> parking_lot::ReentrantMutexGuard<'static, ()> {
     lock_eval()
 }
 
+/// Take the evaluation lock for the rest of the process, waiting at most `timeout` (through the
+/// hook of [`set_eval_wait`]); returns whether it was taken. A binding calls this as its
+/// interpreter shuts down: threads it cannot join (Python's daemon threads) then stop at their
+/// next evaluation, waiting, instead of running on into the interpreter's teardown (CPython ends
+/// such a thread by unwinding it where it takes its interpreter lock back, which aborts the
+/// process when the unwind meets native frames). This thread keeps evaluating (the lock is
+/// reentrant); an evaluation in flight on another thread finishes first.
+///
+/// ```
+/// use std::time::Duration;
+/// // (in a test process: other threads' evaluations would wait from now on)
+/// assert!(kiln_core::schedule::hold_eval_lock_until_exit(Duration::from_secs(1)));
+/// let x = kiln_core::schedule::hold_eval_lock(); // this thread still takes it
+/// drop(x);
+/// let other = std::thread::spawn(|| {
+///     kiln_core::schedule::hold_eval_lock_until_exit(Duration::from_millis(50))
+/// });
+/// assert!(!other.join().unwrap()); // another thread gives up after its timeout
+/// ```
+pub fn hold_eval_lock_until_exit(timeout: std::time::Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(g) = EVAL_LOCK.try_lock() {
+            std::mem::forget(g);
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        let wait = || drop(EVAL_LOCK.try_lock_until(deadline));
+        match EVAL_WAIT.get() {
+            Some(hook) => hook(&wait),
+            None => wait(),
+        }
+    }
+}
+
 /// Evaluate `ids` (and every pending side effect) now.
 pub fn eval(ids: &[VarId]) -> Result<()> {
     let r = run(Some(ids));
