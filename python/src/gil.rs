@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 /// Set by [`_hold_engine_at_exit`]: the interpreter is exiting.
 static EXITING: AtomicBool = AtomicBool::new(false);
+/// The thread that ran [`_hold_engine_at_exit`]: it holds the evaluation lock and goes on using
+/// kiln (later `atexit` handlers, finalizers), so it never parks.
+static EXIT_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
 /// Threads inside [`detach`] now.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 /// Threads inside [`detach`] parked for good or waiting for the evaluation lock (which, once the
@@ -51,7 +54,7 @@ pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
     py.detach(|| {
         let _reset = Reset(DETACHED.with(|d| d.replace(true)));
         let r = f();
-        if EXITING.load(SeqCst) {
+        if EXITING.load(SeqCst) && EXIT_THREAD.get() != Some(&std::thread::current().id()) {
             park_for_good();
         }
         r
@@ -86,6 +89,7 @@ pub fn wait_without_gil(wait: &(dyn Fn() + Sync)) {
 /// instead of meeting the interpreter's teardown there. Returns whether it was taken.
 #[pyfunction]
 pub fn _hold_engine_at_exit(py: Python<'_>) -> bool {
+    let _ = EXIT_THREAD.set(std::thread::current().id());
     EXITING.store(true, SeqCst);
     py.detach(|| {
         DETACHED.with(|d| d.set(true));

@@ -207,3 +207,27 @@ def test_daemon_threads_inside_kiln_when_the_interpreter_exits():
                            timeout=120, env=env)
         assert p.returncode == 0, f"run {run}: exit status {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
         assert p.stdout.strip() == "main exiting" and "Fatal" not in p.stderr, p.stderr[-3000:]
+
+
+_KILN_IN_A_LATER_ATEXIT_HANDLER = """
+import atexit
+
+def late():
+    import kiln
+    x = kiln.arange(kiln.Float32, 10) * 2
+    kiln.eval(x)
+    print("late", float(kiln.sum(x)[0]), flush=True)
+
+atexit.register(late)    # registered first, so it runs after kiln's own exit hook
+import kiln
+print("main", flush=True)
+"""
+
+
+def test_kiln_still_works_on_the_exiting_thread_after_its_exit_hook():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _KILN_IN_A_LATER_ATEXIT_HANDLER], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.split() == ["main", "late", "90.0"], p.stdout + p.stderr[-3000:]
