@@ -150,6 +150,7 @@ fn while_loop(
     compress: Option<bool>,
     strict: bool,
 ) -> PyResult<Py<PyAny>> {
+    let _in_kiln = crate::gil::callbacks(py); // (runs Python back)
     let _ = (labels, strict);
     let state = if state.is_instance_of::<PyTuple>() {
         state.clone()
@@ -173,13 +174,13 @@ fn while_loop(
     let out = guard(|| {
         lp.run(
             |s| {
-                Python::attach(|py| {
+                crate::gil::attach(|py| {
                     let m = call_traced(py, &cond, s);
                     mask(&m, "the loop's cond").unwrap_or_else(|e| fail(e))
                 })
             },
             |s| {
-                Python::attach(|py| {
+                crate::gil::attach(|py| {
                     let r = call_traced(py, &body, s);
                     let r = if r.is_instance_of::<PyTuple>() {
                         r
@@ -241,6 +242,7 @@ fn if_stmt(
     mode: Option<&str>,
     strict: bool,
 ) -> PyResult<Py<PyAny>> {
+    let _in_kiln = crate::gil::callbacks(py); // (runs Python back)
     let _ = (arg_labels, rv_labels, label, strict);
     let args = if args.is_instance_of::<PyTuple>() {
         args.clone()
@@ -258,7 +260,7 @@ fn if_stmt(
     // each branch's plain Python values: they cannot differ per lane, so they must agree
     let plain: std::cell::RefCell<Vec<Vec<String>>> = std::cell::RefCell::new(Vec::new());
     let branch = |f: &Py<PyAny>, s: &Tree| -> Tree {
-        Python::attach(|py| {
+        crate::gil::attach(|py| {
             let r = call_traced(py, f, s);
             let t = Tree::from_py(&r).unwrap_or_else(|e| fail(e));
             let mut v = Vec::new();
@@ -296,6 +298,7 @@ fn switch(
     label: Option<&str>,
     kwargs: Option<&Bound<PyDict>>,
 ) -> PyResult<Py<PyAny>> {
+    let _in_kiln = crate::gil::callbacks(py); // (runs Python back)
     let _ = label;
     if kwargs.is_some_and(|k| !k.is_empty()) {
         return Err(value_error(
@@ -321,7 +324,7 @@ fn switch(
         .iter()
         .map(|f| {
             Box::new(move |s: &Tree| {
-                Python::attach(|py| {
+                crate::gil::attach(|py| {
                     let r = call_traced(py, f, s);
                     Tree::from_py(&r).unwrap_or_else(|e| fail(e))
                 })

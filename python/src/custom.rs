@@ -23,7 +23,7 @@ struct PyOp {
 
 /// `f(*trees)` as a tree; a Python exception leaves through kiln's pass (see [`fail`]).
 fn call(f: &Py<PyAny>, trees: &[&Tree]) -> Tree {
-    Python::attach(|py| {
+    crate::gil::attach(|py| {
         let r = (|| -> PyResult<Tree> {
             let args = trees
                 .iter()

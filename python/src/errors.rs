@@ -121,7 +121,7 @@ fn classes(py: Python<'_>) -> &Classes {
 /// An exception of class `which` with `msg`.
 pub fn raise(which: fn(&Classes) -> &Py<PyType>, msg: impl Into<String>) -> PyErr {
     let msg = msg.into();
-    Python::attach(|py| PyErr::from_type(which(classes(py)).bind(py).clone(), msg))
+    crate::gil::attach(|py| PyErr::from_type(which(classes(py)).bind(py).clone(), msg))
 }
 
 pub fn value_error(msg: impl Into<String>) -> PyErr {

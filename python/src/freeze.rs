@@ -32,8 +32,9 @@ pub struct FrozenFunction {
     /// the GIL to the waiting one).
     inner: Mutex<Inner>,
     func: Py<PyAny>,
-    /// The objects recordings were keyed on by identity (NumPy arrays and other opaque
-    /// arguments), held so that their addresses are not reused while the recordings live.
+    /// The objects recordings were keyed on by address (opaque arguments without weak
+    /// references: the others are keyed by a serial number, see `tree::identity`), held so
+    /// that their addresses are not reused while the recordings live.
     keyed: Mutex<Vec<Py<PyAny>>>,
     /// Dr.Jit's `auto_opaque=False`: every literal input is made opaque before the call.
     all_opaque: bool,
@@ -106,7 +107,7 @@ impl FrozenFunction {
         }
         let f = func.clone_ref(py);
         let body: Body = Box::new(move |t: &mut Tree| {
-            Python::attach(|py| {
+            crate::gil::attach(|py| {
                 let (args, kwargs) = split(py, t, true).unwrap_or_else(|e| fail(e));
                 let r = f
                     .bind(py)
@@ -149,6 +150,7 @@ impl FrozenFunction {
         args: &Bound<PyTuple>,
         kwargs: Option<&Bound<PyDict>>,
     ) -> PyResult<Py<PyAny>> {
+        let _in_kiln = crate::gil::callbacks(py); // (runs Python back: state_fn, the body)
         let mut tree = call_tree(self.func.bind(py), self.closure, args, kwargs)?;
         if let Some(sf) = &self.state_fn {
             let state = sf.bind(py).call(args, kwargs)?;

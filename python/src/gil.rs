@@ -3,13 +3,17 @@
 //!
 //! Every wait for the evaluation lock releases the GIL (the holder may be a frozen function's
 //! recording whose Python body needs it). A thread inside one of the binding's released regions
-//! waits without touching the GIL at all.
+//! ([`detach`]) waits without touching the GIL at all.
 //!
-//! At interpreter exit, CPython ends a daemon thread that takes the GIL back by unwinding it from
-//! there, which aborts the process when the unwind meets native frames: kiln's, between Python
-//! and a released region. So at exit the module takes the evaluation lock for good, a thread
-//! that comes back from a released region parks instead of taking the GIL, and the exit waits
-//! (briefly) until every thread still inside one is parked or back in Python.
+//! **Exit.** CPython ends a daemon thread that takes the GIL back during its teardown by
+//! unwinding it from there, which aborts the process when the unwind meets native frames: kiln's,
+//! between Python and a released region, or below a Python callback kiln runs (a loop body, a
+//! scan step, a stencil, a recording's body). So each thread counts the kiln regions it is in
+//! (released regions and calls that run Python back), and at exit the module takes the
+//! evaluation lock for good; a thread then parks for good (without the GIL) where it would come
+//! back from a released region or enter such a call, unless it holds the evaluation lock (it
+//! finishes that work first); and the exit waits, briefly, until every thread inside kiln is
+//! parked, waiting on the lock, or back in Python.
 
 use pyo3::prelude::*;
 use std::cell::Cell;
@@ -21,52 +25,105 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 /// The thread that ran [`_hold_engine_at_exit`]: it holds the evaluation lock and goes on using
 /// kiln (later `atexit` handlers, finalizers), so it never parks.
 static EXIT_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
-/// Threads inside [`detach`] now.
-static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-/// Threads inside [`detach`] parked for good or waiting for the evaluation lock (which, once the
-/// exiting thread holds it, they will never get).
+/// Threads inside at least one kiln region (see [`Region`]).
+static BUSY: AtomicUsize = AtomicUsize::new(0);
+/// Busy threads that will not come back while the exiting thread holds the evaluation lock:
+/// parked for good, or waiting for that lock.
 static STUCK: AtomicUsize = AtomicUsize::new(0);
+/// How long the exit waits for the evaluation lock and for busy threads.
+const EXIT_WAIT: Duration = Duration::from_secs(5);
 
 thread_local! {
     /// Whether this thread is inside [`detach`] (it holds no GIL).
     static DETACHED: Cell<bool> = const { Cell::new(false) };
+    /// How many kiln regions this thread is inside.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// This thread is inside kiln (a released region, or a call that runs Python back) until the
+/// guard drops.
+pub struct Region(());
+
+impl Region {
+    fn enter() -> Region {
+        if DEPTH.with(|d| d.replace(d.get() + 1)) == 0 {
+            BUSY.fetch_add(1, SeqCst);
+        }
+        Region(())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if DEPTH.with(|d| d.replace(d.get() - 1)) == 1 {
+            BUSY.fetch_sub(1, SeqCst);
+        }
+    }
+}
+
+/// Whether this thread must stop here: the interpreter is exiting, this is not the exiting
+/// thread, and it holds no evaluation lock another thread's exit waits for.
+fn must_park() -> bool {
+    EXITING.load(SeqCst)
+        && EXIT_THREAD.get() != Some(&std::thread::current().id())
+        && !kiln_core::schedule::eval_lock_held_here()
+}
+
+/// Stop this thread for the rest of the process (it is exiting); it holds no GIL.
+fn park_for_good() -> ! {
+    if DEPTH.with(|d| d.get()) > 0 {
+        STUCK.fetch_add(1, SeqCst);
+    }
+    loop {
+        std::thread::park();
+    }
 }
 
 /// Run `f` with the GIL released (`py.detach`), marking this thread as not holding it, so that a
-/// wait for the evaluation lock inside does not take it back first.
-/// At interpreter exit, a thread coming back parks instead (see the module's notes).
+/// wait for the evaluation lock inside does not take it back first. At interpreter exit, a
+/// thread coming back parks instead (see the module's notes).
 pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
-    // (counted until the GIL is back: a thread waiting for it inside native frames is in flight)
-    struct InFlight;
-    impl Drop for InFlight {
-        fn drop(&mut self) {
-            IN_FLIGHT.fetch_sub(1, SeqCst);
-        }
-    }
     struct Reset(bool);
     impl Drop for Reset {
         fn drop(&mut self) {
             DETACHED.with(|d| d.set(self.0));
         }
     }
-    IN_FLIGHT.fetch_add(1, SeqCst);
-    let _in_flight = InFlight;
+    // (busy until the GIL is back: a thread waiting for it inside native frames is in kiln)
+    let _region = Region::enter();
     py.detach(|| {
         let _reset = Reset(DETACHED.with(|d| d.replace(true)));
         let r = f();
-        if EXITING.load(SeqCst) && EXIT_THREAD.get() != Some(&std::thread::current().id()) {
+        if must_park() {
             park_for_good();
         }
         r
     })
 }
 
-/// Stop this thread for the rest of the process (it is exiting).
-fn park_for_good() -> ! {
-    STUCK.fetch_add(1, SeqCst);
-    loop {
-        std::thread::park();
+/// Take the GIL inside a released region (`Python::attach`), marking this thread as holding it.
+pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
+    Python::attach(|py| {
+        let was = DETACHED.with(|d| d.replace(false));
+        struct Reset(bool);
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                DETACHED.with(|d| d.set(self.0));
+            }
+        }
+        let _reset = Reset(was);
+        f(py)
+    })
+}
+
+/// Enter a call that runs Python back from native frames (a loop body, a scan step, a
+/// stencil, a frozen call's `state_fn` and body): the guard keeps this thread counted as inside
+/// kiln. At interpreter exit, another thread parks here instead (see the module's notes).
+pub fn callbacks(py: Python<'_>) -> Region {
+    if must_park() {
+        py.detach(|| park_for_good());
     }
+    Region::enter()
 }
 
 /// How a thread waits for the engine's evaluation lock while another thread holds it: with the
@@ -74,33 +131,52 @@ fn park_for_good() -> ! {
 /// GIL, and many calls evaluate while holding it (`make_opaque`, a scatter's target, a stencil's
 /// input). A thread inside [`detach`], or without an interpreter to attach to, just waits.
 pub fn wait_without_gil(wait: &(dyn Fn() + Sync)) {
-    if DETACHED.with(|d| d.get()) {
-        STUCK.fetch_add(1, SeqCst);
+    // (a busy thread waiting here at exit will not come back: the lock is held for good)
+    let stuck_wait = || {
+        let busy = DEPTH.with(|d| d.get()) > 0;
+        if busy {
+            STUCK.fetch_add(1, SeqCst);
+        }
         wait();
-        STUCK.fetch_sub(1, SeqCst);
-    } else if Python::try_attach(|py| py.detach(wait)).is_none() {
+        if busy {
+            STUCK.fetch_sub(1, SeqCst);
+        }
+    };
+    if DETACHED.with(|d| d.get()) {
+        stuck_wait();
+    } else if Python::try_attach(|py| {
+        py.detach(|| {
+            let _reset = DETACHED.with(|d| d.replace(true));
+            stuck_wait();
+            DETACHED.with(|d| d.set(_reset));
+        })
+    })
+    .is_none()
+    {
         wait();
     }
 }
 
 /// Registered with `atexit` by the package: take the engine's evaluation lock for the rest of
-/// the process (waiting at most two seconds for an evaluation in flight), so that daemon threads
-/// still using kiln stop, waiting without the GIL, at their next evaluation or frozen call
-/// instead of meeting the interpreter's teardown there. Returns whether it was taken.
+/// the process (waiting at most a few seconds for an evaluation or recording in flight), so that
+/// daemon threads still using kiln stop, without the GIL, at their next evaluation, frozen call
+/// or traced function, instead of meeting the interpreter's teardown inside kiln; then wait
+/// (as long) until every thread inside kiln has stopped or gone back to Python. This thread
+/// keeps using kiln. Returns whether the lock was taken.
 #[pyfunction]
 pub fn _hold_engine_at_exit(py: Python<'_>) -> bool {
     let _ = EXIT_THREAD.set(std::thread::current().id());
     EXITING.store(true, SeqCst);
     py.detach(|| {
-        DETACHED.with(|d| d.set(true));
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let held = kiln_core::schedule::hold_eval_lock_until_exit(Duration::from_secs(2));
+        let was = DETACHED.with(|d| d.replace(true));
+        let deadline = Instant::now() + EXIT_WAIT;
+        let held = kiln_core::schedule::hold_eval_lock_until_exit(EXIT_WAIT);
         // threads on their way back to Python get the GIL now, while it is free; the others
         // park or wait on the lock
-        while held && IN_FLIGHT.load(SeqCst) > STUCK.load(SeqCst) && Instant::now() < deadline {
+        while BUSY.load(SeqCst) > STUCK.load(SeqCst) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        DETACHED.with(|d| d.set(false));
+        DETACHED.with(|d| d.set(was));
         held
     })
 }

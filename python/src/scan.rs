@@ -145,6 +145,7 @@ fn scan_lax<'py>(
     unroll: usize,
     mode: Option<&str>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let _in_kiln = crate::gil::callbacks(py); // (runs Python back)
     let init: Vec<AnyTensor> = init
         .iter()
         .map(|x| any_of(&x, None))
@@ -163,7 +164,7 @@ fn scan_lax<'py>(
     }
     let (c, y) = guard(|| {
         lax.run(|c: &Vec<AnyTensor>, x: &Vec<AnyTensor>| {
-            Python::attach(|py| {
+            crate::gil::attach(|py| {
                 let r = (|| -> PyResult<(Vec<AnyTensor>, Vec<AnyTensor>)> {
                     let _refusing = crate::reads::refuse("a scan step");
                     let out = f.bind(py).call1((py_list(py, c)?, py_list(py, x)?))?;
@@ -285,6 +286,7 @@ fn scan_pt<'py>(
     strict: bool,
     mode: Option<&str>,
 ) -> PyResult<(Bound<'py, PyList>, usize)> {
+    let _in_kiln = crate::gil::callbacks(py); // (runs Python back)
     let mut b = Scan::<f64>::new().go_backwards(go_backwards).strict(strict);
     let mut seq_tys = Vec::new();
     for (x, taps) in &seqs {
@@ -347,7 +349,7 @@ fn scan_pt<'py>(
     let seen: RefCell<Vec<Option<Ty>>> = RefCell::new(like.clone());
     let r = guard(|| {
         b.run(|s: &Step<'_, f64>| -> Vec<AnyTensor> {
-            Python::attach(|py| {
+            crate::gil::attach(|py| {
                 let r = (|| -> PyResult<Vec<AnyTensor>> {
                     let args = py_list(py, &step_args(s, &seq_tys, &out_tys, &ns_tys))?;
                     let ret = {

@@ -281,6 +281,7 @@ impl PyStencil {
         out: Option<&Bound<PyAny>>,
         neighborhood: Option<Vec<(i64, i64)>>,
     ) -> PyResult<Py<PyAny>> {
+        let _in_kiln = crate::gil::callbacks(py); // (runs Python back)
         if args.len() != self.params.len() {
             return Err(value_error(format!(
                 "the kernel takes {} argument(s) ({:?}), the call gave {}",
@@ -528,7 +529,7 @@ where
         None => None,
     };
     let k = |v: Vec<DynRel>| -> Array<U> {
-        out_array::<U>(Python::attach(|py| s.call_kernel(py, kinds, v, u)))
+        out_array::<U>(crate::gil::attach(|py| s.call_kernel(py, kinds, v, u)))
     };
     macro_rules! go {
         ($st:expr, $inputs:expr) => {{

@@ -11,7 +11,50 @@ use crate::dynarray::Dyn;
 use crate::tensor::{wrap_tensor, TensorBase};
 use kiln::freeze::{Assign, Traversal, Traverse};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyWeakrefMethods, PyWeakrefReference,
+};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Objects kiln keys by identity, by address: a weak reference to the object and its serial
+/// number. A recording is keyed by the serial, which no later object gets, so the object need
+/// not be kept alive (a new object at a freed address gets a new serial and records anew).
+static IDENTITIES: Mutex<Option<Identities>> = Mutex::new(None);
+
+#[derive(Default)]
+struct Identities {
+    by_address: HashMap<usize, (Py<PyWeakrefReference>, u64)>,
+    next: u64,
+    /// Entries after the last sweep of dead ones.
+    swept_at: usize,
+}
+
+/// The identity key of `obj`: its serial number (`Ok`), or, for an object without weak
+/// references, its address (`Err`): then a recording keyed by it must keep it alive
+/// ([`Tree::opaques`]).
+fn identity(obj: &Bound<PyAny>) -> Result<u64, u64> {
+    let addr = obj.as_ptr() as usize;
+    let mut guard = IDENTITIES.lock().unwrap_or_else(|p| p.into_inner());
+    let ids = guard.get_or_insert_with(Identities::default);
+    if let Some((weak, serial)) = ids.by_address.get(&addr) {
+        if weak.bind(obj.py()).upgrade().is_some_and(|o| o.is(obj)) {
+            return Ok(*serial);
+        }
+    }
+    let Ok(weak) = PyWeakrefReference::new(obj) else {
+        return Err(addr as u64);
+    };
+    if ids.by_address.len() >= 2 * ids.swept_at.max(64) {
+        ids.by_address
+            .retain(|_, (w, _)| w.bind(obj.py()).upgrade().is_some());
+        ids.swept_at = ids.by_address.len();
+    }
+    ids.next += 1;
+    let serial = ids.next;
+    ids.by_address.insert(addr, (weak.unbind(), serial));
+    Ok(serial)
+}
 
 /// One node of a Python value.
 pub enum Tree {
@@ -37,7 +80,7 @@ pub enum Tree {
 
 impl Clone for Tree {
     fn clone(&self) -> Tree {
-        Python::attach(|py| self.clone_in(py))
+        crate::gil::attach(|py| self.clone_in(py))
     }
 }
 
@@ -471,11 +514,12 @@ impl Tree {
         Ok(())
     }
 
-    /// The objects the tree keys by identity (`Opaque`): a recording keyed by one keeps it
-    /// alive, or a new object at the same address would replay the old one's recording.
+    /// The objects the tree keys by address (`Opaque` objects without weak references): a
+    /// recording keyed by one keeps it alive, or a new object at the same address would replay
+    /// the old one's recording.
     pub fn opaques(&self, py: Python<'_>, out: &mut Vec<Py<PyAny>>) {
         match self {
-            Tree::Opaque(o) => out.push(o.clone_ref(py)),
+            Tree::Opaque(o) if identity(o.bind(py)).is_err() => out.push(o.clone_ref(py)),
             Tree::Cells(c) => c.iter().for_each(|(_, v)| v.opaques(py, out)),
             Tree::Seq { items, .. } => items.iter().for_each(|i| i.opaques(py, out)),
             Tree::Dict(e) => e.iter().for_each(|(_, _, v)| v.opaques(py, out)),
@@ -552,7 +596,7 @@ impl Traverse for Tree {
                 }
             }
             Tree::Struct(o, f) => {
-                let name = Python::attach(|py| {
+                let name = crate::gil::attach(|py| {
                     o.bind(py)
                         .get_type()
                         .name()
@@ -566,17 +610,20 @@ impl Traverse for Tree {
                 }
             }
             Tree::Opaque(o) => {
-                let (name, id) = Python::attach(|py| {
+                let (name, id) = crate::gil::attach(|py| {
                     let b = o.bind(py);
                     let name = b
                         .get_type()
                         .name()
                         .map(|n| n.to_string())
                         .unwrap_or_default();
-                    (name, b.as_ptr() as u64)
+                    (name, identity(b))
                 });
                 t.str(&name);
-                t.scalar("object", id);
+                match id {
+                    Ok(serial) => t.scalar("object", serial),
+                    Err(address) => t.scalar("object at", address),
+                }
             }
         }
     }

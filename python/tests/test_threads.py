@@ -167,7 +167,14 @@ def test_a_frozen_function_called_inside_another_on_two_threads():
 
 
 _DAEMONS_AT_EXIT = """
-import sys, threading, time
+import atexit, sys, threading, time
+
+def late():                      # registered first: runs after kiln's exit hook, on this thread
+    import kiln
+    print("late", float(kiln.sum(kiln.arange(kiln.Float32, 10))[0]), flush=True)
+
+atexit.register(late)
+import numpy as np
 import kiln
 
 @kiln.freeze(warn_after=10**6)
@@ -175,10 +182,17 @@ def f(x):
     time.sleep(0.01)          # the recording's Python body gives the GIL away
     return x + 1
 
-def frozen_calls():
+@kiln.freeze(warn_after=10**6)
+def g(x):
+    y = x * 2
+    kiln.eval(y)              # an evaluation inside a recording (holding the evaluation lock)
+    time.sleep(0.01)
+    return y + 1
+
+def frozen_calls(fn):
     n = 1
     while True:
-        f(kiln.arange(kiln.Float32, n % 50 + 1)); n += 1   # a new layout records each time
+        fn(kiln.arange(kiln.Float32, n % 50 + 1)); n += 1   # a new layout records each time
 
 def evaluations():
     n = 1
@@ -186,8 +200,17 @@ def evaluations():
         x = kiln.arange(kiln.Float32, 200_000 + n) * 1.5
         kiln.eval(x); float(kiln.sum(x)[0]); n += 1
 
-for t in [frozen_calls, frozen_calls, evaluations, evaluations]:
-    threading.Thread(target=t, daemon=True).start()
+def callbacks():             # Python run back from kiln's native frames
+    lap = kiln.stencil(lambda a: a[0, 1] + a[0, -1] - 2.0 * a[0, 0])
+    u = np.ones((64, 64), np.float32)
+    while True:
+        x = kiln.arange(kiln.Float32, 1000)
+        kiln.if_stmt((x,), x > 5, lambda x: (time.sleep(0.002), x + 1)[1], lambda x: x - 1)
+        kiln.lax.scan(lambda c, _: (c * 0.5, None), kiln.TensorXf(x, (1000,)), None, length=3)
+        lap(u)
+
+for t, a in [(frozen_calls, (f,)), (frozen_calls, (g,)), (evaluations, ()), (callbacks, ()), (callbacks, ())]:
+    threading.Thread(target=t, args=a, daemon=True).start()
 time.sleep(0.3)
 print("main exiting", flush=True)
 """
@@ -195,8 +218,9 @@ print("main exiting", flush=True)
 
 def test_daemon_threads_inside_kiln_when_the_interpreter_exits():
     # CPython ends a daemon thread that takes the GIL back during its teardown by unwinding it
-    # from there; inside kiln's native frames that aborted the process (about 1 run in 2 of
-    # this program). The module now holds the engine at exit, so those threads wait instead.
+    # from there; inside kiln's native frames that aborted the process (frozen calls about 1 run
+    # in 2, Python callbacks of if_stmt/scan/stencil most runs). The module now holds the engine
+    # at exit, so those threads park instead, and a later atexit handler still uses kiln.
     import os
     import subprocess
     import sys
@@ -206,7 +230,8 @@ def test_daemon_threads_inside_kiln_when_the_interpreter_exits():
         p = subprocess.run([sys.executable, "-c", _DAEMONS_AT_EXIT], capture_output=True, text=True,
                            timeout=120, env=env)
         assert p.returncode == 0, f"run {run}: exit status {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
-        assert p.stdout.strip() == "main exiting" and "Fatal" not in p.stderr, p.stderr[-3000:]
+        assert p.stdout.split() == ["main", "exiting", "late", "45.0"], p.stdout + p.stderr[-3000:]
+        assert "Fatal" not in p.stderr, p.stderr[-3000:]
 
 
 _KILN_IN_A_LATER_ATEXIT_HANDLER = """

@@ -173,6 +173,19 @@ pub fn hold_eval_lock() -> parking_lot::ReentrantMutexGuard<'static, ()> {
     lock_eval()
 }
 
+/// Whether this thread holds the evaluation lock (inside an evaluation, or a frozen function's
+/// recording).
+///
+/// ```
+/// assert!(!kiln_core::schedule::eval_lock_held_here());
+/// let g = kiln_core::schedule::hold_eval_lock();
+/// assert!(kiln_core::schedule::eval_lock_held_here());
+/// drop(g);
+/// ```
+pub fn eval_lock_held_here() -> bool {
+    EVAL_LOCK.is_owned_by_current_thread()
+}
+
 /// Take the evaluation lock for the rest of the process, waiting at most `timeout` (through the
 /// hook of [`set_eval_wait`]); returns whether it was taken. A binding calls this as its
 /// interpreter shuts down: threads it cannot join (Python's daemon threads) then stop at their
