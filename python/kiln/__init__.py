@@ -74,8 +74,9 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     differs: a frozen function is a boundary of derivative tracking, as in kiln's Rust API: its
     results come back detached and arrays passed in that carry gradients are fresh leaves inside
     (inside, ``dr.grad(params)`` shows only what this call's passes brought; ``kiln.backward`` on a
-    result outside gives zeros). Lists, tuples and dicts among the arguments are rebuilt for the
-    call (the function may change the arrays and struct fields they hold, not the containers); a
+    result outside gives zeros). Lists and dicts among the arguments (and those it captures or
+    ``state_fn`` returns) are the caller's own: entries the function rebinds (``state[k] = x - g``)
+    are rebound on replays too; keys or items it adds or removes are not replayed; a
     frozen function may not call itself, and an argument may not contain itself.
     """
     if backend is not None:

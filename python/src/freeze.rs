@@ -59,10 +59,11 @@ fn call_tree(
     // (no dict made for a call without keywords: `to_py` makes one when the body runs)
     let kw = match kwargs {
         Some(k) => Tree::from_py(k.as_any())?,
-        None => Tree::Dict(Vec::new()),
+        None => Tree::Dict(Vec::new(), None),
     };
     Ok(Tree::Seq {
         tuple: true,
+        source: None,
         items: vec![
             Tree::from_py(args.as_any())?,
             kw,

@@ -63,11 +63,15 @@ pub enum Tree {
     /// A Python number or `None`: its type and bits key the recording; the object goes back as is.
     Scalar(&'static str, u64, Py<PyAny>),
     Str(String),
+    /// A tuple or list, and (a list) the object it was read from: entries the function rebinds
+    /// (`state[0] = ...`) are read back from it and written back into it.
     Seq {
         tuple: bool,
         items: Vec<Tree>,
+        source: Option<Py<PyAny>>,
     },
-    Dict(Vec<(Py<PyAny>, String, Tree)>),
+    /// A dict's entries (key, key as text, value), and the dict they were read from (as `Seq`'s).
+    Dict(Vec<(Py<PyAny>, String, Tree)>, Option<Py<PyAny>>),
     /// A tensor (flat values and shape), and the object it was read from (inputs only).
     Tensor(Dyn, Vec<usize>, Option<Py<TensorBase>>),
     /// A dataclass or a `DRJIT_STRUCT` class: its fields, and the object.
@@ -98,14 +102,20 @@ impl Tree {
             ),
             Tree::Scalar(t, b, o) => Tree::Scalar(t, *b, o.clone_ref(py)),
             Tree::Str(s) => Tree::Str(s.clone()),
-            Tree::Seq { tuple, items } => Tree::Seq {
+            Tree::Seq {
+                tuple,
+                items,
+                source,
+            } => Tree::Seq {
                 tuple: *tuple,
                 items: items.iter().map(|i| i.clone_in(py)).collect(),
+                source: source.as_ref().map(|o| o.clone_ref(py)),
             },
-            Tree::Dict(e) => Tree::Dict(
+            Tree::Dict(e, source) => Tree::Dict(
                 e.iter()
                     .map(|(k, s, v)| (k.clone_ref(py), s.clone(), v.clone_in(py)))
                     .collect(),
+                source.as_ref().map(|o| o.clone_ref(py)),
             ),
             Tree::Struct(o, f) => Tree::Struct(
                 o.clone_ref(py),
@@ -138,7 +148,8 @@ impl Tree {
             let mut t = Tree::from_py(&v)?;
             let mut arrays = Vec::new();
             t.arrays(&mut arrays);
-            if arrays.is_empty() && matches!(t, Tree::Seq { .. } | Tree::Dict(_) | Tree::Struct(..))
+            if arrays.is_empty()
+                && matches!(t, Tree::Seq { .. } | Tree::Dict(..) | Tree::Struct(..))
             {
                 // a container of plain values (a list the function appends to): by identity, not
                 // by content, or every call would record anew
@@ -224,7 +235,11 @@ impl Tree {
                 .iter()
                 .map(|i| Tree::read(&i, open))
                 .collect::<PyResult<_>>()?;
-            return Ok(Tree::Seq { tuple: true, items });
+            return Ok(Tree::Seq {
+                tuple: true,
+                items,
+                source: None,
+            });
         }
         if let Ok(l) = x.cast::<PyList>() {
             let items = l
@@ -234,6 +249,7 @@ impl Tree {
             return Ok(Tree::Seq {
                 tuple: false,
                 items,
+                source: Some(l.clone().into_any().unbind()),
             });
         }
         if let Ok(d) = x.cast::<PyDict>() {
@@ -245,7 +261,7 @@ impl Tree {
                     Tree::read(&v, open)?,
                 ));
             }
-            return Ok(Tree::Dict(e));
+            return Ok(Tree::Dict(e, Some(d.clone().into_any().unbind())));
         }
         if let Some(names) = fields {
             let mut f = Vec::with_capacity(names.len());
@@ -266,17 +282,19 @@ impl Tree {
         Ok(match self {
             Tree::Array(d, _) => Tree::Array(d.clone(), None),
             Tree::Tensor(d, s, _) => Tree::Tensor(d.clone(), s.clone(), None),
-            Tree::Seq { tuple, items } => Tree::Seq {
+            Tree::Seq { tuple, items, .. } => Tree::Seq {
                 tuple: *tuple,
                 items: items
                     .iter()
                     .map(|i| i.stripped(py))
                     .collect::<PyResult<_>>()?,
+                source: None,
             },
-            Tree::Dict(e) => Tree::Dict(
+            Tree::Dict(e, _) => Tree::Dict(
                 e.iter()
                     .map(|(k, n, v)| Ok((k.clone_ref(py), n.clone(), v.stripped(py)?)))
                     .collect::<PyResult<_>>()?,
+                None,
             ),
             Tree::Struct(o, f) => {
                 let template = py.import("copy")?.call_method1("copy", (o.bind(py),))?;
@@ -329,21 +347,52 @@ impl Tree {
             }
             Tree::Scalar(_, _, o) | Tree::Opaque(o) => o.clone_ref(py),
             Tree::Str(s) => PyString::new(py, s).into_any().unbind(),
-            Tree::Seq { tuple, items } => {
+            Tree::Seq {
+                tuple,
+                items,
+                source,
+            } => {
                 let v = items
                     .iter()
                     .map(|i| i.to_py(py, reuse))
                     .collect::<PyResult<Vec<_>>>()?;
+                // the function's own list, when it still holds these objects (so that entries
+                // it rebinds are seen by `refresh`)
+                if let Some(l) = source.as_ref().filter(|_| reuse) {
+                    let l = l.bind(py);
+                    if l.len()? == v.len()
+                        && v.iter()
+                            .enumerate()
+                            .all(|(i, x)| l.get_item(i).is_ok_and(|y| y.is(x)))
+                    {
+                        return Ok(l.clone().unbind());
+                    }
+                }
                 if *tuple {
                     PyTuple::new(py, v)?.into_any().unbind()
                 } else {
                     PyList::new(py, v)?.into_any().unbind()
                 }
             }
-            Tree::Dict(e) => {
+            Tree::Dict(e, source) => {
+                let v = e
+                    .iter()
+                    .map(|(_, _, t)| t.to_py(py, reuse))
+                    .collect::<PyResult<Vec<_>>>()?;
+                // (as a list's)
+                if let Some(d) = source.as_ref().filter(|_| reuse) {
+                    let d = d.bind(py);
+                    if d.len()? == v.len()
+                        && e.iter()
+                            .zip(&v)
+                            .all(|((k, _, _), x)| d.get_item(k.bind(py)).is_ok_and(|y| y.is(x)))
+                    {
+                        return Ok(d.clone().unbind());
+                    }
+                }
                 let d = PyDict::new(py);
-                for (k, _, v) in e {
-                    d.set_item(k.bind(py), v.to_py(py, reuse)?)?;
+                for ((k, _, _), x) in e.iter().zip(v) {
+                    d.set_item(k.bind(py), x)?;
                 }
                 d.into_any().unbind()
             }
@@ -389,14 +438,27 @@ impl Tree {
                     }
                 }
             }
-            Tree::Seq { items, .. } => {
-                for i in items {
-                    i.refresh(py)?;
+            Tree::Seq { items, source, .. } => {
+                let n = items.len();
+                // (a list whose length changed is read as it was: only rebinding is followed)
+                let live = source
+                    .as_ref()
+                    .map(|l| l.bind(py))
+                    .filter(|l| l.len().ok() == Some(n));
+                for (i, v) in items.iter_mut().enumerate() {
+                    match live {
+                        Some(l) => refresh_entry(v, &l.get_item(i)?)?,
+                        None => v.refresh(py)?,
+                    }
                 }
             }
-            Tree::Dict(e) => {
-                for (_, _, v) in e {
-                    v.refresh(py)?;
+            Tree::Dict(e, source) => {
+                let live = source.as_ref().map(|d| d.bind(py));
+                for (k, _, v) in e {
+                    match live.and_then(|d| d.get_item(k.bind(py)).ok()) {
+                        Some(now) => refresh_entry(v, &now)?,
+                        None => v.refresh(py)?,
+                    }
                 }
             }
             Tree::Struct(o, f) => {
@@ -438,14 +500,25 @@ impl Tree {
                     }
                 }
             }
-            Tree::Seq { items, .. } => {
-                for i in items {
-                    i.write_back(py)?;
+            Tree::Seq { items, source, .. } => {
+                for (i, v) in items.iter().enumerate() {
+                    match (v, source) {
+                        // an entry the function rebound: rebound on replays too
+                        (Tree::Array(d, None), Some(l)) => {
+                            l.bind(py).set_item(i, wrap(py, d.clone())?)?
+                        }
+                        _ => v.write_back(py)?,
+                    }
                 }
             }
-            Tree::Dict(e) => {
-                for (_, _, v) in e {
-                    v.write_back(py)?;
+            Tree::Dict(e, source) => {
+                for (k, _, v) in e {
+                    match (v, source) {
+                        (Tree::Array(d, None), Some(o)) => {
+                            o.bind(py).set_item(k.bind(py), wrap(py, d.clone())?)?
+                        }
+                        _ => v.write_back(py)?,
+                    }
                 }
             }
             Tree::Struct(o, f) => {
@@ -470,7 +543,7 @@ impl Tree {
             Tree::Scalar(tag, bits, _) => out.push(format!("{tag}:{bits}")),
             Tree::Str(s) => out.push(format!("str:{s}")),
             Tree::Seq { items, .. } => items.iter().for_each(|i| i.plain_values(out)),
-            Tree::Dict(e) => e.iter().for_each(|(_, _, v)| v.plain_values(out)),
+            Tree::Dict(e, _) => e.iter().for_each(|(_, _, v)| v.plain_values(out)),
             Tree::Struct(_, f) => f.iter().for_each(|(_, v)| v.plain_values(out)),
             Tree::Cells(c) => c.iter().for_each(|(_, v)| v.plain_values(out)),
             _ => {}
@@ -499,7 +572,7 @@ impl Tree {
                     i.opaque_literals()?;
                 }
             }
-            Tree::Dict(e) => {
+            Tree::Dict(e, _) => {
                 for (_, _, v) in e {
                     v.opaque_literals()?;
                 }
@@ -522,7 +595,7 @@ impl Tree {
             Tree::Opaque(o) if identity(o.bind(py)).is_err() => out.push(o.clone_ref(py)),
             Tree::Cells(c) => c.iter().for_each(|(_, v)| v.opaques(py, out)),
             Tree::Seq { items, .. } => items.iter().for_each(|i| i.opaques(py, out)),
-            Tree::Dict(e) => e.iter().for_each(|(_, _, v)| v.opaques(py, out)),
+            Tree::Dict(e, _) => e.iter().for_each(|(_, _, v)| v.opaques(py, out)),
             Tree::Struct(_, f) => f.iter().for_each(|(_, v)| v.opaques(py, out)),
             _ => {}
         }
@@ -534,10 +607,24 @@ impl Tree {
             Tree::Array(d, _) | Tree::Tensor(d, _, _) => out.push(d.clone()),
             Tree::Cells(c) => c.iter().for_each(|(_, v)| v.arrays(out)),
             Tree::Seq { items, .. } => items.iter().for_each(|i| i.arrays(out)),
-            Tree::Dict(e) => e.iter().for_each(|(_, _, v)| v.arrays(out)),
+            Tree::Dict(e, _) => e.iter().for_each(|(_, _, v)| v.arrays(out)),
             Tree::Struct(_, f) => f.iter().for_each(|(_, v)| v.arrays(out)),
             _ => {}
         }
+    }
+}
+
+/// Refresh an entry of a list or dict the function may have rebound (`state["w"] = w + x`):
+/// the same array object, changed in place, is read; another array is taken as the entry's new
+/// value (written back into the container).
+fn refresh_entry(v: &mut Tree, now: &Bound<PyAny>) -> PyResult<()> {
+    match (&*v, now.cast::<ArrayBase>()) {
+        (Tree::Array(_, Some(o)), Ok(a)) if a.as_ptr() == o.as_ptr() => v.refresh(now.py()),
+        (Tree::Array(..), Ok(a)) => {
+            *v = Tree::Array(a.borrow().a.clone(), None);
+            Ok(())
+        }
+        _ => v.refresh(now.py()),
     }
 }
 
@@ -583,13 +670,13 @@ impl Traverse for Tree {
             }
             Tree::Scalar(tag, bits, _) => t.scalar(tag, *bits),
             Tree::Str(s) => t.str(s),
-            Tree::Seq { tuple, items } => {
+            Tree::Seq { tuple, items, .. } => {
                 t.structure(if *tuple { "tuple" } else { "list" }, items.len());
                 for (i, v) in items.iter().enumerate() {
                     t.index(i, |t| v.traverse(t));
                 }
             }
-            Tree::Dict(e) => {
+            Tree::Dict(e, _) => {
                 t.structure("dict", e.len());
                 for (_, k, v) in e {
                     t.entry(k, |t| v.traverse(t));
@@ -632,7 +719,7 @@ impl Traverse for Tree {
             Tree::Array(d, _) | Tree::Tensor(d, _, _) => d.traverse_mut(a),
             Tree::Cells(c) => c.iter_mut().for_each(|(_, v)| v.traverse_mut(a)),
             Tree::Seq { items, .. } => items.iter_mut().for_each(|i| i.traverse_mut(a)),
-            Tree::Dict(e) => e.iter_mut().for_each(|(_, _, v)| v.traverse_mut(a)),
+            Tree::Dict(e, _) => e.iter_mut().for_each(|(_, _, v)| v.traverse_mut(a)),
             Tree::Struct(_, f) => f.iter_mut().for_each(|(_, v)| v.traverse_mut(a)),
             _ => {}
         }

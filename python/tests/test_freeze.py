@@ -174,6 +174,32 @@ def test_state_fn_reaching_a_global_dict():
     del _GLOBAL_STATE["acc"]
 
 
+def test_entries_a_frozen_function_rebinds_in_its_containers_are_rebound_on_replays():
+    # Dr.Jit's test11 pattern (`state[k] = x - grad` on an argument dict), a list argument, a
+    # captured dict and a state_fn dict: the containers are the caller's own objects
+    captured = {"w": kiln.Float32([1.0, 2.0])}
+    box = {"w": kiln.Float32([3.0])}
+
+    def step(state, items, x):
+        state["p"] = state["p"] - x
+        items[0] = items[0] * 2.0
+        captured["w"] = captured["w"] + x
+        box["w"] += x
+        return state["p"] + items[0]
+
+    def run(f):
+        captured["w"], box["w"] = kiln.Float32([1.0, 2.0]), kiln.Float32([3.0])
+        state, items = {"p": kiln.Float32([10.0])}, [kiln.Float32([1.0])]
+        outs = [f(state, items, kiln.Float32([1.0])).tolist() for _ in range(4)]
+        return outs, state["p"].tolist(), items[0].tolist(), captured["w"].tolist(), box["w"].tolist()
+
+    plain = run(step)
+    f = kiln.freeze(step, state_fn=lambda state, items, x: box)
+    assert run(f) == plain
+    assert f.n_recordings == 1 and f.n_replays == 3
+    assert plain == ([[11.0], [12.0], [15.0], [22.0]], [6.0], [16.0], [5.0, 6.0], [7.0])
+
+
 def test_gradients_inside_a_frozen_step():
     @kiln.freeze
     def train_step(w, x, y):

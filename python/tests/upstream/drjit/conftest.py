@@ -481,11 +481,10 @@ XFAIL = {
     'test_autodiff.py::test138_relative_grad':
         'Dr.Jit feature not in kiln: dr.relative_grad',
     'test_freeze.py::test09_traverse_cb': DETAIL,
-    'test_freeze.py::test11_optimization': ALLCLOSE,
     'test_freeze.py::test13_changed_input_dict':
         (
             'Dr.Jit feature not in kiln: frozen functions writing new dict keys back to the caller '
-            '(kiln documents that lists/tuples/dicts among the arguments are rebuilt for the call)'
+            '(kiln replays entries a function rebinds, not keys it adds)'
         ),
     'test_freeze.py::test21_pointers': TRAIT_UINT32_ARRAY_T,
     'test_freeze.py::test23_vcall': DETAIL,
@@ -1054,8 +1053,6 @@ NOW_FAILS_ON = {
     'test_autodiff.py::test029_max_fwd[kiln.Float64]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert False',
     'test_autodiff.py::test136_backward_from_existing_gradient[kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert False',
     'test_autodiff.py::test136_backward_from_existing_gradient[kiln.Float64]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert False',
-    'test_freeze.py::test11_optimization[False-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError: assert False',
-    'test_freeze.py::test11_optimization[True-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): AssertionError: assert False',
     'test_freeze.py::test68_state_decorator[False-kiln.Float32]': "Dr.Jit feature not in kiln: the `n_recordings` attribute (AttributeError: 'functools.partial' object has no attribute 'n_recordings')",
     'test_freeze.py::test68_state_decorator[True-kiln.Float32]': "Dr.Jit feature not in kiln: the `n_recordings` attribute (AttributeError: 'functools.partial' object has no attribute 'n_recordings')",
     'test_freeze.py::test73_opaque_width[False-kiln.Float32]': 'fails on (first failure, found with --runxfail; see RESULTS.md): assert 3 < 3',
