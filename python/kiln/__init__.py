@@ -76,7 +76,8 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     (inside, ``dr.grad(params)`` shows only what this call's passes brought; ``kiln.backward`` on a
     result outside gives zeros). Lists and dicts among the arguments (and those it captures or
     ``state_fn`` returns) are the caller's own: entries the function rebinds (``state[k] = x - g``)
-    are rebound on replays too; keys or items it adds or removes are not replayed; a
+    are rebound on replays too (with new objects, as in Python); adding or removing keys or items
+    there is an error (Dr.Jit raises ``RuntimeError``); a
     frozen function may not call itself, and an argument may not contain itself.
     """
     if backend is not None:

@@ -79,7 +79,8 @@ fn custom_apply(
     forward: Option<Py<PyAny>>,
     inputs: &Bound<PyAny>,
 ) -> PyResult<Py<PyAny>> {
-    // kept by the op's node: the values only, not the caller's objects (see `Tree::stripped`)
+    let _in_kiln = crate::gil::callbacks(py); // (runs Python back: the op's eval)
+                                              // kept by the op's node: the values only, not the caller's objects (see `Tree::stripped`)
     let x = Tree::from_py(inputs)?.stripped(py)?;
     let op = PyOp {
         name: intern(name),

@@ -116,7 +116,19 @@ impl FrozenFunction {
                     .unwrap_or_else(|e| fail(e));
                 // what the function did to its arguments is part of what it computed
                 t.refresh(py).unwrap_or_else(|e| fail(e));
-                Tree::from_py(&r).unwrap_or_else(|e| fail(e))
+                // (with which entries it rebound, kept by the recording as a string: a replay
+                // rebinds them too, instead of writing into the objects the caller holds)
+                let mut rebound = Vec::new();
+                t.rebound(&mut rebound);
+                let marks = rebound.iter().map(|i| i.to_string()).collect::<Vec<_>>();
+                Tree::Seq {
+                    tuple: true,
+                    source: None,
+                    items: vec![
+                        Tree::from_py(&r).unwrap_or_else(|e| fail(e)),
+                        Tree::Str(marks.join(",")),
+                    ],
+                }
             })
         });
         // past `limit=`, Dr.Jit evicts the recording used longest ago
@@ -221,6 +233,17 @@ impl FrozenFunction {
                 (msg, py.get_type::<pyo3::exceptions::PyRuntimeWarning>(), 2),
             )?;
         }
+        let out = match out {
+            Tree::Seq { mut items, .. } if items.len() == 2 => {
+                if let Tree::Str(marks) = &items[1] {
+                    let rebound: Vec<usize> =
+                        marks.split(',').filter_map(|m| m.parse().ok()).collect();
+                    tree.mark_rebound(&rebound);
+                }
+                items.swap_remove(0)
+            }
+            other => other,
+        };
         tree.write_back(py)?;
         out.to_py(py, false)
     }

@@ -42,14 +42,14 @@ thread_local! {
 
 /// This thread is inside kiln (a released region, or a call that runs Python back) until the
 /// guard drops.
-pub struct Region(());
+pub struct Region(std::marker::PhantomData<*const ()>);
 
 impl Region {
     fn enter() -> Region {
         if DEPTH.with(|d| d.replace(d.get() + 1)) == 0 {
             BUSY.fetch_add(1, SeqCst);
         }
-        Region(())
+        Region(std::marker::PhantomData)
     }
 }
 
@@ -146,9 +146,14 @@ pub fn wait_without_gil(wait: &(dyn Fn() + Sync)) {
         stuck_wait();
     } else if Python::try_attach(|py| {
         py.detach(|| {
-            let _reset = DETACHED.with(|d| d.replace(true));
+            struct Reset(bool);
+            impl Drop for Reset {
+                fn drop(&mut self) {
+                    DETACHED.with(|d| d.set(self.0));
+                }
+            }
+            let _reset = Reset(DETACHED.with(|d| d.replace(true)));
             stuck_wait();
-            DETACHED.with(|d| d.set(_reset));
         })
     })
     .is_none()

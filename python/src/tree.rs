@@ -35,16 +35,18 @@ struct Identities {
 /// ([`Tree::opaques`]).
 fn identity(obj: &Bound<PyAny>) -> Result<u64, u64> {
     let addr = obj.as_ptr() as usize;
-    let mut guard = IDENTITIES.lock().unwrap_or_else(|p| p.into_inner());
-    let ids = guard.get_or_insert_with(Identities::default);
-    if let Some((weak, serial)) = ids.by_address.get(&addr) {
-        if weak.bind(obj.py()).upgrade().is_some_and(|o| o.is(obj)) {
-            return Ok(*serial);
-        }
-    }
+    // (made before locking: making a weak reference may run a collection and Python finalizers,
+    // which may come back here)
     let Ok(weak) = PyWeakrefReference::new(obj) else {
         return Err(addr as u64);
     };
+    let mut guard = IDENTITIES.lock().unwrap_or_else(|p| p.into_inner());
+    let ids = guard.get_or_insert_with(Identities::default);
+    if let Some((known, serial)) = ids.by_address.get(&addr) {
+        if known.bind(obj.py()).upgrade().is_some_and(|o| o.is(obj)) {
+            return Ok(*serial);
+        }
+    }
     if ids.by_address.len() >= 2 * ids.swept_at.max(64) {
         ids.by_address
             .retain(|_, (w, _)| w.bind(obj.py()).upgrade().is_some());
@@ -238,7 +240,7 @@ impl Tree {
             return Ok(Tree::Seq {
                 tuple: true,
                 items,
-                source: None,
+                source: Some(t.clone().into_any().unbind()),
             });
         }
         if let Ok(l) = x.cast::<PyList>() {
@@ -361,9 +363,11 @@ impl Tree {
                 if let Some(l) = source.as_ref().filter(|_| reuse) {
                     let l = l.bind(py);
                     if l.len()? == v.len()
-                        && v.iter()
+                        && items
+                            .iter()
+                            .zip(&v)
                             .enumerate()
-                            .all(|(i, x)| l.get_item(i).is_ok_and(|y| y.is(x)))
+                            .all(|(i, (t, x))| l.get_item(i).is_ok_and(|y| same_entry(t, &y, x)))
                     {
                         return Ok(l.clone().unbind());
                     }
@@ -381,13 +385,16 @@ impl Tree {
                     .collect::<PyResult<Vec<_>>>()?;
                 // (as a list's)
                 if let Some(d) = source.as_ref().filter(|_| reuse) {
-                    let d = d.bind(py);
-                    if d.len()? == v.len()
-                        && e.iter()
-                            .zip(&v)
-                            .all(|((k, _, _), x)| d.get_item(k.bind(py)).is_ok_and(|y| y.is(x)))
+                    let d = d.bind(py).cast::<PyDict>()?;
+                    if d.len() == v.len()
+                        && e.iter().zip(&v).all(|((k, _, t), x)| {
+                            d.get_item(k.bind(py))
+                                .ok()
+                                .flatten()
+                                .is_some_and(|y| same_entry(t, &y, x))
+                        })
                     {
-                        return Ok(d.clone().unbind());
+                        return Ok(d.clone().into_any().unbind());
                     }
                 }
                 let d = PyDict::new(py);
@@ -439,12 +446,12 @@ impl Tree {
                 }
             }
             Tree::Seq { items, source, .. } => {
-                let n = items.len();
-                // (a list whose length changed is read as it was: only rebinding is followed)
-                let live = source
-                    .as_ref()
-                    .map(|l| l.bind(py))
-                    .filter(|l| l.len().ok() == Some(n));
+                let live = source.as_ref().map(|l| l.bind(py));
+                if let Some(l) = live {
+                    if l.len()? != items.len() {
+                        return Err(resized("list"));
+                    }
+                }
                 for (i, v) in items.iter_mut().enumerate() {
                     match live {
                         Some(l) => refresh_entry(v, &l.get_item(i)?)?,
@@ -453,10 +460,17 @@ impl Tree {
                 }
             }
             Tree::Dict(e, source) => {
-                let live = source.as_ref().map(|d| d.bind(py));
+                let live = match source {
+                    Some(d) => Some(d.bind(py).cast::<PyDict>()?.clone()),
+                    None => None,
+                };
+                if live.as_ref().is_some_and(|d| d.len() != e.len()) {
+                    return Err(resized("dict"));
+                }
                 for (k, _, v) in e {
-                    match live.and_then(|d| d.get_item(k.bind(py)).ok()) {
-                        Some(now) => refresh_entry(v, &now)?,
+                    match live.as_ref().map(|d| d.get_item(k.bind(py))).transpose()? {
+                        Some(Some(now)) => refresh_entry(v, &now)?,
+                        Some(None) => return Err(resized("dict")),
                         None => v.refresh(py)?,
                     }
                 }
@@ -500,11 +514,15 @@ impl Tree {
                     }
                 }
             }
-            Tree::Seq { items, source, .. } => {
+            Tree::Seq {
+                items,
+                source,
+                tuple,
+            } => {
                 for (i, v) in items.iter().enumerate() {
                     match (v, source) {
                         // an entry the function rebound: rebound on replays too
-                        (Tree::Array(d, None), Some(l)) => {
+                        (Tree::Array(d, None), Some(l)) if !*tuple => {
                             l.bind(py).set_item(i, wrap(py, d.clone())?)?
                         }
                         _ => v.write_back(py)?,
@@ -601,6 +619,55 @@ impl Tree {
         }
     }
 
+    /// The positions (among the tree's array leaves, in traversal order) of the arrays the
+    /// function rebound in a container (`Array(_, None)` after [`Tree::refresh`]).
+    pub fn rebound(&self, out: &mut Vec<usize>) {
+        let mut at = 0usize;
+        self.each_leaf(&mut |t| {
+            if matches!(t, Tree::Array(_, None)) {
+                out.push(at);
+            }
+            at += 1;
+        });
+    }
+
+    /// Mark the arrays at `positions` (as [`Tree::rebound`] counts them, ascending) as rebound,
+    /// so that [`Tree::write_back`] gives their containers new objects instead of writing into
+    /// the objects the caller holds (a replay repeats the recording's rebinding).
+    pub fn mark_rebound(&mut self, positions: &[usize]) {
+        let mut at = 0usize;
+        self.each_leaf_mut(&mut |t| {
+            if positions.binary_search(&at).is_ok() {
+                if let Tree::Array(_, o) = t {
+                    *o = None;
+                }
+            }
+            at += 1;
+        });
+    }
+
+    fn each_leaf(&self, f: &mut dyn FnMut(&Tree)) {
+        match self {
+            Tree::Array(..) | Tree::Tensor(..) => f(self),
+            Tree::Cells(c) => c.iter().for_each(|(_, v)| v.each_leaf(f)),
+            Tree::Seq { items, .. } => items.iter().for_each(|i| i.each_leaf(f)),
+            Tree::Dict(e, _) => e.iter().for_each(|(_, _, v)| v.each_leaf(f)),
+            Tree::Struct(_, fs) => fs.iter().for_each(|(_, v)| v.each_leaf(f)),
+            _ => {}
+        }
+    }
+
+    fn each_leaf_mut(&mut self, f: &mut dyn FnMut(&mut Tree)) {
+        match self {
+            Tree::Array(..) | Tree::Tensor(..) => f(self),
+            Tree::Cells(c) => c.iter_mut().for_each(|(_, v)| v.each_leaf_mut(f)),
+            Tree::Seq { items, .. } => items.iter_mut().for_each(|i| i.each_leaf_mut(f)),
+            Tree::Dict(e, _) => e.iter_mut().for_each(|(_, _, v)| v.each_leaf_mut(f)),
+            Tree::Struct(_, fs) => fs.iter_mut().for_each(|(_, v)| v.each_leaf_mut(f)),
+            _ => {}
+        }
+    }
+
     /// The arrays, in traversal order.
     pub fn arrays(&self, out: &mut Vec<Dyn>) {
         match self {
@@ -612,6 +679,22 @@ impl Tree {
             _ => {}
         }
     }
+}
+
+/// A frozen function changed the length of a container it was given.
+fn resized(what: &str) -> PyErr {
+    crate::errors::value_error(format!(
+        "a frozen function added or removed items of a {what} among its arguments (or captured, or returned by state_fn); a replay cannot repeat that (it replays array values and the entries the function rebinds): keep such containers outside the function, or return what it builds"
+    ))
+}
+
+/// Whether `now`, the entry of a caller's container, is what `to_py` made of `t` (`made`): the
+/// same object, or an equal string (strings are not kept as objects).
+fn same_entry(t: &Tree, now: &Bound<PyAny>, made: &Py<PyAny>) -> bool {
+    now.is(made)
+        || matches!(t, Tree::Str(s) if now
+            .cast::<PyString>()
+            .is_ok_and(|n| n.to_cow().is_ok_and(|n| n == s.as_str())))
 }
 
 /// Refresh an entry of a list or dict the function may have rebound (`state["w"] = w + x`):

@@ -200,6 +200,42 @@ def test_entries_a_frozen_function_rebinds_in_its_containers_are_rebound_on_repl
     assert plain == ([[11.0], [12.0], [15.0], [22.0]], [6.0], [16.0], [5.0, 6.0], [7.0])
 
 
+def test_a_replay_rebinds_entries_instead_of_writing_into_the_callers_objects():
+    # `state["p"] = state["p"] - x` leaves the old array as it was (another name may hold it)
+    init = kiln.Float32([10.0])
+
+    @kiln.freeze
+    def step(state, items, x):
+        state["p"] = state["p"] - x
+        items[0] = items[0] * 2.0
+        return state["p"]
+
+    for _ in range(3):
+        state, items = {"p": init, "name": "w", "shape": (1, 2)}, [init]
+        old = state["p"]
+        assert step(state, items, kiln.Float32([1.0])).tolist() == [9.0]
+        assert state["p"] is not old and state["p"].tolist() == [9.0] and items[0].tolist() == [20.0]
+        assert init.tolist() == [10.0]
+    assert step.n_recordings == 1 and step.n_replays == 2
+
+
+def test_adding_items_to_a_container_inside_a_frozen_function_is_an_error():
+    @kiln.freeze
+    def f(log, d, x):
+        log.append(x)
+        return x * 2
+
+    @kiln.freeze
+    def g(d, x):
+        d["new"] = x
+        return x * 2
+
+    with pytest.raises(ValueError, match="added or removed items of a list"):
+        f([kiln.Float32([1.0])], {}, kiln.Float32([1.0]))
+    with pytest.raises(ValueError, match="added or removed items of a dict"):
+        g({"a": kiln.Float32([1.0])}, kiln.Float32([1.0]))
+
+
 def test_gradients_inside_a_frozen_step():
     @kiln.freeze
     def train_step(w, x, y):

@@ -484,7 +484,7 @@ XFAIL = {
     'test_freeze.py::test13_changed_input_dict':
         (
             'Dr.Jit feature not in kiln: frozen functions writing new dict keys back to the caller '
-            '(kiln replays entries a function rebinds, not keys it adds)'
+            '(kiln replays entries a function rebinds and raises on keys it adds)'
         ),
     'test_freeze.py::test21_pointers': TRAIT_UINT32_ARRAY_T,
     'test_freeze.py::test23_vcall': DETAIL,
@@ -600,8 +600,8 @@ XFAIL = {
         ),
     'test_freeze.py::test98_changing_list':
         (
-            'exception differs from Dr.Jit: kiln does not raise when a frozen function appends to an '
-            'argument list (containers are rebuilt for the call); Dr.Jit raises RuntimeError'
+            'exception differs from Dr.Jit: kiln raises ValueError (kiln.InvalidArgument) when a '
+            'frozen function appends to an argument list; Dr.Jit raises RuntimeError'
         ),
     'test_freeze.py::test99_construction_failure':
         (
