@@ -433,16 +433,8 @@ impl Tree {
             }
             Tree::Cells(c) => {
                 for (cell, v) in c {
-                    let now = cell.bind(py).getattr("cell_contents")?;
-                    match (&*v, now.cast::<ArrayBase>()) {
-                        // the same object, changed in place (`y += x`): written back into it
-                        (Tree::Array(_, Some(o)), Ok(a)) if a.as_ptr() == o.as_ptr() => {
-                            v.refresh(py)?
-                        }
-                        // the function rebound the name to another array (`y = y + x`)
-                        (Tree::Array(..), Ok(a)) => *v = Tree::Array(a.borrow().a.clone(), None),
-                        _ => v.refresh(py)?,
-                    }
+                    // (`y += x` changes the object; `y = y + x` rebinds the name)
+                    refresh_entry(v, &cell.bind(py).getattr("cell_contents")?)?;
                 }
             }
             Tree::Seq { items, source, .. } => {
@@ -477,16 +469,7 @@ impl Tree {
             }
             Tree::Struct(o, f) => {
                 for (n, v) in f {
-                    let now = o.bind(py).getattr(n.as_str())?;
-                    match (&*v, now.cast::<ArrayBase>()) {
-                        // the field's own object, changed in place: written back into it
-                        (Tree::Array(_, Some(f)), Ok(a)) if a.as_ptr() == f.as_ptr() => {
-                            v.refresh(py)?
-                        }
-                        // a field given a new array: read it (and keep writing back into the struct)
-                        (Tree::Array(..), Ok(a)) => *v = Tree::Array(a.borrow().a.clone(), None),
-                        _ => v.refresh(py)?,
-                    }
+                    refresh_entry(v, &o.bind(py).getattr(n.as_str())?)?;
                 }
             }
             _ => {}
@@ -504,13 +487,12 @@ impl Tree {
                 b.a = d.clone();
                 b.shape = s.clone();
             }
+            // an entry the function rebound gets a new object in its container, on replays too
             Tree::Cells(c) => {
                 for (cell, v) in c {
-                    match v {
-                        Tree::Array(d, None) => cell
-                            .bind(py)
-                            .setattr("cell_contents", wrap(py, d.clone())?)?,
-                        _ => v.write_back(py)?,
+                    match rebound_object(py, v)? {
+                        Some(x) => cell.bind(py).setattr("cell_contents", x)?,
+                        None => v.write_back(py)?,
                     }
                 }
             }
@@ -520,32 +502,25 @@ impl Tree {
                 tuple,
             } => {
                 for (i, v) in items.iter().enumerate() {
-                    match (v, source) {
-                        // an entry the function rebound: rebound on replays too
-                        (Tree::Array(d, None), Some(l)) if !*tuple => {
-                            l.bind(py).set_item(i, wrap(py, d.clone())?)?
-                        }
+                    match (rebound_object(py, v)?, source) {
+                        (Some(x), Some(l)) if !*tuple => l.bind(py).set_item(i, x)?,
                         _ => v.write_back(py)?,
                     }
                 }
             }
             Tree::Dict(e, source) => {
                 for (k, _, v) in e {
-                    match (v, source) {
-                        (Tree::Array(d, None), Some(o)) => {
-                            o.bind(py).set_item(k.bind(py), wrap(py, d.clone())?)?
-                        }
+                    match (rebound_object(py, v)?, source) {
+                        (Some(x), Some(o)) => o.bind(py).set_item(k.bind(py), x)?,
                         _ => v.write_back(py)?,
                     }
                 }
             }
             Tree::Struct(o, f) => {
                 for (n, v) in f {
-                    match v {
-                        Tree::Array(d, None) => {
-                            o.bind(py).setattr(n.as_str(), wrap(py, d.clone())?)?
-                        }
-                        _ => v.write_back(py)?,
+                    match rebound_object(py, v)? {
+                        Some(x) => o.bind(py).setattr(n.as_str(), x)?,
+                        None => v.write_back(py)?,
                     }
                 }
             }
@@ -619,12 +594,12 @@ impl Tree {
         }
     }
 
-    /// The positions (among the tree's array leaves, in traversal order) of the arrays the
-    /// function rebound in a container (`Array(_, None)` after [`Tree::refresh`]).
+    /// The positions (among the tree's array and tensor leaves, in traversal order) of those
+    /// the function rebound in a container (without an object after [`Tree::refresh`]).
     pub fn rebound(&self, out: &mut Vec<usize>) {
         let mut at = 0usize;
         self.each_leaf(&mut |t| {
-            if matches!(t, Tree::Array(_, None)) {
+            if matches!(t, Tree::Array(_, None) | Tree::Tensor(_, _, None)) {
                 out.push(at);
             }
             at += 1;
@@ -638,8 +613,10 @@ impl Tree {
         let mut at = 0usize;
         self.each_leaf_mut(&mut |t| {
             if positions.binary_search(&at).is_ok() {
-                if let Tree::Array(_, o) = t {
-                    *o = None;
+                match t {
+                    Tree::Array(_, o) => *o = None,
+                    Tree::Tensor(_, _, o) => *o = None,
+                    _ => {}
                 }
             }
             at += 1;
@@ -701,14 +678,33 @@ fn same_entry(t: &Tree, now: &Bound<PyAny>, made: &Py<PyAny>) -> bool {
 /// the same array object, changed in place, is read; another array is taken as the entry's new
 /// value (written back into the container).
 fn refresh_entry(v: &mut Tree, now: &Bound<PyAny>) -> PyResult<()> {
-    match (&*v, now.cast::<ArrayBase>()) {
-        (Tree::Array(_, Some(o)), Ok(a)) if a.as_ptr() == o.as_ptr() => v.refresh(now.py()),
-        (Tree::Array(..), Ok(a)) => {
-            *v = Tree::Array(a.borrow().a.clone(), None);
-            Ok(())
+    match &*v {
+        Tree::Array(_, o) if o.as_ref().is_none_or(|o| now.as_ptr() != o.as_ptr()) => {
+            if let Ok(a) = now.cast::<ArrayBase>() {
+                *v = Tree::Array(a.borrow().a.clone(), None);
+                return Ok(());
+            }
         }
-        _ => v.refresh(now.py()),
+        Tree::Tensor(_, _, o) if o.as_ref().is_none_or(|o| now.as_ptr() != o.as_ptr()) => {
+            if let Ok(t) = now.cast::<TensorBase>() {
+                let t = t.borrow();
+                *v = Tree::Tensor(t.a.clone(), t.shape.clone(), None);
+                return Ok(());
+            }
+        }
+        _ => {}
     }
+    v.refresh(now.py())
+}
+
+/// A new object for an entry the function rebound (`Array`/`Tensor` without an object), to put
+/// into its container; None for anything else (written back into its own objects).
+fn rebound_object(py: Python<'_>, v: &Tree) -> PyResult<Option<Py<PyAny>>> {
+    Ok(match v {
+        Tree::Array(d, None) => Some(wrap(py, d.clone())?),
+        Tree::Tensor(d, s, None) => Some(wrap_tensor(py, d.clone(), s.clone())?),
+        _ => None,
+    })
 }
 
 /// The fields kiln looks into: a dataclass's, or the keys of Dr.Jit's `DRJIT_STRUCT`.

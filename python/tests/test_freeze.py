@@ -219,6 +219,26 @@ def test_a_replay_rebinds_entries_instead_of_writing_into_the_callers_objects():
     assert step.n_recordings == 1 and step.n_replays == 2
 
 
+def test_tensor_parameters_rebound_in_a_dict_are_rebound_on_replays():
+    # a training step over a dict of tensors: `params["W"] = params["W"] - lr * g`
+    def step(params, x):
+        params["W"] = params["W"] - 0.5 * x
+        params["b"] = params["b"] * 2.0
+        return kiln.sum(params["W"].array)
+
+    def run(f):
+        w0 = kiln.TensorXf(kiln.Float32([1.0, 2.0, 3.0, 4.0]), (2, 2))
+        params = {"W": w0, "b": kiln.TensorXf(kiln.Float32([1.0]), (1,))}
+        outs = [f(params, kiln.TensorXf(kiln.Float32([1.0, 1.0, 1.0, 1.0]), (2, 2))).tolist() for _ in range(4)]
+        return outs, params["W"].numpy().tolist(), params["b"].numpy().tolist(), w0.numpy().tolist()
+
+    plain = run(step)
+    f = kiln.freeze(step)
+    assert run(f) == plain
+    assert f.n_recordings == 1 and f.n_replays == 3
+    assert plain[1] == [[-1.0, 0.0], [1.0, 2.0]] and plain[2] == [16.0] and plain[3] == [[1.0, 2.0], [3.0, 4.0]]
+
+
 def test_adding_items_to_a_container_inside_a_frozen_function_is_an_error():
     @kiln.freeze
     def f(log, d, x):
