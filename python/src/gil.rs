@@ -40,6 +40,21 @@ thread_local! {
     static DEPTH: Cell<usize> = const { Cell::new(0) };
 }
 
+/// Set this thread's "holds no GIL" flag until the guard drops (then as it was).
+struct Detached(bool);
+
+impl Detached {
+    fn set(on: bool) -> Detached {
+        Detached(DETACHED.with(|d| d.replace(on)))
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        DETACHED.with(|d| d.set(self.0));
+    }
+}
+
 /// This thread is inside kiln (a released region, or a call that runs Python back) until the
 /// guard drops.
 pub struct Region(std::marker::PhantomData<*const ()>);
@@ -83,16 +98,10 @@ fn park_for_good() -> ! {
 /// wait for the evaluation lock inside does not take it back first. At interpreter exit, a
 /// thread coming back parks instead (see the module's notes).
 pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            DETACHED.with(|d| d.set(self.0));
-        }
-    }
     // (busy until the GIL is back: a thread waiting for it inside native frames is in kiln)
     let _region = Region::enter();
     py.detach(|| {
-        let _reset = Reset(DETACHED.with(|d| d.replace(true)));
+        let _detached = Detached::set(true);
         let r = f();
         if must_park() {
             park_for_good();
@@ -104,14 +113,7 @@ pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
 /// Take the GIL inside a released region (`Python::attach`), marking this thread as holding it.
 pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
     Python::attach(|py| {
-        let was = DETACHED.with(|d| d.replace(false));
-        struct Reset(bool);
-        impl Drop for Reset {
-            fn drop(&mut self) {
-                DETACHED.with(|d| d.set(self.0));
-            }
-        }
-        let _reset = Reset(was);
+        let _attached = Detached::set(false);
         f(py)
     })
 }
@@ -146,13 +148,7 @@ pub fn wait_without_gil(wait: &(dyn Fn() + Sync)) {
         stuck_wait();
     } else if Python::try_attach(|py| {
         py.detach(|| {
-            struct Reset(bool);
-            impl Drop for Reset {
-                fn drop(&mut self) {
-                    DETACHED.with(|d| d.set(self.0));
-                }
-            }
-            let _reset = Reset(DETACHED.with(|d| d.replace(true)));
+            let _detached = Detached::set(true);
             stuck_wait();
         })
     })
@@ -173,7 +169,7 @@ pub fn _hold_engine_at_exit(py: Python<'_>) -> bool {
     let _ = EXIT_THREAD.set(std::thread::current().id());
     EXITING.store(true, SeqCst);
     py.detach(|| {
-        let was = DETACHED.with(|d| d.replace(true));
+        let _detached = Detached::set(true);
         let deadline = Instant::now() + EXIT_WAIT;
         let held = kiln_core::schedule::hold_eval_lock_until_exit(EXIT_WAIT);
         // threads on their way back to Python get the GIL now, while it is free; the others
@@ -181,7 +177,6 @@ pub fn _hold_engine_at_exit(py: Python<'_>) -> bool {
         while BUSY.load(SeqCst) > STUCK.load(SeqCst) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        DETACHED.with(|d| d.set(was));
         held
     })
 }

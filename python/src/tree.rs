@@ -65,8 +65,9 @@ pub enum Tree {
     /// A Python number or `None`: its type and bits key the recording; the object goes back as is.
     Scalar(&'static str, u64, Py<PyAny>),
     Str(String),
-    /// A tuple or list, and (a list) the object it was read from: entries the function rebinds
-    /// (`state[0] = ...`) are read back from it and written back into it.
+    /// A tuple or list, and the object it was read from: a list's entries the function rebinds
+    /// (`state[0] = ...`) are read back from it and written back into it; `to_py` hands the
+    /// function this object while it holds the same entries.
     Seq {
         tuple: bool,
         items: Vec<Tree>,
@@ -647,14 +648,11 @@ impl Tree {
 
     /// The arrays, in traversal order.
     pub fn arrays(&self, out: &mut Vec<Dyn>) {
-        match self {
-            Tree::Array(d, _) | Tree::Tensor(d, _, _) => out.push(d.clone()),
-            Tree::Cells(c) => c.iter().for_each(|(_, v)| v.arrays(out)),
-            Tree::Seq { items, .. } => items.iter().for_each(|i| i.arrays(out)),
-            Tree::Dict(e, _) => e.iter().for_each(|(_, _, v)| v.arrays(out)),
-            Tree::Struct(_, f) => f.iter().for_each(|(_, v)| v.arrays(out)),
-            _ => {}
-        }
+        self.each_leaf(&mut |t| {
+            if let Tree::Array(d, _) | Tree::Tensor(d, _, _) = t {
+                out.push(d.clone());
+            }
+        });
     }
 }
 
