@@ -640,7 +640,7 @@ fn fused_reductions_agree_with_reductions_of_evaluated_arrays() {
 /// table of variables names exactly those (no undeclared variable, none left out).
 #[test]
 fn the_readme_lists_every_declared_variable_and_no_other() {
-    let whole = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+    let whole = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("README.md");
     // the engine's table (the benches' own variables, such as KILN_NUMPY_PYTHON, are elsewhere)
     let start = whole
