@@ -176,7 +176,7 @@ pub(in crate::device) fn launch_split(
         tracing::warn!(target: "kiln::stencil", "kiln internal: a stencil plan over {:?} does not fit its buffers; running the general kernel", plan.shape);
         return launch_kernel(general, size, gbufs);
     }
-    if !plan.worth_splitting() {
+    if !plan.worth_splitting(through_gaps) {
         tracing::debug!(target: "kiln::stencil", "stencil over {:?}: interior rows of {} lanes are too short to run apart; the general kernel runs every lane", plan.shape, plan.row_len());
         return launch_kernel(general, size, gbufs);
     }
