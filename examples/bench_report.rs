@@ -327,6 +327,55 @@ fn row_ad_heat(cfg: &Config, notes: &mut Vec<String>) -> Row {
     row
 }
 
+/// The same heat steps (forward only) on a narrow grid and on a square one of as many points: a
+/// narrow grid's rows are short, so each row's border gap weighs more (issue 26's heat row,
+/// measured across shapes). Target: at most 1.5× the square grid's time.
+fn row_stencil_narrow(cfg: &Config, notes: &mut Vec<String>) -> Row {
+    let (side, rows, cols) = if cfg.quick {
+        (256, 1024, 64)
+    } else {
+        (1024, 16384, 64)
+    };
+    let steps = 100;
+    let field = |r: usize, c: usize| -> Tensor<f32> {
+        let grid: Vec<f32> = (0..r * c)
+            .map(|k| ((k * 7919) % 1000) as f32 * 0.001)
+            .collect();
+        Tensor::from_vec(grid, &[r, c])
+    };
+    let (square, narrow) = (field(side, side), field(rows, cols));
+    let mut sums = (0.0f32, 0.0f32);
+    let [sq, nr] = measure_all(
+        cfg.reps.max(5),
+        cfg.budget,
+        [
+            &mut || time(|| sums.0 = black_box(heat_run(&square, steps).array().sum().item())),
+            &mut || time(|| sums.1 = black_box(heat_run(&narrow, steps).array().sum().item())),
+        ],
+    );
+    let ratio = nr.median / sq.median;
+    notes.push(format!(
+        "stencil narrow: {steps} heat steps on {rows}x{cols} {} (best {}) against {side}x{side} {} (best {}), {ratio:.2}x; sums {:.3} and {:.3}; interior rows of {} lanes, one 2-lane border gap each rewritten by a general-kernel call of one vector",
+        ms(nr.median),
+        ms(nr.min),
+        ms(sq.median),
+        ms(sq.min),
+        sums.1,
+        sums.0,
+        cols - 2
+    ));
+    let mut row = Row::new(
+        &format!("stencil narrow {rows}x{cols} x {steps}"),
+        ms(nr.median),
+        Goal::AtMost(1.5),
+        ratio,
+        "<= 1.5x the square grid",
+    );
+    row.rayon = format!("{side}^2 {}", ms(sq.median));
+    row.ratio = format!("{ratio:.2}x square");
+    row
+}
+
 /// `x ← x·a + 0.001` for `steps` steps over the lanes of `a` (from x = 1), in one symbolic loop.
 fn affine_loop(a: &Float32, steps: u32) -> Float32 {
     let n = a.len();
@@ -3851,6 +3900,7 @@ fn main() {
         ("stencil gathers", row_stencil),
         ("stencil laplacian", row_stencil_laplacian),
         ("stencil blur", row_stencil_blur),
+        ("stencil narrow", row_stencil_narrow),
         ("collatz", row_collatz),
         ("long loop", row_long_loop),
         ("switch", row_switch),
