@@ -623,6 +623,10 @@ fn launch_all(steps: &[plan::Step]) -> Result<Vec<bool>> {
         let status = match &b.interior {
             None => device::launch_kernel(b.spec(&look.kernel, hash), b.size, &buffers),
             Some(inner) => {
+                if !look.hit {
+                    // the general kernel rewrites each row's few border lanes: a narrow variant
+                    be.prepare_short_runs(&b.kernel);
+                }
                 let ihash = inner.kernel.hash();
                 let ilook = cache::get(&be, &inner.kernel, ihash)?;
                 if tracing::enabled!(target: "kiln::kernel", tracing::Level::TRACE) {

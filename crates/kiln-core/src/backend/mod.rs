@@ -100,12 +100,22 @@ pub trait CompiledKernel: Send + Sync {
     fn writes_exactly(&self) -> bool {
         false
     }
+    /// The same kernel compiled for runs of a few lanes (a stencil's border gaps between rows),
+    /// with narrower vectors than a backend's widest, once [`Backend::prepare_short_runs`] made
+    /// it; `None`: this kernel serves short runs too. It computes what `run` computes.
+    fn short_runs(&self) -> Option<&dyn CompiledKernel> {
+        None
+    }
 }
 
 /// A code generator.
 pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     fn compile(&self, kernel: &Kernel) -> Result<Arc<dyn CompiledKernel>>;
+    /// Give the compiled `kernel` (from [`Backend::compile`]) a variant for short runs
+    /// ([`CompiledKernel::short_runs`]) where that pays; by default nothing. Best effort: a
+    /// variant that fails to compile is left out.
+    fn prepare_short_runs(&self, _kernel: &Kernel) {}
 }
 
 /// Create the backend of a given kind.

@@ -59,6 +59,10 @@ pub unsafe fn launch_tiled(kernel: &dyn CompiledKernel, args: &LaunchArgs, n: us
 /// many lanes writes nothing past its end (LLVM's kernels, up to 64 lanes wide, never do).
 const EXACT_STEP: usize = 16;
 
+/// Border pieces shorter than this run the general kernel's short-run variant
+/// ([`CompiledKernel::short_runs`]); longer ones (a grid's first and last rows) its full width.
+const SHORT_PIECE: usize = 64;
+
 /// Run `kernel` over exactly `[s, e)`: whole steps of [`EXACT_STEP`] lanes straight into the
 /// outputs (in parallel blocks when long), the remainder in place for a kernel that
 /// [`CompiledKernel::writes_exactly`], else into stack scratch that is then copied out, so that
@@ -210,6 +214,9 @@ pub unsafe fn launch_split(
             }
         }
     }
+    // border pieces of a few lanes (the gaps between rows) run the general kernel's narrow
+    // variant where the backend made one: a whole wide vector per gap wastes most of its lanes
+    let short = general.0.short_runs().unwrap_or(general.0);
     let run_chunk = |c: &Vec<(usize, usize, bool)>| {
         let Some(&(_, chunk_end, _)) = c.last() else {
             return;
@@ -228,6 +235,8 @@ pub unsafe fn launch_split(
             }
             let (k, args, n_params, outs) = if inner {
                 (interior.0, interior.1, interior.2, outputs_interior)
+            } else if e - s < SHORT_PIECE {
+                (short, general.1, general.2, outputs_general)
             } else {
                 (general.0, general.1, general.2, outputs_general)
             };
@@ -248,7 +257,7 @@ pub unsafe fn launch_split(
                     run_exact(k, args, n_params, outs, s, e);
                 }
                 for &(gs, ge, _) in c[i + 1..j].iter().step_by(2) {
-                    run_exact(general.0, general.1, general.2, outputs_general, gs, ge);
+                    run_exact(short, general.1, general.2, outputs_general, gs, ge);
                 }
             }
             i = j;
