@@ -599,17 +599,32 @@ mod tests {
 
     /// The fill kernel run over lanes `[start, end)` of an output of `len` elements (zeros).
     fn run_fill_range(k: &dyn CompiledKernel, len: u64, start: u64, end: u64) -> Vec<f32> {
+        run_into_64(k, &[], len, start, end)
+    }
+
+    /// `k` over lanes `[start, end)` with the parameters `inputs` (pointer and length each)
+    /// followed by one f32 output of `len` elements in a zeroed 64-element buffer, returned.
+    fn run_into_64(
+        k: &dyn CompiledKernel,
+        inputs: &[(*mut u8, u64)],
+        len: u64,
+        start: u64,
+        end: u64,
+    ) -> Vec<f32> {
         let mut out = Aligned([0.0; 64]);
-        let ptrs = [out.0.as_mut_ptr() as *mut u8];
-        let lens = [len];
+        let mut ptrs: Vec<*mut u8> = inputs.iter().map(|i| i.0).collect();
+        let mut lens: Vec<u64> = inputs.iter().map(|i| i.1).collect();
+        ptrs.push(out.0.as_mut_ptr() as *mut u8);
+        lens.push(len);
         let status: [AtomicU64; STATUS_LEN] = Default::default();
         let args = LaunchArgs {
             ptrs: ptrs.as_ptr(),
             lens: lens.as_ptr(),
             status: status.as_ptr(),
         };
-        // SAFETY: one f32 output of `len` ≤ 64 elements in a 64-element buffer (slack past 48
-        // for the callers that run 48 or fewer), `end` ≤ `len`, as the kernel expects.
+        // SAFETY: the callers' inputs are valid for their lengths and read inside them; one f32
+        // output of `len` ≤ 64 elements in a 64-element buffer (slack past 48 for the callers
+        // that run 48 or fewer), `end` ≤ `len`, as the kernels expect.
         unsafe { k.run(&args, start, end) };
         out.0.to_vec()
     }
@@ -639,21 +654,9 @@ mod tests {
             .short_runs()
             .expect("a 16-lane kernel gets a 4-lane variant");
         let src: Vec<f32> = (0..64).map(|i| i as f32 * 0.5 + 1.0).collect();
-        let run = |k: &dyn CompiledKernel, start: u64, end: u64| {
-            let mut out = Aligned([0.0; 64]);
-            let ptrs = [src.as_ptr() as *mut u8, out.0.as_mut_ptr() as *mut u8];
-            let lens = [64u64, 64];
-            let status: [AtomicU64; STATUS_LEN] = Default::default();
-            let args = LaunchArgs {
-                ptrs: ptrs.as_ptr(),
-                lens: lens.as_ptr(),
-                status: status.as_ptr(),
-            };
-            // SAFETY: a 64-element source read at indices below 64, a 64-element output,
-            // `end` ≤ 64.
-            unsafe { k.run(&args, start, end) };
-            out.0.to_vec()
-        };
+        // (a 64-element source read at indices below 64)
+        let input = [(src.as_ptr() as *mut u8, 64u64)];
+        let run = |k: &dyn CompiledKernel, start, end| run_into_64(k, &input, 64, start, end);
         for (start, end) in [(0u64, 64u64), (3, 5), (15, 17), (62, 64), (7, 8), (1, 30)] {
             let (a, b) = (run(&*k, start, end), run(short, start, end));
             for i in 0..64u64 {
