@@ -948,6 +948,43 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         })
 }
 
+/// Cases whose interior runs apart (split launches): rank 2 or 3, rows of 18 to 90 lanes, reach
+/// at most 3, so that interior rows of 12 to 88 lanes sit between border gaps of 2 to 6 — around
+/// the split thresholds (16 lanes when runs cross the gaps, 64 otherwise), with the general
+/// kernel's short-run variant rewriting each gap.
+fn split_case_strategy() -> impl Strategy<Value = Case> {
+    (
+        2usize..=3,
+        proptest::collection::vec(3usize..=9, 2),
+        18usize..=90,
+        mode_strategy(),
+        any::<bool>(),
+    )
+        .prop_flat_map(|(rank, outer, last, (mode, cval), lazy)| {
+            let mut shape = outer[..rank - 1].to_vec();
+            shape.push(last);
+            let n: usize = shape.iter().product();
+            let tap = (
+                proptest::collection::vec(-3i64..=3, rank),
+                prop_oneof![(-2.0f64..2.0), (-4i32..=4).prop_map(f64::from)],
+            );
+            (
+                Just(shape),
+                proptest::collection::vec(-100.0f64..100.0, n),
+                proptest::collection::vec(tap, 1..=5),
+                Just((mode, cval, lazy)),
+            )
+        })
+        .prop_map(|(shape, data, taps, (mode, cval, lazy))| Case {
+            shape,
+            data,
+            taps,
+            mode,
+            cval,
+            lazy,
+        })
+}
+
 /// kiln's result for a case.
 fn run_case(c: &Case) -> Vec<f64> {
     let mut s = weighted(c.taps.clone()).boundary(c.mode);
@@ -1013,6 +1050,20 @@ proptest! {
             let (k0, first) = &results[0];
             for (k, r) in &results[1..] {
                 assert_eq!(bits(r), bits(first), "{k:?} and {k0:?} differ on {c:?}");
+            }
+        });
+    }
+
+    /// Grids big enough for split launches (interior rows around the split thresholds, border
+    /// gaps rewritten by the general kernel or its short-run variant) equal the reference on
+    /// every backend.
+    #[test]
+    fn split_launches_match_reference(c in split_case_strategy()) {
+        leak_checked(|| {
+            let want = reference_of(&c);
+            for kind in backends() {
+                let got = with_backend(kind, || run_case(&c));
+                assert_matches_reference(&got, &want, &format!("{kind:?} on {c:?}"));
             }
         });
     }

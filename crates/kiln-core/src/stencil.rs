@@ -129,10 +129,10 @@ impl SplitPlan {
     }
 
     /// Whether running the interior apart pays: its contiguous runs are at least 16 lanes long
-    /// when there is one, or when an interior run may cross the short border gaps between them (`through_gaps`, see
-    /// `device::host::run::launch_split`: then each row costs only a small general-kernel call
-    /// over its gap), else at least 64 (each row is a call of its own). Shorter runs cost more
-    /// than the general kernel everywhere. Measured on heat steps (`u + 0.2·lap(u)`, 1M points,
+    /// when there is one run, or when an interior run may cross the short border gaps between
+    /// them (`through_gaps`, see `device::host::run::launch_split`: each row then costs only a
+    /// small general-kernel call over its gap), else at least 64 (each row is a call of its
+    /// own). Shorter runs cost more than the general kernel everywhere. Measured on heat steps (`u + 0.2·lap(u)`, 1M points,
     /// AVX-512 host): 16384×64 took 2.4 ms a step with the general kernel everywhere, 1.1 ms
     /// split; 32768×32, 2.4 against 2.1 ms.
     pub fn worth_splitting(&self, through_gaps: bool) -> bool {
@@ -288,7 +288,8 @@ mod tests {
         let p = SplitPlan::new(60, &[meta(&[6, 10], &[-1, 0], &[1, 0])]).unwrap();
         assert_eq!(segs(&p), vec![(10, 40)]);
         assert!(p.worth_splitting(false)); // 40 lanes, one call
-                                           // a border in the last dimension: one segment per row, like the rows
+
+        // a border in the last dimension: one segment per row, like the rows
         let p = SplitPlan::new(20, &[meta(&[4, 5], &[-1, -1], &[1, 1])]).unwrap();
         assert_eq!(segs(&p), vec![(6, 3), (11, 3)]);
         // 3-d with the middle dimension bordered and the last whole
