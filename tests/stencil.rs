@@ -913,6 +913,32 @@ fn mode_strategy() -> impl Strategy<Value = (Boundary, Option<f64>)> {
     ]
 }
 
+/// A case on `shape`: random data, 1 to 5 taps at offsets within `reach` of each dimension.
+fn case_on(
+    shape: Vec<usize>,
+    reach: i64,
+    (mode, cval): (Boundary, Option<f64>),
+    lazy: bool,
+) -> impl Strategy<Value = Case> {
+    let n: usize = shape.iter().product();
+    let tap = (
+        proptest::collection::vec(-reach..=reach, shape.len()),
+        prop_oneof![(-2.0f64..2.0), (-4i32..=4).prop_map(f64::from)],
+    );
+    (
+        proptest::collection::vec(-100.0f64..100.0, n),
+        proptest::collection::vec(tap, 1..=5),
+    )
+        .prop_map(move |(data, taps)| Case {
+            shape: shape.clone(),
+            data,
+            taps,
+            mode,
+            cval,
+            lazy,
+        })
+}
+
 fn case_strategy() -> impl Strategy<Value = Case> {
     let dim = prop_oneof![1 => Just(0usize), 2 => Just(1usize), 7 => 2usize..=9];
     (
@@ -922,29 +948,9 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         mode_strategy(),
         any::<bool>(),
     )
-        .prop_flat_map(|(rank, dims, far, (mode, cval), lazy)| {
-            let shape = dims[..rank].to_vec();
-            let n: usize = shape.iter().product();
+        .prop_flat_map(|(rank, dims, far, mode, lazy)| {
             // far: offsets well beyond the dimensions (every mode must cope, padding modes fold)
-            let reach = if far { 12i64 } else { 3 };
-            let tap = (
-                proptest::collection::vec(-reach..=reach, rank),
-                prop_oneof![(-2.0f64..2.0), (-4i32..=4).prop_map(f64::from)],
-            );
-            (
-                Just(shape),
-                proptest::collection::vec(-100.0f64..100.0, n),
-                proptest::collection::vec(tap, 1..=5),
-                Just((mode, cval, lazy)),
-            )
-        })
-        .prop_map(|(shape, data, taps, (mode, cval, lazy))| Case {
-            shape,
-            data,
-            taps,
-            mode,
-            cval,
-            lazy,
+            case_on(dims[..rank].to_vec(), if far { 12 } else { 3 }, mode, lazy)
         })
 }
 
@@ -960,28 +966,10 @@ fn split_case_strategy() -> impl Strategy<Value = Case> {
         mode_strategy(),
         any::<bool>(),
     )
-        .prop_flat_map(|(rank, outer, last, (mode, cval), lazy)| {
+        .prop_flat_map(|(rank, outer, last, mode, lazy)| {
             let mut shape = outer[..rank - 1].to_vec();
             shape.push(last);
-            let n: usize = shape.iter().product();
-            let tap = (
-                proptest::collection::vec(-3i64..=3, rank),
-                prop_oneof![(-2.0f64..2.0), (-4i32..=4).prop_map(f64::from)],
-            );
-            (
-                Just(shape),
-                proptest::collection::vec(-100.0f64..100.0, n),
-                proptest::collection::vec(tap, 1..=5),
-                Just((mode, cval, lazy)),
-            )
-        })
-        .prop_map(|(shape, data, taps, (mode, cval, lazy))| Case {
-            shape,
-            data,
-            taps,
-            mode,
-            cval,
-            lazy,
+            case_on(shape, 3, mode, lazy)
         })
 }
 
