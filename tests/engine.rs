@@ -693,3 +693,29 @@ fn configuration_switches_set_at_run_time() {
         kiln_core::config::set_freeze(before);
     });
 }
+
+/// The integration tests are listed one by one in `tests/Cargo.toml` (they live in the package's
+/// own directory, where cargo does not discover them): a file added here without its `[[test]]`
+/// entry would never run. Every `tests/*.rs` has exactly one entry, and every entry a file.
+#[test]
+fn every_test_file_has_its_manifest_entry() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let manifest = std::fs::read_to_string(format!("{dir}/Cargo.toml")).expect("tests/Cargo.toml");
+    let mut listed: Vec<String> = manifest
+        .lines()
+        .filter_map(|l| l.strip_prefix("path = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+        .map(str::to_string)
+        .collect();
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .expect("the tests directory")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".rs"))
+        .collect();
+    listed.sort();
+    files.sort();
+    assert_eq!(
+        listed, files,
+        "tests/Cargo.toml's [[test]] paths against tests/*.rs"
+    );
+}

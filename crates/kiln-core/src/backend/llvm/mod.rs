@@ -639,34 +639,39 @@ mod tests {
     }
 
     /// A short-run variant computes what its kernel computes, lane for lane, and writes only its
-    /// range; a backend whose kernels are already that narrow makes none.
+    /// range, for every base width a host uses (8 on AVX2, 16 on AVX-512, 32 widened; all run
+    /// here, LLVM splitting or merging registers); a backend whose kernels are already that
+    /// narrow makes none; and the variant's code generates for the other x86-64 CPUs too.
     #[test]
     fn short_run_variants_match_their_kernel() {
         let kernel = strided_gather_kernel();
-        let Ok(be) = LlvmBackend::create_with(false, 16) else {
-            eprintln!("SKIPPED: no usable libLLVM on this machine");
-            return;
-        };
-        let k = be.compile(&kernel).expect("LLVM compiles a gather");
-        assert!(k.short_runs().is_none(), "made only when asked");
-        be.prepare_short_runs(&kernel);
-        let short = k
-            .short_runs()
-            .expect("a 16-lane kernel gets a 4-lane variant");
         let src: Vec<f32> = (0..64).map(|i| i as f32 * 0.5 + 1.0).collect();
         // (a 64-element source read at indices below 64)
         let input = [(src.as_ptr() as *mut u8, 64u64)];
         let run = |k: &dyn CompiledKernel, start, end| run_into_64(k, &input, 64, start, end);
-        for (start, end) in [(0u64, 64u64), (3, 5), (15, 17), (62, 64), (7, 8), (1, 30)] {
-            let (a, b) = (run(&*k, start, end), run(short, start, end));
-            for i in 0..64u64 {
-                let want = if (start..end).contains(&i) {
-                    src[(i * 7 % 64) as usize]
-                } else {
-                    0.0
-                };
-                assert_eq!(a[i as usize], want, "kernel, [{start}, {end}), lane {i}");
-                assert_eq!(b[i as usize], want, "variant, [{start}, {end}), lane {i}");
+        for width in [8, 16, 32] {
+            let Ok(be) = LlvmBackend::create_with(false, width) else {
+                eprintln!("SKIPPED: no usable libLLVM on this machine");
+                return;
+            };
+            let k = be.compile(&kernel).expect("LLVM compiles a gather");
+            assert!(k.short_runs().is_none(), "made only when asked");
+            be.prepare_short_runs(&kernel);
+            let short = k
+                .short_runs()
+                .unwrap_or_else(|| panic!("a {width}-lane kernel gets a 4-lane variant"));
+            for (start, end) in [(0u64, 64u64), (3, 5), (15, 17), (62, 64), (7, 8), (1, 30)] {
+                let (a, b) = (run(&*k, start, end), run(short, start, end));
+                for i in 0..64u64 {
+                    let want = if (start..end).contains(&i) {
+                        src[(i * 7 % 64) as usize]
+                    } else {
+                        0.0
+                    };
+                    let at = format!("width {width}, [{start}, {end}), lane {i}");
+                    assert_eq!(a[i as usize], want, "kernel, {at}");
+                    assert_eq!(b[i as usize], want, "variant, {at}");
+                }
             }
         }
         let narrow = LlvmBackend::create_with(false, SHORT_WIDTH).expect("the same library");
@@ -676,6 +681,16 @@ mod tests {
             k4.short_runs().is_none(),
             "already {SHORT_WIDTH} lanes wide"
         );
+        // the variant is the kernel at SHORT_WIDTH lanes: LLVM must compile it for the CPUs this
+        // host is not (an AVX2 host's 4-lane gathers, and the baseline's)
+        for cpu in ["skylake-avx512", "haswell", "x86-64"] {
+            let other =
+                LlvmBackend::create_for_cpu(SHORT_WIDTH, cpu, "").expect("the same library");
+            let obj = other
+                .object_code(&kernel)
+                .unwrap_or_else(|e| panic!("{cpu}: {e}"));
+            assert!(!obj.is_empty(), "{cpu}: no object code");
+        }
     }
 
     /// Every width's kernel writes exactly the lanes `[start, end)` it is given (what
