@@ -11,9 +11,10 @@
 //! scan step, a stencil, a recording's body). So each thread counts the kiln regions it is in
 //! (released regions and calls that run Python back), and at exit the module takes the
 //! evaluation lock for good; a thread then parks for good (without the GIL) where it would come
-//! back from a released region or enter such a call, unless it holds the evaluation lock (it
-//! finishes that work first); and the exit waits, briefly, until every thread inside kiln is
-//! parked, waiting on the lock, or back in Python.
+//! back from a released region, take the GIL inside one, come back from a wait for the lock, or
+//! enter such a call, unless it holds the evaluation lock (it finishes that work first); and the
+//! exit waits, briefly, until every thread inside kiln is parked, waiting on the lock, or back in
+//! Python.
 
 use pyo3::prelude::*;
 use std::cell::Cell;
@@ -89,6 +90,11 @@ fn park_for_good() -> ! {
     if DEPTH.with(|d| d.get()) > 0 {
         STUCK.fetch_add(1, SeqCst);
     }
+    park_counted()
+}
+
+/// [`park_for_good`] for a thread already counted in `STUCK`.
+fn park_counted() -> ! {
     loop {
         std::thread::park();
     }
@@ -111,7 +117,11 @@ pub fn detach<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
 }
 
 /// Take the GIL inside a released region (`Python::attach`), marking this thread as holding it.
+/// At interpreter exit, a thread without the GIL parks here instead (see the module's notes).
 pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
+    if DETACHED.with(|d| d.get()) && must_park() {
+        park_for_good();
+    }
     Python::attach(|py| {
         let _attached = Detached::set(false);
         f(py)
@@ -133,13 +143,18 @@ pub fn callbacks(py: Python<'_>) -> Region {
 /// GIL, and many calls evaluate while holding it (`make_opaque`, a scatter's target, a stencil's
 /// input). A thread inside [`detach`], or without an interpreter to attach to, just waits.
 pub fn wait_without_gil(wait: &(dyn Fn() + Sync)) {
-    // (a busy thread waiting here at exit will not come back: the lock is held for good)
+    // A busy thread waiting here at exit will not come back: the lock is held for good. Its
+    // wait may still end once (the lock passed through it on its way to the exiting thread),
+    // and going back for the GIL then could meet the interpreter's teardown: it parks instead.
     let stuck_wait = || {
         let busy = DEPTH.with(|d| d.get()) > 0;
         if busy {
             STUCK.fetch_add(1, SeqCst);
         }
         wait();
+        if must_park() {
+            park_counted();
+        }
         if busy {
             STUCK.fetch_sub(1, SeqCst);
         }
