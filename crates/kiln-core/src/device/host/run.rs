@@ -178,10 +178,106 @@ pub unsafe fn launch_split(
     through_gaps: bool,
     min_chunk: usize,
 ) {
-    let n = plan.size();
-    if n == 0 {
+    if plan.size() == 0 {
         return;
     }
+    let layout = split_layout(plan, through_gaps, min_chunk);
+    // border pieces of a few lanes (the gaps between rows) run the general kernel's narrow
+    // variant where the backend made one: a whole wide vector per gap wastes most of its lanes
+    let short = general.0.short_runs().unwrap_or(general.0);
+    let run_chunk = |c: &Vec<Call>| {
+        for call in c {
+            let (k, args, n_params, outs) = match call.kernel {
+                Which::Interior => (interior.0, interior.1, interior.2, outputs_interior),
+                Which::General => (general.0, general.1, general.2, outputs_general),
+                Which::Short => (short, general.1, general.2, outputs_general),
+            };
+            // SAFETY: the caller's guarantees (a gap's lanes lie between interior lanes, where
+            // the interior kernel's reads are inside its buffers); what a direct run writes past
+            // its end lies before its task's end and is rewritten by that task's later calls
+            // (see `split_layout`).
+            unsafe {
+                if call.exact {
+                    run_exact(k, args, n_params, outs, call.s, call.e);
+                } else {
+                    k.run(args, call.s as u64, call.e as u64);
+                }
+            }
+        }
+    };
+    if layout.len() == 1 {
+        run_chunk(&layout[0]);
+    } else {
+        pool().install(|| layout.par_iter().for_each(run_chunk));
+    }
+}
+
+/// Which kernel of a split launch a [`Call`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Which {
+    Interior,
+    General,
+    /// The general kernel's narrow variant (or the general kernel where there is none).
+    Short,
+}
+
+/// One kernel call of a split launch's task: lanes `[s, e)`, exactly (nothing written past `e`)
+/// or straight into the outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Call {
+    kernel: Which,
+    s: usize,
+    e: usize,
+    exact: bool,
+}
+
+/// The tasks of a split launch and the calls each makes, in order: a function of the plan, the
+/// pool's size and the launch's options only, so it is worked out once and kept (a stencil
+/// program launches the same plan at every step, and a narrow grid has thousands of rows).
+fn split_layout(
+    plan: &crate::stencil::SplitPlan,
+    through_gaps: bool,
+    min_chunk: usize,
+) -> std::sync::Arc<Vec<Vec<Call>>> {
+    type Key = (crate::stencil::SplitPlan, bool, usize, usize);
+    type Kept = Vec<(Key, std::sync::Arc<Vec<Vec<Call>>>)>;
+    /// The last few layouts this thread used, the latest last.
+    const KEEP: usize = 8;
+    thread_local! {
+        static LAYOUTS: std::cell::RefCell<Kept> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let threads = threads();
+    LAYOUTS.with(|l| {
+        let mut l = l.borrow_mut();
+        let found = l.iter().position(|(k, _)| {
+            k.0 == *plan && k.1 == through_gaps && k.2 == min_chunk && k.3 == threads
+        });
+        let hit = match found {
+            Some(i) => l.remove(i),
+            None => {
+                let made = std::sync::Arc::new(make_split_layout(plan, through_gaps, min_chunk));
+                ((plan.clone(), through_gaps, min_chunk, threads), made)
+            }
+        };
+        let layout = hit.1.clone();
+        if l.len() == KEEP {
+            l.remove(0);
+        }
+        l.push(hit);
+        layout
+    })
+}
+
+/// [`split_layout`], worked out. The lanes are cut into chunks of whole pieces (an interior row,
+/// or the border between two rows), one task each; a task runs its pieces in increasing lane
+/// order, straight into the outputs, except those within [`EXACT_STEP`] lanes of its end, which
+/// run exactly.
+fn make_split_layout(
+    plan: &crate::stencil::SplitPlan,
+    through_gaps: bool,
+    min_chunk: usize,
+) -> Vec<Vec<Call>> {
+    let n = plan.size();
     // pieces in lane order: (start, end, interior?); rows that touch merge into one piece
     let mut pieces: Vec<(usize, usize, bool)> = Vec::new();
     let mut at = 0usize;
@@ -214,58 +310,167 @@ pub unsafe fn launch_split(
             }
         }
     }
-    // border pieces of a few lanes (the gaps between rows) run the general kernel's narrow
-    // variant where the backend made one: a whole wide vector per gap wastes most of its lanes
-    let short = general.0.short_runs().unwrap_or(general.0);
-    let run_chunk = |c: &Vec<(usize, usize, bool)>| {
-        let Some(&(_, chunk_end, _)) = c.last() else {
-            return;
-        };
-        let mut i = 0;
-        while i < c.len() {
-            let (s, mut e, inner) = c[i];
-            // with `through_gaps`, one interior run spans the next rows and the short border
-            // gaps between them (what it writes there is rewritten exactly below)
-            let mut j = i + 1;
-            if inner && through_gaps {
-                while j + 1 < c.len() && !c[j].2 && c[j].1 - c[j].0 < EXACT_STEP && c[j + 1].2 {
-                    e = c[j + 1].1;
-                    j += 2;
-                }
+    chunks
+        .iter()
+        .filter(|c| !c.is_empty())
+        .map(|c| chunk_calls(c, through_gaps))
+        .collect()
+}
+
+/// The calls of one chunk of pieces (see [`make_split_layout`]).
+fn chunk_calls(c: &[(usize, usize, bool)], through_gaps: bool) -> Vec<Call> {
+    let chunk_end = c.last().map_or(0, |p| p.1);
+    let mut calls = Vec::new();
+    let mut i = 0;
+    while i < c.len() {
+        let (s, mut e, inner) = c[i];
+        // with `through_gaps`, one interior run spans the next rows and the short border
+        // gaps between them (what it writes there is rewritten exactly below)
+        let mut j = i + 1;
+        if inner && through_gaps {
+            while j + 1 < c.len() && !c[j].2 && c[j].1 - c[j].0 < EXACT_STEP && c[j + 1].2 {
+                e = c[j + 1].1;
+                j += 2;
             }
-            let (k, args, n_params, outs) = if inner {
-                (interior.0, interior.1, interior.2, outputs_interior)
-            } else if e - s < SHORT_PIECE {
-                (short, general.1, general.2, outputs_general)
-            } else {
-                (general.0, general.1, general.2, outputs_general)
-            };
-            // SAFETY: the caller's guarantees (a gap's lanes lie between interior lanes, where
-            // the interior kernel's reads are inside its buffers); what a direct run writes past
-            // `e` lies before `chunk_end` and is rewritten by this task's later pieces.
-            unsafe {
-                // start whole runs at a 16-lane boundary (64-byte aligned outputs)
-                let mut s = s;
-                let al = s.next_multiple_of(EXACT_STEP);
-                if inner && al > s && al + 4 * EXACT_STEP < e {
-                    run_exact(k, args, n_params, outs, s, al);
-                    s = al;
-                }
-                if e + EXACT_STEP <= chunk_end {
-                    k.run(args, s as u64, e as u64);
-                } else {
-                    run_exact(k, args, n_params, outs, s, e);
-                }
-                for &(gs, ge, _) in c[i + 1..j].iter().step_by(2) {
-                    run_exact(short, general.1, general.2, outputs_general, gs, ge);
-                }
-            }
-            i = j;
         }
-    };
-    if chunks.len() == 1 {
-        run_chunk(&chunks[0]);
-    } else {
-        pool().install(|| chunks.par_iter().for_each(run_chunk));
+        let kernel = if inner {
+            Which::Interior
+        } else if e - s < SHORT_PIECE {
+            Which::Short
+        } else {
+            Which::General
+        };
+        // start whole runs at a 16-lane boundary (64-byte aligned outputs)
+        let mut s = s;
+        let al = s.next_multiple_of(EXACT_STEP);
+        if inner && al > s && al + 4 * EXACT_STEP < e {
+            calls.push(Call {
+                kernel,
+                s,
+                e: al,
+                exact: true,
+            });
+            s = al;
+        }
+        // (what a direct run writes past `e` lies before `chunk_end`: later calls rewrite it)
+        let exact = e + EXACT_STEP > chunk_end;
+        calls.push(Call {
+            kernel,
+            s,
+            e,
+            exact,
+        });
+        for &(gs, ge, _) in c[i + 1..j].iter().step_by(2) {
+            calls.push(Call {
+                kernel: Which::Short,
+                s: gs,
+                e: ge,
+                exact: true,
+            });
+        }
+        i = j;
+    }
+    calls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stencil::SplitPlan;
+
+    /// Whether `lane` of `plan`'s domain is interior.
+    fn is_interior(plan: &SplitPlan, lane: usize) -> bool {
+        let mut rest = lane;
+        let mut inside = true;
+        for d in (0..plan.shape.len()).rev() {
+            let i = rest % plan.shape[d];
+            rest /= plan.shape[d];
+            inside &= plan.start[d] <= i && i < plan.end[d];
+        }
+        inside
+    }
+
+    /// Replays a layout's calls, a direct call writing as far as a kernel may write past its end
+    /// (one step less than EXACT_STEP), and checks the launch's contract: the tasks cover the
+    /// lanes once each, none writes outside its lanes, and every lane is last written by the
+    /// kernel it belongs to (interior lanes by the interior kernel, border lanes by the general
+    /// kernel or its narrow variant, which compute the same).
+    fn check(plan: &SplitPlan, through_gaps: bool, min_chunk: usize) {
+        let n = plan.size();
+        let layout = split_layout(plan, through_gaps, min_chunk);
+        let mut at = 0;
+        for task in layout.iter() {
+            let lo = task.iter().map(|c| c.s).min().expect("a task has calls");
+            let hi = task.iter().map(|c| c.e).max().expect("a task has calls");
+            assert_eq!(lo, at, "{plan:?}: tasks must follow each other");
+            let mut last: Vec<Option<Which>> = vec![None; hi - lo];
+            for c in task {
+                assert!(c.s < c.e, "{plan:?}: empty call {c:?}");
+                let reach = if c.exact { c.e } else { c.e + EXACT_STEP - 1 };
+                assert!(
+                    reach <= hi,
+                    "{plan:?}: {c:?} writes past its task's end {hi}"
+                );
+                for l in c.s..reach {
+                    last[l - lo] = Some(c.kernel);
+                }
+            }
+            for (l, w) in last.iter().enumerate() {
+                let lane = lo + l;
+                let want_interior = is_interior(plan, lane);
+                match w {
+                    Some(Which::Interior) => assert!(want_interior, "{plan:?}: lane {lane}"),
+                    Some(_) => assert!(!want_interior, "{plan:?}: lane {lane}"),
+                    None => panic!("{plan:?}: lane {lane} never written"),
+                }
+            }
+            at = hi;
+        }
+        assert_eq!(at, n, "{plan:?}: the tasks must cover every lane");
+    }
+
+    fn plan(shape: &[usize], lo: &[usize], hi: &[usize]) -> SplitPlan {
+        SplitPlan {
+            shape: shape.to_vec(),
+            start: lo.to_vec(),
+            end: shape.iter().zip(hi).map(|(s, h)| s - h).collect(),
+        }
+    }
+
+    #[test]
+    fn split_layouts_write_every_lane_with_its_own_kernel() {
+        for through_gaps in [false, true] {
+            for min_chunk in [16, 1024, 4096] {
+                check(
+                    &plan(&[1024, 1024], &[1, 1], &[1, 1]),
+                    through_gaps,
+                    min_chunk,
+                );
+                check(
+                    &plan(&[16384, 64], &[1, 1], &[1, 1]),
+                    through_gaps,
+                    min_chunk,
+                );
+                check(&plan(&[40, 30], &[2, 3], &[1, 2]), through_gaps, min_chunk);
+                check(
+                    &plan(&[6, 5, 40], &[1, 1, 1], &[1, 1, 1]),
+                    through_gaps,
+                    min_chunk,
+                );
+                check(&plan(&[3000], &[2], &[5]), through_gaps, min_chunk);
+                check(&plan(&[33, 17], &[0, 0], &[0, 0]), through_gaps, min_chunk);
+            }
+        }
+    }
+
+    #[test]
+    fn split_layouts_are_worked_out_once_per_plan() {
+        let p = plan(&[64, 48], &[1, 2], &[1, 2]);
+        let a = split_layout(&p, true, 1024);
+        assert!(std::sync::Arc::ptr_eq(&a, &split_layout(&p, true, 1024)));
+        // another option, or another plan, is another layout
+        assert!(!std::sync::Arc::ptr_eq(&a, &split_layout(&p, false, 1024)));
+        let q = plan(&[64, 48], &[1, 1], &[1, 1]);
+        assert!(!std::sync::Arc::ptr_eq(&a, &split_layout(&q, true, 1024)));
     }
 }
