@@ -214,6 +214,13 @@ const F64_SPECIALS: &[f64] = &[
     1e-40,
     16777217.0,
     9007199254740993.0,
+    // the bounds of float-to-integer conversion: saturation starts exactly there
+    9223372036854775808.0,
+    -9223372036854775808.0,
+    18446744073709551616.0,
+    -0.99,
+    4294967295.5,
+    -2147483648.5,
 ];
 
 /// Random bits of type `ty`, biased toward the values where semantics get interesting.

@@ -331,7 +331,6 @@ impl Gen<'_> {
         use VarType::*;
         let fv = self.vt(from);
         let tv = self.vt(to);
-        let w = self.w;
         if from == to || (sty(from) == sty(to) && !from.is_float() && from != Bool) {
             // same bits: integers of one width reinterpret (Rust `as` wraps)
             self.copy(dst, to, x);
@@ -352,14 +351,7 @@ impl Gen<'_> {
             (F32, F64) => "fpext",
             (F64, F32) => "fptrunc",
             (F32 | F64, _) => {
-                let f = format!(
-                    "llvm.{}.sat.v{w}{}.v{w}{}",
-                    if to.is_signed() { "fptosi" } else { "fptoui" },
-                    mangle(sty(to)),
-                    mangle(sty(from))
-                );
-                self.declare(format!("declare {tv} @{f}({fv})"));
-                self.line(format!("{dst} = call {tv} @{f}({fv} {x})"));
+                self.float_to_int(dst, from, to, x);
                 return;
             }
             (I32 | I64, F32 | F64) => "sitofp",
@@ -375,6 +367,60 @@ impl Gen<'_> {
             }
         };
         self.line(format!("{dst} = {op} {fv} {x} to {tv}"));
+    }
+
+    /// Float to integer as Rust's `as` converts (toward zero, saturating at the type's bounds,
+    /// NaN to 0), written out with compares and selects around a plain conversion of the lanes
+    /// in range: LLVM 14/15 turn the `fptosi.sat`/`fptoui.sat` intrinsics on vectors into one
+    /// branchy scalar conversion per lane, a stencil's coordinate arithmetic's main cost.
+    fn float_to_int(&mut self, dst: &str, from: VarType, to: VarType, x: &str) {
+        let fv = self.vt(from);
+        let tv = self.vt(to);
+        let n = bits(to) as i32;
+        // the lanes converted as they are: [lo, hi) signed, (-1, hi) unsigned (bounds powers of
+        // two, exact in both float types); below and above saturate, NaN fails both compares
+        let (lo, hi, below_op, min, max) = if to.is_signed() {
+            let half = 2f64.powi(n - 1);
+            let max = if n == 64 {
+                i64::MAX.to_string()
+            } else {
+                i32::MAX.to_string()
+            };
+            let min = if n == 64 {
+                i64::MIN.to_string()
+            } else {
+                i32::MIN.to_string()
+            };
+            (-half, half, "oge", min, max)
+        } else {
+            (-1.0, 2f64.powi(n), "ogt", "0".to_string(), "-1".to_string())
+        };
+        let flit = |v: f64| format!("0x{:016X}", v.to_bits());
+        let (lo_v, hi_v) = (
+            self.splat_const(sty(from), &flit(lo)),
+            self.splat_const(sty(from), &flit(hi)),
+        );
+        let [above_lo, below_hi, inside, safe, plain, big, r1, small] = self.fresh_n();
+        self.line(format!("{above_lo} = fcmp {below_op} {fv} {x}, {lo_v}"));
+        self.line(format!("{below_hi} = fcmp olt {fv} {x}, {hi_v}"));
+        let mv = self.v("i1");
+        self.line(format!("{inside} = and {mv} {above_lo}, {below_hi}"));
+        self.line(format!(
+            "{safe} = select {mv} {inside}, {fv} {x}, {fv} zeroinitializer"
+        ));
+        let conv = if to.is_signed() { "fptosi" } else { "fptoui" };
+        self.line(format!("{plain} = {conv} {fv} {safe} to {tv}"));
+        self.line(format!("{big} = fcmp oge {fv} {x}, {hi_v}"));
+        let max_v = self.splat_const(sty(to), &max);
+        self.line(format!(
+            "{r1} = select {mv} {big}, {tv} {max_v}, {tv} {plain}"
+        ));
+        let low_cmp = if to.is_signed() { "olt" } else { "ole" };
+        self.line(format!("{small} = fcmp {low_cmp} {fv} {x}, {lo_v}"));
+        let min_v = self.splat_const(sty(to), &min);
+        self.line(format!(
+            "{dst} = select {mv} {small}, {tv} {min_v}, {tv} {r1}"
+        ));
     }
 
     pub(super) fn binary(&mut self, op: Op, dst: &str, t: VarType, x: &str, y: &str) {
