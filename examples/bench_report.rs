@@ -355,7 +355,7 @@ fn row_stencil_narrow(cfg: &Config, notes: &mut Vec<String>) -> Row {
     );
     let ratio = nr.median / sq.median;
     notes.push(format!(
-        "stencil narrow: {steps} heat steps on {rows}x{cols} {} (best {}) against {side}x{side} {} (best {}), {ratio:.2}x; sums {:.3} and {:.3}; interior rows of {} lanes, one 2-lane border gap each rewritten by a general-kernel call of one vector",
+        "stencil narrow: {steps} heat steps on {rows}x{cols} {} (best {}) against {side}x{side} {} (best {}), {ratio:.2}x; sums {:.3} and {:.3}; interior rows of {} lanes, one 2-lane border gap each, the gaps rewritten by one strided launch of the general kernel per gap column and task (per gap where the backend has no strided variant)",
         ms(nr.median),
         ms(nr.min),
         ms(sq.median),

@@ -106,15 +106,23 @@ pub trait CompiledKernel: Send + Sync {
     fn short_runs(&self) -> Option<&dyn CompiledKernel> {
         None
     }
+    /// The same kernel moved onto strided lanes ([`Kernel::at_strided_lanes`]: two more
+    /// parameters, `stride` and `base`, and lane `g` computes lane `g · stride + base`), once
+    /// [`Backend::prepare_short_runs`] made it: a stencil's border gaps, one per row, in one
+    /// launch per gap column instead of one call per gap.
+    fn strided_runs(&self) -> Option<&dyn CompiledKernel> {
+        None
+    }
 }
 
 /// A code generator.
 pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     fn compile(&self, kernel: &Kernel) -> Result<Arc<dyn CompiledKernel>>;
-    /// Give the compiled `kernel` (from [`Backend::compile`]) a variant for short runs
-    /// ([`CompiledKernel::short_runs`]) where that pays; by default nothing. Best effort: a
-    /// variant that fails to compile is left out.
+    /// Give the compiled `kernel` (from [`Backend::compile`]) its variants for short runs
+    /// ([`CompiledKernel::short_runs`]) and strided lanes ([`CompiledKernel::strided_runs`])
+    /// where that pays; by default nothing. Best effort: a variant that fails to compile is left
+    /// out.
     fn prepare_short_runs(&self, _kernel: &Kernel) {}
 }
 

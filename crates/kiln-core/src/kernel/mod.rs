@@ -29,6 +29,7 @@ use crate::ty::VarType;
 use std::fmt;
 
 mod parse;
+mod remap;
 pub use parse::ParseError;
 
 /// Register index: the position of the instruction that defines it.

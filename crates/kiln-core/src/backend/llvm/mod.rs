@@ -494,23 +494,32 @@ impl Backend for LlvmBackend {
         }
     }
     /// Compiles the [`SHORT_WIDTH`]-lane variant of a kernel this backend compiled (and linked
-    /// itself: not for one Cranelift took over) when its own width is wider. A variant LLVM
-    /// rejects is left out: the kernel itself serves short runs then.
+    /// itself: not for one Cranelift took over) when its own width is wider, and its variant on
+    /// strided lanes. A variant LLVM rejects is left out: the kernel itself serves short runs
+    /// then, and gaps run one by one.
     fn prepare_short_runs(&self, kernel: &Kernel) {
         let hash = kernel.hash();
         let Some(main) = self.compiled.lock().get(&hash).cloned() else {
             return;
         };
-        if main.short.get().is_some() || self.width_of(kernel) <= SHORT_WIDTH {
-            return;
-        }
-        match self.compile_at(kernel, SHORT_WIDTH) {
-            Ok(k) => {
+        if main.short.get().is_none() && self.width_of(kernel) > SHORT_WIDTH {
+            match self.compile_at(kernel, SHORT_WIDTH) {
                 // (a concurrent call may have set it first: either is the same code)
-                let _ = main.short.set(Box::new(k));
+                Ok(k) => drop(main.short.set(Box::new(k))),
+                Err(msg) => {
+                    tracing::debug!(target: "kiln::llvm", "no short-run variant of kernel {hash}: {msg}")
+                }
             }
-            Err(msg) => {
-                tracing::debug!(target: "kiln::llvm", "no short-run variant of kernel {hash}: {msg}")
+        }
+        if main.strided.get().is_none() {
+            let Some(moved) = kernel.at_strided_lanes() else {
+                return;
+            };
+            match self.compile_at(&moved, self.width_of(&moved)) {
+                Ok(k) => drop(main.strided.set(Box::new(k))),
+                Err(msg) => {
+                    tracing::debug!(target: "kiln::llvm", "no strided variant of kernel {hash}: {msg}")
+                }
             }
         }
     }
@@ -524,6 +533,8 @@ struct LlvmKernel {
     from_disk: bool,
     /// The same kernel at [`SHORT_WIDTH`] lanes, once `prepare_short_runs` compiled it.
     short: OnceLock<Box<LlvmKernel>>,
+    /// The same kernel on strided lanes (`Kernel::at_strided_lanes`), likewise.
+    strided: OnceLock<Box<LlvmKernel>>,
 }
 
 /// Lanes per iteration of a kernel's short-run variant (`CompiledKernel::short_runs`). A
@@ -543,6 +554,7 @@ impl LlvmKernel {
             func,
             from_disk,
             short: OnceLock::new(),
+            strided: OnceLock::new(),
         }
     }
 }
@@ -564,6 +576,11 @@ impl CompiledKernel for LlvmKernel {
     }
     fn short_runs(&self) -> Option<&dyn CompiledKernel> {
         self.short.get().map(|k| k.as_ref() as &dyn CompiledKernel)
+    }
+    fn strided_runs(&self) -> Option<&dyn CompiledKernel> {
+        self.strided
+            .get()
+            .map(|k| k.as_ref() as &dyn CompiledKernel)
     }
 }
 
@@ -688,6 +705,81 @@ mod tests {
                 LlvmBackend::create_for_cpu(SHORT_WIDTH, cpu, "").expect("the same library");
             let obj = other
                 .object_code(&kernel)
+                .unwrap_or_else(|e| panic!("{cpu}: {e}"));
+            assert!(!obj.is_empty(), "{cpu}: no object code");
+        }
+    }
+
+    /// A strided variant computes its kernel's value of lane `g · stride + base` at launch lane
+    /// `g` (a gather, a per-lane input and the lane index, all moved) and writes those lanes
+    /// only, at every width a host uses; and its code (scatters: AVX-512's instruction, a branch
+    /// per lane elsewhere) generates for the other x86-64 CPUs too.
+    #[test]
+    fn strided_variants_write_their_lanes_only() {
+        let kernel = Kernel::parse(
+            "p0: indexed f32\np1: in f32\np2: out f32\nr0 = index.u32\nr1 = const.u32 7\n\
+             r2 = mul.u32 r0, r1\nr3 = const.u32 64\nr4 = rem.u32 r2, r3\nr5 = const.bool true\n\
+             r6 = gather.f32 p0[r4], mask r5\nr7 = load.f32 p1\nr8 = add.f32 r6, r7\n\
+             r9 = cast.u32.f32 r0\nr10 = add.f32 r8, r9\nstore.f32 p2, r10\n",
+        )
+        .expect("the kernel parses");
+        let src: Vec<f32> = (0..64).map(|i| i as f32 * 0.5 + 1.0).collect();
+        let x: Vec<f32> = (0..64).map(|i| 1000.0 + i as f32).collect();
+        let want = |l: usize| src[l * 7 % 64] + x[l] + l as f32;
+        for width in [4, 8, 16, 32] {
+            let Ok(be) = LlvmBackend::create_with(false, width) else {
+                eprintln!("SKIPPED: no usable libLLVM on this machine");
+                return;
+            };
+            let k = be.compile(&kernel).expect("LLVM compiles the kernel");
+            assert!(k.strided_runs().is_none(), "made only when asked");
+            be.prepare_short_runs(&kernel);
+            let strided = k
+                .strided_runs()
+                .expect("a straight-line kernel gets a strided variant");
+            for (stride, base, count) in [
+                (5i64, 2i64, 10u64),
+                (1, 0, 64),
+                (13, 7, 4),
+                (64, 3, 1),
+                (2, 1, 31),
+            ] {
+                let mut out = Aligned([0.0f32; 64]);
+                let map = [stride, base];
+                let ptrs: Vec<*mut u8> = vec![
+                    src.as_ptr() as *mut u8,
+                    x.as_ptr() as *mut u8,
+                    out.0.as_mut_ptr() as *mut u8,
+                    &map[0] as *const i64 as *mut u8,
+                    &map[1] as *const i64 as *mut u8,
+                ];
+                let lens = [64u64, 64, 64, 1, 1];
+                let status: [AtomicU64; STATUS_LEN] = Default::default();
+                let args = LaunchArgs {
+                    ptrs: ptrs.as_ptr(),
+                    lens: lens.as_ptr(),
+                    status: status.as_ptr(),
+                };
+                // SAFETY: three 64-element buffers and two size-1 i64s, as the variant's five
+                // parameters; every lane g·stride + base for g < count is below 64.
+                unsafe { strided.run(&args, 0, count) };
+                for (l, &v) in out.0.iter().enumerate() {
+                    let listed = (l as i64 - base) % stride == 0
+                        && l as i64 >= base
+                        && ((l as i64 - base) / stride) < count as i64;
+                    let at = format!("width {width}, stride {stride}, base {base}, lane {l}");
+                    assert_eq!(v, if listed { want(l) } else { 0.0 }, "{at}");
+                }
+                assert!(status
+                    .iter()
+                    .all(|s| s.load(std::sync::atomic::Ordering::Relaxed) == 0));
+            }
+        }
+        let moved = kernel.at_strided_lanes().expect("straight-line");
+        for cpu in ["skylake-avx512", "haswell", "x86-64"] {
+            let other = LlvmBackend::create_for_cpu(16, cpu, "").expect("the same library");
+            let obj = other
+                .object_code(&moved)
                 .unwrap_or_else(|e| panic!("{cpu}: {e}"));
             assert!(!obj.is_empty(), "{cpu}: no object code");
         }

@@ -185,12 +185,28 @@ pub unsafe fn launch_split(
     // border pieces of a few lanes (the gaps between rows) run the general kernel's narrow
     // variant where the backend made one: a whole wide vector per gap wastes most of its lanes
     let short = general.0.short_runs().unwrap_or(general.0);
+    let strided = general.0.strided_runs();
     let run_chunk = |c: &Vec<Call>| {
         for call in c {
             let (k, args, n_params, outs) = match call.kernel {
                 Which::Interior => (interior.0, interior.1, interior.2, outputs_interior),
                 Which::General => (general.0, general.1, general.2, outputs_general),
                 Which::Short => (short, general.1, general.2, outputs_general),
+                Which::Gaps { stride, count } => {
+                    // SAFETY: as below; the gaps' lanes are border lanes of this task.
+                    unsafe {
+                        run_gaps(
+                            general,
+                            short,
+                            strided,
+                            outputs_general,
+                            call,
+                            stride,
+                            count,
+                        )
+                    };
+                    continue;
+                }
             };
             // SAFETY: the caller's guarantees (a gap's lanes lie between interior lanes, where
             // the interior kernel's reads are inside its buffers); what a direct run writes past
@@ -219,6 +235,61 @@ enum Which {
     General,
     /// The general kernel's narrow variant (or the general kernel where there is none).
     Short,
+    /// `count` gaps of the same length `stride` lanes apart, the first `[s, e)`: the general
+    /// kernel on strided lanes, one launch per gap column (or the narrow variant gap by gap).
+    Gaps {
+        stride: usize,
+        count: usize,
+    },
+}
+
+/// Rewrite a [`Which::Gaps`] call's gaps exactly with the general kernel.
+///
+/// # Safety
+/// As [`launch_split`] for the general kernel over the gaps' lanes.
+unsafe fn run_gaps(
+    general: (&dyn CompiledKernel, &LaunchArgs, usize),
+    short: &dyn CompiledKernel,
+    strided: Option<&dyn CompiledKernel>,
+    outputs: &[(usize, usize)],
+    call: &Call,
+    stride: usize,
+    count: usize,
+) {
+    let (_, args, n_params) = general;
+    let Some(k) = strided else {
+        for g in 0..count {
+            let at = g * stride;
+            // SAFETY: forwarded.
+            unsafe { run_exact(short, args, n_params, outputs, call.s + at, call.e + at) };
+        }
+        return;
+    };
+    // the strided kernel's parameters: the general kernel's, then `stride` and `base` (size 1)
+    // SAFETY: the caller guarantees `n_params` pointers and lengths behind `args`.
+    let (ptrs, lens) = unsafe {
+        (
+            std::slice::from_raw_parts(args.ptrs, n_params),
+            std::slice::from_raw_parts(args.lens, n_params),
+        )
+    };
+    let mut ptrs: Vec<*mut u8> = ptrs.to_vec();
+    let mut lens: Vec<u64> = lens.to_vec();
+    lens.extend([1, 1]);
+    for base in call.s..call.e {
+        let map: [i64; 2] = [stride as i64, base as i64];
+        ptrs.truncate(n_params);
+        ptrs.extend(map.iter().map(|v| v as *const i64 as *mut u8));
+        let moved = LaunchArgs {
+            ptrs: ptrs.as_ptr(),
+            lens: lens.as_ptr(),
+            status: args.status,
+        };
+        // SAFETY: the general kernel's arguments plus two live size-1 i64 buffers; lanes
+        // `g · stride + base` for g < count are the gaps' lanes, inside every buffer, and the
+        // strided kernel writes nothing else (its stores are scatters to those lanes).
+        unsafe { k.run(&moved, 0, count as u64) };
+    }
 }
 
 /// One kernel call of a split launch's task: lanes `[s, e)`, exactly (nothing written past `e`)
@@ -317,6 +388,36 @@ fn make_split_layout(
         .collect()
 }
 
+/// The calls that rewrite `gaps` (in lane order): runs of gaps of one length at one spacing
+/// (every row's gap in a 2-d grid) become one [`Which::Gaps`] call, a lone gap a narrow call.
+fn gap_calls(gaps: &[(usize, usize)], calls: &mut Vec<Call>) {
+    let mut i = 0;
+    while i < gaps.len() {
+        let (s, e) = gaps[i];
+        let mut count = 1;
+        let stride = gaps.get(i + 1).map_or(0, |g| g.0 - s);
+        while i + count < gaps.len() {
+            let (gs, ge) = gaps[i + count];
+            if gs - gaps[i + count - 1].0 != stride || ge - gs != e - s {
+                break;
+            }
+            count += 1;
+        }
+        let kernel = if count > 1 {
+            Which::Gaps { stride, count }
+        } else {
+            Which::Short
+        };
+        calls.push(Call {
+            kernel,
+            s,
+            e,
+            exact: true,
+        });
+        i += count;
+    }
+}
+
 /// The calls of one chunk of pieces (see [`make_split_layout`]).
 fn chunk_calls(c: &[(usize, usize, bool)], through_gaps: bool) -> Vec<Call> {
     let chunk_end = c.last().map_or(0, |p| p.1);
@@ -360,14 +461,8 @@ fn chunk_calls(c: &[(usize, usize, bool)], through_gaps: bool) -> Vec<Call> {
             e,
             exact,
         });
-        for &(gs, ge, _) in c[i + 1..j].iter().step_by(2) {
-            calls.push(Call {
-                kernel: Which::Short,
-                s: gs,
-                e: ge,
-                exact: true,
-            });
-        }
+        let gaps: Vec<(usize, usize)> = c[i + 1..j].iter().step_by(2).map(|g| (g.0, g.1)).collect();
+        gap_calls(&gaps, &mut calls);
         i = j;
     }
     calls
@@ -407,12 +502,17 @@ mod tests {
             for c in task {
                 assert!(c.s < c.e, "{plan:?}: empty call {c:?}");
                 let reach = if c.exact { c.e } else { c.e + EXACT_STEP - 1 };
-                assert!(
-                    reach <= hi,
-                    "{plan:?}: {c:?} writes past its task's end {hi}"
-                );
-                for l in c.s..reach {
-                    last[l - lo] = Some(c.kernel);
+                let (stride, count) = match c.kernel {
+                    Which::Gaps { stride, count } => (stride, count),
+                    _ => (0, 1),
+                };
+                assert!(count == 1 || stride >= c.e - c.s, "{plan:?}: {c:?}");
+                let end = reach + (count - 1) * stride;
+                assert!(end <= hi, "{plan:?}: {c:?} writes past its task's end {hi}");
+                for g in 0..count {
+                    for l in c.s + g * stride..reach + g * stride {
+                        last[l - lo] = Some(c.kernel);
+                    }
                 }
             }
             for (l, w) in last.iter().enumerate() {

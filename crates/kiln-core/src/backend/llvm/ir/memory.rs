@@ -304,6 +304,14 @@ impl Gen<'_> {
             self.label(&lb(&slow));
             done = Some(join);
         }
+        if rop == ReduceOp::None && t != VarType::Bool {
+            self.scatter_plain_inline(t, p, &val, &ix64, &m);
+            if let Some(join) = done {
+                self.line(format!("br label {join}"));
+                self.label(join.trim_start_matches('%'));
+            }
+            return;
+        }
         if rop == ReduceOp::Add && t != VarType::Bool {
             // sums (histograms, k-means) update in place with one atomic add per active lane:
             // no call (which would spill every vector register) and the same bits as the
@@ -360,6 +368,62 @@ impl Gen<'_> {
             self.line(format!("br label {join}"));
             self.label(join.trim_start_matches('%'));
         }
+    }
+
+    /// `target[index] = value` for each active lane of a plain scatter, inline: one masked
+    /// vector scatter of the lanes in range (in lane order, so the last of several lanes with one
+    /// index wins, as lane after lane through the helper), the others counted as out-of-range
+    /// writes. No call per lane (which spills every vector register): a stencil's border gaps
+    /// run as strided scatters (`Kernel::at_strided_lanes`).
+    fn scatter_plain_inline(&mut self, t: VarType, p: usize, val: &str, ix64: &str, m: &str) {
+        let w = self.w;
+        let me = mty(t);
+        let [ins, lens, inr, ok, out, outbits, n_out, any, count, bump, done, st, ptrs] =
+            self.fresh_n();
+        self.line(format!(
+            "{ins} = insertelement <{w} x i64> poison, i64 %len{p}, i64 0"
+        ));
+        self.line(format!(
+            "{lens} = shufflevector <{w} x i64> {ins}, <{w} x i64> poison, <{w} x i32> zeroinitializer"
+        ));
+        self.line(format!("{inr} = icmp ult <{w} x i64> {ix64}, {lens}"));
+        self.line(format!("{ok} = and <{w} x i1> {inr}, {m}"));
+        // active lanes out of range: counted, not written
+        self.line(format!("{out} = xor <{w} x i1> {ok}, {m}"));
+        self.line(format!("{outbits} = bitcast <{w} x i1> {out} to i{w}"));
+        let f = format!("llvm.ctpop.i{w}");
+        self.declare(format!("declare i{w} @{f}(i{w})"));
+        self.line(format!("{n_out} = call i{w} @{f}(i{w} {outbits})"));
+        self.line(format!("{any} = icmp ne i{w} {n_out}, 0"));
+        let lb = |x: &str| x.trim_start_matches('%').to_string();
+        self.line(format!("br i1 {any}, label {bump}, label {done}, !prof !1"));
+        self.label(&lb(&bump));
+        self.line(format!(
+            "{st} = getelementptr inbounds i64, ptr %status, i64 {}",
+            crate::backend::STATUS_OOB_WRITES
+        ));
+        if w < 64 {
+            self.line(format!("{count} = zext i{w} {n_out} to i64"));
+        } else {
+            self.line(format!("{count} = add i64 {n_out}, 0"));
+        }
+        let old = self.fresh();
+        self.line(format!(
+            "{old} = atomicrmw add ptr {st}, i64 {count} monotonic"
+        ));
+        self.line(format!("br label {done}"));
+        self.label(&lb(&done));
+        self.line(format!(
+            "{ptrs} = getelementptr {me}, ptr %base{p}, <{w} x i64> {ix64}"
+        ));
+        let f = format!("llvm.masked.scatter.v{w}{}.v{w}p0", mangle(me));
+        self.declare(format!(
+            "declare void @{f}(<{w} x {me}>, <{w} x ptr>, i32, <{w} x i1>)"
+        ));
+        self.line(format!(
+            "call void @{f}(<{w} x {me}> {val}, <{w} x ptr> {ptrs}, i32 {}, <{w} x i1> {ok})",
+            t.size_bytes()
+        ));
     }
 
     /// `target[index] += value` for each active lane of a reduce-add scatter, inline: in range,
