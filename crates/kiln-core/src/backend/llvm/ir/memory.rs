@@ -370,16 +370,10 @@ impl Gen<'_> {
         }
     }
 
-    /// `target[index] = value` for each active lane of a plain scatter, inline: one masked
-    /// vector scatter of the lanes in range (in lane order, so the last of several lanes with one
-    /// index wins, as lane after lane through the helper), the others counted as out-of-range
-    /// writes. No call per lane (which spills every vector register): a stencil's border gaps
-    /// run as strided scatters (`Kernel::at_strided_lanes`).
-    fn scatter_plain_inline(&mut self, t: VarType, p: usize, val: &str, ix64: &str, m: &str) {
+    /// The lanes of mask `m` whose 64-bit index `ix64` lies inside parameter `p`'s buffer.
+    fn in_range(&mut self, p: usize, ix64: &str, m: &str) -> String {
         let w = self.w;
-        let me = mty(t);
-        let [ins, lens, inr, ok, out, outbits, n_out, any, count, bump, done, st, ptrs] =
-            self.fresh_n();
+        let [ins, lens, inr, ok] = self.fresh_n();
         self.line(format!(
             "{ins} = insertelement <{w} x i64> poison, i64 %len{p}, i64 0"
         ));
@@ -388,6 +382,19 @@ impl Gen<'_> {
         ));
         self.line(format!("{inr} = icmp ult <{w} x i64> {ix64}, {lens}"));
         self.line(format!("{ok} = and <{w} x i1> {inr}, {m}"));
+        ok
+    }
+
+    /// `target[index] = value` for each active lane of a plain scatter, inline: one masked
+    /// vector scatter of the lanes in range (in lane order, so the last of several lanes with one
+    /// index wins, as lane after lane through the helper), the others counted as out-of-range
+    /// writes. No call per lane (which spills every vector register): a stencil's border gaps
+    /// run as strided scatters (`Kernel::at_strided_lanes`).
+    fn scatter_plain_inline(&mut self, t: VarType, p: usize, val: &str, ix64: &str, m: &str) {
+        let w = self.w;
+        let me = mty(t);
+        let ok = self.in_range(p, ix64, m);
+        let [out, outbits, n_out, any, count, bump, done, st, ptrs] = self.fresh_n();
         // active lanes out of range: counted, not written
         self.line(format!("{out} = xor <{w} x i1> {ok}, {m}"));
         self.line(format!("{outbits} = bitcast <{w} x i1> {out} to i{w}"));
@@ -454,23 +461,9 @@ impl Gen<'_> {
         if exclusive {
             // every lane active and in range (the common case): the updates without a branch
             // per lane, still lane after lane
-            let (ins, lens, inr, ok, bits, full) = (
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-                self.fresh(),
-            );
+            let ok = self.in_range(p, ix64, m);
+            let [bits, full] = self.fresh_n();
             let (fast, slow, done) = (self.fresh(), self.fresh(), self.fresh());
-            self.line(format!(
-                "{ins} = insertelement <{w} x i64> poison, i64 %len{p}, i64 0"
-            ));
-            self.line(format!(
-                "{lens} = shufflevector <{w} x i64> {ins}, <{w} x i64> poison, <{w} x i32> zeroinitializer"
-            ));
-            self.line(format!("{inr} = icmp ult <{w} x i64> {ix64}, {lens}"));
-            self.line(format!("{ok} = and <{w} x i1> {inr}, {m}"));
             self.line(format!("{bits} = bitcast <{w} x i1> {ok} to i{w}"));
             self.line(format!("{full} = icmp eq i{w} {bits}, -1"));
             let al = t.size_bytes();
