@@ -623,8 +623,10 @@ fn launch_all(steps: &[plan::Step]) -> Result<Vec<bool>> {
         let status = match &b.interior {
             None => device::launch_kernel(b.spec(&look.kernel, hash), b.size, &buffers),
             Some(inner) => {
-                if !look.hit {
-                    // the general kernel rewrites each row's few border lanes: a narrow variant
+                if !look.hit || !look.kernel.variants_prepared() {
+                    // the general kernel rewrites each row's few border lanes: a narrow variant,
+                    // and one on strided lanes (at the first split launch, which need not be the
+                    // kernel's first: a small grid runs it unsplit)
                     be.prepare_short_runs(&b.kernel);
                 }
                 let ihash = inner.kernel.hash();

@@ -113,6 +113,12 @@ pub trait CompiledKernel: Send + Sync {
     fn strided_runs(&self) -> Option<&dyn CompiledKernel> {
         None
     }
+    /// Whether [`Backend::prepare_short_runs`] has run for this kernel (or there is nothing to
+    /// prepare): the scheduler prepares a split group's general kernel at its first split launch,
+    /// which need not be its first launch (a small grid runs it unsplit).
+    fn variants_prepared(&self) -> bool {
+        true
+    }
 }
 
 /// A code generator.

@@ -511,10 +511,7 @@ impl Backend for LlvmBackend {
                 }
             }
         }
-        if main.strided.get().is_none() {
-            let Some(moved) = kernel.at_strided_lanes() else {
-                return;
-            };
+        if let (None, Some(moved)) = (main.strided.get(), kernel.at_strided_lanes()) {
             match self.compile_at(&moved, self.width_of(&moved)) {
                 Ok(k) => drop(main.strided.set(Box::new(k))),
                 Err(msg) => {
@@ -522,6 +519,8 @@ impl Backend for LlvmBackend {
                 }
             }
         }
+        main.prepared
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -535,6 +534,8 @@ struct LlvmKernel {
     short: OnceLock<Box<LlvmKernel>>,
     /// The same kernel on strided lanes (`Kernel::at_strided_lanes`), likewise.
     strided: OnceLock<Box<LlvmKernel>>,
+    /// Whether `prepare_short_runs` has run for it (its variants made, or found not to pay).
+    prepared: std::sync::atomic::AtomicBool,
 }
 
 /// Lanes per iteration of a kernel's short-run variant (`CompiledKernel::short_runs`). A
@@ -555,6 +556,7 @@ impl LlvmKernel {
             from_disk,
             short: OnceLock::new(),
             strided: OnceLock::new(),
+            prepared: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -581,6 +583,9 @@ impl CompiledKernel for LlvmKernel {
         self.strided
             .get()
             .map(|k| k.as_ref() as &dyn CompiledKernel)
+    }
+    fn variants_prepared(&self) -> bool {
+        self.prepared.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -733,7 +738,9 @@ mod tests {
             };
             let k = be.compile(&kernel).expect("LLVM compiles the kernel");
             assert!(k.strided_runs().is_none(), "made only when asked");
+            assert!(!k.variants_prepared());
             be.prepare_short_runs(&kernel);
+            assert!(k.variants_prepared());
             let strided = k
                 .strided_runs()
                 .expect("a straight-line kernel gets a strided variant");
