@@ -705,11 +705,16 @@ mod tests {
         );
         // the variant is the kernel at SHORT_WIDTH lanes: LLVM must compile it for the CPUs this
         // host is not (an AVX2 host's 4-lane gathers, and the baseline's)
+        generates_for_other_cpus(&kernel, SHORT_WIDTH);
+    }
+
+    /// LLVM generates `kernel`'s object code at `width` lanes for an AVX-512, an AVX2 and a
+    /// baseline x86-64 CPU (whichever this host is).
+    fn generates_for_other_cpus(kernel: &Kernel, width: usize) {
         for cpu in ["skylake-avx512", "haswell", "x86-64"] {
-            let other =
-                LlvmBackend::create_for_cpu(SHORT_WIDTH, cpu, "").expect("the same library");
+            let other = LlvmBackend::create_for_cpu(width, cpu, "").expect("the same library");
             let obj = other
-                .object_code(&kernel)
+                .object_code(kernel)
                 .unwrap_or_else(|e| panic!("{cpu}: {e}"));
             assert!(!obj.is_empty(), "{cpu}: no object code");
         }
@@ -782,14 +787,7 @@ mod tests {
                     .all(|s| s.load(std::sync::atomic::Ordering::Relaxed) == 0));
             }
         }
-        let moved = kernel.at_strided_lanes().expect("straight-line");
-        for cpu in ["skylake-avx512", "haswell", "x86-64"] {
-            let other = LlvmBackend::create_for_cpu(16, cpu, "").expect("the same library");
-            let obj = other
-                .object_code(&moved)
-                .unwrap_or_else(|e| panic!("{cpu}: {e}"));
-            assert!(!obj.is_empty(), "{cpu}: no object code");
-        }
+        generates_for_other_cpus(&kernel.at_strided_lanes().expect("straight-line"), 16);
     }
 
     /// Every width's kernel writes exactly the lanes `[start, end)` it is given (what
