@@ -394,6 +394,51 @@ fn a_linear_stencil_adjoint_is_its_transpose_and_runs_split() {
 }
 
 #[test]
+fn an_affine_adjoint_scales_each_distinct_weight_once() {
+    let _s = serial();
+    // one heat step `u + 0.2·lap(u)`: its adjoint is `ct + 0.2·(four neighbours) − 0.8·centre`,
+    // two products, as the forward has, not one per tap
+    let (h, w) = (40usize, 100usize);
+    let lap = kiln::stencil(|a: &Rel<f32>| {
+        a.at([0, 1]) + a.at([0, -1]) + a.at([1, 0]) + a.at([-1, 0]) - a.at([0, 0]) * 4.0
+    });
+    let x0: Vec<f32> = rand(h * w, 9).iter().map(|&v| v as f32).collect();
+    let mut x = Float32::from_slice(&x0);
+    x.enable_grad();
+    let u = Tensor::from_array(x.clone(), &[h, w]);
+    let y = &u + &(lap.apply(&u).unwrap() * 0.2);
+    let weights: Vec<f32> = (0..h * w).map(|k| (k % 7) as f32 - 3.0).collect();
+    (y.array() * Float32::from_slice(&weights)).sum().backward();
+    let g = x.grad();
+    let ir: String = kiln_core::kernels_for(&[g.id()])
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    let products = ir.matches("mul.f32").count();
+    assert_eq!(products, 2, "one product per distinct weight:\n{ir}");
+    // and the value is the transpose: ct + 0.2·Σ ct(neighbour interior) − 0.8·ct(x interior)
+    let g = g.to_vec();
+    let interior = |i: usize, j: usize| i >= 1 && i + 1 < h && j >= 1 && j + 1 < w;
+    for i in 0..h {
+        for j in 0..w {
+            let ct = |a: usize, b: usize| weights[a * w + b] as f64;
+            let mut want = ct(i, j) - if interior(i, j) { 0.8 * ct(i, j) } else { 0.0 };
+            for (di, dj) in [(0i64, 1i64), (0, -1), (1, 0), (-1, 0)] {
+                let (a, b) = (i as i64 - di, j as i64 - dj);
+                if a >= 0 && b >= 0 && interior(a as usize, b as usize) {
+                    want += 0.2 * ct(a as usize, b as usize);
+                }
+            }
+            let got = g[i * w + j] as f64;
+            assert!(
+                (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "({i}, {j}): {got} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
 fn many_steps_of_diffusion_match_finite_differences() {
     let _s = serial();
     let lap = kiln::stencil(|a: &Rel<f64>| {
