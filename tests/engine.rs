@@ -521,6 +521,35 @@ fn integer_identities_fold() {
     });
 }
 
+#[test]
+fn a_number_broadcast_to_a_shape_stays_a_constant() {
+    leak_checked(|| {
+        // a 0-d tensor of a literal (how a number meets a tensor from Python) broadcast to a
+        // shape is the literal itself, so the kernel reads a constant, not a masked select
+        let half = Tensor::from_array(Float32::from(0.5f32), &[]);
+        let b = half.broadcast_to(&[4, 3]);
+        assert_eq!(
+            kiln_core::literal_value(b.array().id()),
+            Some(0.5f32.to_bits() as u64)
+        );
+        assert_eq!(b.to_vec(), vec![0.5; 12]);
+        // an evaluated element is read, not folded; an index past the one element reads 0 and
+        // is counted, as any out-of-range gather
+        let one = Tensor::from_array(Float32::from_slice(&[2.5]), &[]);
+        let g = one.broadcast_to(&[5]);
+        assert_eq!(kiln_core::literal_value(g.array().id()), None);
+        assert_eq!(g.to_vec(), vec![2.5; 5]);
+        let before = kiln::stats().oob_reads;
+        let lit = Float32::from(1.5f32);
+        let past = gather(&lit, &UInt32::full(1, 3));
+        assert_eq!(kiln_core::literal_value(past.id()), None);
+        assert_eq!(past.to_vec(), vec![0.0; 3]);
+        assert_eq!(kiln::stats().oob_reads - before, 3);
+        let at0 = gather(&lit, &UInt32::full(0, 3));
+        assert_eq!(at0.to_vec(), vec![1.5; 3]);
+    });
+}
+
 /// `KILN_DEBUG=1` turns out-of-range accesses into visible warnings naming the kernel. The variable is
 /// read once per process, so the check runs this test again in a child process with it set.
 #[test]

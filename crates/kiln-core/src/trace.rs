@@ -528,6 +528,18 @@ fn recomputable_at_other_lanes(st: &State, id: u32) -> bool {
     true
 }
 
+/// The bits of a gather that only repeats one constant: the source a one-element literal, the
+/// index the literal 0 and the mask the literal `true`. That is how a number becomes a tensor's
+/// operand (a 0-d tensor broadcast to the other's shape), and folding it to a literal lets the
+/// constant reach the kernel as one, as `tensor * 0.5` from Rust does, instead of a masked
+/// select at every lane (inside a loop, at every iteration).
+fn repeated_literal(st: &State, source: VarId, index: VarId, mask: VarId) -> Option<u64> {
+    let (s, i, m) = (st.var(source.0), st.var(index.0), st.var(mask.0));
+    // (a source of symbolic size could hold no element on a frozen replay: not folded)
+    let constant = s.is_literal() && s.size == 1 && s.sym == 0 && i.is_literal() && m.is_literal();
+    (constant && i.literal == 0 && m.literal != 0).then_some(s.literal)
+}
+
 fn gather_traced(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
     let mut st = lock_clean(&[source.0, index.0, mask.0])?;
     let (it, mt) = (st.var(index.0).ty, st.var(mask.0).ty);
@@ -551,6 +563,9 @@ fn gather_traced(source: VarId, index: VarId, mask: VarId) -> Result<VarId> {
     let ty = st.var(source.0).ty;
     if st.var(mask.0).is_literal() && st.var(mask.0).literal == 0 {
         return Ok(literal_locked(&mut st, ty, 0, size, sym));
+    }
+    if let Some(bits) = repeated_literal(&st, source, index, mask) {
+        return Ok(literal_locked(&mut st, ty, bits, size, sym));
     }
     let mut v = Var::new(Op::Gather, ty, size);
     v.sym = sym;
