@@ -260,13 +260,23 @@ pub fn backend() -> BackendKind {
 }
 
 /// Give `x` a buffer of its own so changing a literal's value does not recompile kernels using it.
+/// The result is `x` evaluated: it keeps `x`'s place in the AD graph, so gradients still flow
+/// through it to what `x` was computed from.
 ///
 /// ```
-/// let s = kiln::make_opaque(&kiln::Float32::from(0.5f32));
+/// use kiln::prelude::*;
+/// let s = kiln::make_opaque(&Float32::from(0.5f32));
 /// assert!(s.is_evaluated());
+/// let mut x = Float32::from_slice(&[1.0, 2.0]);
+/// x.enable_grad();
+/// let y = kiln::make_opaque(&(&x * 2.0));
+/// (&y * 3.0).sum().backward();
+/// assert_eq!(x.grad().to_vec(), vec![6.0, 6.0]);
 /// ```
 pub fn make_opaque<T: Scalar>(x: &Array<T>) -> Array<T> {
-    Array::from_id(array_ok(kiln_core::make_opaque(x.id())))
+    let opaque = Array::from_id(array_ok(kiln_core::make_opaque(x.id())));
+    crate::ad::graph::inc_ref(x.ad);
+    opaque.with_ad(x.ad)
 }
 
 #[track_caller]
