@@ -360,6 +360,44 @@ fn a_backward_inside_reaches_the_callers_arrays() {
 }
 
 #[test]
+fn a_backward_inside_reaches_what_an_argument_was_computed_from() {
+    let _l = lock();
+    // `y = 2x` passed in, `backward(3y)` inside: x gets 6 per call, recorded and replayed, as
+    // when an isolate_grad scope ends (the call is one); y keeps its own node
+    let mut frozen = kiln::freeze(|y: &mut Float32| (&*y * 3.0).sum().backward());
+    let before = counters();
+    for call in 0..3 {
+        let mut x = Float32::from_slice(&[0.0, 1.0, 2.0]);
+        x.enable_grad();
+        let mut y = kiln::make_opaque(&(&x * 2.0));
+        frozen.call(&mut y).unwrap();
+        assert_eq!(x.grad().to_vec(), vec![6.0; 3], "call {call}");
+        // what the unfrozen function does inside an isolate_grad scope
+        let mut x2 = Float32::from_slice(&[0.0, 1.0, 2.0]);
+        x2.enable_grad();
+        let y2 = &x2 * 2.0;
+        kiln::ad::isolate_grad(|| (&y2 * 3.0).sum().backward());
+        assert_eq!(x.grad().to_vec(), x2.grad().to_vec());
+    }
+    let s = frozen.stats();
+    assert_eq!((s.recordings, s.replays), (1, 2), "{s}");
+    assert_eq!(counters(), before, "no node or variable left behind");
+    // an interior argument the function replaces is a fresh leaf with what it delivered, as a
+    // leaf argument is: the new value was not computed from x
+    let mut shift = kiln::freeze(|y: &mut Float32| {
+        (&*y * &*y).sum().backward();
+        *y = &*y + 1.0;
+    });
+    let mut x = Float32::from_slice(&[1.0, 2.0]);
+    x.enable_grad();
+    let mut y = &x * 1.0;
+    shift.call(&mut y).unwrap();
+    assert_eq!(y.to_vec(), vec![2.0, 3.0]);
+    assert_eq!(y.grad().to_vec(), vec![2.0, 4.0]);
+    assert_eq!(x.grad().to_vec(), vec![0.0, 0.0]);
+}
+
+#[test]
 fn gradients_delivered_by_frozen_calls_leave_no_nodes_behind() {
     let _l = lock();
     let d = data(256);

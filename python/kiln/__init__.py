@@ -70,7 +70,9 @@ def freeze(f=None, *, state_fn=None, limit=None, warn_after=10, backend=None, au
     rebinds (``nonlocal y; y = y + x``) is rebound on replays.
 
     Gradients: as in Dr.Jit, a ``dr.backward`` inside the function adds to the gradients of the
-    arrays passed in (``dr.grad(params)`` after the call), recorded and replayed alike. Where kiln
+    arrays passed in (``dr.grad(params)`` after the call), recorded and replayed alike, and on to
+    what an argument was computed from (``y = f(x)`` passed in: ``x`` gets its part, as when an
+    ``isolate_grad`` block ends). Where kiln
     differs: a frozen function is a boundary of derivative tracking, as in kiln's Rust API: its
     results come back detached and arrays passed in that carry gradients are fresh leaves inside
     (inside, ``dr.grad(params)`` shows only what this call's passes brought; ``kiln.backward`` on a

@@ -555,3 +555,17 @@ def test_auto_opaque_false_makes_every_literal_input_opaque_once():
     for v in [1.0, 2.0, 3.0]:
         g(x, kiln.Float32(v))
     assert g.n_recordings == 2
+
+
+def test_a_backward_inside_reaches_what_an_argument_was_computed_from():
+    def step(y):
+        kiln.backward(y * 3.0)
+
+    frozen = kiln.freeze(step)
+    for _ in range(3):
+        x = kiln.arange(kiln.Float32, 3)
+        kiln.enable_grad(x)
+        y = x * 2.0
+        frozen(y)
+        assert kiln.grad(x).tolist() == [6.0, 6.0, 6.0]  # as after `with kiln.isolate_grad()`
+    assert frozen.n_recordings == 1

@@ -257,16 +257,23 @@ impl IsolateScope {
             Ok(())
         } else {
             // the graph stays if any pass that reached the boundary kept it
-            let how = Backward {
-                retain_graph: held.iter().any(|h| h.2),
-                create_graph: false,
-            };
+            let retain_graph = held.iter().any(|h| h.2);
             let seeds = held.into_iter().map(|(ad, ct, _)| (ad, ct)).collect();
-            propagate::backward(seeds, how, &[]).map(|_| ())
+            carry_on(seeds, retain_graph)
         };
         ads.into_iter().for_each(graph::dec_ref);
         r
     }
+}
+
+/// Carry cotangents that arrived at nodes across a boundary (an `isolate_grad` scope's end, a
+/// frozen function's exit) on into the graph behind those nodes: one backward pass from them.
+pub(crate) fn carry_on(seeds: Vec<(AdIndex, Grad)>, retain_graph: bool) -> Result<()> {
+    let how = Backward {
+        retain_graph,
+        create_graph: false,
+    };
+    propagate::backward(seeds, how, &[]).map(|_| ())
 }
 
 impl Drop for IsolateScope {

@@ -5,18 +5,24 @@
 //! and steps the optimizer outside, so the gradients must leave the call. Inside, each such
 //! array is a fresh leaf (a replay cannot repeat what the function did to the caller's graph);
 //! what that leaf holds when the function returns becomes an extra output of the recording, and
-//! on exit it is added to the gradient the caller's array held before the call.
+//! on exit it is added to the gradient the caller's array held before the call. An array the
+//! caller computed from others (an interior node: `y = f(x)` passed in) and that the function
+//! left as it was gets its own node back, and what the call delivered to it flows on to `x`, as
+//! at the end of an `isolate_grad` scope (Dr.Jit's rule: the call is such a scope).
 
-use super::{ArgList, Traversal};
+use super::{ArgList, Assign, Traversal};
 use crate::ad::jax;
 use crate::ad::{graph, Grad};
-use kiln_core::VarId;
+use kiln_core::{Result, VarId};
 
 /// The `&mut` positions (in `traverse_mutable` order) that are re-leafed, with what the caller's
 /// arrays held there before the call.
 pub(crate) struct Held {
     mask: Vec<bool>,
     before: Vec<Option<Grad>>,
+    /// Per position: the caller's array and its node when that node is interior (it has
+    /// parents), each with a reference held until the call is over.
+    interior: Vec<Option<(VarId, graph::AdIndex)>>,
 }
 
 impl Held {
@@ -30,7 +36,25 @@ impl Held {
             .zip(&mask)
             .map(|(f, &on)| if on { node_grad(f.ad) } else { None })
             .collect();
-        Held { mask, before }
+        let interior = t
+            .found
+            .iter()
+            .zip(&mask)
+            .map(|(f, &on)| {
+                let has_parents =
+                    on && f.ad != 0 && graph::with(|g| !g.node(f.ad).parents.is_empty());
+                has_parents.then(|| {
+                    graph::inc_ref(f.ad);
+                    kiln_core::inc_ref(f.id);
+                    (f.id, f.ad)
+                })
+            })
+            .collect();
+        Held {
+            mask,
+            before,
+            interior,
+        }
     }
     pub(crate) fn mask(&self) -> &[bool] {
         &self.mask
@@ -79,21 +103,40 @@ impl Drop for Leaves {
     }
 }
 
+impl Drop for Held {
+    fn drop(&mut self) {
+        for &(id, ad) in self.interior.iter().flatten() {
+            graph::dec_ref(ad);
+            kiln_core::dec_ref(id);
+        }
+    }
+}
+
 /// Add `got` (position, gradient array) to the gradients of the caller's arrays, which hold
 /// fresh leaves at those positions now: each gets what it held before the call plus what the
-/// call delivered.
-pub(crate) fn deliver<A: ArgList>(args: &mut A, held: &Held, got: &[(usize, VarId)]) {
+/// call delivered. An interior array the call left as it was gets its node back instead, and
+/// what was delivered to it is carried on to the arrays it was computed from.
+pub(crate) fn deliver<A: ArgList>(args: &mut A, held: &Held, got: &[(usize, VarId)]) -> Result<()> {
     if got.is_empty() {
-        return;
+        return Ok(());
     }
     let mut t = Traversal::new();
     args.traverse_mutable(&mut t);
+    let mut nodes: Vec<(VarId, graph::AdIndex)> = t.found.iter().map(|f| (f.id, f.ad)).collect();
+    let mut seeds = Vec::new();
     for &(pos, gid) in got {
         let Some(f) = t.found.get(pos) else { continue };
         if f.ad == 0 {
             continue;
         }
         let g = Grad::share(gid, 0);
+        if let Some(&Some((id, ad))) = held.interior.get(pos) {
+            if id == f.id {
+                nodes[pos].1 = ad;
+                seeds.push((ad, g));
+                continue;
+            }
+        }
         let total = match held.before.get(pos).and_then(|b| b.as_ref()) {
             Some(b) => b.clone().plus(&g),
             None => g,
@@ -101,6 +144,11 @@ pub(crate) fn deliver<A: ArgList>(args: &mut A, held: &Held, got: &[(usize, VarI
         let prev = graph::with(|gr| gr.node_mut(f.ad).grad.replace(total));
         drop(prev);
     }
+    if seeds.is_empty() {
+        return Ok(());
+    }
+    args.assign_mutable(&mut Assign::with_ad(&nodes));
+    crate::ad::carry_on(seeds, false)
 }
 
 /// After a call that failed: the caller's arrays at the marked positions hold what they held

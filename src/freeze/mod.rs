@@ -80,7 +80,10 @@ pub struct Frozen<F, M: Shape> {
 ///   so `set_grad`/`clear_grad` there act on what this call's passes bring, and the sum is
 ///   added on exit (a plain call would replace the caller's gradient instead); two places of the
 ///   arguments holding one array (clones sharing its node) get a leaf each, and each its own
-///   part of the gradient. A call that fails leaves the caller's gradients as they were;
+///   part of the gradient. An array the caller computed from others (`y = f(x)`, an interior
+///   node) that the function leaves as it was gets its own node back instead, and what the
+///   passes inside delivered to it flows on to `x`, as when an `isolate_grad` scope ends
+///   (Dr.Jit's rule). A call that fails leaves the caller's gradients as they were;
 /// - a `&` argument's gradient-carrying arrays are constants inside: a `backward` there stops
 ///   at them (nothing reaches the caller's graph);
 /// - everything returned, and every other array of the `&mut` arguments, comes back detached.
@@ -389,7 +392,8 @@ impl FrozenState {
             t.argument("state", |t| s.traverse(t));
         }
         // a frozen function is a boundary of the AD graph: the `&mut` arrays that carry
-        // gradients get fresh leaves on entry and on exit, and what passes inside bring those
+        // gradients get fresh leaves on entry and on exit (interior ones left unchanged get
+        // their node back), and what passes inside bring those
         // leaves reaches the caller's arrays (see `Frozen` on AD and `grads`)
         let held: Option<grads::Held> = if t.found.iter().any(|f| f.ad != 0) {
             let mut tm = Traversal::new();
@@ -461,6 +465,7 @@ impl FrozenState {
                             self.clock += 1;
                             e.used.set(self.clock);
                             let out = finish_replay(e, args, &outs);
+                            let mut carried = Ok(());
                             if let Some(h) = &held {
                                 releaf_mutable(args, h.mask());
                                 let k = outs.len() - e.grads_at.len();
@@ -470,7 +475,7 @@ impl FrozenState {
                                     .copied()
                                     .zip(outs[k..].iter().copied())
                                     .collect();
-                                grads::deliver(args, h, &got);
+                                carried = grads::deliver(args, h, &got);
                             }
                             for id in outs {
                                 kiln_core::dec_ref(id);
@@ -478,7 +483,7 @@ impl FrozenState {
                             self.stats.replays += 1;
                             self.stats.replay_ns += t0.elapsed().as_nanos() as u64;
                             drop(extra);
-                            return Ok(out);
+                            return carried.map(|()| out);
                         }
                         // a length read back midway broke a guard: another recording may fit
                         Replayed::Retrace(r) => r,
@@ -696,7 +701,7 @@ impl FrozenState {
                 if let Some(h) = &held {
                     let got: Vec<(usize, VarId)> =
                         delivered.iter().map(|(i, g)| (*i, g.id())).collect();
-                    grads::deliver(args, h, &got);
+                    grads::deliver(args, h, &got)?;
                 }
                 return Ok(out);
             }
@@ -722,7 +727,7 @@ impl FrozenState {
         self.clock += 1;
         if let Some(h) = &held {
             let got: Vec<(usize, VarId)> = delivered.iter().map(|(i, g)| (*i, g.id())).collect();
-            grads::deliver(args, h, &got);
+            grads::deliver(args, h, &got)?;
         }
         drop(delivered);
         if let Some(mut l) = layout {
