@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 import contextlib
 import enum
-from typing import Any, ClassVar, Generic, SupportsIndex, TypeVar, overload
+from typing import Any, ClassVar, Generic, Literal, SupportsIndex, TypeVar, overload
 
 import numpy.typing as npt
 
@@ -706,17 +706,23 @@ def mean(x: ArrayBase | Sequence[_Number], axis: _Axis = None) -> Float32: ...
 @overload
 def mean(x: _Vector, axis: _Axis = None) -> ArrayBase: ...
 @overload
-def all(x: _Vector) -> Bool: ...
+def all(x: _Vector, axis: Literal[0] = 0) -> Bool: ...
 @overload
-def all(x: ArrayBase | Sequence[Any] | bool) -> bool: ...
+def all(x: _Vector, axis: None) -> bool: ...
 @overload
-def any(x: _Vector) -> Bool: ...
+def all(x: ArrayBase | Sequence[Any] | bool, axis: Literal[0] | None = 0) -> bool: ...
 @overload
-def any(x: ArrayBase | Sequence[Any] | bool) -> bool: ...
+def any(x: _Vector, axis: Literal[0] = 0) -> Bool: ...
 @overload
-def none(x: _Vector) -> Bool: ...
+def any(x: _Vector, axis: None) -> bool: ...
 @overload
-def none(x: ArrayBase | Sequence[Any] | bool) -> bool: ...
+def any(x: ArrayBase | Sequence[Any] | bool, axis: Literal[0] | None = 0) -> bool: ...
+@overload
+def none(x: _Vector, axis: Literal[0] = 0) -> Bool: ...
+@overload
+def none(x: _Vector, axis: None) -> bool: ...
+@overload
+def none(x: ArrayBase | Sequence[Any] | bool, axis: Literal[0] | None = 0) -> bool: ...
 @overload
 def count(x: _Vector) -> UInt32: ...
 @overload
@@ -1270,6 +1276,25 @@ def is_diff_v(x: Any) -> bool: ...
 def size_v(x: Any) -> int: ...
 def depth_v(x: Any) -> int: ...
 
+class VarType(enum.IntEnum):
+    Void = 0
+    Bool = 1
+    Int8 = 2
+    UInt8 = 3
+    Int16 = 4
+    UInt16 = 5
+    Int32 = 6
+    UInt32 = 7
+    Int64 = 8
+    UInt64 = 9
+    Pointer = 10
+    BaseFloat = 11
+    Float16 = 12
+    Float32 = 13
+    Float64 = 14
+
+def type_v(x: Any) -> VarType: ...
+
 # ---- JIT flags (the ones kiln honours; per thread) --------------------------------------------
 
 class JitFlag(enum.IntFlag):
@@ -1279,6 +1304,8 @@ class JitFlag(enum.IntFlag):
     OptimizeLoops = 8
     KernelHistory = 16
     KernelFreezing = 32
+    PacketOps = 64
+    ReuseIndices = 128
 
 class VarState(enum.IntEnum):
     Invalid = 0

@@ -9,12 +9,18 @@
 - ``KernelHistory`` (off): on, every kernel and device reduction the thread launches is kept
   until ``kiln.kernel_history()`` takes them.
 
+- ``PacketOps`` and ``ReuseIndices`` (on) are accepted and kept per thread, and change nothing:
+  in Dr.Jit they choose *how* (packet loads for gathers and scatters of n-vectors; whether freed
+  variable indices are reused), never *what*. kiln gathers and scatters an n-vector as n accesses
+  fused into one kernel, and numbers its variables its own way, whatever their value.
+
 Dr.Jit's other flags (call optimisations, debugging) have no counterpart in kiln and are not
 accepted.
 """
 
 import contextlib
 import enum
+import threading
 
 from . import _kiln as _k
 
@@ -29,6 +35,28 @@ class JitFlag(enum.IntFlag):
     OptimizeLoops = 1 << 3
     KernelHistory = 1 << 4
     KernelFreezing = 1 << 5
+    PacketOps = 1 << 6
+    ReuseIndices = 1 << 7
+
+
+# flags that choose how Dr.Jit works, not what it computes: kept, with no effect in kiln
+_NO_EFFECT = {"PacketOps": True, "ReuseIndices": True}
+_local = threading.local()
+
+
+def _get(name):
+    if name in _NO_EFFECT:
+        return getattr(_local, "flags", _NO_EFFECT).get(name, _NO_EFFECT[name])
+    return _k._flag(name)
+
+
+def _set(name, value):
+    if name in _NO_EFFECT:
+        if not hasattr(_local, "flags"):
+            _local.flags = dict(_NO_EFFECT)
+        _local.flags[name] = value
+    else:
+        _k._set_flag(name, value)
 
 
 class VarState(enum.IntEnum):
@@ -94,26 +122,26 @@ def _names(flags):
 def set_flag(flags, value):
     """Turn the flags on or off on this thread."""
     for n in _names(flags):
-        _k._set_flag(n, bool(value))
+        _set(n, bool(value))
 
 
 def flag(flags):
     """Whether every one of the flags is on, on this thread."""
-    return all(_k._flag(n) for n in _names(flags))
+    return all(_get(n) for n in _names(flags))
 
 
 @contextlib.contextmanager
 def scoped_set_flag(flags, value=True):
     """``with kiln.scoped_set_flag(kiln.JitFlag.SymbolicLoops, False):`` the flags take `value`
     inside the block and their previous values after it."""
-    before = {n: _k._flag(n) for n in _names(flags)}
+    before = {n: _get(n) for n in _names(flags)}
     try:
         for n in before:
-            _k._set_flag(n, bool(value))
+            _set(n, bool(value))
         yield
     finally:
         for n, v in before.items():
-            _k._set_flag(n, v)
+            _set(n, v)
 
 
 __all__ = ["JitFlag", "VarState", "KernelType", "KernelRecordingMode", "kernel_history", "set_flag", "flag", "scoped_set_flag"]

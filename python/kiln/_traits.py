@@ -228,6 +228,40 @@ def is_diff_v(x):
     return is_array_v(x) and is_float_v(x)
 
 
+class VarType(_enum.IntEnum):
+    """Dr.Jit's element types. kiln's arrays hold ``Bool``, ``Int32``, ``UInt32``, ``Int64``,
+    ``UInt64``, ``Float32`` and ``Float64``; the other members exist for code that compares with
+    them (no kiln type has them)."""
+
+    Void = 0
+    Bool = 1
+    Int8 = 2
+    UInt8 = 3
+    Int16 = 4
+    UInt16 = 5
+    Int32 = 6
+    UInt32 = 7
+    Int64 = 8
+    UInt64 = 9
+    Pointer = 10
+    BaseFloat = 11
+    Float16 = 12
+    Float32 = 13
+    Float64 = 14
+
+
+_VAR_TYPES = {"bool": VarType.Bool, "i32": VarType.Int32, "u32": VarType.UInt32,
+              "i64": VarType.Int64, "u64": VarType.UInt64, "f32": VarType.Float32,
+              "f64": VarType.Float64}  # fmt: skip
+
+
+def type_v(x):
+    """The element type of ``x`` (a class or a value) as a ``VarType``; ``VarType.Void`` for
+    what is not a kiln type or a Python number (Python's ``float`` is ``Float64``, ``int``
+    ``Int64``)."""
+    return _VAR_TYPES.get(_elem_or_none(x)[1], VarType.Void)
+
+
 #: Dr.Jit's size of a dynamic dimension.
 Dynamic = -1
 
@@ -255,4 +289,4 @@ __all__ = ["uint32_array_t", "int32_array_t", "uint64_array_t", "int64_array_t",
            "uint_array_t", "value_t", "scalar_t", "array_t", "leaf_t", "tensor_t", "detached_t",
            "JitBackend", "backend_v", "is_array_v", "is_jit_v", "is_tensor_v", "is_vector_v",
            "is_static_array_v", "is_float_v", "is_integral_v", "is_signed_v", "is_unsigned_v",
-           "is_mask_v", "is_diff_v", "Dynamic", "size_v", "depth_v"]
+           "is_mask_v", "is_diff_v", "Dynamic", "size_v", "depth_v", "VarType", "type_v"]

@@ -266,8 +266,18 @@ def _apply(op, v, other, reflected):
         parts = other._c
     elif isinstance(other, (_k.ArrayBase, _numbers.Real)):  # NumPy's scalars are Real too
         parts = (other,) * v.Size
+    elif isinstance(other, (list, tuple)):
+        # a list holds components, as in the constructor (Dr.Jit's `v == [4, 5, 6, 7]`); left
+        # to Python, `==` would fall back to identity and say False without a word
+        if len(other) != v.Size:
+            raise _k.InvalidArgument(
+                f"{_a(type(v))} and a list of {len(other)} items do not combine: a list "
+                f"beside a vector holds its {v.Size} components"
+            )
+        parts = other
     else:
-        # lists and NumPy arrays are not guessed at: wrap them in a vector or array class
+        # NumPy arrays are not guessed at (rows of lanes, or components?): wrap them in a
+        # vector or array class
         return NotImplemented
     if reflected:
         out = [op(b, a) for a, b in zip(v._c, parts)]
@@ -621,28 +631,42 @@ def _masks(v):
     return [_k.Bool(c) for c in v._c]
 
 
-def all(x):
+def _bool_axis(name, axis):
+    if axis not in (0, None):
+        raise _k.InvalidArgument(
+            f"kiln.{name}(axis={axis!r}): kiln reduces along axis 0 (a vector's components, "
+            f"an array's lanes) or over everything (axis=None)"
+        )
+
+
+def all(x, axis=0):
     """Whether every lane is true, a Python bool. Of a vector: whether every component is true,
-    lane by lane, a ``Bool`` array (Dr.Jit's ``dr.all`` along axis 0); ``kiln.all`` of that
-    gives the Python bool."""
+    lane by lane, a ``Bool`` array (Dr.Jit's ``dr.all`` along axis 0); with ``axis=None``, or
+    ``kiln.all`` of that, the Python bool."""
+    _bool_axis("all", axis)
     if isinstance(x, StaticArrayBase):
-        return _fold(_op.and_, _masks(x))
+        m = _fold(_op.and_, _masks(x))
+        return m if axis == 0 else _k.all(m)
     return _k.all(x)
 
 
-def any(x):
+def any(x, axis=0):
     """Whether any lane is true, a Python bool. Of a vector: whether any component is true, lane
-    by lane, a ``Bool`` array."""
+    by lane, a ``Bool`` array; with ``axis=None`` the Python bool."""
+    _bool_axis("any", axis)
     if isinstance(x, StaticArrayBase):
-        return _fold(_op.or_, _masks(x))
+        m = _fold(_op.or_, _masks(x))
+        return m if axis == 0 else _k.any(m)
     return _k.any(x)
 
 
-def none(x):
+def none(x, axis=0):
     """Whether no lane is true, a Python bool. Of a vector: whether no component is true, lane
-    by lane, a ``Bool`` array."""
+    by lane, a ``Bool`` array; with ``axis=None`` the Python bool."""
+    _bool_axis("none", axis)
     if isinstance(x, StaticArrayBase):
-        return ~_fold(_op.or_, _masks(x))
+        m = ~_fold(_op.or_, _masks(x))
+        return m if axis == 0 else _k.all(m)
     return _k.none(x)
 
 

@@ -585,3 +585,27 @@ def test_state_says_literal_evaluated_or_unevaluated():
     assert x.state == kiln.VarState.Evaluated and x.tolist() == [1.5]
     assert kiln.opaque(kiln.UInt32, 7, 4).state == kiln.VarState.Evaluated
     assert kiln.zeros(kiln.Float64, 10).state == kiln.VarState.Literal
+
+
+def test_flags_that_choose_how_dr_jit_works_are_kept_and_change_nothing():
+    assert kiln.flag(kiln.JitFlag.PacketOps) and kiln.flag(kiln.JitFlag.ReuseIndices)
+    x = kiln.Float32([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+    with kiln.scoped_set_flag(kiln.JitFlag.PacketOps, False):
+        assert not kiln.flag(kiln.JitFlag.PacketOps)
+        off = kiln.gather(kiln.Array4f, x, kiln.UInt32([1, 0]))
+    assert kiln.flag(kiln.JitFlag.PacketOps)
+    on = kiln.gather(kiln.Array4f, x, kiln.UInt32([1, 0]))
+    assert off.numpy().tolist() == on.numpy().tolist() == [[5, 6, 7, 8], [1, 2, 3, 4]]
+    kiln.set_flag(kiln.JitFlag.ReuseIndices, False)
+    assert not kiln.flag(kiln.JitFlag.ReuseIndices | kiln.JitFlag.PacketOps)
+    kiln.set_flag(kiln.JitFlag.ReuseIndices, True)
+
+
+def test_make_opaque_keeps_the_gradient():
+    x = kiln.arange(kiln.Float32, 3)
+    kiln.enable_grad(x)
+    y = x * 2.0
+    kiln.make_opaque(y)
+    assert y.state == kiln.VarState.Evaluated and kiln.grad_enabled(y)
+    kiln.backward(y * 3.0)
+    assert kiln.grad(x).tolist() == [6.0, 6.0, 6.0]

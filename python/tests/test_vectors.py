@@ -287,8 +287,8 @@ def test_numpy_arrays_are_not_guessed_at_in_operators():
         v + np.ones((1, 3), dtype=np.float32)
     with pytest.raises(TypeError):
         np.ones((1, 3), dtype=np.float32) + v
-    with pytest.raises(TypeError):
-        v + [1, 2, 3]
+    # a list holds components, as in the constructor (Dr.Jit's rule)
+    assert (v + [1, 2, 3]).tolist() == [[2], [4], [6]]
     # NumPy scalars are numbers
     assert (v * np.float32(2)).tolist() == [[2], [4], [6]]
     assert (np.float64(2) * v).tolist() == [[2], [4], [6]]
@@ -825,3 +825,29 @@ def test_allclose_compares_vectors_component_by_component():
     assert kiln.allclose(kiln.Array3f(1, 2, 3), kiln.Array3f(1, 2, 3))
     assert not kiln.allclose(kiln.Array3f(1, 2, 3), kiln.Array3f(1, 2, 4))
     assert kiln.allclose(kiln.Array2f([1, 2], [3, 4]), 2.5, atol=1.6)
+
+
+def test_a_list_beside_a_vector_holds_its_components():
+    v = kiln.Array4f(1.0, 2.0, 3.0, 4.0) * kiln.Float32([1.0, 2.0])
+    m = v == [1.0, 2.0, 3.0, 4.0]  # Dr.Jit's `v == [..]`: component by component
+    assert isinstance(m, kiln.Array4b)
+    assert kiln.all(m).tolist() == [True, False]
+    assert kiln.all(m, axis=None) is False and kiln.any(m, axis=None) is True
+    assert kiln.all(v == (1.0, 2.0, 3.0, 4.0), axis=None) is False
+    assert (v + [1, 0, 0, 0]).x.tolist() == [2.0, 3.0]
+    assert ([1, 0, 0, 0] - v).y.tolist() == [-2.0, -4.0]
+    assert kiln.none(v != v, axis=None) is True
+    # a list of another length is an error naming both sizes, not a silent False
+    with pytest.raises(kiln.InvalidArgument, match="list of 3 items"):
+        _ = v == [1.0, 2.0, 3.0]
+    with pytest.raises(kiln.InvalidArgument, match="axis=1"):
+        kiln.all(m, axis=1)
+
+
+def test_element_types_as_var_types():
+    assert kiln.type_v(kiln.Float32) == kiln.VarType.Float32
+    assert kiln.type_v(kiln.Array3f64(1.0, 2.0, 3.0)) == kiln.VarType.Float64
+    assert kiln.type_v(kiln.TensorXu) == kiln.VarType.UInt32
+    assert kiln.type_v(kiln.Array2b) == kiln.VarType.Bool
+    assert kiln.type_v(1.5) == kiln.VarType.Float64 and kiln.type_v(3) == kiln.VarType.Int64
+    assert kiln.type_v("text") == kiln.VarType.Void
