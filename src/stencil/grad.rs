@@ -373,27 +373,27 @@ struct Term<T: Float> {
 }
 
 /// The sum of the terms, those with the same constant factor added first and scaled once:
-/// `0.2·a + 0.2·b + 0.2·c + 0.2·d` becomes `0.2·(a + b + c + d)`. A Laplacian's adjoint then
-/// costs the forward's arithmetic (its kernels are bound by the vector units, not by memory, on
-/// grids that fit in cache), where one product per tap made it 1.4× as slow. The terms are
-/// grouped in the order their factors first appear, so the sum is the same at every run.
+/// `0.2·a + 0.2·b + 0.2·c + 0.2·d` becomes `0.2·(a + b + c + d)`, so a Laplacian's adjoint does
+/// the forward's arithmetic (two products per lane, not one per tap). The terms are grouped in
+/// the order their factors first appear, so the sum is the same at every run.
 fn sum_by_factor<T: Float>(terms: Vec<Option<Term<T>>>) -> Option<Array<T>> {
-    let mut groups: Vec<(Option<u64>, Option<Array<T>>, Array<T>)> = Vec::new();
+    // (the factor's bits where it is a constant; the group's factor and summed reads)
+    let mut groups: Vec<(Option<u64>, Term<T>)> = Vec::new();
     for t in terms.into_iter().flatten() {
         let key = t
             .factor
             .as_ref()
             .and_then(|f| kiln_core::literal_value(f.id()));
         match groups.iter_mut().find(|g| key.is_some() && g.0 == key) {
-            Some(g) => g.2 = &g.2 + &t.read,
-            None => groups.push((key, t.factor, t.read)),
+            Some((_, g)) => g.read = &g.read + &t.read,
+            None => groups.push((key, t)),
         }
     }
     groups
         .into_iter()
-        .map(|(_, f, sum)| match f {
-            Some(f) => f * sum,
-            None => sum,
+        .map(|(_, g)| match g.factor {
+            Some(f) => f * g.read,
+            None => g.read,
         })
         .reduce(|a, b| a + b)
 }
