@@ -114,6 +114,12 @@ impl<T: Scalar> Array<T> {
             _t: PhantomData,
         }
     }
+    /// A handle on `id` (whose reference it takes over) at this array's place in the AD graph:
+    /// the same value in another variable, for an evaluation that keeps the derivatives.
+    pub(crate) fn same_node(&self, id: VarId) -> Self {
+        crate::ad::graph::inc_ref(self.ad);
+        Array::wrap(id).with_ad(self.ad)
+    }
     /// This handle with AD node `ad` (whose reference it takes over) in place of its own.
     pub(crate) fn with_ad(mut self, ad: crate::ad::AdIndex) -> Self {
         crate::ad::graph::dec_ref(std::mem::replace(&mut self.ad, ad));
