@@ -106,10 +106,10 @@ pub trait CompiledKernel: Send + Sync {
     fn short_runs(&self) -> Option<&dyn CompiledKernel> {
         None
     }
-    /// The same kernel moved onto strided lanes ([`Kernel::at_strided_lanes`]: two more
-    /// parameters, `stride` and `base`, and lane `g` computes lane `g · stride + base`), once
-    /// [`Backend::prepare_short_runs`] made it: a stencil's border gaps, one per row, in one
-    /// launch per gap column instead of one call per gap.
+    /// The same kernel moved onto strided lanes ([`Kernel::at_strided_lanes`]: three more
+    /// parameters, `stride`, `base` and `width`, and lane `c` computes lane
+    /// `(c / width) · stride + base + c % width`), once [`Backend::prepare_short_runs`] made it:
+    /// a stencil's border gaps, one per row, in one launch instead of one call per gap.
     fn strided_runs(&self) -> Option<&dyn CompiledKernel> {
         None
     }

@@ -720,9 +720,9 @@ mod tests {
         }
     }
 
-    /// A strided variant computes its kernel's value of lane `g · stride + base` at launch lane
-    /// `g` (a gather, a per-lane input and the lane index, all moved) and writes those lanes
-    /// only, at every width a host uses; and its code (scatters: AVX-512's instruction, a branch
+    /// A strided variant computes its kernel's value of lane `(c / run) · stride + base + c % run`
+    /// at launch lane `c` (a gather, a per-lane input and the lane index, all moved) and writes
+    /// those lanes only, for runs of one and several lanes, at every width a host uses; and its code (scatters: AVX-512's instruction, a branch
     /// per lane elsewhere) generates for the other x86-64 CPUs too.
     #[test]
     fn strided_variants_write_their_lanes_only() {
@@ -749,42 +749,52 @@ mod tests {
             let strided = k
                 .strided_runs()
                 .expect("a straight-line kernel gets a strided variant");
-            for (stride, base, count) in [
-                (5i64, 2i64, 10u64),
-                (1, 0, 64),
-                (13, 7, 4),
-                (64, 3, 1),
-                (2, 1, 31),
+            for (stride, base, count, run) in [
+                (5i64, 2i64, 10u64, 1i64),
+                (1, 0, 64, 1),
+                (13, 7, 4, 1),
+                (64, 3, 1, 1),
+                (2, 1, 31, 1),
+                // runs of several lanes: a 2-d grid's gaps, 2 and 4 lanes wide
+                (8, 6, 7, 4),
+                (16, 14, 4, 2),
+                (9, 0, 7, 9),
+                (33, 28, 2, 3),
+                (64, 0, 1, 64),
             ] {
                 let mut out = Aligned([0.0f32; 64]);
-                let map = [stride, base];
+                let map = [stride, base, run];
                 let ptrs: Vec<*mut u8> = vec![
                     src.as_ptr() as *mut u8,
                     x.as_ptr() as *mut u8,
                     out.0.as_mut_ptr() as *mut u8,
                     &map[0] as *const i64 as *mut u8,
                     &map[1] as *const i64 as *mut u8,
+                    &map[2] as *const i64 as *mut u8,
                 ];
-                let lens = [64u64, 64, 64, 1, 1];
+                let lens = [64u64, 64, 64, 1, 1, 1];
                 let status: [AtomicU64; STATUS_LEN] = Default::default();
                 let args = LaunchArgs {
                     ptrs: ptrs.as_ptr(),
                     lens: lens.as_ptr(),
                     status: status.as_ptr(),
                 };
-                // SAFETY: three 64-element buffers and two size-1 i64s, as the variant's five
-                // parameters; every lane g·stride + base for g < count is below 64.
-                unsafe { strided.run(&args, 0, count) };
+                // SAFETY: three 64-element buffers and three size-1 i64s, as the variant's six
+                // parameters; every lane g·stride + base + j for g < count, j < run is below 64.
+                unsafe { strided.run(&args, 0, count * run as u64) };
                 for (l, &v) in out.0.iter().enumerate() {
-                    let listed = (l as i64 - base) % stride == 0
-                        && l as i64 >= base
-                        && ((l as i64 - base) / stride) < count as i64;
-                    let at = format!("width {width}, stride {stride}, base {base}, lane {l}");
+                    let off = l as i64 - base;
+                    let listed = off >= 0 && off % stride < run && off / stride < count as i64;
+                    let at =
+                        format!("width {width}, stride {stride}, base {base}, run {run}, lane {l}");
                     assert_eq!(v, if listed { want(l) } else { 0.0 }, "{at}");
                 }
-                assert!(status
-                    .iter()
-                    .all(|s| s.load(std::sync::atomic::Ordering::Relaxed) == 0));
+                assert!(
+                    status
+                        .iter()
+                        .all(|s| s.load(std::sync::atomic::Ordering::Relaxed) == 0),
+                    "width {width}, stride {stride}, base {base}, run {run}: {status:?}"
+                );
             }
         }
         generates_for_other_cpus(&kernel.at_strided_lanes().expect("straight-line"), 16);

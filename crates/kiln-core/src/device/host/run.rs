@@ -236,7 +236,7 @@ enum Which {
     /// The general kernel's narrow variant (or the general kernel where there is none).
     Short,
     /// `count` gaps of the same length `stride` lanes apart, the first `[s, e)`: the general
-    /// kernel on strided lanes, one launch per gap column (or the narrow variant gap by gap).
+    /// kernel on strided lanes, one launch for them all (or the narrow variant gap by gap).
     Gaps {
         stride: usize,
         count: usize,
@@ -265,31 +265,44 @@ unsafe fn run_gaps(
         }
         return;
     };
-    // the strided kernel's parameters: the general kernel's, then `stride` and `base` (size 1)
+    // the strided kernel's parameters: the general kernel's, then `stride`, `base` and `width`
+    // (size 1): one launch covers every gap, lane c at gap c / width, column c % width
     // SAFETY: the caller guarantees `n_params` pointers and lengths behind `args`.
-    let (ptrs, lens) = unsafe {
+    let (given_ptrs, given_lens) = unsafe {
         (
             std::slice::from_raw_parts(args.ptrs, n_params),
             std::slice::from_raw_parts(args.lens, n_params),
         )
     };
-    let mut ptrs: Vec<*mut u8> = ptrs.to_vec();
-    let mut lens: Vec<u64> = lens.to_vec();
-    lens.extend([1, 1]);
-    for base in call.s..call.e {
-        let map: [i64; 2] = [stride as i64, base as i64];
-        ptrs.truncate(n_params);
-        ptrs.extend(map.iter().map(|v| v as *const i64 as *mut u8));
-        let moved = LaunchArgs {
-            ptrs: ptrs.as_ptr(),
-            lens: lens.as_ptr(),
-            status: args.status,
-        };
-        // SAFETY: the general kernel's arguments plus two live size-1 i64 buffers; lanes
-        // `g · stride + base` for g < count are the gaps' lanes, inside every buffer, and the
-        // strided kernel writes nothing else (its stores are scatters to those lanes).
-        unsafe { k.run(&moved, 0, count as u64) };
+    let map: [i64; 3] = [stride as i64, call.s as i64, (call.e - call.s) as i64];
+    let mut ptrs_stack = [std::ptr::null_mut::<u8>(); 35];
+    let mut lens_stack = [1u64; 35];
+    let mut ptrs_heap = Vec::new();
+    let mut lens_heap = Vec::new();
+    let (ptrs, lens): (&mut [*mut u8], &mut [u64]) = if n_params + 3 <= 35 {
+        (
+            &mut ptrs_stack[..n_params + 3],
+            &mut lens_stack[..n_params + 3],
+        )
+    } else {
+        ptrs_heap.resize(n_params + 3, std::ptr::null_mut());
+        lens_heap.resize(n_params + 3, 1);
+        (&mut ptrs_heap, &mut lens_heap)
+    };
+    ptrs[..n_params].copy_from_slice(given_ptrs);
+    lens[..n_params].copy_from_slice(given_lens);
+    for (p, v) in ptrs[n_params..].iter_mut().zip(&map) {
+        *p = v as *const i64 as *mut u8;
     }
+    let moved = LaunchArgs {
+        ptrs: ptrs.as_ptr(),
+        lens: lens.as_ptr(),
+        status: args.status,
+    };
+    // SAFETY: the general kernel's arguments plus three live size-1 i64 buffers; lanes
+    // `g · stride + call.s + j` for g < count, j < width are the gaps' lanes, inside every
+    // buffer, and the strided kernel writes nothing else (its stores are scatters to those lanes).
+    unsafe { k.run(&moved, 0, (count * (call.e - call.s)) as u64) };
 }
 
 /// One kernel call of a split launch's task: lanes `[s, e)`, exactly (nothing written past `e`)
