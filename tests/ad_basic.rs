@@ -319,3 +319,38 @@ fn forward_from_a_seed_below_another_adds_both() {
         "a seed keeps the gradient it was given"
     );
 }
+
+#[test]
+fn replace_grad_routes_gradients_to_its_source_in_both_modes() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let before = kiln::stats().vars_alive;
+    {
+        // y = replace_grad(x^3, 2x): values of x^3, derivative that of 2x
+        let mut x = Float64::from_slice(&[0.5, -1.5, 2.0]);
+        x.enable_grad();
+        let two_x = &x * 2.0;
+        let y = (&x * &x * &x).replace_grad(&two_x).unwrap();
+        assert_eq!(y.to_vec(), vec![0.125, -3.375, 8.0]);
+        assert_eq!(y.ad_index(), two_x.ad_index()); // one node: one gradient
+        (&y * &y).sum().backward(); // d(y^2) = 2 y dy = 2 x^3 · 2 dx
+        close(&x.grad().to_vec(), &[0.5, -13.5, 32.0], 1e-12);
+        // forward mode agrees
+        x.clear_grad();
+        let y = (&x * &x * &x).replace_grad(&(&x * 2.0)).unwrap();
+        let z = &y * &y;
+        x.set_grad(&Float64::from_slice(&[1.0, 1.0, 1.0]));
+        kiln::ad::forward_from_all(&(x.clone(),), false).unwrap();
+        close(&z.grad().to_vec(), &[0.5, -13.5, 32.0], 1e-12);
+        // a size-1 source gets the lanes' sum; other sizes are refused, naming both arrays
+        let mut s = Float64::from_slice(&[3.0]);
+        s.enable_grad();
+        let w = Float64::from_slice(&[1.0, 2.0]).replace_grad(&s).unwrap();
+        (&w * 5.0).sum().backward();
+        assert_eq!(s.grad().to_vec(), vec![10.0]);
+        let e = x
+            .replace_grad(&Float64::from_slice(&[1.0, 2.0]))
+            .unwrap_err();
+        assert!(e.to_string().contains("replace_grad"), "{e}");
+    }
+    assert_eq!(kiln::stats().vars_alive, before);
+}

@@ -307,9 +307,62 @@ impl<T: Scalar> Array<T> {
         kiln_core::inc_ref(self.id());
         Array::wrap(self.id())
     }
+    /// The array's node in the AD graph (Dr.Jit's `index_ad`): 0 for an array without one.
+    /// Arrays with one node share their gradient, whatever their values.
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let mut x = Float32::from_slice(&[1.0]);
+    /// assert_eq!(x.ad_index(), 0);
+    /// x.enable_grad();
+    /// assert_ne!(x.ad_index(), 0);
+    /// assert_eq!(x.clone().ad_index(), x.ad_index());
+    /// ```
+    pub fn ad_index(&self) -> u64 {
+        u64::from(self.ad)
+    }
 }
 
 impl<T: Float> Array<T> {
+    /// This array's values with the place in the AD graph of `grads` (Dr.Jit's `replace_grad`):
+    /// what is computed from the result differentiates as if computed from `grads`, so the
+    /// result passes its gradient to where `grads` came from (a straight-through estimator:
+    /// round in the forward pass, the identity's gradient backward). One of the two may have
+    /// size 1; it is broadcast to the other's size (a size-1 `grads` then receives the sum of
+    /// the lanes' gradients).
+    ///
+    /// ```
+    /// use kiln::prelude::*;
+    /// let mut x = Float32::from_slice(&[0.4, 1.6]);
+    /// x.enable_grad();
+    /// let q = x.round().replace_grad(&x).unwrap(); // the values rounded, the gradient x's
+    /// assert_eq!(q.to_vec(), vec![0.0, 2.0]);
+    /// (&q * 3.0).sum().backward();
+    /// assert_eq!(x.grad().to_vec(), vec![3.0, 3.0]);
+    /// ```
+    pub fn replace_grad(&self, grads: &Array<T>) -> Result<Array<T>> {
+        let (n, m) = (self.len(), grads.len());
+        if n != m && n != 1 && m != 1 {
+            return Err(Error::SizeMismatch {
+                op: "replace_grad".into(),
+                lhs: kiln_core::describe(self.id()),
+                lhs_size: n,
+                rhs: kiln_core::describe(grads.id()),
+                rhs_size: m,
+            });
+        }
+        let value = if n < m {
+            self.detach() + Array::<T>::zeros(m)
+        } else {
+            self.detach()
+        };
+        let grads = if m < n {
+            grads + &Array::<T>::zeros(n)
+        } else {
+            grads.clone()
+        };
+        Ok(grads.same_node(value.into_id()))
+    }
     /// Make this array a leaf of the AD graph: operations on it record derivatives, and
     /// `backward` passes store its gradient (readable with [`Array::grad`]). On an array that is
     /// already in the graph (computed from one that is), its gradient is kept by later passes.
