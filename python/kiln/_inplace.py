@@ -95,10 +95,63 @@ def _write_into(orig, out):
     return out
 
 
+def raising_from(where, role, f):
+    """`f`, whose exceptions come out as a ``RuntimeError`` naming `where` and `role`, the
+    original as its ``__cause__`` (Dr.Jit's rule for the functions its control flow calls back:
+    ``except RuntimeError`` catches any of them, ``e.__cause__`` is what the function raised)."""
+
+    def call(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except Exception as e:
+            raise callback_error(where, role, e) from e
+
+    return call
+
+
+def callback_error(where, role, e):
+    """The RuntimeError that `raising_from` raises from `e`."""
+    return RuntimeError(
+        f"kiln.{where}(): {role} raised {type(e).__name__}: {e} (the original exception is "
+        "this one's __cause__)"
+    )
+
+
+def if_stmt(args, cond, true_fn, false_fn, arg_labels=None, rv_labels=None, label=None,
+            mode=None, strict=True):
+    return _k.if_stmt(args, cond, raising_from("if_stmt", "true_fn", true_fn),
+                      raising_from("if_stmt", "false_fn", false_fn), arg_labels=arg_labels,
+                      rv_labels=rv_labels, label=label, mode=mode, strict=strict)
+
+
+if_stmt.__doc__ = (_k.if_stmt.__doc__ or "") + """
+
+An exception raised by ``true_fn`` or ``false_fn`` comes out as a ``RuntimeError`` whose
+``__cause__`` is that exception (as in Dr.Jit)."""
+
+
+def switch(index, targets, *args, mode=None, label=None, **kwargs):
+    wrapped = [raising_from("switch", f"target {i}", f) for i, f in enumerate(targets)]
+    return _k.switch(index, wrapped, *args, mode=mode, label=label, **kwargs)
+
+
+switch.__doc__ = (_k.switch.__doc__ or "") + """
+
+An exception raised by a target comes out as a ``RuntimeError`` whose ``__cause__`` is that
+exception (as in Dr.Jit)."""
+
+
 def while_loop(state, cond, body, labels=None, label=None, mode=None, max_iterations=None,
                compress=None, strict=True):
-    kwargs = dict(labels=labels, label=label, mode=mode, max_iterations=max_iterations,
-                  compress=compress, strict=strict)
+    return loop_in_place(state, raising_from("while_loop", "the loop's cond", cond),
+                         raising_from("while_loop", "the loop's body", body), labels=labels,
+                         label=label, mode=mode, max_iterations=max_iterations,
+                         compress=compress, strict=strict)
+
+
+def loop_in_place(state, cond, body, **kwargs):
+    """kiln's native loop under Dr.Jit's in-place rule (what ``while_loop`` runs once it has
+    wrapped `cond` and `body` for their exceptions)."""
     tup = isinstance(state, tuple)
     seen = [None]
 
@@ -122,4 +175,7 @@ while_loop.__doc__ = (_k.while_loop.__doc__ or "") + """
 In place (Dr.Jit's rule): a state entry the body returns as the very object it was given (changed
 with ``x += 1`` or ``s.field = ...``, or untouched) gets the loop's final value written into the
 caller's object, which the result then holds; an entry the body replaced (``x = x + 1``) comes
-back as a new object and the caller's stays as it was."""
+back as a new object and the caller's stays as it was.
+
+An exception raised by ``cond`` or ``body`` comes out as a ``RuntimeError`` whose ``__cause__`` is
+that exception (as in Dr.Jit)."""

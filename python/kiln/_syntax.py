@@ -52,6 +52,7 @@ import uuid
 
 from . import _kiln as _k
 from ._inplace import _write_into
+from ._inplace import callback_error as _callback_error, raising_from as _raising_from
 from ._inplace import while_loop as _while_loop
 from . import _vectors as _v
 
@@ -203,12 +204,20 @@ def _while(names, reads, declared_global, cells, cond, body, opts, excluded=(), 
     ``kiln.while_loop`` over the bound variables (less the `excluded` positions), the kiln arrays
     the condition reads (they give the loop its width, as in Dr.Jit) and the objects with fields
     read anywhere (a generator advances per lane); arrays the body only reads are captured, as
-    in Dr.Jit; temporaries stay unbound."""
+    in Dr.Jit; temporaries stay unbound. A loop over kiln arrays raises as ``kiln.while_loop``
+    does (a RuntimeError caused by what its condition or body raised), one over Python values as
+    Python does."""
     frame = sys._getframe(1)
     try:
         values = _lookup(frame, names, declared_global, False, cells)
         ro = _lookup(frame, reads, declared_global, True, cells)
-        first = cond(*values, *ro)
+        try:
+            first = cond(*values, *ro)
+        except Exception as e:
+            if not any(_traceable(v) for v in (*values, *ro)):
+                raise
+            # (the condition of a loop over kiln arrays: kiln.while_loop's rule)
+            raise _callback_error("while_loop", "the loop's cond", e) from e
         if not _is_traced(first):
             n = len(names)
             while first:
@@ -232,8 +241,9 @@ def _while(names, reads, declared_global, cells, cond, body, opts, excluded=(), 
         return tuple(r[i] for i in live) + tuple(r[n + j] for j in ro_live)
 
     if not live:
-        # nothing the body assigns exists yet: an error (after the body's own, if it raises)
-        body(*values, *ro)
+        # nothing the body assigns exists yet: an error (after the body's own, if it raises,
+        # as kiln.while_loop raises it)
+        _raising_from("while_loop", "the loop's body", body)(*values, *ro)
         raise ValueError(
             "kiln.syntax: this while loop on a kiln array changes no variable that exists before "
             "it, so it could never end: assign the loop's counter before the loop"
@@ -249,7 +259,9 @@ def _while(names, reads, declared_global, cells, cond, body, opts, excluded=(), 
 
 def _if(names, reads, declared_global, cells, cond, true_fn, false_fn, opts, mutated=()):
     """Run a rewritten ``if``: a Python ``if`` for a Python condition, else ``kiln.if_stmt``
-    over the variables the branches assign and the kiln values they read."""
+    over the variables the branches assign and the kiln values they read. On a kiln condition,
+    what a branch raises comes out as from ``kiln.if_stmt`` (a RuntimeError caused by it); on a
+    Python one, as Python raises it."""
     frame = sys._getframe(1)
     try:
         values = _lookup(frame, names, declared_global, False, cells)
@@ -260,6 +272,8 @@ def _if(names, reads, declared_global, cells, cond, true_fn, false_fn, opts, mut
     if not _is_traced(cond):
         return tuple((true_fn if cond else false_fn)(*values, *ro))[:n]
     _check_mutated(names, values, mutated)
+    true_fn = _raising_from("if_stmt", "true_fn", true_fn)
+    false_fn = _raising_from("if_stmt", "false_fn", false_fn)
     live = [i for i, v in enumerate(values) if v is not _UNSET]
     # objects with fields the branches read (a generator) are merged per lane; arrays captured
     ro_live = [j for j, v in enumerate(ro) if _is_struct(v)]

@@ -82,15 +82,31 @@ def test_while_loop_errors():
         kiln.while_loop((kiln.Int32([0]),), cond=lambda i: i < 3, body=lambda i: (i + 1,), mode="fast")
 
 
-def test_a_python_exception_in_a_body_is_raised_from_the_call():
+def test_a_python_exception_in_a_body_comes_out_as_a_runtime_error_caused_by_it():
+    # Dr.Jit's rule: `except RuntimeError` catches what a loop's functions raise, and
+    # `__cause__` is their exception
     class Boom(Exception):
         pass
 
     def body(i):
         raise Boom("from the body")
 
-    with pytest.raises(Boom, match="from the body"):
+    with pytest.raises(RuntimeError, match="body raised Boom: from the body") as e:
         kiln.while_loop((kiln.Int32([0, 1]),), cond=lambda i: i < 3, body=body)
+    assert isinstance(e.value.__cause__, Boom)
+
+    def bad(*_):
+        raise Boom("from a branch")
+
+    x = kiln.Int32([0, 1])
+    with pytest.raises(RuntimeError, match="if_stmt.*true_fn raised Boom") as e:
+        kiln.if_stmt((x,), x > 0, bad, lambda v: v)
+    assert isinstance(e.value.__cause__, Boom)
+    with pytest.raises(RuntimeError, match="switch.*target 1 raised Boom") as e:
+        kiln.switch(kiln.UInt32([0, 1]), [lambda v: v, bad], x)
+    assert isinstance(e.value.__cause__, Boom)
+    with pytest.raises(RuntimeError, match="cond raised Boom"):
+        kiln.while_loop((x,), cond=bad, body=lambda i: (i + 1,))
     # and kiln is usable afterwards
     (i,) = kiln.while_loop((kiln.Int32([0, 1]),), cond=lambda i: i < 3, body=lambda i: (i + 1,))
     assert i.tolist() == [3, 3]

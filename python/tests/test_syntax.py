@@ -250,8 +250,12 @@ def test_defaults_decorators_and_errors_inside():
             raise KeyError("from the body")
         return x
 
-    with pytest.raises(KeyError, match="from the body"):
+    # (a loop over kiln arrays raises as kiln.while_loop: a RuntimeError caused by the body's)
+    with pytest.raises(RuntimeError, match="body raised KeyError: 'from the body'") as e:
         raises(kiln.Int32(1, 2))
+    assert isinstance(e.value.__cause__, KeyError)
+    with pytest.raises(KeyError, match="from the body"):
+        raises(1)  # (over Python values, as Python raises)
     with pytest.raises(TypeError, match="decorates functions"):
         kiln.syntax(42)
 
