@@ -42,6 +42,8 @@ _atexit.register(_kiln._hold_engine_at_exit)
 
 # Dr.Jit's in-place rule for a loop's state (see _inplace.py)
 from ._inplace import while_loop  # noqa: E402,F811
+# ... and its rule for exceptions the functions of control flow raise (a RuntimeError from them)
+from ._inplace import if_stmt, switch  # noqa: E402,F811
 
 #: Dr.Jit's short names for the default types.
 Float = _kiln.Float32
@@ -125,8 +127,17 @@ def allclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
     import numpy as _np
 
     if isinstance(a, _vectors.StaticArrayBase) or isinstance(b, _vectors.StaticArrayBase):
-        ca = a._c if isinstance(a, _vectors.StaticArrayBase) else [a] * len(b._c)
-        cb = b._c if isinstance(b, _vectors.StaticArrayBase) else [b] * len(ca)
+        def parts(v, n):
+            # a vector's components; a list or tuple of n items beside a vector of n components
+            # is its components too (Dr.Jit converts it to the vector's type); else broadcast
+            if isinstance(v, _vectors.StaticArrayBase):
+                return v._c
+            if isinstance(v, (list, tuple)) and len(v) == n:
+                return list(v)
+            return [v] * n
+
+        n = (a if isinstance(a, _vectors.StaticArrayBase) else b).Size
+        ca, cb = parts(a, n), parts(b, n)
         if len(ca) != len(cb):
             return False
         return _builtins.all(allclose(x, y, rtol, atol, equal_nan) for x, y in zip(ca, cb))

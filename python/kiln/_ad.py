@@ -180,6 +180,85 @@ def detach(x, preserve_type=True):
     return _map(lambda a: a if isinstance(a, (int, float, bool)) else _detach_one(a), x)
 
 
+def _replace(a, b):
+    if isinstance(a, _v.StaticArrayBase) or isinstance(b, _v.StaticArrayBase):
+        va = a if isinstance(a, _v.StaticArrayBase) else None
+        vb = b if isinstance(b, _v.StaticArrayBase) else None
+        if va is not None and vb is not None and va.Size != vb.Size:
+            raise TypeError(f"incompatible input types. (vectors of {va.Size} and {vb.Size} "
+                            "components)")
+        n = (va if va is not None else vb).Size
+        ca = va._c if va is not None else [a] * n
+        cb = vb._c if vb is not None else [b] * n
+        return _v._vector_of([_replace(x, y) for x, y in zip(ca, cb)])
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        items = [_replace(x, y) for x, y in zip(a, b)]
+        return items if isinstance(a, list) else tuple(items)
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        return {k: _replace(a[k], b[k]) for k in a}
+    if isinstance(a, (int, float)) and not isinstance(a, bool) and isinstance(b, _k.ArrayBase):
+        a = type(b)(a)  # a number takes the array's type (and broadcasts)
+    if not (isinstance(a, _k.ArrayBase) and isinstance(b, _k.ArrayBase)):
+        raise TypeError(
+            f"incompatible input types. ({type(a).__name__} and {type(b).__name__}: replace_grad "
+            "takes two float arrays of one type, or vectors, lists, tuples or dicts of them)"
+        )
+    na, nb = _k.width(a), _k.width(b)
+    if na != nb and 1 not in (na, nb):
+        raise ValueError(f"incompatible input sizes: {na} and {nb} (sizes must match, or one "
+                         "of them be 1)")
+    return _k._replace_grad(a, b)
+
+
+def replace_grad(a, b):
+    """``a``'s values with ``b``'s gradient (Dr.Jit's ``dr.replace_grad``): what is computed
+    from the result differentiates as if computed from ``b``, so gradients reach what ``b``
+    depends on (a straight-through estimator: ``replace_grad(kiln.round(x), x)``). Vectors go
+    component by component (a flat ``b`` with each), lists, tuples and dicts item by item; a
+    size-1 array is broadcast. Incompatible inputs raise ``RuntimeError`` as in Dr.Jit (its
+    ``__cause__`` says what did not match)."""
+    try:
+        return _replace(a, b)
+    except (TypeError, ValueError) as e:
+        raise RuntimeError(f"kiln.replace_grad(): {e}") from e
+
+
+def relative_grad(x):
+    """Ones with ``x``'s derivative divided by ``x`` (Dr.Jit's ``dr.relative_grad``): the
+    relative change ``dx / x``, so a gradient through it is relative to ``x``'s size."""
+    return _map(lambda a: a / _detach_one(a), x)
+
+
+def _safe(fn, x, lo, hi):
+    """``fn`` of ``x`` clamped to ``[lo, hi]`` (``hi`` None: no upper bound), whose derivative is
+    0 where ``x`` is outside the open interval (where ``fn``'s is infinite or undefined): the
+    differentiated ``fn`` only sees inner values, the others' come detached (a NaN stays NaN)."""
+    if isinstance(x, _v.StaticArrayBase):
+        return _v._vector_of([_safe(fn, c, lo, hi) for c in x._c])
+    inner = (x > lo) if hi is None else ((x > lo) & (x < hi))
+    mid = lo + 1.0 if hi is None else (lo + hi) / 2
+    clamped = _v.maximum(_detach_one(x), lo) if hi is None else _v.clip(_detach_one(x), lo, hi)
+    return _v.select(inner, fn(_v.select(inner, x, mid)), fn(clamped))
+
+
+def safe_sqrt(x):
+    """``sqrt(max(x, 0))`` whose derivative at ``x <= 0`` is 0, not infinite or NaN (Dr.Jit's
+    ``dr.safe_sqrt``)."""
+    return _safe(_k.sqrt, x, 0.0, None)
+
+
+def safe_asin(x):
+    """``asin`` of ``x`` clamped to ``[-1, 1]``, whose derivative at ``|x| >= 1`` is 0 (Dr.Jit's
+    ``dr.safe_asin``)."""
+    return _safe(_k.asin, x, -1.0, 1.0)
+
+
+def safe_acos(x):
+    """``acos`` of ``x`` clamped to ``[-1, 1]``, whose derivative at ``|x| >= 1`` is 0 (Dr.Jit's
+    ``dr.safe_acos``)."""
+    return _safe(_k.acos, x, -1.0, 1.0)
+
+
 def _describe(x):
     arrays = _leaves(x, [])
     if not arrays:
@@ -326,5 +405,6 @@ __all__ = [
     "ADFlag", "ADMode", "NoGradient", "enable_grad", "disable_grad", "grad_enabled", "clear_grad", "grad",
     "set_grad", "accum_grad",
     "detach", "backward", "backward_from", "backward_to", "forward", "forward_from",
-    "forward_to", "enqueue", "traverse",
+    "forward_to", "enqueue", "traverse", "replace_grad", "relative_grad", "safe_sqrt", "safe_asin",
+    "safe_acos",
 ]  # fmt: skip

@@ -14,6 +14,8 @@ builtins inside this module: code here that needs a builtin imports ``builtins``
 """
 
 import builtins as _builtins
+import dataclasses as _dc
+import enum as _enum
 import functools as _functools
 import numbers as _numbers
 import operator as _op
@@ -812,10 +814,71 @@ def _flat_index(index, size, k):
     return index * size + k
 
 
-def gather(dtype, source, index, active=None):
+def _like(name, x, make):
+    """``make(cls, shape)`` for each array, vector and tensor of ``x`` (lists, tuples and dicts
+    of them too), of its class and shape."""
+    if isinstance(x, _k.TensorBase):
+        return make(type(x), tuple(x.shape))
+    if isinstance(x, (_k.ArrayBase, StaticArrayBase)):
+        return make(type(x), width(x))
+    if isinstance(x, (list, tuple)):
+        items = [_like(name, e, make) for e in x]
+        return items if isinstance(x, list) else tuple(items)
+    if isinstance(x, dict):
+        return {k: _like(name, e, make) for k, e in x.items()}
+    raise TypeError(f"{name}(): {type(x).__name__} is not a kiln array, vector or tensor (or a "
+                    "list, tuple or dict of them)")
+
+
+def zeros_like(x):
+    """Zeros of ``x``'s class and shape (Dr.Jit's ``dr.zeros_like``); lists, tuples and dicts
+    item by item."""
+    return _like("zeros_like", x, zeros)
+
+
+def ones_like(x):
+    """Ones of ``x``'s class and shape (Dr.Jit's ``dr.ones_like``)."""
+    return _like("ones_like", x, ones)
+
+
+def empty_like(x):
+    """An array of ``x``'s class and shape whose values are to be written (Dr.Jit's
+    ``dr.empty_like``; kiln's are zeros)."""
+    return _like("empty_like", x, empty)
+
+
+def full_like(x, value):
+    """``value`` in an array of ``x``'s class and shape (Dr.Jit's ``dr.full_like``)."""
+    return _like("full_like", x, lambda cls, shape: full(cls, value, shape))
+
+
+class ReduceMode(_enum.IntEnum):
+    """How Dr.Jit carries out a scatter or a gather's derivative (``mode=`` of ``scatter``,
+    ``scatter_add``, ``scatter_reduce`` and ``gather``; Dr.Jit's names). kiln accepts every mode
+    and picks its own strategy, the same result in each: ``Permute`` and ``NoConflicts`` (no two
+    lanes write one element) need no atomics in kiln either, ``Local`` and ``Expand`` (per-thread
+    copies) are what kiln does for a reduction's conflicts when they pay."""
+
+    Auto = 0
+    Direct = 1
+    Local = 2
+    NoConflicts = 3
+    Permute = 4
+    Expand = 5
+
+
+def _check_mode(name, mode):
+    if mode is not None and not isinstance(mode, ReduceMode):
+        raise TypeError(f"{name}(): mode= takes a kiln.ReduceMode (or None), not "
+                        f"{type(mode).__name__}")
+
+
+def gather(dtype, source, index, active=None, mode=None):
     """``source[index]`` as ``dtype`` (Dr.Jit's ``dr.gather``). For a vector class, ``source`` is
     a vector (each component gathered) or a flat array holding the vectors one after another
-    (component ``k`` of item ``i`` at ``i * Size + k``)."""
+    (component ``k`` of item ``i`` at ``i * Size + k``). ``mode`` (a ``ReduceMode``) is accepted
+    for Dr.Jit's sake."""
+    _check_mode("gather", mode)
     if not _is_vector_class(dtype):
         return _k.gather(dtype, source, index, active)
     n = dtype.Size
@@ -849,22 +912,26 @@ def _scattered(name, native, target, value, index, active):
         native(target, value, index, active)
 
 
-def scatter(target, value, index, active=None):
+def scatter(target, value, index, active=None, mode=None):
     """``target[index] = value`` for the active lanes, in place (Dr.Jit's ``dr.scatter``). A
     vector target is written component by component; a vector value into a flat array is
-    written as items of ``Size`` values (component ``k`` of item ``i`` at ``i * Size + k``)."""
+    written as items of ``Size`` values (component ``k`` of item ``i`` at ``i * Size + k``).
+    ``mode`` (a ``ReduceMode``) is accepted for Dr.Jit's sake."""
+    _check_mode("scatter", mode)
     _scattered("scatter", _k.scatter, target, value, index, active)
 
 
-def scatter_add(target, value, index, active=None):
-    """``target[index] += value``, in place (Dr.Jit's ``dr.scatter_add``); vectors as in
-    ``scatter``."""
+def scatter_add(target, value, index, active=None, mode=None):
+    """``target[index] += value``, in place (Dr.Jit's ``dr.scatter_add``); vectors and ``mode``
+    as in ``scatter``."""
+    _check_mode("scatter_add", mode)
     _scattered("scatter_add", _k.scatter_add, target, value, index, active)
 
 
-def scatter_reduce(op, target, value, index, active=None):
+def scatter_reduce(op, target, value, index, active=None, mode=None):
     """``target[index] op= value`` for the active lanes, in place (Dr.Jit's
-    ``dr.scatter_reduce``); vectors as in ``scatter``."""
+    ``dr.scatter_reduce``); vectors and ``mode`` as in ``scatter``."""
+    _check_mode("scatter_reduce", mode)
 
     def native(t, v, i, a):
         _k.scatter_reduce(op, t, v, i, a)
@@ -892,14 +959,40 @@ def schedule(*args):
     _k.schedule(*args)
 
 
-def set_label(x, name):
-    """Name an array in messages and ``whos()``; a vector's components are named ``name.x``,
-    ``name.y``, ..."""
+def set_label(*args, **kwargs):
+    """Name arrays in messages and ``whos()`` (Dr.Jit's ``dr.set_label``): ``set_label(x, name)``
+    or ``set_label(x=x, y=y)`` (each keyword the name). A vector's components, a list's or
+    tuple's items get ``name_0``, ``name_1``, ...; a dict's items and a dataclass's or
+    ``DRJIT_STRUCT`` class's fields ``name_key``."""
+    if (args and kwargs) or (args and len(args) != 2):
+        raise TypeError("set_label(): incompatible function arguments: give (array, name) or "
+                        "name=array keywords")
+    for x, name in ([tuple(args)] if args else [(v, k) for k, v in kwargs.items()]):
+        _label(x, name)
+
+
+def _label(x, name):
     if isinstance(x, StaticArrayBase):
-        for c, suffix in zip(x._c, _NAMES):
-            _k.set_label(c, f"{name}.{suffix}")
-    else:
+        for i, c in enumerate(x._c):
+            _label(c, f"{name}_{i}")
+    elif isinstance(x, (list, tuple)):
+        for i, c in enumerate(x):
+            _label(c, f"{name}_{i}")
+    elif isinstance(x, dict):
+        for k, c in x.items():
+            _label(c, f"{name}_{k}")
+    elif isinstance(x, _k.ArrayBase):
         _k.set_label(x, name)
+    else:
+        struct = getattr(type(x), "DRJIT_STRUCT", None)
+        fields = list(struct) if isinstance(struct, dict) else (
+            [f.name for f in _dc.fields(x)] if _dc.is_dataclass(x) and not isinstance(x, type)
+            else None)
+        if fields is None:
+            raise TypeError(f"set_label(): {type(x).__name__} is not a kiln array, or a vector, "
+                            "list, tuple, dict or struct of them")
+        for f in fields:
+            _label(getattr(x, f), f"{name}_{f}")
 
 
 def width(x):
@@ -985,7 +1078,8 @@ __all__ = [
     "sum", "prod", "min", "max", "mean", "all", "any", "none", "count",
     "dot", "squared_norm", "norm", "normalize", "cross",
     "zeros", "ones", "empty", "full", "opaque", "make_opaque",
-    "gather", "scatter", "scatter_add", "scatter_reduce",
+    "zeros_like", "ones_like", "empty_like", "full_like",
+    "gather", "scatter", "scatter_add", "scatter_reduce", "ReduceMode",
     "eval", "schedule", "set_label", "width", "type_of",
     "grad", "set_grad", "backward_from", "forward_to",
 ]  # fmt: skip

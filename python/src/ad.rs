@@ -439,6 +439,25 @@ impl IsolateGrad {
     }
 }
 
+/// `a`'s values with `b`'s place in the AD graph (`kiln.replace_grad` of two arrays of one
+/// float type; sizes equal or one of them 1).
+#[pyfunction]
+fn _replace_grad(py: Python<'_>, a: &Bound<PyAny>, b: &Bound<PyAny>) -> PyResult<Py<PyAny>> {
+    let (x, y) = (to_dyn(a, None)?, to_dyn(b, None)?);
+    let r = match (&x, &y) {
+        (Dyn::F32(x), Dyn::F32(y)) => guard(|| x.replace_grad(y))?.map(IntoDyn::into_dyn),
+        (Dyn::F64(x), Dyn::F64(y)) => guard(|| x.replace_grad(y))?.map(IntoDyn::into_dyn),
+        _ => {
+            return Err(type_error(format!(
+                "incompatible input types. (replace_grad takes two float arrays of one type, got {} and {})",
+                x.ty().class_name(),
+                y.ty().class_name()
+            )))
+        }
+    };
+    wrap(py, r.map_err(crate::errors::to_py)?)
+}
+
 /// `with kiln.isolate_grad():` bounds the backward passes inside to what the block computes.
 #[pyfunction]
 fn isolate_grad() -> IsolateGrad {
@@ -472,7 +491,8 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
         forward_to,
         suspend_grad,
         resume_grad,
-        isolate_grad
+        isolate_grad,
+        _replace_grad
     );
     Ok(())
 }

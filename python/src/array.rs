@@ -519,6 +519,12 @@ impl ArrayBase {
     fn index(&self) -> u64 {
         each!(&self.a, x => x.id().0 as u64)
     }
+    /// The array's node in the AD graph (Dr.Jit's `x.index_ad`): 0 for one that tracks no
+    /// derivatives; arrays with one node share their gradient.
+    #[getter]
+    fn index_ad(&self) -> u64 {
+        crate::float!(&self.a, x => x.ad_index(), else 0)
+    }
     /// Whether the array has a buffer (Dr.Jit's `x.state == Evaluated`).
     #[getter]
     fn is_evaluated(&self) -> bool {

@@ -248,7 +248,9 @@ impl FrozenFunction {
         out.to_py(py, false)
     }
 
-    /// A frozen method: `obj.method(...)` calls the frozen function with `obj` first.
+    /// A frozen method: `obj.method(...)` calls the frozen function with `obj` first, and
+    /// `obj.method.n_recordings` (every attribute) is the frozen function's, shared by all
+    /// instances as in Dr.Jit.
     fn __get__(
         slf: Py<Self>,
         py: Python<'_>,
@@ -257,11 +259,14 @@ impl FrozenFunction {
     ) -> PyResult<Py<PyAny>> {
         match obj {
             None => Ok(slf.into_any()),
-            Some(o) => Ok(py
-                .import("functools")?
-                .getattr("partial")?
-                .call1((slf, o))?
-                .unbind()),
+            Some(o) => Ok(Py::new(
+                py,
+                BoundFrozen {
+                    frozen: slf,
+                    obj: o,
+                },
+            )?
+            .into_any()),
         }
     }
 
@@ -337,7 +342,46 @@ impl FrozenFunction {
     }
 }
 
-/// Put the class on the module.
+/// A frozen function reached through an instance (`obj.method`): calls pass `obj` first, and
+/// any other attribute is the frozen function's own.
+#[pyclass(module = "kiln", name = "BoundFrozenFunction")]
+pub struct BoundFrozen {
+    frozen: Py<FrozenFunction>,
+    obj: Py<PyAny>,
+}
+
+#[pymethods]
+impl BoundFrozen {
+    #[pyo3(signature = (*args, **kwargs))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        args: &Bound<PyTuple>,
+        kwargs: Option<&Bound<PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut all = Vec::with_capacity(args.len() + 1);
+        all.push(self.obj.bind(py).clone());
+        all.extend(args.iter());
+        let all = PyTuple::new(py, all)?;
+        Ok(self.frozen.bind(py).call(all, kwargs)?.unbind())
+    }
+    fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+        Ok(self.frozen.bind(py).getattr(name)?.unbind())
+    }
+    /// The instance the method was reached through.
+    #[getter]
+    fn __self__(&self, py: Python<'_>) -> Py<PyAny> {
+        self.obj.clone_ref(py)
+    }
+    /// The frozen function itself.
+    #[getter]
+    fn __func__(&self, py: Python<'_>) -> Py<PyAny> {
+        self.frozen.clone_ref(py).into_any()
+    }
+}
+
+/// Put the classes on the module.
 pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
-    m.add_class::<FrozenFunction>()
+    m.add_class::<FrozenFunction>()?;
+    m.add_class::<BoundFrozen>()
 }

@@ -47,10 +47,27 @@ impl PyPcg32 {
         };
         Ok(PyPcg32 { rng })
     }
-    /// Re-seed in place (Dr.Jit's `rng.seed(initstate, initseq)`).
-    #[pyo3(signature = (initstate, initseq))]
-    fn seed(&mut self, initstate: &Bound<PyAny>, initseq: &Bound<PyAny>) -> PyResult<()> {
-        let (s, q) = (u64_arg(initstate)?, u64_arg(initseq)?);
+    /// Re-seed in place (Dr.Jit's `rng.seed(initstate, initseq)`), with the constructor's
+    /// defaults: the default state, and sequence `i` for lane `i` of as many lanes as the
+    /// generator or `initstate` has (so `PCG32().seed(initstate=index)` gives one generator per
+    /// index).
+    #[pyo3(signature = (initstate = None, initseq = None))]
+    fn seed(
+        &mut self,
+        initstate: Option<&Bound<PyAny>>,
+        initseq: Option<&Bound<PyAny>>,
+    ) -> PyResult<()> {
+        let s = match initstate {
+            Some(s) => u64_arg(s)?,
+            None => UInt64::scalar(0x853c_49e6_748f_ea9b),
+        };
+        let q = match initseq {
+            Some(q) => u64_arg(q)?,
+            None => {
+                let n = s.len().max(self.rng.len());
+                guard(|| UInt64::arange(n))?
+            }
+        };
         self.rng = guard(|| Pcg32::seeded(&s, &q))?;
         Ok(())
     }

@@ -399,3 +399,74 @@ def test_the_custom_gradients_example_runs(capsys, monkeypatch):
     runpy.run_path(str(example), run_name="__main__")
     out = capsys.readouterr().out
     assert "softplus fit over 2000 lanes" in out and "backward_to(x)" in out
+
+
+def test_replace_grad_gives_one_array_the_gradient_of_another():
+    # a straight-through estimator: rounded values forward, the identity's gradient backward
+    x = kiln.Float64([0.4, 1.6, -2.2])
+    kiln.enable_grad(x)
+    q = kiln.replace_grad(kiln.round(x), x)
+    assert q.tolist() == [0.0, 2.0, -2.0] and q.index_ad == x.index_ad != 0
+    kiln.backward(q * q)  # d(q^2) = 2 q dq, dq = dx
+    assert kiln.grad(x).tolist() == [0.0, 4.0, -4.0]
+    # a size-1 gradient source receives the lanes' sum; a number takes the array's type
+    y = kiln.Float64([1.0])
+    kiln.enable_grad(y)
+    kiln.backward(kiln.replace_grad(kiln.Float64([5.0, 6.0]), y) * 3.0)
+    assert kiln.grad(y).tolist() == [6.0]
+    assert type(kiln.replace_grad(4.0, y)) is kiln.Float64
+    with pytest.raises(RuntimeError, match="incompatible input sizes"):
+        kiln.replace_grad(kiln.Float64([1.0, 2.0]), kiln.Float64([1.0, 2.0, 3.0]))
+    with pytest.raises(RuntimeError) as e:
+        kiln.replace_grad(kiln.Float64([1.0]), kiln.Float32([1.0]))
+    assert "incompatible input types" in str(e.value.__cause__)
+
+
+def test_relative_grad_and_the_safe_functions_against_central_differences():
+    a = np.array([0.3, 1.7, 2.5])
+    x = kiln.Float64(a)
+    kiln.enable_grad(x)
+    r = kiln.relative_grad(x * x)
+    assert np.allclose(r.numpy(), 1.0)
+    kiln.backward(r)  # d(x^2) / x^2 = 2 / x
+    assert np.allclose(kiln.grad(x).numpy(), 2.0 / a)
+    for fn, ref, lo, hi in [(kiln.safe_sqrt, np.sqrt, 0.0, None),
+                            (kiln.safe_asin, np.arcsin, -1.0, 1.0),
+                            (kiln.safe_acos, np.arccos, -1.0, 1.0)]:
+        inner = np.array([0.25, 0.5, 0.75]) if hi is None else np.array([-0.6, 0.1, 0.9])
+        outer = np.array([-1.0, lo]) if hi is None else np.array([-1.5, -1.0, 1.0, 2.0])
+        v = np.concatenate([inner, outer])
+        x = kiln.Float64(v)
+        kiln.enable_grad(x)
+        y = fn(x)
+        clamped = np.maximum(v, lo) if hi is None else np.clip(v, lo, hi)
+        assert np.allclose(y.numpy(), ref(clamped))
+        kiln.backward(y)
+        g = kiln.grad(x).numpy()
+        assert np.allclose(g[: len(inner)], central(ref, inner))  # the function's own inside
+        assert (g[len(inner):] == 0).all()  # no infinite or NaN derivative at or past the edge
+    nan = kiln.safe_sqrt(kiln.Float64([float("nan")]))
+    assert np.isnan(nan.numpy()).all()  # a NaN stays NaN
+
+
+def test_reduce_modes_are_accepted_and_change_nothing():
+    for mode in kiln.ReduceMode:
+        t = kiln.zeros(kiln.Float32, 4)
+        kiln.scatter_add(t, kiln.Float32([1, 2, 3]), kiln.UInt32([0, 0, 3]), mode=mode)
+        kiln.scatter(t, 7.0, kiln.UInt32([1]), mode=mode)
+        assert t.tolist() == [3.0, 7.0, 0.0, 3.0]
+        assert kiln.gather(kiln.Float32, t, kiln.UInt32([3]), mode=mode).tolist() == [3.0]
+    with pytest.raises(TypeError, match="ReduceMode"):
+        kiln.scatter(t, 1.0, kiln.UInt32([0]), mode="local")
+
+
+def test_like_constructors_keep_class_and_shape():
+    t = kiln.zeros(kiln.TensorXf, (2, 3))
+    v = kiln.Array3f(kiln.Float32([1, 2]), 3, 4)
+    z, o = kiln.zeros_like([t, v]), kiln.ones_like({"v": v})
+    assert type(z[0]) is kiln.TensorXf and z[0].shape == (2, 3)
+    assert type(z[1]) is kiln.Array3f and kiln.width(z[1]) == 2
+    assert o["v"].y.tolist() == [1.0, 1.0]
+    assert kiln.full_like(kiln.Int32([1, 2, 3]), 5).tolist() == [5, 5, 5]
+    with pytest.raises(TypeError, match="not a kiln array"):
+        kiln.zeros_like(3.0)

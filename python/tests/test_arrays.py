@@ -609,3 +609,14 @@ def test_make_opaque_keeps_the_gradient():
     assert y.state == kiln.VarState.Evaluated and kiln.grad_enabled(y)
     kiln.backward(y * 3.0)
     assert kiln.grad(x).tolist() == [6.0, 6.0, 6.0]
+
+
+def test_pcg32_seed_takes_dr_jits_defaults():
+    # `PCG32().seed(initstate=index)` gives one generator per index, sequence i in lane i
+    idx = kiln.UInt64([5, 6, 7])
+    rng = kiln.PCG32()
+    rng.seed(initstate=idx)
+    want = kiln.PCG32(3, idx, kiln.UInt64([0, 1, 2])).next_uint32().tolist()
+    assert len(rng) == 3 and rng.next_uint32().tolist() == want
+    rng.seed()  # the constructor's defaults, at the generator's width
+    assert rng.next_float32().tolist() == kiln.PCG32(3).next_float32().tolist()

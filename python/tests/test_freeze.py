@@ -358,6 +358,9 @@ def test_frozen_methods():
     m.scale = kiln.Float32([4.0])
     assert m.apply(kiln.Float32([2.0, 2.0])).tolist() == [8.0, 8.0]
     assert Model.apply.n_recordings == 1
+    # through an instance too (Dr.Jit's `obj.method.n_recordings`), shared by all instances
+    assert m.apply.n_recordings == 1 and m.apply.__self__ is m
+    assert Model(kiln.Float32([1.0])).apply.n_recordings == 1
     Model.apply.clear()  # a frozen function keeps its recordings (and what they hold) until cleared
 
 

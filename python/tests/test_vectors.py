@@ -596,7 +596,12 @@ def test_labels_width_and_type_of():
     # distinct values: equal literals share one engine variable, and a label is the variable's
     v = kiln.Array3f(kiln.Float32([1, 2]), 3, 4)
     kiln.set_label(v, "p")
-    assert [c.label for c in v] == ["p.x", "p.y", "p.z"]
+    assert [c.label for c in v] == ["p_0", "p_1", "p_2"]  # (Dr.Jit's names)
+    a, b = kiln.Float32([1, 2]), [kiln.Float32([3, 4]), kiln.Float32([5, 6])]
+    kiln.set_label(a=a, b=b, d={"k": v})
+    assert (a.label, b[0].label, b[1].label, v.y.label) == ("a", "b_0", "b_1", "d_k_1")
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        kiln.set_label(a, "a", b=b)
     assert kiln.width(v) == 2 and kiln.type_of(v) is kiln.Array3f
     assert kiln.type_of(kiln.Int32([1])) is kiln.Int32
 
