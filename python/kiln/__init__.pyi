@@ -1348,6 +1348,7 @@ class JitFlag(enum.IntFlag):
     KernelFreezing = 32
     PacketOps = 64
     ReuseIndices = 128
+    OptimizeCalls = 256
 
 class VarState(enum.IntEnum):
     Invalid = 0

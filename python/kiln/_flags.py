@@ -37,10 +37,13 @@ class JitFlag(enum.IntFlag):
     KernelFreezing = 1 << 5
     PacketOps = 1 << 6
     ReuseIndices = 1 << 7
+    OptimizeCalls = 1 << 8
 
 
 # flags that choose how Dr.Jit works, not what it computes: kept, with no effect in kiln
-_NO_EFFECT = {"PacketOps": True, "ReuseIndices": True}
+# (OptimizeCalls: Dr.Jit's constant propagation into a call's targets; kiln traces each target
+# with its arguments as they are either way)
+_NO_EFFECT = {"PacketOps": True, "ReuseIndices": True, "OptimizeCalls": True}
 _local = threading.local()
 
 

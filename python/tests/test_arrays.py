@@ -589,6 +589,10 @@ def test_state_says_literal_evaluated_or_unevaluated():
 
 def test_flags_that_choose_how_dr_jit_works_are_kept_and_change_nothing():
     assert kiln.flag(kiln.JitFlag.PacketOps) and kiln.flag(kiln.JitFlag.ReuseIndices)
+    assert kiln.flag(kiln.JitFlag.OptimizeCalls)
+    with kiln.scoped_set_flag(kiln.JitFlag.OptimizeCalls, False):
+        out = kiln.switch(kiln.UInt32([0, 1]), [lambda v: v + 1, lambda v: v * 3], kiln.Int32([5, 5]))
+    assert out.tolist() == [6, 15] and kiln.flag(kiln.JitFlag.OptimizeCalls)
     x = kiln.Float32([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
     with kiln.scoped_set_flag(kiln.JitFlag.PacketOps, False):
         assert not kiln.flag(kiln.JitFlag.PacketOps)
