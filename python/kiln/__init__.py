@@ -112,7 +112,8 @@ from ._syntax import hint, syntax  # noqa: E402
 
 # Dr.Jit's JIT flags that kiln honours (per thread)
 from ._flags import (  # noqa: E402
-    JitFlag, KernelRecordingMode, KernelType, VarState, flag, kernel_history, scoped_set_flag, set_flag)
+    JitFlag, KernelRecordingMode, KernelType, LogLevel, VarState, flag, kernel_history, log_level,
+    scoped_set_flag, set_flag, set_log_level)
 
 # Dr.Jit's type traits (uint32_array_t, mask_t, value_t, ...)
 from . import _traits  # noqa: E402
@@ -330,5 +331,6 @@ __all__ = sorted(
     | set(_ad.__all__)
     | set(_custom.__all__)
     | set(_traits.__all__)
-    | {"JitFlag", "VarState", "KernelType", "KernelRecordingMode", "kernel_history", "flag", "scoped_set_flag", "set_flag"}
+    | {"JitFlag", "VarState", "KernelType", "KernelRecordingMode", "kernel_history", "flag", "scoped_set_flag", "set_flag",
+       "LogLevel", "log_level", "set_log_level"}
 )

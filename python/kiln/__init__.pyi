@@ -901,6 +901,7 @@ class ADMode(enum.IntEnum):
 
 def enable_grad(*args: Any) -> None: ...
 def disable_grad(*args: Any) -> None: ...
+def set_grad_enabled(arg: Any, value: bool) -> None: ...
 def grad_enabled(*args: Any) -> bool: ...
 def clear_grad(*args: Any) -> None: ...
 def replace_grad(a: _Tree, b: Any) -> _Tree: ...
@@ -1349,6 +1350,18 @@ class JitFlag(enum.IntFlag):
     PacketOps = 64
     ReuseIndices = 128
     OptimizeCalls = 256
+
+class LogLevel(enum.IntEnum):
+    Disable = 0
+    Error = 1
+    Warn = 2
+    Info = 3
+    InfoSym = 4
+    Debug = 5
+    Trace = 6
+
+def set_log_level(level: LogLevel | int | str) -> None: ...
+def log_level() -> LogLevel | str: ...
 
 class VarState(enum.IntEnum):
     Invalid = 0

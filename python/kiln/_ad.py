@@ -122,6 +122,12 @@ def disable_grad(*args):
         _k.disable_grad(*arrays)
 
 
+def set_grad_enabled(arg, value):
+    """``enable_grad(arg)`` when ``value`` is true, else ``disable_grad(arg)`` (Dr.Jit's
+    ``dr.set_grad_enabled``); ``arg`` may be a structure of arrays."""
+    (enable_grad if value else disable_grad)(arg)
+
+
 def grad_enabled(*args):
     """Whether any array in ``args`` tracks derivatives (always ``False`` in ``suspend_grad``)."""
     arrays = _leaves(args, [])
@@ -402,7 +408,7 @@ def traverse(mode, flags=ADFlag.Default):
 
 
 __all__ = [
-    "ADFlag", "ADMode", "NoGradient", "enable_grad", "disable_grad", "grad_enabled", "clear_grad", "grad",
+    "ADFlag", "ADMode", "NoGradient", "enable_grad", "disable_grad", "set_grad_enabled", "grad_enabled", "clear_grad", "grad",
     "set_grad", "accum_grad",
     "detach", "backward", "backward_from", "backward_to", "forward", "forward_from",
     "forward_to", "enqueue", "traverse", "replace_grad", "relative_grad", "safe_sqrt", "safe_asin",

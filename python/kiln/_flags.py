@@ -20,6 +20,7 @@ accepted.
 
 import contextlib
 import enum
+import os as _os
 import threading
 
 from . import _kiln as _k
@@ -117,6 +118,70 @@ def kernel_history():
     ]
 
 
+class LogLevel(enum.IntEnum):
+    """How much kiln writes to stderr (``kiln.set_log_level``; Dr.Jit's names). ``Info`` shows
+    each kernel launch (``eval(): launching kernel (n=..., in=..., out=..., ops=...)``, cache hit
+    or miss, compile and run time), as Dr.Jit's ``Info`` does; ``Debug`` adds the scheduler's,
+    the caches' and control flow's decisions; ``Trace`` every traced operation and each
+    kernel's IR."""
+
+    Disable = 0
+    Error = 1
+    Warn = 2
+    Info = 3
+    InfoSym = 4
+    Debug = 5
+    Trace = 6
+
+
+# each level as the filter of kiln's stderr subscriber (tracing-subscriber syntax)
+_FILTERS = {
+    LogLevel.Disable: "off",
+    LogLevel.Error: "error",
+    LogLevel.Warn: "warn",
+    LogLevel.Info: "info,kiln::kernel=debug",
+    LogLevel.InfoSym: "info,kiln::kernel=debug,kiln::control=debug",
+    LogLevel.Debug: "debug",
+    LogLevel.Trace: "trace",
+}
+_log = {"level": None}
+
+
+def set_log_level(level):
+    """Set how much kiln logs to stderr, for the whole process (Dr.Jit's ``dr.set_log_level``):
+    a ``LogLevel`` (or its number), or a filter string in ``KILN_LOG``'s syntax
+    (``"kiln::kernel=trace"`` prints each kernel's IR). Where kiln differs: the log goes to the
+    process's stderr (a file descriptor, which pytest's ``capfd`` reads, not ``capsys``). Raises
+    ``RuntimeError`` when the program installed a ``tracing`` subscriber of its own."""
+    if isinstance(level, str):
+        filt = level
+    else:
+        try:
+            level = LogLevel(level)
+        except ValueError:
+            raise ValueError(f"set_log_level(): {level!r} is not a kiln.LogLevel (0 to 6) or a "
+                             "filter string such as 'kiln::kernel=debug'") from None
+        filt = _FILTERS[level]
+    if not _k._set_log_filter(filt):
+        raise RuntimeError(
+            f"set_log_level(): kiln could not set its log filter to {filt!r}: either it is not a "
+            "valid filter (see KILN_LOG in the README), or the program installed a tracing "
+            "subscriber of its own, which then decides what is logged")
+    _log["level"] = level
+
+
+def log_level():
+    """The log level last set with ``set_log_level`` (a ``LogLevel``, or the filter string
+    given); before any, ``KILN_LOG``'s filter when set, ``Warn`` under ``KILN_DEBUG=1``, else
+    ``Disable`` (kiln prints nothing until asked)."""
+    if _log["level"] is not None:
+        return _log["level"]
+    env = _os.environ.get("KILN_LOG")
+    if env:
+        return env
+    return LogLevel.Warn if _os.environ.get("KILN_DEBUG") == "1" else LogLevel.Disable
+
+
 def _names(flags):
     flags = JitFlag(flags)
     return [f.name for f in JitFlag if f in flags]
@@ -147,4 +212,5 @@ def scoped_set_flag(flags, value=True):
             _set(n, v)
 
 
-__all__ = ["JitFlag", "VarState", "KernelType", "KernelRecordingMode", "kernel_history", "set_flag", "flag", "scoped_set_flag"]
+__all__ = ["JitFlag", "VarState", "KernelType", "KernelRecordingMode", "kernel_history", "set_flag", "flag", "scoped_set_flag",
+           "LogLevel", "log_level", "set_log_level"]

@@ -67,6 +67,14 @@ fn _set_flag(name: &str, on: bool) -> PyResult<bool> {
     Ok(previous)
 }
 
+/// Set the log filter of kiln's stderr subscriber (`kiln.set_log_level`): tracing-subscriber
+/// filter syntax (`"info"`, `"kiln::kernel=trace"`). False when the program installed a
+/// subscriber of its own, whose filter kiln cannot change.
+#[pyfunction]
+fn _set_log_filter(filter: &str) -> bool {
+    kiln::set_log_level(filter)
+}
+
 /// One flag's value on this thread.
 #[pyfunction]
 fn _flag(name: &str) -> PyResult<bool> {
@@ -343,6 +351,7 @@ pub fn register(m: &Bound<PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(if_stmt, m)?)?;
     m.add_function(wrap_pyfunction!(switch, m)?)?;
     m.add_function(wrap_pyfunction!(_set_flag, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_log_filter, m)?)?;
     m.add_function(wrap_pyfunction!(_flag, m)?)?;
     Ok(())
 }

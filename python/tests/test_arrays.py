@@ -624,3 +624,35 @@ def test_pcg32_seed_takes_dr_jits_defaults():
     assert len(rng) == 3 and rng.next_uint32().tolist() == want
     rng.seed()  # the constructor's defaults, at the generator's width
     assert rng.next_float32().tolist() == kiln.PCG32(3).next_float32().tolist()
+
+
+_LOGGING = """
+import kiln
+assert kiln.log_level() == kiln.LogLevel.Disable
+kiln.set_log_level(kiln.LogLevel.Info)
+assert kiln.log_level() == kiln.LogLevel.Info
+(kiln.arange(kiln.Float32, 1000) * 3.0 + 1.0).eval()
+kiln.set_log_level(kiln.LogLevel.Disable)
+(kiln.arange(kiln.Float32, 2000) * 5.0).eval()
+kiln.set_log_level("kiln::kernel=trace")
+assert kiln.log_level() == "kiln::kernel=trace"
+(kiln.arange(kiln.Float32, 3000) - 7.0).eval()
+"""
+
+
+def test_log_levels_choose_what_kiln_writes_to_stderr():
+    # (the log is the process's: run in a child)
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("KILN_LOG", "KILN_DEBUG")}
+    p = subprocess.run([sys.executable, "-c", _LOGGING], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    launches = [ln for ln in p.stderr.splitlines() if "launching kernel (n=" in ln]
+    assert any("n=1000" in ln for ln in launches), p.stderr  # Info shows each launch
+    assert not any("n=2000" in ln for ln in launches), p.stderr  # Disable shows nothing
+    assert "kernel IR" in p.stderr and "n=3000" in p.stderr  # a filter string: IR at trace
+    with pytest.raises(ValueError, match="LogLevel"):
+        kiln.set_log_level(9)

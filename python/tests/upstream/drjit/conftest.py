@@ -249,9 +249,10 @@ JITFLAG = (
     'Dr.Jit feature not in kiln: dr.JitFlag with dr.flag/dr.set_flag/dr.scoped_set_flag (JIT '
     'compilation flags)'
 )
-LOG_LEVEL = (
-    'Dr.Jit feature not in kiln: dr.log_level/dr.set_log_level/dr.LogLevel (log output read back via '
-    'capsys)'
+LOG_TEXT = (
+    "kiln difference: the test reads Dr.Jit's own log text back (its LLVM IR, `[direct]` scatter "
+    "notes) with capsys; kiln.set_log_level works, but kiln's log says other things, on the "
+    "process's stderr"
 )
 SET_GRAD_WITHOUT_AD = (
     "exception differs from Dr.Jit: kiln's set_grad/accum_grad raise InvalidArgument on an array that"
@@ -301,10 +302,10 @@ XFAIL = {
     'test_while_loop.py::test06_incompatible_size': SYNTAX,
     'test_while_loop.py::test07_uninitialized_before': SYNTAX,
     'test_while_loop.py::test08_uninitialized_after': SYNTAX,
-    'test_while_loop.py::test11_dependency_structure': LOG_LEVEL,
+    'test_while_loop.py::test11_dependency_structure': LOG_TEXT,
     'test_while_loop.py::test12_loop_optimizations': SYNTAX,
-    'test_while_loop.py::test13_scatter_v1': LOG_LEVEL,
-    'test_while_loop.py::test14_scatter_v2': LOG_LEVEL,
+    'test_while_loop.py::test13_scatter_v1*symbolic]': LOG_TEXT,
+    'test_while_loop.py::test14_scatter_v2*symbolic]': LOG_TEXT,
     'test_while_loop.py::test15_nested_loop': SYNTAX,
     'test_while_loop.py::test16_nested_loop_with_side_effect': SYNTAX,
     'test_while_loop.py::test17_optimize_away': SYNTAX,
@@ -512,8 +513,12 @@ XFAIL = {
     'test_freeze.py::test43_pointer_aliasing': ALLCLOSE,
     'test_freeze.py::test44_simple_ad_fully_inside':
         'Dr.Jit feature not in kiln: dr.schedule',
-    'test_freeze.py::test45_suspend_resume': LOG_LEVEL,
-    'test_freeze.py::test46_with_grad_scatter': LOG_LEVEL,
+    'test_freeze.py::test45_suspend_resume[False-*':
+        (
+            "kiln difference: `dr.width(x)` read inside as a Python int fixes a recording to that "
+            'width, so inputs of three widths record three times (the test asserts 1 with '
+            "auto_opaque=False; Dr.Jit traces widths symbolically)"
+        ),
     'test_freeze.py::test48_compress': DETAIL,
     'test_freeze.py::test49_scatter_reduce_expanded':
         'Dr.Jit feature not in kiln: FrozenFunction.n_cached_recordings',
