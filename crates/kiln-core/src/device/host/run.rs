@@ -275,25 +275,11 @@ unsafe fn run_gaps(
         )
     };
     let map: [i64; 3] = [stride as i64, call.s as i64, (call.e - call.s) as i64];
-    let mut ptrs_stack = [std::ptr::null_mut::<u8>(); 35];
-    let mut lens_stack = [1u64; 35];
-    let mut ptrs_heap = Vec::new();
-    let mut lens_heap = Vec::new();
-    let (ptrs, lens): (&mut [*mut u8], &mut [u64]) = if n_params + 3 <= 35 {
-        (
-            &mut ptrs_stack[..n_params + 3],
-            &mut lens_stack[..n_params + 3],
-        )
-    } else {
-        ptrs_heap.resize(n_params + 3, std::ptr::null_mut());
-        lens_heap.resize(n_params + 3, 1);
-        (&mut ptrs_heap, &mut lens_heap)
-    };
-    ptrs[..n_params].copy_from_slice(given_ptrs);
-    lens[..n_params].copy_from_slice(given_lens);
-    for (p, v) in ptrs[n_params..].iter_mut().zip(&map) {
-        *p = v as *const i64 as *mut u8;
-    }
+    // (one allocation per group of gaps, a task's whole border between its first and last row)
+    let mut ptrs: Vec<*mut u8> = given_ptrs.to_vec();
+    ptrs.extend(map.iter().map(|v| v as *const i64 as *mut u8));
+    let mut lens: Vec<u64> = given_lens.to_vec();
+    lens.extend([1, 1, 1]);
     let moved = LaunchArgs {
         ptrs: ptrs.as_ptr(),
         lens: lens.as_ptr(),
