@@ -351,6 +351,23 @@ fn replace_grad_routes_gradients_to_its_source_in_both_modes() {
             .replace_grad(&Float64::from_slice(&[1.0, 2.0]))
             .unwrap_err();
         assert!(e.to_string().contains("replace_grad"), "{e}");
+        // a broadcast value keeps its sign (-0.0 stays -0.0)
+        let q = Float64::from_slice(&[-0.0]).replace_grad(&w).unwrap();
+        assert_eq!(
+            (Float64::from(1.0) / &q).to_vec(),
+            vec![f64::NEG_INFINITY; 2]
+        );
+        // inside a frozen function the recording follows the sizes (one recording, replays)
+        let mut frozen = kiln::freeze(|v: &Float64, g: &mut Float64| {
+            g.enable_grad();
+            (v.replace_grad(g).unwrap() * 2.0).sum().backward();
+        });
+        for n in [2usize, 3, 5] {
+            let mut g = Float64::zeros(n);
+            frozen.call(&Float64::full(1.5, n), &mut g).unwrap();
+            assert_eq!(g.grad().to_vec(), vec![2.0; n]);
+        }
+        assert_eq!(frozen.stats().recordings, 1, "{}", frozen.stats());
     }
     assert_eq!(kiln::stats().vars_alive, before);
 }

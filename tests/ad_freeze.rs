@@ -500,6 +500,25 @@ fn enabling_or_disabling_gradients_of_an_argument_inside_reaches_the_caller() {
         (1, 2, 1, 2),
         "{s} {t}"
     );
-    drop((on, off));
+    // and what a backward inside leaves on an argument it enabled reaches the caller's array,
+    // recorded and replayed at other sizes, as the unfrozen call leaves it there
+    fn f(x: &mut Float64, out: &mut Float64) {
+        x.enable_grad();
+        (&*x * &*x * 3.0).sum().backward();
+        *out = x.grad();
+    }
+    let mut fr = kiln::freeze(f);
+    for n in [3u32, 3, 5, 3] {
+        let v: Vec<f64> = (1..=n).map(f64::from).collect();
+        let (mut x, mut o) = (Float64::from_slice(&v), Float64::zeros(n as usize));
+        fr.call(&mut x, &mut o).unwrap();
+        let (mut xu, mut ou) = (Float64::from_slice(&v), Float64::zeros(n as usize));
+        f(&mut xu, &mut ou);
+        assert_eq!(x.grad().to_vec(), xu.grad().to_vec(), "n = {n}");
+        assert_eq!(o.to_vec(), ou.to_vec());
+        assert!(x.grad_enabled() && xu.grad_enabled());
+    }
+    assert_eq!((fr.stats().recordings, fr.stats().replays), (1, 3));
+    drop((on, off, fr));
     assert_eq!(counters(), before, "no node or variable left behind");
 }

@@ -341,23 +341,26 @@ impl<T: Float> Array<T> {
     /// assert_eq!(x.grad().to_vec(), vec![3.0, 3.0]);
     /// ```
     pub fn replace_grad(&self, grads: &Array<T>) -> Result<Array<T>> {
-        let (n, m) = (self.len(), grads.len());
-        if n != m && n != 1 && m != 1 {
+        // (sizes as `Size`: inside a frozen function the recording follows the inputs' sizes)
+        let (n, m) = (self.size(), grads.size());
+        let (n_one, m_one) = (n.is_one(), m.is_one());
+        if !n_one && !m_one && !n.same_as(m) {
             return Err(Error::SizeMismatch {
                 op: "replace_grad".into(),
                 lhs: kiln_core::describe(self.id()),
-                lhs_size: n,
+                lhs_size: n.get(),
                 rhs: kiln_core::describe(grads.id()),
-                rhs_size: m,
+                rhs_size: m.get(),
             });
         }
-        let value = if n < m {
-            self.detach() + Array::<T>::zeros(m)
+        // a size-1 side is broadcast (`· 1` keeps a -0.0, which `+ 0` would not)
+        let value = if n_one && !m_one {
+            self.detach() * Array::<T>::ones(m)
         } else {
             self.detach()
         };
-        let grads = if m < n {
-            grads + &Array::<T>::zeros(n)
+        let grads = if m_one && !n_one {
+            grads * &Array::<T>::ones(n)
         } else {
             grads.clone()
         };

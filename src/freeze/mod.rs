@@ -470,11 +470,12 @@ impl FrozenState {
                             e.used.set(self.clock);
                             let out = finish_replay(e, args, &outs);
                             let mut carried = Ok(());
-                            if held.is_none() && e.tracked_after.iter().any(|&b| b) {
+                            if held.is_some() || e.tracked_after.iter().any(|&b| b) {
                                 releaf_mutable(args, &e.tracked_after);
                             }
-                            if let Some(h) = &held {
-                                releaf_mutable(args, &e.tracked_after);
+                            if !e.grads_at.is_empty() {
+                                let none = grads::Held::none();
+                                let h = held.as_ref().unwrap_or(&none);
                                 let k = outs.len() - e.grads_at.len();
                                 let got: Vec<(usize, VarId)> = e
                                     .grads_at
@@ -635,7 +636,7 @@ impl FrozenState {
                 crate::ad::jax::bounded(inner)
             }
         };
-        let (out, delivered) = match catch_unwind(AssertUnwindSafe(body)) {
+        let (out, mut delivered) = match catch_unwind(AssertUnwindSafe(body)) {
             Ok((mut o, got)) => {
                 // results leave detached, as a replay's do (it runs no AD code)
                 crate::ad::jax::detach_in_place(&mut o);
@@ -667,7 +668,8 @@ impl FrozenState {
             }
         };
         // the `&mut` arguments leave as the function left them tracking derivatives or not, each
-        // tracking one a fresh leaf
+        // tracking one a fresh leaf, with what passes inside left on those it enabled itself
+        delivered.extend(grads::enabled_inside(args, &mask));
         let tracked_after = tracked_mutable(args);
         releaf_mutable(args, &tracked_after);
         // outputs: the returned value, then the `&mut` arguments as they are now
@@ -708,11 +710,10 @@ impl FrozenState {
                 self.enabled = false;
                 self.stats.unfrozen += 1;
                 drop(extra);
-                if let Some(h) = &held {
-                    let got: Vec<(usize, VarId)> =
-                        delivered.iter().map(|(i, g)| (*i, g.id())).collect();
-                    grads::deliver(args, h, &got)?;
-                }
+                let none = grads::Held::none();
+                let got: Vec<(usize, VarId)> =
+                    delivered.iter().map(|(i, g)| (*i, g.id())).collect();
+                grads::deliver(args, held.as_ref().unwrap_or(&none), &got)?;
                 return Ok(out);
             }
             Err(e) => {
@@ -736,10 +737,9 @@ impl FrozenState {
             used: std::cell::Cell::new(self.clock + 1),
         };
         self.clock += 1;
-        if let Some(h) = &held {
-            let got: Vec<(usize, VarId)> = delivered.iter().map(|(i, g)| (*i, g.id())).collect();
-            grads::deliver(args, h, &got)?;
-        }
+        let none = grads::Held::none();
+        let got: Vec<(usize, VarId)> = delivered.iter().map(|(i, g)| (*i, g.id())).collect();
+        grads::deliver(args, held.as_ref().unwrap_or(&none), &got)?;
         drop(delivered);
         if let Some(mut l) = layout {
             l.seq = self.stats.recordings;
