@@ -511,8 +511,6 @@ XFAIL = {
         ),
     'test_freeze.py::test42_size_aliasing': ALLCLOSE,
     'test_freeze.py::test43_pointer_aliasing': ALLCLOSE,
-    'test_freeze.py::test44_simple_ad_fully_inside':
-        'Dr.Jit feature not in kiln: dr.schedule',
     'test_freeze.py::test45_suspend_resume[False-*':
         (
             "kiln difference: `dr.width(x)` read inside as a Python int fixes a recording to that "
