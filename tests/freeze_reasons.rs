@@ -238,7 +238,7 @@ fn a_step_that_enables_its_arguments_gradients_says_so_when_it_records_again() {
         }
         let s = frozen.stats();
         assert_eq!((s.recordings, s.replays), (2, 2), "{s}");
-        assert_all_explained(&s);
+        assert_all_explained(s);
         let why = &s.retraces[0];
         assert!(
             why.contains("`arg0.w`, `arg0.b` track derivatives now but did not"),
