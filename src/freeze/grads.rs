@@ -59,28 +59,6 @@ impl Held {
     pub(crate) fn mask(&self) -> &[bool] {
         &self.mask
     }
-    /// For a call whose `&mut` arguments carried no gradients on entry: nothing held.
-    pub(crate) fn none() -> Held {
-        Held {
-            mask: Vec::new(),
-            before: Vec::new(),
-            interior: Vec::new(),
-        }
-    }
-}
-
-/// What the function's passes left on the `&mut` positions it enabled gradients on itself
-/// (tracking now, not in `mask`): (position, gradient widened to the array's size), for the
-/// positions that got one. As the unfrozen call leaves it there, the caller's array gets it.
-pub(crate) fn enabled_inside<A: ArgList>(args: &mut A, mask: &[bool]) -> Vec<(usize, Grad)> {
-    let mut t = Traversal::new();
-    args.traverse_mutable(&mut t);
-    t.found
-        .iter()
-        .enumerate()
-        .filter(|&(i, f)| f.ad != 0 && !mask.get(i).copied().unwrap_or(false))
-        .filter_map(|(i, f)| node_grad(f.ad).map(|g| (i, jax::widen(g, f.id))))
-        .collect()
 }
 
 /// The leaves a recording's function starts from, kept alive until it returns (it may drop or

@@ -265,10 +265,6 @@ struct Entry {
     /// The `&mut` positions whose gradient the function's passes delivered: the recording's
     /// last outputs, in this order (see `grads`).
     grads_at: Vec<usize>,
-    /// Per `&mut` position: whether the argument tracks derivatives when the function returns
-    /// (it may `enable_grad` or detach one): a replay leaves the caller's arrays so, as the
-    /// unfrozen call does, each tracking one a fresh leaf (the call is an AD boundary).
-    tracked_after: Vec<bool>,
     /// The call (`FrozenState::clock`) that last recorded or replayed it, for eviction.
     used: std::cell::Cell<u64>,
 }
@@ -470,12 +466,8 @@ impl FrozenState {
                             e.used.set(self.clock);
                             let out = finish_replay(e, args, &outs);
                             let mut carried = Ok(());
-                            if held.is_some() || e.tracked_after.iter().any(|&b| b) {
-                                releaf_mutable(args, &e.tracked_after);
-                            }
-                            if !e.grads_at.is_empty() {
-                                let none = grads::Held::none();
-                                let h = held.as_ref().unwrap_or(&none);
+                            if let Some(h) = &held {
+                                releaf_mutable(args, h.mask());
                                 let k = outs.len() - e.grads_at.len();
                                 let got: Vec<(usize, VarId)> = e
                                     .grads_at
@@ -636,10 +628,11 @@ impl FrozenState {
                 crate::ad::jax::bounded(inner)
             }
         };
-        let (out, mut delivered) = match catch_unwind(AssertUnwindSafe(body)) {
+        let (out, delivered) = match catch_unwind(AssertUnwindSafe(body)) {
             Ok((mut o, got)) => {
                 // results leave detached, as a replay's do (it runs no AD code)
                 crate::ad::jax::detach_in_place(&mut o);
+                releaf_mutable(args, &mask);
                 (o, got)
             }
             Err(panic) => {
@@ -667,11 +660,6 @@ impl FrozenState {
                 resume_unwind(panic);
             }
         };
-        // the `&mut` arguments leave as the function left them tracking derivatives or not, each
-        // tracking one a fresh leaf, with what passes inside left on those it enabled itself
-        delivered.extend(grads::enabled_inside(args, &mask));
-        let tracked_after = tracked_mutable(args);
-        releaf_mutable(args, &tracked_after);
         // outputs: the returned value, then the `&mut` arguments as they are now
         let mut t_out = Traversal::new();
         out.traverse(&mut t_out);
@@ -710,10 +698,11 @@ impl FrozenState {
                 self.enabled = false;
                 self.stats.unfrozen += 1;
                 drop(extra);
-                let none = grads::Held::none();
-                let got: Vec<(usize, VarId)> =
-                    delivered.iter().map(|(i, g)| (*i, g.id())).collect();
-                grads::deliver(args, held.as_ref().unwrap_or(&none), &got)?;
+                if let Some(h) = &held {
+                    let got: Vec<(usize, VarId)> =
+                        delivered.iter().map(|(i, g)| (*i, g.id())).collect();
+                    grads::deliver(args, h, &got)?;
+                }
                 return Ok(out);
             }
             Err(e) => {
@@ -733,13 +722,13 @@ impl FrozenState {
             template: Box::new(template),
             n_returned,
             grads_at,
-            tracked_after,
             used: std::cell::Cell::new(self.clock + 1),
         };
         self.clock += 1;
-        let none = grads::Held::none();
-        let got: Vec<(usize, VarId)> = delivered.iter().map(|(i, g)| (*i, g.id())).collect();
-        grads::deliver(args, held.as_ref().unwrap_or(&none), &got)?;
+        if let Some(h) = &held {
+            let got: Vec<(usize, VarId)> = delivered.iter().map(|(i, g)| (*i, g.id())).collect();
+            grads::deliver(args, h, &got)?;
+        }
         drop(delivered);
         if let Some(mut l) = layout {
             l.seq = self.stats.recordings;
@@ -798,13 +787,6 @@ fn evaluate_outputs<A: ArgList, O: Traverse>(out: &O, args: &mut A) -> Result<()
 }
 
 /// Give the `&mut` arguments' float arrays marked in `mask` fresh leaves; detach the others.
-/// Per `&mut` position: whether its array tracks derivatives now.
-fn tracked_mutable<A: ArgList>(args: &mut A) -> Vec<bool> {
-    let mut t = Traversal::new();
-    args.traverse_mutable(&mut t);
-    t.found.iter().map(|f| f.ad != 0).collect()
-}
-
 fn releaf_mutable<A: ArgList>(args: &mut A, mask: &[bool]) {
     let mut t = Traversal::new();
     args.traverse_mutable(&mut t);
