@@ -101,9 +101,11 @@ fn backward_and_adam_replay_bit_for_bit_at_two_sizes() {
         // it learns
         assert!(loss_of(&pf, &d).item() < first.unwrap());
     }
-    // one recording serves both sizes: the backward pass follows the input sizes
+    // two recordings serve both sizes (the backward pass follows the input sizes): `step`
+    // enables gradients on `p`, so after the first call `p` tracks derivatives, as after the
+    // unfrozen call, and the second call's `p` is a new layout (one that carries gradients)
     let s = frozen.stats();
-    assert_eq!((s.recordings, s.replays), (1, 11), "{s}");
+    assert_eq!((s.recordings, s.replays), (2, 10), "{s}");
 }
 
 #[test]
@@ -175,10 +177,11 @@ fn a_frozen_call_is_a_boundary_of_the_graph() {
         assert!(p.b.grad_enabled() && p.w.iter().all(|w| w.grad_enabled()));
         assert_eq!(p.b.grad().item(), 0.0);
     }
-    // without gradients on entry, they leave detached
+    // without gradients on entry, they leave as the function left them: `step` enables them,
+    // so they leave as fresh leaves, as after the unfrozen call
     let mut q = init();
     frozen.call(&mut q, &mut opt, &d).unwrap();
-    assert!(!q.b.grad_enabled());
+    assert!(q.b.grad_enabled() && q.b.grad().item() == 0.0);
 
     // a `&` argument's graph is a constant inside: the caller's leaf gets nothing
     let mut c = Float32::from_slice(&[2.0]);
@@ -236,7 +239,9 @@ fn the_graph_keeps_its_size_over_1000_steps() {
         }
     }
     assert_eq!(Some(counters()), at10, "frozen");
-    assert_eq!(frozen.stats().recordings, 1);
+    // (the first call enables `p`'s gradients, as `step` does unfrozen: the second records the
+    // layout with them, and every later call replays it)
+    assert_eq!(frozen.stats().recordings, 2);
 }
 
 #[test]
@@ -458,4 +463,62 @@ fn a_failed_call_leaves_the_callers_gradients_as_they_were() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.call(&mut w)));
     assert!(r.is_err());
     assert_eq!(w.grad().to_vec(), vec![5.0, 5.0]);
+}
+
+#[test]
+fn enabling_or_disabling_gradients_of_an_argument_inside_reaches_the_caller() {
+    let _l = lock();
+    // the unfrozen function's effect, recorded and replayed: `enable_grad` on an argument
+    // inside leaves the caller's array tracking derivatives, `detach` leaves it not tracking
+    let mut on = kiln::freeze(|x: &mut Float32, k: &Float32| {
+        x.enable_grad();
+        &*x * k
+    });
+    let mut off = kiln::freeze(|x: &mut Float32, k: &Float32| {
+        *x = x.detach();
+        &*x * k
+    });
+    let before = counters();
+    for call in 0..3 {
+        let k = Float32::from_slice(&[2.0, 3.0]);
+        let mut a = Float32::from_slice(&[1.0, 2.0]);
+        let y = on.call(&mut a, &k).unwrap();
+        assert!(a.grad_enabled(), "call {call}: enable_grad inside");
+        assert_eq!(y.to_vec(), vec![2.0, 6.0]);
+        // the array tracks derivatives from here on, as after the unfrozen call
+        (&a * &k).sum().backward();
+        assert_eq!(a.grad().to_vec(), vec![2.0, 3.0], "call {call}");
+        let mut b = Float32::from_slice(&[1.0, 2.0]);
+        b.enable_grad();
+        let y = off.call(&mut b, &k).unwrap();
+        assert!(!b.grad_enabled(), "call {call}: detached inside");
+        assert_eq!((y.to_vec(), b.to_vec()), (vec![2.0, 6.0], vec![1.0, 2.0]));
+    }
+    let (s, t) = (on.stats(), off.stats());
+    assert_eq!(
+        (s.recordings, s.replays, t.recordings, t.replays),
+        (1, 2, 1, 2),
+        "{s} {t}"
+    );
+    // and what a backward inside leaves on an argument it enabled reaches the caller's array,
+    // recorded and replayed at other sizes, as the unfrozen call leaves it there
+    fn f(x: &mut Float64, out: &mut Float64) {
+        x.enable_grad();
+        (&*x * &*x * 3.0).sum().backward();
+        *out = x.grad();
+    }
+    let mut fr = kiln::freeze(f);
+    for n in [3u32, 3, 5, 3] {
+        let v: Vec<f64> = (1..=n).map(f64::from).collect();
+        let (mut x, mut o) = (Float64::from_slice(&v), Float64::zeros(n as usize));
+        fr.call(&mut x, &mut o).unwrap();
+        let (mut xu, mut ou) = (Float64::from_slice(&v), Float64::zeros(n as usize));
+        f(&mut xu, &mut ou);
+        assert_eq!(x.grad().to_vec(), xu.grad().to_vec(), "n = {n}");
+        assert_eq!(o.to_vec(), ou.to_vec());
+        assert!(x.grad_enabled() && xu.grad_enabled());
+    }
+    assert_eq!((fr.stats().recordings, fr.stats().replays), (1, 3));
+    drop((on, off, fr));
+    assert_eq!(counters(), before, "no node or variable left behind");
 }

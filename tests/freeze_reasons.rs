@@ -215,3 +215,34 @@ fn a_recording_after_clear_is_explained() {
         assert!(s.retraces[0].contains("clear()"), "{s}");
     });
 }
+
+/// A step that enables its parameters' gradients leaves them tracking derivatives (as the
+/// unfrozen call does), so its second call has a new layout: the reason names the arguments.
+#[test]
+fn a_step_that_enables_its_arguments_gradients_says_so_when_it_records_again() {
+    leak_checked(|| {
+        let mut frozen = kiln::freeze(|m: &mut Weights, x: &Float32| -> Float32 {
+            kiln::ad::enable_grad(m).unwrap();
+            let l = (x * &m.w + &m.b).sum();
+            l.backward();
+            l
+        });
+        let x = Float32::from_slice(&[1.0, 2.0, 3.0]);
+        let mut m = Weights {
+            w: Float32::opaque(0.5),
+            b: Float32::opaque(0.25),
+        };
+        for _ in 0..4 {
+            frozen.call(&mut m, &x).unwrap();
+            assert!(m.w.grad_enabled() && m.b.grad_enabled());
+        }
+        let s = frozen.stats();
+        assert_eq!((s.recordings, s.replays), (2, 2), "{s}");
+        assert_all_explained(s);
+        let why = &s.retraces[0];
+        assert!(
+            why.contains("`arg0.w`, `arg0.b` track derivatives now but did not"),
+            "{why}"
+        );
+    });
+}

@@ -572,3 +572,23 @@ def test_a_backward_inside_reaches_what_an_argument_was_computed_from():
         frozen(y)
         assert kiln.grad(x).tolist() == [6.0, 6.0, 6.0]  # as after `with kiln.isolate_grad()`
     assert frozen.n_recordings == 1
+
+
+def test_enabling_or_disabling_gradients_inside_reaches_the_caller():
+    # a frozen call leaves its arguments tracking derivatives or not as the function does
+    def f(p, x, on):
+        kiln.set_grad_enabled(p, on)
+        return x * 2.0
+
+    frozen = kiln.freeze(f)
+    for call in range(3):
+        for on in (False, True):
+            p = kiln.Float32([1.0, 2.0, 3.0])
+            kiln.set_grad_enabled(p, not on)
+            unfrozen_p = kiln.Float32([1.0, 2.0, 3.0])
+            kiln.set_grad_enabled(unfrozen_p, not on)
+            f(unfrozen_p, kiln.Float32([1.0]), on)
+            frozen(p, kiln.Float32([1.0]), on)
+            assert kiln.grad_enabled(p) == on == kiln.grad_enabled(unfrozen_p), (call, on)
+    assert frozen.n_recordings == 2  # one per (tracking on entry, on): both replay afterwards
+    frozen.clear()

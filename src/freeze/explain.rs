@@ -21,6 +21,8 @@ struct Pos {
     literal: Option<u64>,
     /// Deduplicated slot: positions sharing a slot were the same array.
     slot: u32,
+    /// Whether it tracked derivatives (which `&mut` positions carry gradients is in the key).
+    tracked: bool,
 }
 
 /// What a layout key was made of.
@@ -56,6 +58,7 @@ impl Layout {
                         None
                     },
                     slot: f.slot,
+                    tracked: f.ad != 0,
                 }
             })
             .collect();
@@ -104,6 +107,8 @@ impl Layout {
         // literals that are arrays now (the common case: weights made with `scalar`), in one line
         let mut became_arrays: Vec<String> = Vec::new();
         let mut ty_of_literals = VarType::F32;
+        // [stopped, started] tracking derivatives since the recording
+        let mut tracking: [Vec<String>; 2] = [Vec::new(), Vec::new()];
         for (a, b) in self.arrays.iter().zip(&old.arrays) {
             let path = name(&a.path);
             if a.ty != b.ty {
@@ -125,6 +130,9 @@ impl Layout {
                 )),
                 _ => {}
             }
+            if a.tracked != b.tracked {
+                tracking[usize::from(a.tracked)].push(format!("`{path}`"));
+            }
             if class(a.size) != class(b.size) {
                 out.push(format!(
                     "`{path}` has {} element(s) now, {} when recorded: empty, one-element (broadcast) and larger arrays trace differently, so each records once",
@@ -143,6 +151,16 @@ impl Layout {
                     array_name(ty_of_literals)
                 ),
             );
+        }
+        for (started, paths) in tracking.iter().enumerate().rev() {
+            if !paths.is_empty() {
+                out.push(format!(
+                    "{} {} derivatives now but {} when recorded (a call that enabled gradients inside, or detached them, leaves its arguments so): which arguments carry gradients is part of the key, so each case records once",
+                    paths.join(", "),
+                    if started == 1 { "track" } else { "do not track" },
+                    if started == 1 { "did not" } else { "did" }
+                ));
+            }
         }
         // which positions were the same array (literals of one value are always one variable:
         // their sharing says nothing)

@@ -59,6 +59,40 @@ impl Held {
     pub(crate) fn mask(&self) -> &[bool] {
         &self.mask
     }
+    /// For a call whose `&mut` arguments carried no gradients on entry: nothing held.
+    pub(crate) fn none() -> Held {
+        Held {
+            mask: Vec::new(),
+            before: Vec::new(),
+            interior: Vec::new(),
+        }
+    }
+}
+
+/// The gradient each `&mut` position that tracks derivatives when the function returns
+/// delivers to the caller's array: (position, gradient widened to the array's size, whether the
+/// caller's earlier gradient adds to it). Where the function kept the entry leaf, or replaced it
+/// with a value computed from it (`*x = &*x + 1.0`), what the passes inside left on the entry
+/// leaf, added to the earlier gradient; where it put a leaf of its own there (`enable_grad`
+/// inside, an optimizer's fresh leaves), what that leaf holds, as after the unfrozen call.
+pub(crate) fn at_end<A: ArgList>(args: &mut A, entry: Option<&Leaves>) -> Vec<(usize, Grad, bool)> {
+    let mut t = Traversal::new();
+    args.traverse_mutable(&mut t);
+    t.found
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.ad != 0)
+        .filter_map(|(i, f)| {
+            let leaf = entry.and_then(|l| l.0.iter().find(|e| e.0 == i).map(|e| e.1));
+            let own_leaf = graph::with(|g| g.node(f.ad).parents.is_empty());
+            let (from, kept) = match leaf {
+                Some(ad) if ad == f.ad || !own_leaf => (ad, true),
+                _ if own_leaf => (f.ad, false),
+                _ => return None,
+            };
+            node_grad(from).map(|g| (i, jax::widen(g, f.id), kept))
+        })
+        .collect()
 }
 
 /// The leaves a recording's function starts from, kept alive until it returns (it may drop or
@@ -83,15 +117,6 @@ impl Leaves {
             .collect();
         Leaves(v)
     }
-
-    /// What the function's passes left on each leaf: (position, gradient widened to the array's
-    /// size), for the positions that got one.
-    pub(crate) fn delivered(self) -> Vec<(usize, Grad)> {
-        self.0
-            .iter()
-            .filter_map(|&(i, ad, id)| node_grad(ad).map(|g| (i, jax::widen(g, id))))
-            .collect()
-    }
 }
 
 impl Drop for Leaves {
@@ -112,11 +137,16 @@ impl Drop for Held {
     }
 }
 
-/// Add `got` (position, gradient array) to the gradients of the caller's arrays, which hold
-/// fresh leaves at those positions now: each gets what it held before the call plus what the
-/// call delivered. An interior array the call left as it was gets its node back instead, and
-/// what was delivered to it is carried on to the arrays it was computed from.
-pub(crate) fn deliver<A: ArgList>(args: &mut A, held: &Held, got: &[(usize, VarId)]) -> Result<()> {
+/// Add `got` (position, gradient array, whether the function kept the entry leaf there) to the
+/// gradients of the caller's arrays, which hold fresh leaves at those positions now: each gets
+/// what the function left there, plus what it held before the call where the function kept the
+/// entry leaf. An interior array the call left as it was gets its node back instead, and what
+/// was delivered to it is carried on to the arrays it was computed from.
+pub(crate) fn deliver<A: ArgList>(
+    args: &mut A,
+    held: &Held,
+    got: &[(usize, VarId, bool)],
+) -> Result<()> {
     if got.is_empty() {
         return Ok(());
     }
@@ -124,20 +154,21 @@ pub(crate) fn deliver<A: ArgList>(args: &mut A, held: &Held, got: &[(usize, VarI
     args.traverse_mutable(&mut t);
     let mut nodes: Vec<(VarId, graph::AdIndex)> = t.found.iter().map(|f| (f.id, f.ad)).collect();
     let mut seeds = Vec::new();
-    for &(pos, gid) in got {
+    for &(pos, gid, kept) in got {
         let Some(f) = t.found.get(pos) else { continue };
         if f.ad == 0 {
             continue;
         }
         let g = Grad::share(gid, 0);
-        if let Some(&Some((id, ad))) = held.interior.get(pos) {
+        if let (true, Some(&Some((id, ad)))) = (kept, held.interior.get(pos)) {
             if id == f.id {
                 nodes[pos].1 = ad;
                 seeds.push((ad, g));
                 continue;
             }
         }
-        let total = match held.before.get(pos).and_then(|b| b.as_ref()) {
+        let before = held.before.get(pos).and_then(|b| b.as_ref());
+        let total = match before.filter(|_| kept) {
             Some(b) => b.clone().plus(&g),
             None => g,
         };

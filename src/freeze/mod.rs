@@ -263,8 +263,13 @@ struct Entry {
     /// Number of array positions in the returned value (then come the `&mut` arguments).
     n_returned: usize,
     /// The `&mut` positions whose gradient the function's passes delivered: the recording's
-    /// last outputs, in this order (see `grads`).
-    grads_at: Vec<usize>,
+    /// last outputs, in this order, each with whether the function kept its entry leaf (see
+    /// `grads::at_end`).
+    grads_at: Vec<(usize, bool)>,
+    /// Per `&mut` position: whether the argument tracks derivatives when the function returns
+    /// (it may `enable_grad` or detach one): a replay leaves the caller's arrays so, as the
+    /// unfrozen call does, each tracking one a fresh leaf (the call is an AD boundary).
+    tracked_after: Vec<bool>,
     /// The call (`FrozenState::clock`) that last recorded or replayed it, for eviction.
     used: std::cell::Cell<u64>,
 }
@@ -466,14 +471,18 @@ impl FrozenState {
                             e.used.set(self.clock);
                             let out = finish_replay(e, args, &outs);
                             let mut carried = Ok(());
-                            if let Some(h) = &held {
-                                releaf_mutable(args, h.mask());
+                            if held.is_some() || e.tracked_after.iter().any(|&b| b) {
+                                releaf_mutable(args, &e.tracked_after);
+                            }
+                            if !e.grads_at.is_empty() {
+                                let none = grads::Held::none();
+                                let h = held.as_ref().unwrap_or(&none);
                                 let k = outs.len() - e.grads_at.len();
-                                let got: Vec<(usize, VarId)> = e
+                                let got: Vec<(usize, VarId, bool)> = e
                                     .grads_at
                                     .iter()
-                                    .copied()
-                                    .zip(outs[k..].iter().copied())
+                                    .zip(&outs[k..])
+                                    .map(|(&(i, kept), &id)| (i, id, kept))
                                     .collect();
                                 carried = grads::deliver(args, h, &got);
                             }
@@ -615,12 +624,12 @@ impl FrozenState {
             let inner = || {
                 // fresh leaves inside the boundary, so that passes inside reach them
                 if mask.is_empty() {
-                    return (run(args), Vec::new());
+                    return (run(args), None);
                 }
                 releaf_mutable(args, &mask);
                 let leaves = grads::Leaves::of(args, &mask);
                 let out = run(args);
-                (out, leaves.delivered())
+                (out, Some(leaves))
             };
             if as_is {
                 crate::ad::jax::bounded_as_is(inner)
@@ -629,11 +638,11 @@ impl FrozenState {
             }
         };
         let (out, delivered) = match catch_unwind(AssertUnwindSafe(body)) {
-            Ok((mut o, got)) => {
+            Ok((mut o, leaves)) => {
                 // results leave detached, as a replay's do (it runs no AD code)
                 crate::ad::jax::detach_in_place(&mut o);
-                releaf_mutable(args, &mask);
-                (o, got)
+                // what the function left on the arguments that track derivatives now
+                (o, grads::at_end(args, leaves.as_ref()))
             }
             Err(panic) => {
                 // a refused read inside the function unwinds through `to_vec()`/`item()`: report
@@ -660,6 +669,10 @@ impl FrozenState {
                 resume_unwind(panic);
             }
         };
+        // the `&mut` arguments leave as the function left them tracking derivatives or not, each
+        // tracking one a fresh leaf (with what the function left on it: `delivered`)
+        let tracked_after = tracked_mutable(args);
+        releaf_mutable(args, &tracked_after);
         // outputs: the returned value, then the `&mut` arguments as they are now
         let mut t_out = Traversal::new();
         out.traverse(&mut t_out);
@@ -678,8 +691,9 @@ impl FrozenState {
         // then the gradients the function's passes delivered to the `&mut` arguments
         let mut out_ids: Vec<VarId> = t_out.found.iter().map(|f| f.id).collect();
         out_ids.extend(after.found.iter().map(|f| f.id));
-        out_ids.extend(delivered.iter().map(|(_, g)| g.id()));
-        let grads_at: Vec<usize> = delivered.iter().map(|&(i, _)| i).collect();
+        out_ids.extend(delivered.iter().map(|(_, g, _)| g.id()));
+        let grads_at: Vec<(usize, bool)> =
+            delivered.iter().map(|&(i, _, kept)| (i, kept)).collect();
         let pending: Vec<VarId> = out_ids
             .iter()
             .copied()
@@ -698,11 +712,10 @@ impl FrozenState {
                 self.enabled = false;
                 self.stats.unfrozen += 1;
                 drop(extra);
-                if let Some(h) = &held {
-                    let got: Vec<(usize, VarId)> =
-                        delivered.iter().map(|(i, g)| (*i, g.id())).collect();
-                    grads::deliver(args, h, &got)?;
-                }
+                let none = grads::Held::none();
+                let got: Vec<(usize, VarId, bool)> =
+                    delivered.iter().map(|(i, g, k)| (*i, g.id(), *k)).collect();
+                grads::deliver(args, held.as_ref().unwrap_or(&none), &got)?;
                 return Ok(out);
             }
             Err(e) => {
@@ -722,13 +735,14 @@ impl FrozenState {
             template: Box::new(template),
             n_returned,
             grads_at,
+            tracked_after,
             used: std::cell::Cell::new(self.clock + 1),
         };
         self.clock += 1;
-        if let Some(h) = &held {
-            let got: Vec<(usize, VarId)> = delivered.iter().map(|(i, g)| (*i, g.id())).collect();
-            grads::deliver(args, h, &got)?;
-        }
+        let none = grads::Held::none();
+        let got: Vec<(usize, VarId, bool)> =
+            delivered.iter().map(|(i, g, k)| (*i, g.id(), *k)).collect();
+        grads::deliver(args, held.as_ref().unwrap_or(&none), &got)?;
         drop(delivered);
         if let Some(mut l) = layout {
             l.seq = self.stats.recordings;
@@ -787,6 +801,13 @@ fn evaluate_outputs<A: ArgList, O: Traverse>(out: &O, args: &mut A) -> Result<()
 }
 
 /// Give the `&mut` arguments' float arrays marked in `mask` fresh leaves; detach the others.
+/// Per `&mut` position: whether its array tracks derivatives now.
+fn tracked_mutable<A: ArgList>(args: &mut A) -> Vec<bool> {
+    let mut t = Traversal::new();
+    args.traverse_mutable(&mut t);
+    t.found.iter().map(|f| f.ad != 0).collect()
+}
+
 fn releaf_mutable<A: ArgList>(args: &mut A, mask: &[bool]) {
     let mut t = Traversal::new();
     args.traverse_mutable(&mut t);

@@ -511,18 +511,11 @@ XFAIL = {
         ),
     'test_freeze.py::test42_size_aliasing': ALLCLOSE,
     'test_freeze.py::test43_pointer_aliasing': ALLCLOSE,
-    'test_freeze.py::test44_simple_ad_fully_inside':
+    'test_freeze.py::test45_suspend_resume[False-*':
         (
-            'kiln bug: a frozen function that enables gradients on an argument and differentiates '
-            'it leaves the argument detached (the unfrozen call leaves it tracking, with its '
-            'gradient); see RESULTS.md'
-        ),
-    'test_freeze.py::test45_suspend_resume':
-        (
-            'kiln bug: a frozen function that enables or disables gradients on an argument leaves '
-            'it tracking as it entered (the unfrozen call leaves it as the function did); with '
-            "auto_opaque=False the test's three input widths, read as Python ints inside, also "
-            'record three times'
+            "kiln difference: `dr.width(x)` read inside as a Python int fixes a recording to that "
+            'width, so inputs of three widths record three times (the test asserts 1 with '
+            "auto_opaque=False; Dr.Jit traces widths symbolically)"
         ),
     'test_freeze.py::test48_compress': DETAIL,
     'test_freeze.py::test49_scatter_reduce_expanded':
