@@ -23,6 +23,9 @@ use syn::{parse_macro_input, parse_quote, Data, DeriveInput, Field, Fields, Iden
 /// state and does not affect the layout key. Every type parameter gets a `Traverse` bound;
 /// lifetimes and const parameters pass through unchanged. Unions are rejected.
 ///
+/// (Not run here: a proc-macro crate cannot depend on `kiln`, which the example needs; the same
+/// derives are compiled and exercised by kiln's own tests, e.g. `tests/ad_freeze.rs`.)
+///
 /// ```ignore
 /// use kiln::prelude::*;
 /// use kiln::Traverse;
